@@ -1,0 +1,1 @@
+"""Workload adapters; each registers through the ``kubesage.adapters`` entry-point group."""

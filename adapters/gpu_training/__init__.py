@@ -1,0 +1,1 @@
+"""The gpu_training adapter. Not built yet: tracked in issue 4; it registers no commands until then."""

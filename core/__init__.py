@@ -1,0 +1,1 @@
+"""kubesage.core: the scheduling core every adapter shares."""

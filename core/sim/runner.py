@@ -1,0 +1,162 @@
+"""Run policies × seeds over one cluster and workload, in parallel processes if asked."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from typing import Literal
+
+import numpy as np
+
+from kubesage.core.policy.base import PolicyContext
+from kubesage.core.policy.registry import make_policy
+from kubesage.core.sim.engine import ProgressCallback, Simulator
+from kubesage.core.sim.metrics import arrived_percent, discrete_curve, downsample, value_at
+from kubesage.core.sim.protocol import DEFAULT_TUNE, fgd_arrivals
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.state.fragmentation import FragmentationMeasure, typical_pods
+from kubesage.core.types import NodeSpec, PodRequest
+
+Mode = Literal["fgd", "replay"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One simulation: a policy and a seed on a cluster and workload."""
+
+    policy: str
+    seed: int
+    mode: Mode = "fgd"
+    tune: float = DEFAULT_TUNE
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run measured. Percentages are of cluster GPU capacity."""
+
+    policy: str
+    seed: int
+    mode: Mode
+    alloc_at_100: float | None
+    alloc_at_130: float | None
+    frag_ratio_at_90: float | None
+    failed_pods: int
+    pods: int
+    nodes: int
+    wall_s: float
+    curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    """Plot series: name → (x, y)."""
+
+    def summary_row(self) -> dict[str, object]:
+        """The fields of the CLI's JSON ``runs`` entries."""
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "alloc_at_100": _round(self.alloc_at_100),
+            "alloc_at_130": _round(self.alloc_at_130),
+            "frag_ratio_at_90": _round(self.frag_ratio_at_90),
+            "failed_pods": self.failed_pods,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def run_one(
+    spec: RunSpec,
+    nodes: Sequence[NodeSpec],
+    workload: Sequence[PodRequest],
+    on_progress: ProgressCallback | None = None,
+) -> RunResult:
+    """Simulate ``spec`` and summarise it."""
+    started = time.perf_counter()
+    typical = typical_pods(workload)
+    policy = make_policy(spec.policy, PolicyContext(seed=spec.seed, workload=workload))
+    simulator = Simulator(nodes, policy, lambda state: FragmentationMeasure(typical, state.gpu_models))
+    capacity = simulator.state.gpu_capacity_milli_total
+    if spec.mode == "fgd":
+        arrivals = fgd_arrivals(workload, gpu_capacity_milli=capacity, seed=spec.seed, tune=spec.tune)
+        simulator.run_arrivals(arrivals, on_progress)
+        pods = len(arrivals)
+    else:
+        simulator.run_replay(workload, on_progress)
+        pods = len(workload)
+    series = simulator.trajectory.as_arrays()
+    arrived = arrived_percent(series["arrived_gpu_milli"], capacity) if capacity else np.zeros(1)
+    alloc_pct = np.round(series["allocated_gpu_milli"] * 100.0 / max(capacity, 1), 2)
+    frag_pct = series["fragmentation_ratio"] * 100.0
+    upto = int(arrived.max()) if arrived.size else 0
+    curves: dict[str, tuple[list[float], list[float]]] = {}
+    for name, values in (("allocation", alloc_pct), ("fragmentation", frag_pct)):
+        xs, ys = discrete_curve(arrived, values, upto)
+        curves[f"{name}_by_arrived"] = ([float(x) for x in xs], ys)
+        curves[f"{name}_by_time"] = downsample(series["time_s"], values)
+    return RunResult(
+        policy=spec.policy,
+        seed=spec.seed,
+        mode=spec.mode,
+        alloc_at_100=value_at(arrived, alloc_pct, 100.0),
+        alloc_at_130=value_at(arrived, alloc_pct, 130.0),
+        frag_ratio_at_90=value_at(arrived, frag_pct, 90.0),
+        failed_pods=len(simulator.failed),
+        pods=pods,
+        nodes=simulator.state.num_nodes,
+        wall_s=time.perf_counter() - started,
+        curves=curves,
+    )
+
+
+def default_jobs() -> int:
+    """Worker processes to use by default: the CPUs this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def run_many(
+    specs: Sequence[RunSpec],
+    nodes: Sequence[NodeSpec],
+    workload: Sequence[PodRequest],
+    *,
+    jobs: int = 1,
+    on_result: Callable[[RunResult], None] | None = None,
+    on_progress: Callable[[RunSpec, int, int], None] | None = None,
+) -> list[RunResult]:
+    """Run every spec; results come back in the order of ``specs``.
+
+    With ``jobs == 1`` runs happen in this process and ``on_progress`` sees every
+    event; with more, each run is a task in a process pool and progress is per run.
+    """
+    ClusterState(nodes)  # fail fast on a bad cluster, before any worker starts
+    if jobs <= 1 or len(specs) <= 1:
+        results = []
+        for spec in specs:
+            progress = None
+            if on_progress is not None:
+                progress = _bind_progress(on_progress, spec)
+            result = run_one(spec, nodes, workload, progress)
+            if on_result:
+                on_result(result)
+            results.append(result)
+        return results
+    ordered: dict[int, RunResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(run_one, spec, nodes, workload): i for i, spec in enumerate(specs)}
+        for future in as_completed(futures):
+            result = future.result()
+            ordered[futures[future]] = result
+            if on_result:
+                on_result(result)
+    return [ordered[i] for i in range(len(specs))]
+
+
+def _bind_progress(
+    callback: Callable[[RunSpec, int, int], None], spec: RunSpec
+) -> ProgressCallback:
+    def progress(done: int, total: int) -> None:
+        callback(spec, done, total)
+
+    return progress

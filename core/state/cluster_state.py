@@ -1,0 +1,248 @@
+"""ClusterState: the cluster's resources as numpy struct-of-arrays.
+
+Every policy scores all nodes at once, so per-node quantities live in flat arrays
+indexed by node, and per-GPU free milli-GPU in an ``(N, G)`` matrix where ``G`` is
+the largest GPU count of any node (columns past a node's own GPU count have zero
+capacity and zero free, so they never fit anything and add nothing to sums).
+
+Invariants (checked on every change, property-tested): free amounts stay within
+``[0, capacity]``; ``release`` is the exact inverse of ``allocate``; the derived
+per-node summaries (largest free GPU share, number of wholly free GPUs) always
+match the matrix.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesage.core.errors import CapacityError, InputError
+from kubesage.core.types import GPU_MILLI_PER_GPU, NodeSpec, Placement, PodRequest
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+NO_GPU_MODEL = -1
+"""Model index of a node without GPUs."""
+
+# Stamps are unique across every ClusterState in the process, so a cache keyed on
+# (lineage, node stamp) can never confuse two states that diverged after a copy.
+_stamps = itertools.count(1)
+_lineages = itertools.count(1)
+
+
+class ClusterState:
+    """Capacity and free resources of N nodes, vectorised."""
+
+    def __init__(self, nodes: Sequence[NodeSpec]):
+        if not nodes:
+            raise InputError("a cluster needs at least one node")
+        names = [node.name for node in nodes]
+        self.node_index: dict[str, int] = {}
+        for index, name in enumerate(names):
+            if name in self.node_index:
+                raise InputError(f"duplicate node name '{name}'")
+            self.node_index[name] = index
+        self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
+        self.node_names: tuple[str, ...] = tuple(names)
+        self.gpu_models: tuple[str, ...] = tuple(
+            sorted({node.gpu_model for node in nodes if node.gpu_count and node.gpu_model})
+        )
+        model_lookup = {model: index for index, model in enumerate(self.gpu_models)}
+
+        self.cpu_capacity_milli: IntArray = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
+        self.memory_capacity_mib: IntArray = np.array(
+            [n.memory_mib for n in nodes], dtype=np.int64
+        )
+        self.gpu_count: IntArray = np.array([n.gpu_count for n in nodes], dtype=np.int64)
+        self.gpu_model_index: IntArray = np.array(
+            [model_lookup[n.gpu_model] if n.gpu_count and n.gpu_model else NO_GPU_MODEL
+             for n in nodes],
+            dtype=np.int64,
+        )
+        max_gpus = max(1, int(self.gpu_count.max()))
+        columns = np.arange(max_gpus)
+        self.gpu_capacity_milli: IntArray = np.where(
+            columns[None, :] < self.gpu_count[:, None], GPU_MILLI_PER_GPU, 0
+        ).astype(np.int64)
+        self.gpu_capacity_milli_total = int(self.gpu_capacity_milli.sum())
+        self.cpu_capacity_milli_total = int(self.cpu_capacity_milli.sum())
+
+        self.cpu_free_milli: IntArray = self.cpu_capacity_milli.copy()
+        self.memory_free_mib: IntArray = self.memory_capacity_mib.copy()
+        self.gpu_free_milli: IntArray = self.gpu_capacity_milli.copy()
+        self.gpu_max_free_milli: IntArray = self.gpu_free_milli.max(axis=1)
+        self.gpu_whole_free_count: IntArray = (
+            self.gpu_free_milli == GPU_MILLI_PER_GPU
+        ).sum(axis=1).astype(np.int64)
+        self.gpu_free_milli_total = self.gpu_capacity_milli_total
+        self.gpu_pod_count: IntArray = np.zeros((len(nodes), max_gpus + 1), dtype=np.int64)
+        """Pods with GPUs per node by kind: column 0 GPU-sharing pods, column k pods of k whole GPUs."""
+        self._model_masks: dict[tuple[str, ...], BoolArray] = {}
+        self.lineage = next(_lineages)
+        """Shared by this state and its copies: the same (lineage, node stamp) means the same node."""
+        self.node_version: IntArray = np.zeros(len(nodes), dtype=np.int64)
+        """Per-node stamp, renewed on every change, for caches that recompute changed nodes only."""
+        for array in (self.cpu_capacity_milli, self.memory_capacity_mib, self.gpu_count,
+                      self.gpu_model_index, self.gpu_capacity_milli):
+            array.setflags(write=False)
+
+    # -- size and totals ---------------------------------------------------------------
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def max_gpus_per_node(self) -> int:
+        return int(self.gpu_free_milli.shape[1])
+
+    @property
+    def gpu_allocated_milli_total(self) -> int:
+        return self.gpu_capacity_milli_total - self.gpu_free_milli_total
+
+    @property
+    def gpu_allocation_ratio(self) -> float:
+        """Allocated milli-GPU over capacity, 0..1 (0 for a cluster without GPUs)."""
+        if self.gpu_capacity_milli_total == 0:
+            return 0.0
+        return self.gpu_allocated_milli_total / self.gpu_capacity_milli_total
+
+    # -- fit checks ----------------------------------------------------------------------
+
+    def gpu_model_mask(self, allowed_models: tuple[str, ...]) -> BoolArray:
+        """Nodes whose GPU model is allowed (every GPU node when the tuple is empty)."""
+        mask = self._model_masks.get(allowed_models)
+        if mask is None:
+            if allowed_models:
+                wanted = [i for i, model in enumerate(self.gpu_models) if model in allowed_models]
+                mask = np.isin(self.gpu_model_index, np.array(wanted, dtype=np.int64))
+            else:
+                mask = self.gpu_model_index != NO_GPU_MODEL
+            mask.setflags(write=False)
+            self._model_masks[allowed_models] = mask
+        return mask
+
+    def feasible(self, request: PodRequest) -> BoolArray:
+        """Boolean mask over nodes that can host ``request`` right now."""
+        fits: BoolArray = (self.cpu_free_milli >= request.cpu_milli) & (
+            self.memory_free_mib >= request.memory_mib
+        )
+        if request.num_gpu == 0:
+            return fits
+        fits &= self.gpu_model_mask(request.gpu_models)
+        if request.is_gpu_sharing:
+            fits &= self.gpu_max_free_milli >= request.gpu_milli
+        else:
+            fits &= self.gpu_whole_free_count >= request.num_gpu
+        return fits
+
+    def gpus_that_fit(self, node: int, request: PodRequest) -> IntArray:
+        """Indices of the GPUs on ``node`` with room for one share of ``request``."""
+        free = self.gpu_free_milli[node, : self.gpu_count[node]]
+        return np.flatnonzero(free >= request.gpu_milli).astype(np.int64)
+
+    # -- changes -------------------------------------------------------------------------
+
+    def allocate(self, request: PodRequest, placement: Placement) -> None:
+        """Take ``request``'s resources at ``placement``; raise CapacityError if it does not fit."""
+        node = self._check_placement(request, placement)
+        if self.cpu_free_milli[node] < request.cpu_milli:
+            raise CapacityError(f"{request.name}: not enough CPU on {placement.node}")
+        if self.memory_free_mib[node] < request.memory_mib:
+            raise CapacityError(f"{request.name}: not enough memory on {placement.node}")
+        if request.num_gpu and not self.gpu_model_mask(request.gpu_models)[node]:
+            raise CapacityError(
+                f"{request.name}: GPU model of {placement.node} is not in {request.gpu_models}"
+            )
+        for gpu, milli in placement.gpu_milli_by_index:
+            if self.gpu_free_milli[node, gpu] < milli:
+                raise CapacityError(
+                    f"{request.name}: GPU {gpu} on {placement.node} has "
+                    f"{self.gpu_free_milli[node, gpu]} milli free, needs {milli}"
+                )
+        self._apply(node, request, placement, sign=-1)
+
+    def release(self, request: PodRequest, placement: Placement) -> None:
+        """Give back what :meth:`allocate` took; raise CapacityError if it was not taken."""
+        node = self._check_placement(request, placement)
+        if self.cpu_free_milli[node] + request.cpu_milli > self.cpu_capacity_milli[node]:
+            raise CapacityError(f"{request.name}: releasing more CPU than {placement.node} has")
+        if self.memory_free_mib[node] + request.memory_mib > self.memory_capacity_mib[node]:
+            raise CapacityError(f"{request.name}: releasing more memory than {placement.node} has")
+        for gpu, milli in placement.gpu_milli_by_index:
+            if self.gpu_free_milli[node, gpu] + milli > GPU_MILLI_PER_GPU:
+                raise CapacityError(
+                    f"{request.name}: releasing {milli} milli on GPU {gpu} of {placement.node} "
+                    "that was not allocated"
+                )
+        self._apply(node, request, placement, sign=+1)
+
+    def _check_placement(self, request: PodRequest, placement: Placement) -> int:
+        node = placement.node_index
+        if node >= self.num_nodes or self.node_names[node] != placement.node:
+            raise CapacityError(
+                f"{request.name}: placement names node '{placement.node}' at index {node}, "
+                "which is not in this cluster"
+            )
+        gpus = placement.gpu_indices
+        if len(gpus) != request.num_gpu or len(set(gpus)) != len(gpus):
+            raise CapacityError(
+                f"{request.name}: needs {request.num_gpu} distinct GPUs, placement has {gpus}"
+            )
+        for gpu, milli in placement.gpu_milli_by_index:
+            if not 0 <= gpu < self.gpu_count[node]:
+                raise CapacityError(f"{request.name}: {placement.node} has no GPU {gpu}")
+            if milli != request.gpu_milli:
+                raise CapacityError(
+                    f"{request.name}: placement takes {milli} milli on GPU {gpu}, "
+                    f"request asks {request.gpu_milli}"
+                )
+        return node
+
+    def _apply(self, node: int, request: PodRequest, placement: Placement, sign: int) -> None:
+        self.cpu_free_milli[node] += sign * request.cpu_milli
+        self.memory_free_mib[node] += sign * request.memory_mib
+        for gpu, milli in placement.gpu_milli_by_index:
+            self.gpu_free_milli[node, gpu] += sign * milli
+            self.gpu_free_milli_total += sign * milli
+        if request.num_gpu:
+            self.gpu_pod_count[node, gpu_pod_kind(request)] -= sign
+        row = self.gpu_free_milli[node]
+        self.gpu_max_free_milli[node] = row.max()
+        self.gpu_whole_free_count[node] = int((row == GPU_MILLI_PER_GPU).sum())
+        self.node_version[node] = next(_stamps)
+
+    # -- copies --------------------------------------------------------------------------
+
+    def copy(self) -> ClusterState:
+        """An independent copy of the free amounts; capacity arrays are shared (read-only)."""
+        clone = object.__new__(ClusterState)
+        clone.__dict__.update(self.__dict__)
+        for name in (
+            "cpu_free_milli",
+            "memory_free_mib",
+            "gpu_free_milli",
+            "gpu_max_free_milli",
+            "gpu_whole_free_count",
+            "gpu_pod_count",
+            "node_version",
+        ):
+            setattr(clone, name, getattr(self, name).copy())
+        return clone
+
+    def placement(self, node: int, gpu_indices: Sequence[int], request: PodRequest) -> Placement:
+        """Build a Placement on ``node`` taking ``request.gpu_milli`` on each listed GPU."""
+        return Placement(
+            node=self.node_names[node],
+            node_index=node,
+            gpu_milli_by_index=tuple((int(g), request.gpu_milli) for g in gpu_indices),
+        )
+
+
+def gpu_pod_kind(request: PodRequest) -> int:
+    """Column of :attr:`ClusterState.gpu_pod_count` for a GPU request (0 = sharing)."""
+    return 0 if request.is_gpu_sharing else request.num_gpu

@@ -1,0 +1,172 @@
+"""Readers for the Alibaba openb GPU trace (cluster-trace-gpu-v2023) CSV files.
+
+Node lists: ``sn,cpu_milli,memory_mib,gpu,model``.
+Pod lists: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli`` and optionally
+``gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`` (some variants
+carry only the first five columns). ``gpu_spec`` lists the allowed GPU models joined
+by ``|`` (empty = any); times are seconds.
+
+Every row is checked; a bad one raises :class:`TraceFormatError` naming the file,
+the 1-based line and the field. Nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from pydantic import ValidationError
+
+from kubesage.core.errors import InputError, TraceFormatError
+from kubesage.core.types import NodeSpec, PodRequest
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_REQUIRED_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+POD_OPTIONAL_COLUMNS = (
+    "gpu_spec",
+    "qos",
+    "pod_phase",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+)
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
+    return path.open(newline="", encoding="utf-8")
+
+
+def _rows(
+    path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """Yield ``(line_number, row)`` after checking the header names."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    with _open_text(path) as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise TraceFormatError("empty file, expected a header", path=path, line=1) from None
+        header = [name.strip() for name in header]
+        missing = [name for name in required if name not in header]
+        if missing:
+            raise TraceFormatError(
+                f"header lacks column(s) {', '.join(missing)}; found {', '.join(header)}",
+                path=path,
+                line=1,
+            )
+        unknown = [name for name in header if name not in required and name not in optional]
+        if unknown:
+            raise TraceFormatError(
+                f"unknown column(s) {', '.join(unknown)}", path=path, line=1
+            )
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue  # blank line: carries no record
+            if len(row) != len(header):
+                raise TraceFormatError(
+                    f"expected {len(header)} fields, found {len(row)}", path=path, line=line
+                )
+            yield line, {name: cell.strip() for name, cell in zip(header, row, strict=True)}
+
+
+def _int(value: str, *, path: Path, line: int, field: str) -> int:
+    try:
+        number = float(value)
+    except ValueError:
+        raise TraceFormatError(f"not a number: {value!r}", path=path, line=line, field=field) from None
+    if not number.is_integer():
+        raise TraceFormatError(f"not an integer: {value!r}", path=path, line=line, field=field)
+    return int(number)
+
+
+def _optional_float(value: str, *, path: Path, line: int, field: str) -> float | None:
+    if value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise TraceFormatError(f"not a number: {value!r}", path=path, line=line, field=field) from None
+
+
+def _validation_error(exc: ValidationError, *, path: Path, line: int) -> TraceFormatError:
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    return TraceFormatError(first["msg"], path=path, line=line, field=field)
+
+
+def read_nodes(path: Path | str) -> list[NodeSpec]:
+    """Read an openb node list (``openb_node_list_*.csv``)."""
+    path = Path(path)
+    nodes: list[NodeSpec] = []
+    seen: dict[str, int] = {}
+    for line, row in _rows(path, NODE_COLUMNS):
+        name = row["sn"]
+        if name in seen:
+            raise TraceFormatError(
+                f"duplicate node '{name}' (first on line {seen[name]})", path=path, line=line, field="sn"
+            )
+        seen[name] = line
+        gpu_count = _int(row["gpu"], path=path, line=line, field="gpu")
+        try:
+            nodes.append(
+                NodeSpec(
+                    name=name,
+                    cpu_milli=_int(row["cpu_milli"], path=path, line=line, field="cpu_milli"),
+                    memory_mib=_int(row["memory_mib"], path=path, line=line, field="memory_mib"),
+                    gpu_count=gpu_count,
+                    gpu_model=row["model"] or None,
+                )
+            )
+        except ValidationError as exc:
+            raise _validation_error(exc, path=path, line=line) from None
+    if not nodes:
+        raise TraceFormatError("no node rows", path=path, line=1)
+    return nodes
+
+
+def read_pods(path: Path | str) -> list[PodRequest]:
+    """Read an openb pod list (``openb_pod_list_*.csv``), in file order."""
+    path = Path(path)
+    pods: list[PodRequest] = []
+    seen: dict[str, int] = {}
+    for line, row in _rows(path, POD_REQUIRED_COLUMNS, POD_OPTIONAL_COLUMNS):
+        name = row["name"]
+        if name in seen:
+            raise TraceFormatError(
+                f"duplicate pod '{name}' (first on line {seen[name]})", path=path, line=line, field="name"
+            )
+        seen[name] = line
+        spec = row.get("gpu_spec", "")
+        # dict.fromkeys keeps order and drops repeats such as "V100M16|V100M32|V100M32".
+        models = tuple(dict.fromkeys(m.strip() for m in spec.split("|") if m.strip()))
+        try:
+            pods.append(
+                PodRequest(
+                    name=name,
+                    cpu_milli=_int(row["cpu_milli"], path=path, line=line, field="cpu_milli"),
+                    memory_mib=_int(row["memory_mib"], path=path, line=line, field="memory_mib"),
+                    num_gpu=_int(row["num_gpu"], path=path, line=line, field="num_gpu"),
+                    gpu_milli=_int(row["gpu_milli"], path=path, line=line, field="gpu_milli"),
+                    gpu_models=models,
+                    qos=row.get("qos") or "LS",
+                    creation_time_s=_optional_float(
+                        row.get("creation_time", ""), path=path, line=line, field="creation_time"
+                    ),
+                    deletion_time_s=_optional_float(
+                        row.get("deletion_time", ""), path=path, line=line, field="deletion_time"
+                    ),
+                )
+            )
+        except ValidationError as exc:
+            raise _validation_error(exc, path=path, line=line) from None
+    if not pods:
+        raise TraceFormatError("no pod rows", path=path, line=1)
+    return pods
