@@ -56,6 +56,7 @@ def parse_config(
         first = exc.errors()[0]
         field = "spec." + _field_path(first["loc"]) if first["loc"] else "spec"
         message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        message = message.removeprefix("Value error, ")
         raise ConfigError(message, path=source, field=field) from None
 
 

@@ -1,1 +1,4 @@
-"""The gpu_training adapter. Not built yet: tracked in issue 4; it registers no commands until then."""
+"""The GPU training adapter.
+
+Not built yet: tracked in issue 4; it registers no commands until then.
+"""

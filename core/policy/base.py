@@ -33,7 +33,10 @@ _TIE_STREAM = 0x7E
 class Policy(Protocol):
     """Decides where one request goes, given the current cluster state."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The registered policy name."""
+        ...
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         """Return a Decision; ``placement`` is None when no node can host the request."""
@@ -71,9 +74,11 @@ class ScoringPolicy(ABC):
     def tie_rank(self, state: ClusterState) -> IntArray:
         """A fixed random rank per node; among equal scores the lowest rank wins."""
         if self._tie_rank is None or self._tie_rank.size != state.num_nodes:
-            self._tie_rank = np.random.default_rng((self.context.seed, _TIE_STREAM)).permutation(
-                state.num_nodes
-            ).astype(np.int64)
+            self._tie_rank = (
+                np.random.default_rng((self.context.seed, _TIE_STREAM))
+                .permutation(state.num_nodes)
+                .astype(np.int64)
+            )
         return self._tie_rank
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
@@ -130,19 +135,29 @@ def _no_fit_reason(state: ClusterState, request: PodRequest) -> str:
         ("memory", state.memory_free_mib >= request.memory_mib),
     ]
     if request.num_gpu:
-        checks.append((f"GPU model in {list(request.gpu_models) or 'any'}",
-                       state.gpu_model_mask(request.gpu_models)))
+        checks.append(
+            (
+                f"GPU model in {list(request.gpu_models) or 'any'}",
+                state.gpu_model_mask(request.gpu_models),
+            )
+        )
         if request.is_gpu_sharing:
-            checks.append((f"{request.gpu_milli} milli-GPU on one GPU",
-                           state.gpu_max_free_milli >= request.gpu_milli))
+            checks.append(
+                (
+                    f"{request.gpu_milli} milli-GPU on one GPU",
+                    state.gpu_max_free_milli >= request.gpu_milli,
+                )
+            )
         else:
-            checks.append((f"{request.num_gpu} whole free GPU(s)",
-                           state.gpu_whole_free_count >= request.num_gpu))
+            checks.append(
+                (
+                    f"{request.num_gpu} whole free GPU(s)",
+                    state.gpu_whole_free_count >= request.num_gpu,
+                )
+            )
     mask = np.ones(state.num_nodes, dtype=bool)
     for label, ok in checks:
         mask &= ok
         if not mask.any():
             return f"no node fits: none has enough {label} together with the earlier checks"
     return "no node fits"
-
-

@@ -62,11 +62,11 @@ class DotProductPolicy(_TightestGpuPolicy):
     def score(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
         free_cpu = state.cpu_free_milli[nodes] / MAX_SPEC_CPU_MILLI
         free_gpu = state.gpu_free_milli[nodes].sum(axis=1) / MAX_SPEC_GPU_MILLI
-        dot = (
-            free_cpu * (request.cpu_milli / MAX_SPEC_CPU_MILLI)
-            + free_gpu * (request.total_gpu_milli / MAX_SPEC_GPU_MILLI)
+        dot = free_cpu * (request.cpu_milli / MAX_SPEC_CPU_MILLI) + free_gpu * (
+            request.total_gpu_milli / MAX_SPEC_GPU_MILLI
         )
-        return np.trunc(100.0 * (1.0 - dot / 2.0))
+        scores: FloatArray = np.trunc(100.0 * (1.0 - dot / 2.0))
+        return scores
 
 
 class GpuClusteringPolicy(_TightestGpuPolicy):
@@ -87,7 +87,8 @@ class GpuClusteringPolicy(_TightestGpuPolicy):
             [75, 50, 25],
             default=0,
         )
-        return (bonus + base).astype(np.float64)
+        scores: FloatArray = (bonus + base).astype(np.float64)
+        return scores
 
 
 class GpuPackingPolicy(_TightestGpuPolicy):
@@ -112,7 +113,8 @@ class GpuPackingPolicy(_TightestGpuPolicy):
         else:
             partial = np.full(nodes.size, max(50 - request.num_gpu, 33))
         on_empty_node = np.maximum(33 - whole_free, whole_free)
-        return np.where(empty_node, on_empty_node, partial).astype(np.float64)
+        scores: FloatArray = np.where(empty_node, on_empty_node, partial).astype(np.float64)
+        return scores
 
 
 class BestFitPolicy(_TightestGpuPolicy):
@@ -129,4 +131,5 @@ class BestFitPolicy(_TightestGpuPolicy):
         high, low = raw.max(), raw.min()
         if high == low:
             return np.zeros(nodes.size)
-        return np.trunc((raw - low) * MAX_NODE_SCORE / (high - low))
+        scores: FloatArray = np.trunc((raw - low) * MAX_NODE_SCORE / (high - low))
+        return scores

@@ -24,9 +24,7 @@ from kubesage.core.types import PodRequest
 MAX_NODE_SCORE = 100
 
 
-def _requested_fraction(
-    capacity: np.ndarray, free: np.ndarray, request: int
-) -> FloatArray:
+def _requested_fraction(capacity: np.ndarray, free: np.ndarray, request: int) -> FloatArray:
     """(already requested + incoming) / capacity, 0 where capacity is 0."""
     requested = (capacity - free + request).astype(np.float64)
     out = np.zeros(capacity.shape, dtype=np.float64)

@@ -1,1 +1,1 @@
-"""report"""
+"""HTML and SVG reports of simulation runs."""

@@ -1,1 +1,1 @@
-"""sim"""
+"""Trace-replay simulator: FGD protocol and time replay through the live policy code."""

@@ -47,7 +47,9 @@ def discrete_curve(
     return xs, ys
 
 
-def downsample(times: FloatArray, values: FloatArray, points: int = 400) -> tuple[list[float], list[float]]:
+def downsample(
+    times: FloatArray, values: FloatArray, points: int = 400
+) -> tuple[list[float], list[float]]:
     """At most ``points`` evenly spaced samples of a time series (for replay plots)."""
     if times.size <= points:
         return times.tolist(), values.tolist()

@@ -54,7 +54,9 @@ def fgd_arrivals(
             if requested + original.total_gpu_milli > target:
                 break
             requested += original.total_gpu_milli
-            arrivals.append(original.model_copy(update={"name": f"{original.name}-tuned-{clone_index}"}))
+            arrivals.append(
+                original.model_copy(update={"name": f"{original.name}-tuned-{clone_index}"})
+            )
             clone_index += 1
     else:
         while requested > target and arrivals:

@@ -77,10 +77,14 @@ def run_one(
     started = time.perf_counter()
     typical = typical_pods(workload)
     policy = make_policy(spec.policy, PolicyContext(seed=spec.seed, workload=workload))
-    simulator = Simulator(nodes, policy, lambda state: FragmentationMeasure(typical, state.gpu_models))
+    simulator = Simulator(
+        nodes, policy, lambda state: FragmentationMeasure(typical, state.gpu_models)
+    )
     capacity = simulator.state.gpu_capacity_milli_total
     if spec.mode == "fgd":
-        arrivals = fgd_arrivals(workload, gpu_capacity_milli=capacity, seed=spec.seed, tune=spec.tune)
+        arrivals = fgd_arrivals(
+            workload, gpu_capacity_milli=capacity, seed=spec.seed, tune=spec.tune
+        )
         simulator.run_arrivals(arrivals, on_progress)
         pods = len(arrivals)
     else:
@@ -113,7 +117,9 @@ def run_one(
 
 def default_jobs() -> int:
     """Worker processes to use by default: the CPUs this process may run on."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return max(
+        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
 
 
 def run_many(

@@ -54,13 +54,13 @@ class ClusterState:
         model_lookup = {model: index for index, model in enumerate(self.gpu_models)}
 
         self.cpu_capacity_milli: IntArray = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
-        self.memory_capacity_mib: IntArray = np.array(
-            [n.memory_mib for n in nodes], dtype=np.int64
-        )
+        self.memory_capacity_mib: IntArray = np.array([n.memory_mib for n in nodes], dtype=np.int64)
         self.gpu_count: IntArray = np.array([n.gpu_count for n in nodes], dtype=np.int64)
         self.gpu_model_index: IntArray = np.array(
-            [model_lookup[n.gpu_model] if n.gpu_count and n.gpu_model else NO_GPU_MODEL
-             for n in nodes],
+            [
+                model_lookup[n.gpu_model] if n.gpu_count and n.gpu_model else NO_GPU_MODEL
+                for n in nodes
+            ],
             dtype=np.int64,
         )
         max_gpus = max(1, int(self.gpu_count.max()))
@@ -76,18 +76,23 @@ class ClusterState:
         self.gpu_free_milli: IntArray = self.gpu_capacity_milli.copy()
         self.gpu_max_free_milli: IntArray = self.gpu_free_milli.max(axis=1)
         self.gpu_whole_free_count: IntArray = (
-            self.gpu_free_milli == GPU_MILLI_PER_GPU
-        ).sum(axis=1).astype(np.int64)
+            (self.gpu_free_milli == GPU_MILLI_PER_GPU).sum(axis=1).astype(np.int64)
+        )
         self.gpu_free_milli_total = self.gpu_capacity_milli_total
         self.gpu_pod_count: IntArray = np.zeros((len(nodes), max_gpus + 1), dtype=np.int64)
-        """Pods with GPUs per node by kind: column 0 GPU-sharing pods, column k pods of k whole GPUs."""
+        """GPU pods per node by kind: column 0 sharing pods, column k pods of k whole GPUs."""
         self._model_masks: dict[tuple[str, ...], BoolArray] = {}
         self.lineage = next(_lineages)
-        """Shared by this state and its copies: the same (lineage, node stamp) means the same node."""
+        """Shared with copies: equal (lineage, node stamp) means equal node state."""
         self.node_version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         """Per-node stamp, renewed on every change, for caches that recompute changed nodes only."""
-        for array in (self.cpu_capacity_milli, self.memory_capacity_mib, self.gpu_count,
-                      self.gpu_model_index, self.gpu_capacity_milli):
+        for array in (
+            self.cpu_capacity_milli,
+            self.memory_capacity_mib,
+            self.gpu_count,
+            self.gpu_model_index,
+            self.gpu_capacity_milli,
+        ):
             array.setflags(write=False)
 
     # -- size and totals ---------------------------------------------------------------

@@ -130,7 +130,7 @@ class FragmentationMeasure:
     ) -> FloatArray:
         """F for M node states: ``cpu_free_milli`` (M,), ``gpu_free_milli`` (M, G), models (M,)."""
         idle = gpu_free_milli.sum(axis=1).astype(np.float64)
-        fragment = idle * self.probability_total
+        fragment: FloatArray = idle * self.probability_total
         if self._pod_probability.size == 0:
             return fragment
         # For each distinct GPU share d: how many GPUs have >= d free, and how much they hold.
@@ -148,9 +148,7 @@ class FragmentationMeasure:
     def of_state(self, state: ClusterState) -> FloatArray:
         """F for every node of ``state``."""
         self._check_models(state)
-        return self.node_fragment(
-            state.cpu_free_milli, state.gpu_free_milli, state.gpu_model_index
-        )
+        return self.node_fragment(state.cpu_free_milli, state.gpu_free_milli, state.gpu_model_index)
 
     def cluster_fragmentation(self, state: ClusterState) -> tuple[float, float]:
         """``(fragment amount in milli-GPU, fragmentation ratio 0..1)`` of the whole cluster."""

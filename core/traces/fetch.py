@@ -55,20 +55,41 @@ DATASETS: dict[str, Dataset] = {
         name="openb",
         base_url=OPENB_BASE_URL,
         files=(
-            RemoteFile("openb_node_list_all_node.csv", 52_287,
-                       "5a85c2af79c66a1efff8bbcbda430400aae56d8431370d738480967e1a9c6b15"),
-            RemoteFile("openb_node_list_gpu_node.csv", 42_353,
-                       "2beca64b4d3dfa342036a34b56a495c6cef9225db836c81f541282cb1df320b5"),
-            RemoteFile("openb_pod_list_default.csv", 575_468,
-                       "1ee7ed79c27a3b0861cda8ddba86a004c6aba904caafa329a76ae93ca63834a8"),
-            RemoteFile("openb_pod_list_cpu050.csv", 525_811,
-                       "747f43247bffc2b0bb081d7f61f0705ca8d390dafc0b647e642c92f3baf3ba1e"),
-            RemoteFile("openb_pod_list_gpushare40.csv", 572_662,
-                       "d83ce79a4eb6987524bedbb0c65e41aed3a36bf6c1b78b86234c3687a07e1d40"),
-            RemoteFile("openb_pod_list_gpuspec20.csv", 582_612,
-                       "6b9b89ab8913c1c074e994e98f548cf1a872fc5f76f2442ca8cd514a478b00a9"),
-            RemoteFile("openb_pod_list_multigpu20.csv", 271_530,
-                       "d9ec6f6c74fb980cc0b81239470c6353fceea077ea9abd610003b604c7cc2b01"),
+            RemoteFile(
+                "openb_node_list_all_node.csv",
+                52_287,
+                "5a85c2af79c66a1efff8bbcbda430400aae56d8431370d738480967e1a9c6b15",
+            ),
+            RemoteFile(
+                "openb_node_list_gpu_node.csv",
+                42_353,
+                "2beca64b4d3dfa342036a34b56a495c6cef9225db836c81f541282cb1df320b5",
+            ),
+            RemoteFile(
+                "openb_pod_list_default.csv",
+                575_468,
+                "1ee7ed79c27a3b0861cda8ddba86a004c6aba904caafa329a76ae93ca63834a8",
+            ),
+            RemoteFile(
+                "openb_pod_list_cpu050.csv",
+                525_811,
+                "747f43247bffc2b0bb081d7f61f0705ca8d390dafc0b647e642c92f3baf3ba1e",
+            ),
+            RemoteFile(
+                "openb_pod_list_gpushare40.csv",
+                572_662,
+                "d83ce79a4eb6987524bedbb0c65e41aed3a36bf6c1b78b86234c3687a07e1d40",
+            ),
+            RemoteFile(
+                "openb_pod_list_gpuspec20.csv",
+                582_612,
+                "6b9b89ab8913c1c074e994e98f548cf1a872fc5f76f2442ca8cd514a478b00a9",
+            ),
+            RemoteFile(
+                "openb_pod_list_multigpu20.csv",
+                271_530,
+                "d9ec6f6c74fb980cc0b81239470c6353fceea077ea9abd610003b604c7cc2b01",
+            ),
         ),
     ),
 }
@@ -121,8 +142,9 @@ def fetch_dataset(
     http = client or httpx.Client(timeout=httpx.Timeout(30.0), follow_redirects=True)
     try:
         return [
-            _fetch_one(http, url_base + remote.name, target / remote.name, remote, on_progress,
-                       attempts)
+            _fetch_one(
+                http, url_base + remote.name, target / remote.name, remote, on_progress, attempts
+            )
             for remote in dataset.files
         ]
     finally:

@@ -63,9 +63,7 @@ def _rows(
             )
         unknown = [name for name in header if name not in required and name not in optional]
         if unknown:
-            raise TraceFormatError(
-                f"unknown column(s) {', '.join(unknown)}", path=path, line=1
-            )
+            raise TraceFormatError(f"unknown column(s) {', '.join(unknown)}", path=path, line=1)
         for row in reader:
             line = reader.line_num
             if not row or all(not cell.strip() for cell in row):
@@ -81,7 +79,9 @@ def _int(value: str, *, path: Path, line: int, field: str) -> int:
     try:
         number = float(value)
     except ValueError:
-        raise TraceFormatError(f"not a number: {value!r}", path=path, line=line, field=field) from None
+        raise TraceFormatError(
+            f"not a number: {value!r}", path=path, line=line, field=field
+        ) from None
     if not number.is_integer():
         raise TraceFormatError(f"not an integer: {value!r}", path=path, line=line, field=field)
     return int(number)
@@ -93,7 +93,9 @@ def _optional_float(value: str, *, path: Path, line: int, field: str) -> float |
     try:
         return float(value)
     except ValueError:
-        raise TraceFormatError(f"not a number: {value!r}", path=path, line=line, field=field) from None
+        raise TraceFormatError(
+            f"not a number: {value!r}", path=path, line=line, field=field
+        ) from None
 
 
 def _validation_error(exc: ValidationError, *, path: Path, line: int) -> TraceFormatError:
@@ -111,7 +113,10 @@ def read_nodes(path: Path | str) -> list[NodeSpec]:
         name = row["sn"]
         if name in seen:
             raise TraceFormatError(
-                f"duplicate node '{name}' (first on line {seen[name]})", path=path, line=line, field="sn"
+                f"duplicate node '{name}' (first on line {seen[name]})",
+                path=path,
+                line=line,
+                field="sn",
             )
         seen[name] = line
         gpu_count = _int(row["gpu"], path=path, line=line, field="gpu")
@@ -141,7 +146,10 @@ def read_pods(path: Path | str) -> list[PodRequest]:
         name = row["name"]
         if name in seen:
             raise TraceFormatError(
-                f"duplicate pod '{name}' (first on line {seen[name]})", path=path, line=line, field="name"
+                f"duplicate pod '{name}' (first on line {seen[name]})",
+                path=path,
+                line=line,
+                field="name",
             )
         seen[name] = line
         spec = row.get("gpu_spec", "")

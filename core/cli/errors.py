@@ -1,0 +1,31 @@
+"""Turn kubesage's typed errors into a one-line message and exit code 2."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from kubesage.core.errors import KubesageError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+stderr = Console(stderr=True)
+
+
+def user_errors(function: Callable[P, R]) -> Callable[P, R]:
+    """Print a KubesageError as ``error: …`` on stderr and exit 2 instead of a traceback."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except KubesageError as exc:
+            stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            raise typer.Exit(code=2) from None
+
+    return wrapper

@@ -1,0 +1,91 @@
+"""The simulation report: one self-contained HTML page with SVG plots, plus JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+
+from kubesage.core.report.svg import line_chart
+from kubesage.core.sim.runner import RunResult
+from kubesage.core.sim.summary import PolicySummary, json_document, summarise
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _table(summaries: Sequence[PolicySummary]) -> str:
+    rows = "".join(
+        "<tr>"
+        f"<td>{escape(s.policy)}</td><td>{s.seeds}</td>"
+        f"<td>{_fmt(s.alloc_at_100)}</td><td>{_fmt(s.alloc_at_130)}</td>"
+        f"<td>{_fmt(s.alloc_at_130_stdev)}</td><td>{_fmt(s.frag_ratio_at_90, 1)}</td>"
+        f"<td>{s.failed_pods:.0f}</td>"
+        "</tr>"
+        for s in summaries
+    )
+    return (
+        "<table><thead><tr><th>policy</th><th>seeds</th><th>GPU alloc % at 100 % arrived</th>"
+        "<th>GPU alloc % at 130 % arrived</th><th>stdev at 130 %</th>"
+        "<th>frag ratio % at 90 % arrived</th><th>failed pods (mean)</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def write_report(
+    results: Sequence[RunResult],
+    directory: Path,
+    *,
+    title: str,
+    description: str,
+) -> Path:
+    """Write ``index.html`` and ``results.json`` into ``directory``; return the HTML path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    summaries = summarise(results)
+    mode = results[0].mode if results else "fgd"
+    suffix, x_label = (
+        ("_by_arrived", "arrived workload (% of GPU capacity)")
+        if mode == "fgd"
+        else ("_by_time", "time (s)")
+    )
+    charts = [
+        line_chart(
+            {s.policy: s.curves[f"allocation{suffix}"] for s in summaries},
+            title="GPU allocation ratio",
+            x_label=x_label,
+            y_label="allocated GPU (% of capacity)",
+        ),
+        line_chart(
+            {s.policy: s.curves[f"fragmentation{suffix}"] for s in summaries},
+            title="GPU fragmentation ratio (FGD measure)",
+            x_label=x_label,
+            y_label="fragmented / idle GPU (%)",
+        ),
+    ]
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 1000px; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+figure {{ margin: 1.5em 0; }}
+</style></head><body>
+<h1>{escape(title)}</h1>
+<p>{escape(description)}</p>
+<p>Mode: <code>{escape(mode)}</code>. Generated {generated}. Values are means over seeds.</p>
+{_table(summaries)}
+{"".join(f"<figure>{chart}</figure>" for chart in charts)}
+<p>Raw numbers: <a href="results.json">results.json</a>.</p>
+</body></html>
+"""
+    html_path = directory / "index.html"
+    html_path.write_text(page, encoding="utf-8")
+    document = json_document(results)
+    document["description"] = description
+    (directory / "results.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
+    return html_path

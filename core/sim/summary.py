@@ -1,0 +1,86 @@
+"""Aggregate runs over seeds: per-policy means, spreads and mean curves."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kubesage.core.sim.runner import RunResult
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """One policy over all its seeds."""
+
+    policy: str
+    seeds: int
+    alloc_at_100: float | None
+    alloc_at_130: float | None
+    alloc_at_130_stdev: float | None
+    frag_ratio_at_90: float | None
+    failed_pods: float
+    curves: dict[str, tuple[list[float], list[float]]]
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _stdev(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.stdev(present) if len(present) > 1 else None
+
+
+def _mean_curve(
+    curves: Sequence[tuple[list[float], list[float]]],
+) -> tuple[list[float], list[float]]:
+    """Average y over runs at each x that every run has (x grids of discrete curves match)."""
+    by_x: dict[float, list[float]] = defaultdict(list)
+    for xs, ys in curves:
+        for x, y in zip(xs, ys, strict=True):
+            by_x[x].append(y)
+    complete = sorted(x for x, ys in by_x.items() if len(ys) == len(curves))
+    return complete, [statistics.fmean(by_x[x]) for x in complete]
+
+
+def summarise(results: Sequence[RunResult]) -> list[PolicySummary]:
+    """One summary per policy, in the order policies first appear in ``results``."""
+    grouped: dict[str, list[RunResult]] = {}
+    for result in results:
+        grouped.setdefault(result.policy, []).append(result)
+    summaries = []
+    for policy, runs in grouped.items():
+        curve_names = runs[0].curves.keys()
+        curves = {}
+        for name in curve_names:
+            if name.endswith("_by_arrived"):
+                curves[name] = _mean_curve([run.curves[name] for run in runs])
+            else:  # time series differ per seed in replay; show the first seed's
+                curves[name] = runs[0].curves[name]
+        summaries.append(
+            PolicySummary(
+                policy=policy,
+                seeds=len(runs),
+                alloc_at_100=_mean([r.alloc_at_100 for r in runs]),
+                alloc_at_130=_mean([r.alloc_at_130 for r in runs]),
+                alloc_at_130_stdev=_stdev([r.alloc_at_130 for r in runs]),
+                frag_ratio_at_90=_mean([r.frag_ratio_at_90 for r in runs]),
+                failed_pods=statistics.fmean(r.failed_pods for r in runs),
+                curves=curves,
+            )
+        )
+    return summaries
+
+
+def json_document(results: Sequence[RunResult]) -> dict[str, object]:
+    """The CLI's ``--format json`` object: every run, and per-policy means over seeds."""
+    summary: dict[str, dict[str, float | None]] = {}
+    for item in summarise(results):
+        summary[item.policy] = {
+            "alloc_at_100": None if item.alloc_at_100 is None else round(item.alloc_at_100, 3),
+            "alloc_at_130": None if item.alloc_at_130 is None else round(item.alloc_at_130, 3),
+        }
+    return {"runs": [r.summary_row() for r in results], "summary": summary}
