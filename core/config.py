@@ -37,9 +37,9 @@ def parse_config(
     """Check ``apiVersion``/``kind`` and decode ``spec`` of a loaded YAML document."""
     if not isinstance(document, dict):
         raise ConfigError("expected a mapping at the top level", path=source)
-    unknown = sorted(set(document) - {"apiVersion", "kind", "metadata", "spec"})
+    unknown = sorted(set(document) - {"apiVersion", "kind", "metadata", "spec"}, key=str)
     if unknown:
-        raise ConfigError(f"unknown key '{unknown[0]}'", path=source, field=unknown[0])
+        raise ConfigError(f"unknown key '{unknown[0]}'", path=source, field=str(unknown[0]))
     if document.get("apiVersion") != API_VERSION:
         raise ConfigError(
             f"apiVersion must be '{API_VERSION}', got {document.get('apiVersion')!r}",

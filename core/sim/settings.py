@@ -7,7 +7,7 @@ whatever the file (or the defaults) say.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -27,17 +27,21 @@ DEFAULT_SEEDS = tuple(range(42, 52))
 DEFAULT_REPORT_DIR = Path("kubesage-report")
 
 
+Seed = Annotated[int, Field(ge=0)]
+"""Seeds are non-negative (numpy's generators refuse negative ones)."""
+
+
 class SyntheticCluster(StrictModel):
     nodes: int = Field(DEFAULT_SYNTHETIC_NODES, gt=0)
     """Number of GPU nodes to draw."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the cluster draw."""
 
 
 class SyntheticWorkload(StrictModel):
     pods: int = Field(DEFAULT_SYNTHETIC_PODS, gt=0)
     """Number of pods to draw."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the workload draw."""
     gpu_constraint_fraction: float = Field(0.0, ge=0.0, le=1.0)
     """Share of GPU pods restricted to one GPU model."""
@@ -60,7 +64,7 @@ class SimulationSettings(StrictModel):
     workload: WorkloadSource = WorkloadSource()
     policies: tuple[str, ...] = tuple(policy_names())
     """Policies to compare, in report order."""
-    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    seeds: tuple[Seed, ...] = DEFAULT_SEEDS
     """One run per policy and seed."""
     tune: float = Field(DEFAULT_TUNE, ge=0.0)
     """FGD protocol: inflate the workload to this multiple of GPU capacity."""
@@ -110,4 +114,6 @@ def parse_seeds(text: str) -> tuple[int, ...]:
             raise InputError(f"cannot read seeds from '{text}': '{part}' is not N or N-M") from None
     if not seeds:
         raise InputError(f"no seeds in '{text}'")
+    if any(seed < 0 for seed in seeds):
+        raise InputError(f"seeds must be non-negative, got '{text}'")
     return tuple(dict.fromkeys(seeds))

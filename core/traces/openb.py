@@ -37,8 +37,8 @@ POD_OPTIONAL_COLUMNS = (
 
 def _open_text(path: Path) -> IO[str]:
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="", encoding="utf-8")
-    return path.open(newline="", encoding="utf-8")
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return path.open(newline="", encoding="utf-8-sig")
 
 
 def _rows(
@@ -54,6 +54,11 @@ def _rows(
         except StopIteration:
             raise TraceFormatError("empty file, expected a header", path=path, line=1) from None
         header = [name.strip() for name in header]
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise TraceFormatError(
+                f"column(s) {', '.join(repeated)} appear more than once", path=path, line=1
+            )
         missing = [name for name in required if name not in header]
         if missing:
             raise TraceFormatError(
@@ -98,10 +103,24 @@ def _optional_float(value: str, *, path: Path, line: int, field: str) -> float |
         ) from None
 
 
-def _validation_error(exc: ValidationError, *, path: Path, line: int) -> TraceFormatError:
+# Spec attribute → the CSV column it comes from, so errors name the user's column.
+_COLUMN_OF = {
+    "gpu_count": "gpu",
+    "gpu_model": "model",
+    "creation_time_s": "creation_time",
+    "deletion_time_s": "deletion_time",
+    "gpu_models": "gpu_spec",
+}
+
+
+def _validation_error(
+    exc: ValidationError, *, path: Path, line: int, name_column: str
+) -> TraceFormatError:
     first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or None
-    return TraceFormatError(first["msg"], path=path, line=line, field=field)
+    attribute = ".".join(str(part) for part in first["loc"])
+    column = _COLUMN_OF.get(attribute, attribute) if attribute != "name" else name_column
+    message = first["msg"].removeprefix("Value error, ")
+    return TraceFormatError(message, path=path, line=line, field=column or None)
 
 
 def read_nodes(path: Path | str) -> list[NodeSpec]:
@@ -120,6 +139,13 @@ def read_nodes(path: Path | str) -> list[NodeSpec]:
             )
         seen[name] = line
         gpu_count = _int(row["gpu"], path=path, line=line, field="gpu")
+        if gpu_count > 0 and not row["model"]:
+            raise TraceFormatError(
+                f"node '{name}' has {gpu_count} GPUs but no model",
+                path=path,
+                line=line,
+                field="model",
+            )
         try:
             nodes.append(
                 NodeSpec(
@@ -131,7 +157,7 @@ def read_nodes(path: Path | str) -> list[NodeSpec]:
                 )
             )
         except ValidationError as exc:
-            raise _validation_error(exc, path=path, line=line) from None
+            raise _validation_error(exc, path=path, line=line, name_column="sn") from None
     if not nodes:
         raise TraceFormatError("no node rows", path=path, line=1)
     return nodes
@@ -174,7 +200,7 @@ def read_pods(path: Path | str) -> list[PodRequest]:
                 )
             )
         except ValidationError as exc:
-            raise _validation_error(exc, path=path, line=line) from None
+            raise _validation_error(exc, path=path, line=line, name_column="name") from None
     if not pods:
         raise TraceFormatError("no pod rows", path=path, line=1)
     return pods

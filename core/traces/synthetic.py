@@ -153,6 +153,11 @@ def synthetic_cluster(
     """``num_nodes`` GPU nodes drawn from the openb node-type mix, laid out in racks and zones."""
     if num_nodes <= 0:
         raise ValueError(f"num_nodes must be positive, got {num_nodes}")
+    if nodes_per_rack <= 0 or racks_per_zone <= 0:
+        raise ValueError(
+            f"nodes_per_rack and racks_per_zone must be positive, got {nodes_per_rack} "
+            f"and {racks_per_zone}"
+        )
     rng = np.random.default_rng(seed)
     weights = np.array([t[4] for t in OPENB_NODE_TYPES], dtype=float)
     kinds = rng.choice(len(OPENB_NODE_TYPES), size=num_nodes, p=weights / weights.sum())
@@ -196,6 +201,8 @@ def synthetic_workload(
         raise ValueError(
             f"gpu_constraint_fraction must be in [0, 1], got {gpu_constraint_fraction}"
         )
+    if mean_interarrival_s <= 0:
+        raise ValueError(f"mean_interarrival_s must be positive, got {mean_interarrival_s}")
     if gpu_constraint_fraction and not gpu_models:
         raise ValueError("gpu_constraint_fraction needs gpu_models to draw from")
     rng = np.random.default_rng(seed)

@@ -1,0 +1,84 @@
+"""Test builders: ``node("n1", gpus=8)``, ``pod("p", milli=500)``, ``cluster(...)``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubesage.core.state import ClusterState
+from kubesage.core.types import NodeSpec, PodRequest
+
+
+def node(
+    name: str = "n0",
+    *,
+    cpu: int = 96_000,
+    memory: int = 393_216,
+    gpus: int = 8,
+    model: str | None = "G2",
+    rack: str | None = None,
+) -> NodeSpec:
+    return NodeSpec(
+        name=name,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        gpu_count=gpus,
+        gpu_model=model if gpus else None,
+        rack=rack,
+    )
+
+
+def pod(
+    name: str = "p0",
+    *,
+    cpu: int = 4_000,
+    memory: int = 8_192,
+    gpus: int | None = None,
+    milli: int | None = None,
+    models: tuple[str, ...] = (),
+    created: float | None = None,
+    deleted: float | None = None,
+) -> PodRequest:
+    """A pod; ``milli`` alone means a sharing pod on one GPU, ``gpus`` alone whole GPUs."""
+    if gpus is None:
+        gpus = 1 if milli is not None else 0
+    if milli is None:
+        milli = 1000 if gpus else 0
+    return PodRequest(
+        name=name,
+        cpu_milli=cpu,
+        memory_mib=memory,
+        num_gpu=gpus,
+        gpu_milli=milli,
+        gpu_models=models,
+        creation_time_s=created,
+        deletion_time_s=deleted,
+    )
+
+
+def cluster(*nodes: NodeSpec) -> ClusterState:
+    return ClusterState(list(nodes))
+
+
+def set_gpu_free(state: ClusterState, node_index: int, free: list[int]) -> None:
+    """Occupy GPUs so node ``node_index`` has exactly ``free`` milli free per GPU."""
+    for gpu, left in enumerate(free):
+        used = 1000 - left
+        if used:
+            request = (
+                pod(f"fill-{node_index}-{gpu}-{used}", cpu=0, memory=0, milli=used)
+                if used < 1000
+                else pod(f"fill-{node_index}-{gpu}", cpu=0, memory=0, gpus=1)
+            )
+            state.allocate(request, state.placement(node_index, [gpu], request))
+
+
+def shared_data_dir() -> Path | None:
+    """``$KUBESAGE_SHARED_DATA`` or ``../shared/data`` beside the repository, if present."""
+    explicit = os.environ.get("KUBESAGE_SHARED_DATA")
+    path = (
+        Path(explicit)
+        if explicit
+        else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    )
+    return path if path.is_dir() else None

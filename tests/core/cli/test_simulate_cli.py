@@ -1,0 +1,144 @@
+"""``kubesage simulate`` end to end, as a user runs it (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFIG = """\
+apiVersion: kubesage.io/v1alpha1
+kind: Simulation
+spec:
+  cluster:
+    synthetic: {nodes: 40, seed: 1}
+  workload:
+    synthetic: {pods: 300, seed: 1}
+  policies: [fgd, bestfit]
+  seeds: [1, 2]
+"""
+
+
+def kubesage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubesage.core.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "sim.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_json_output_is_exactly_one_object_with_the_documented_shape(
+    tmp_path: Path, config: Path
+) -> None:
+    done = kubesage(
+        "simulate", "--config", str(config), "--format", "json", "--jobs", "2", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert set(document) == {"runs", "summary"}
+    assert [(r["policy"], r["seed"]) for r in document["runs"]] == [
+        ("fgd", 1),
+        ("fgd", 2),
+        ("bestfit", 1),
+        ("bestfit", 2),
+    ]
+    for run in document["runs"]:
+        assert set(run) == {
+            "policy",
+            "seed",
+            "alloc_at_100",
+            "alloc_at_130",
+            "frag_ratio_at_90",
+            "failed_pods",
+        }
+        assert 0 < run["alloc_at_130"] <= 100
+        assert isinstance(run["failed_pods"], int)
+    assert set(document["summary"]) == {"fgd", "bestfit"}
+    fgd_runs = [r["alloc_at_130"] for r in document["runs"] if r["policy"] == "fgd"]
+    assert document["summary"]["fgd"]["alloc_at_130"] == pytest.approx(sum(fgd_runs) / 2, abs=1e-3)
+    report = tmp_path / "kubesage-report"
+    assert "<svg" in (report / "index.html").read_text()
+    assert json.loads((report / "results.json").read_text())["runs"] == document["runs"]
+
+
+def test_command_line_options_override_the_config(tmp_path: Path, config: Path) -> None:
+    done = kubesage(
+        "simulate",
+        "--config",
+        str(config),
+        "--policy",
+        "random",
+        "--seeds",
+        "7",
+        "--format",
+        "json",
+        "--no-report",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [(r["policy"], r["seed"]) for r in json.loads(done.stdout)["runs"]] == [("random", 7)]
+    assert not (tmp_path / "kubesage-report").exists()
+
+
+def test_openb_csv_inputs_and_table_output(tmp_path: Path) -> None:
+    (tmp_path / "nodes.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},64000,262144,{[1, 2, 4, 8][i % 4]},V100M16\n" for i in range(12))
+    )
+    (tmp_path / "pods.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"p{i},4000,8192,1,{[250, 500, 1000][i % 3]}\n" for i in range(60))
+    )
+    done = kubesage(
+        "simulate",
+        "--nodes",
+        "nodes.csv",
+        "--pods",
+        "pods.csv",
+        "--policy",
+        "fgd",
+        "--policy",
+        "gpupacking",
+        "--seeds",
+        "1-2",
+        "--report-dir",
+        "out",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "fgd" in done.stdout and "gpupacking" in done.stdout and "alloc@130" in done.stdout
+    assert (tmp_path / "out" / "index.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--seeds", "9-1"], "runs backwards"),
+        (["--pods", "missing.csv"], "missing.csv: no such file"),
+        (["--mode", "replay", "--pods", "untimed.csv"], "no creation time"),
+    ],
+)
+def test_bad_input_is_a_clear_error_with_exit_code_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "untimed.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,1000\n"
+    )
+    done = kubesage("simulate", "--no-report", "--seeds", "1", *args, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
