@@ -8,10 +8,12 @@ load is reported on stderr and skipped — the core commands keep working.
 from __future__ import annotations
 
 import sys
-from importlib.metadata import entry_points
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint, entry_points
 
 import typer
 
+from kubesage.core.adapter import Adapter
 from kubesage.core.cli.data import data_app
 from kubesage.core.cli.simulate import simulate
 
@@ -28,13 +30,19 @@ app.add_typer(data_app, name="data")
 ADAPTER_GROUP = "kubesage.adapters"
 
 
-def _register_adapters() -> None:
-    for entry in entry_points(group=ADAPTER_GROUP):
+def register_adapters(target: typer.Typer, entries: Iterable[EntryPoint]) -> list[str]:
+    """Add each adapter's commands to ``target``; return the names of those that loaded."""
+    loaded = []
+    for entry in entries:
         try:
             adapter = entry.load()
-            app.add_typer(adapter.cli, name=adapter.name)
+            if not isinstance(adapter, Adapter):
+                raise TypeError("it has no 'name' and 'cli' (see kubesage.core.adapter.Adapter)")
+            target.add_typer(adapter.cli, name=adapter.name)
+            loaded.append(adapter.name)
         except Exception as exc:  # a broken adapter must not take the core CLI down
             print(f"warning: adapter '{entry.name}' failed to load: {exc}", file=sys.stderr)
+    return loaded
 
 
-_register_adapters()
+register_adapters(app, entry_points(group=ADAPTER_GROUP))

@@ -61,7 +61,7 @@ class DotProductPolicy(_TightestGpuPolicy):
 
     def score(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
         free_cpu = state.cpu_free_milli[nodes] / MAX_SPEC_CPU_MILLI
-        free_gpu = state.gpu_free_milli[nodes].sum(axis=1) / MAX_SPEC_GPU_MILLI
+        free_gpu = state.gpu_free_milli_node[nodes] / MAX_SPEC_GPU_MILLI
         dot = free_cpu * (request.cpu_milli / MAX_SPEC_CPU_MILLI) + free_gpu * (
             request.total_gpu_milli / MAX_SPEC_GPU_MILLI
         )
@@ -77,11 +77,10 @@ class GpuClusteringPolicy(_TightestGpuPolicy):
     def score(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
         if request.num_gpu == 0:
             return np.zeros(nodes.size)
-        used = MAX_SPEC_GPU_MILLI - state.gpu_free_milli[nodes].sum(axis=1)
+        used = MAX_SPEC_GPU_MILLI - state.gpu_free_milli_node[nodes]
         base = (MAX_NODE_SCORE // 4) * used // MAX_SPEC_GPU_MILLI
-        kinds = state.gpu_pod_count[nodes]
-        same = kinds[:, gpu_pod_kind(request)] > 0
-        kinds_present = (kinds > 0).sum(axis=1)
+        same = state.gpu_pod_count[nodes, gpu_pod_kind(request)] > 0
+        kinds_present = state.gpu_pod_kinds[nodes]
         bonus = np.select(
             [same & (kinds_present == 1), same, kinds_present == 0],
             [75, 50, 25],
@@ -124,9 +123,7 @@ class BestFitPolicy(_TightestGpuPolicy):
 
     def score(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
         cpu_left = (state.cpu_free_milli[nodes] - request.cpu_milli) / MAX_SPEC_CPU_MILLI
-        gpu_left = (
-            state.gpu_free_milli[nodes].sum(axis=1) - request.total_gpu_milli
-        ) / MAX_SPEC_GPU_MILLI
+        gpu_left = (state.gpu_free_milli_node[nodes] - request.total_gpu_milli) / MAX_SPEC_GPU_MILLI
         raw = np.trunc((1.0 - (0.5 * cpu_left + 0.5 * gpu_left)) * 100.0)
         high, low = raw.max(), raw.min()
         if high == low:

@@ -67,7 +67,7 @@ class MostAllocatedPolicy(ScoringPolicy):
         gpu_capacity = state.gpu_count[nodes] * 1000
         has_gpu = gpu_capacity > 0
         gpu = _requested_fraction(
-            gpu_capacity, state.gpu_free_milli[nodes].sum(axis=1), request.total_gpu_milli
+            gpu_capacity, state.gpu_free_milli_node[nodes], request.total_gpu_milli
         )
         # Extended resources only count on nodes that have them (as kube-scheduler does).
         total = (fractions[0] + fractions[1] + np.where(has_gpu, gpu, 0.0)) * MAX_NODE_SCORE

@@ -79,8 +79,12 @@ class ClusterState:
             (self.gpu_free_milli == GPU_MILLI_PER_GPU).sum(axis=1).astype(np.int64)
         )
         self.gpu_free_milli_total = self.gpu_capacity_milli_total
+        self.gpu_free_milli_node: IntArray = self.gpu_free_milli.sum(axis=1)
+        """Free milli-GPU per node, summed over its GPUs."""
         self.gpu_pod_count: IntArray = np.zeros((len(nodes), max_gpus + 1), dtype=np.int64)
         """GPU pods per node by kind: column 0 sharing pods, column k pods of k whole GPUs."""
+        self.gpu_pod_kinds: IntArray = np.zeros(len(nodes), dtype=np.int64)
+        """How many different kinds of GPU pod each node runs."""
         self._model_masks: dict[tuple[str, ...], BoolArray] = {}
         self.lineage = next(_lineages)
         """Shared with copies: equal (lineage, node stamp) means equal node state."""
@@ -216,7 +220,9 @@ class ClusterState:
             self.gpu_free_milli_total += sign * milli
         if request.num_gpu:
             self.gpu_pod_count[node, gpu_pod_kind(request)] -= sign
+            self.gpu_pod_kinds[node] = int(np.count_nonzero(self.gpu_pod_count[node]))
         row = self.gpu_free_milli[node]
+        self.gpu_free_milli_node[node] = row.sum()
         self.gpu_max_free_milli[node] = row.max()
         self.gpu_whole_free_count[node] = int((row == GPU_MILLI_PER_GPU).sum())
         self.node_version[node] = next(_stamps)
@@ -233,7 +239,9 @@ class ClusterState:
             "gpu_free_milli",
             "gpu_max_free_milli",
             "gpu_whole_free_count",
+            "gpu_free_milli_node",
             "gpu_pod_count",
+            "gpu_pod_kinds",
             "node_version",
         ):
             setattr(clone, name, getattr(self, name).copy())

@@ -210,6 +210,8 @@ def test_invariants_hold_under_random_allocate_and_release(
             == (state.gpu_free_milli == 1000).sum(axis=1).tolist()
         )
         assert state.gpu_free_milli_total == int(state.gpu_free_milli.sum())
+        assert state.gpu_free_milli_node.tolist() == state.gpu_free_milli.sum(axis=1).tolist()
+        assert state.gpu_pod_kinds.tolist() == (state.gpu_pod_count > 0).sum(axis=1).tolist()
     for placed, placement in reversed(running):
         state.release(placed, placement)
     for name in ("cpu_free_milli", "memory_free_mib", "gpu_free_milli", "gpu_pod_count"):
