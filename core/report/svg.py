@@ -30,11 +30,9 @@ def _ticks(low: float, high: float, count: int = 6) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     start = math.floor(low / step) * step
-    ticks = []
-    value = start
-    while value <= high + step * 1e-9:
-        ticks.append(round(value, 10))
-        value += step
+    stop = math.ceil(high / step) * step
+    count_out = round((stop - start) / step)
+    ticks = [round(start + i * step, 10) for i in range(count_out + 1)]
     return ticks
 
 
