@@ -17,7 +17,7 @@ from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.report.html import write_report
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
 from kubesage.core.sim.settings import SIMULATION_KIND, SimulationSettings, parse_seeds
-from kubesage.core.sim.summary import json_document, summarise
+from kubesage.core.sim.summary import json_document, summary_table
 from kubesage.core.traces.openb import read_nodes, read_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 from kubesage.core.types import NodeSpec, PodRequest
@@ -74,26 +74,12 @@ def load_inputs(
 
 
 def _print_table(results: list[RunResult], console: Console) -> None:
-    table = Table(
-        title="GPU allocation % at 100/130 % arrived workload, fragmentation % at 90 %; "
-        "means over seeds"
-    )
-    for column in ("policy", "seeds", "alloc@100", "alloc@130", "sd@130", "frag@90", "failed"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
-
-    def fmt(value: float | None, digits: int = 2) -> str:
-        return "–" if value is None else f"{value:.{digits}f}"
-
-    for item in summarise(results):
-        table.add_row(
-            item.policy,
-            str(item.seeds),
-            fmt(item.alloc_at_100),
-            fmt(item.alloc_at_130),
-            fmt(item.alloc_at_130_stdev),
-            fmt(item.frag_ratio_at_90, 1),
-            f"{item.failed_pods:.0f}",
-        )
+    title, headers, rows = summary_table(results)
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 

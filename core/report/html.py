@@ -10,28 +10,18 @@ from pathlib import Path
 
 from kubesage.core.report.svg import line_chart
 from kubesage.core.sim.runner import RunResult
-from kubesage.core.sim.summary import PolicySummary, json_document, summarise
+from kubesage.core.sim.summary import json_document, summarise, summary_table
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _table(summaries: Sequence[PolicySummary]) -> str:
-    rows = "".join(
-        "<tr>"
-        f"<td>{escape(s.policy)}</td><td>{s.seeds}</td>"
-        f"<td>{_fmt(s.alloc_at_100)}</td><td>{_fmt(s.alloc_at_130)}</td>"
-        f"<td>{_fmt(s.alloc_at_130_stdev)}</td><td>{_fmt(s.frag_ratio_at_90, 1)}</td>"
-        f"<td>{s.failed_pods:.0f}</td>"
-        "</tr>"
-        for s in summaries
+def _table(results: Sequence[RunResult]) -> str:
+    title, headers, rows = summary_table(results)
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
     )
     return (
-        "<table><thead><tr><th>policy</th><th>seeds</th><th>GPU alloc % at 100 % arrived</th>"
-        "<th>GPU alloc % at 130 % arrived</th><th>stdev at 130 %</th>"
-        "<th>frag ratio % at 90 % arrived</th><th>failed pods (mean)</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        f"<table><caption>{escape(title)}</caption><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table>"
     )
 
 
@@ -78,7 +68,7 @@ figure {{ margin: 1.5em 0; }}
 <h1>{escape(title)}</h1>
 <p>{escape(description)}</p>
 <p>Mode: <code>{escape(mode)}</code>. Generated {generated}. Values are means over seeds.</p>
-{_table(summaries)}
+{_table(results)}
 {"".join(f"<figure>{chart}</figure>" for chart in charts)}
 <p>Raw numbers: <a href="results.json">results.json</a>.</p>
 </body></html>

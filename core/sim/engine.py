@@ -1,7 +1,8 @@
 """A discrete-event cluster simulator that drives any Policy.
 
 Events are processed in time order; at equal times departures come before
-arrivals (resources freed at t are usable at t), then arrival order. An arrival
+arrivals (resources freed at t are usable at t), then arrival order; a pod that
+leaves at the instant it arrives leaves after its own arrival. An arrival
 asks the policy for a Decision and applies it to the ClusterState; a pod no node
 can host fails and is not retried (the FGD protocol). A departure releases exactly
 what its arrival took. After every event the engine records the arrived and
@@ -30,6 +31,8 @@ class EventKind(IntEnum):
 
     DEPARTURE = 0
     ARRIVAL = 1
+    INSTANT_DEPARTURE = 2
+    """Departure of a pod that leaves at the instant it arrives: after its arrival."""
 
 
 @dataclass
@@ -93,7 +96,12 @@ class Simulator:
                 )
             events.append((pod.creation_time_s, EventKind.ARRIVAL, i))
             if pod.deletion_time_s is not None:
-                events.append((pod.deletion_time_s, EventKind.DEPARTURE, i))
+                kind = (
+                    EventKind.INSTANT_DEPARTURE
+                    if pod.deletion_time_s == pod.creation_time_s
+                    else EventKind.DEPARTURE
+                )
+                events.append((pod.deletion_time_s, kind, i))
         return self._run(events, pods, on_progress)
 
     # -- engine -----------------------------------------------------------------------

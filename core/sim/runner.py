@@ -11,6 +11,7 @@ from multiprocessing import get_context
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.registry import make_policy
@@ -45,6 +46,10 @@ class RunResult:
     alloc_at_130: float | None
     frag_ratio_at_90: float | None
     failed_pods: int
+    alloc_peak: float
+    """Highest GPU allocation reached (% of capacity)."""
+    alloc_time_mean: float
+    """Time-weighted mean GPU allocation (% of capacity); event-weighted in fgd mode."""
     pods: int
     nodes: int
     wall_s: float
@@ -108,11 +113,21 @@ def run_one(
         alloc_at_130=value_at(arrived, alloc_pct, 130.0),
         frag_ratio_at_90=value_at(arrived, frag_pct, 90.0),
         failed_pods=len(simulator.failed),
+        alloc_peak=float(alloc_pct.max()),
+        alloc_time_mean=_time_weighted_mean(series["time_s"], alloc_pct),
         pods=pods,
         nodes=simulator.state.num_nodes,
         wall_s=time.perf_counter() - started,
         curves=curves,
     )
+
+
+def _time_weighted_mean(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64]) -> float:
+    """Mean of a step function that holds ``values[i]`` from ``times[i]`` to ``times[i+1]``."""
+    spans = np.diff(times)
+    if spans.size == 0 or spans.sum() <= 0:
+        return float(values.mean())
+    return float((values[:-1] * spans).sum() / spans.sum())
 
 
 def default_jobs() -> int:

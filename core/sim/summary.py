@@ -21,6 +21,8 @@ class PolicySummary:
     alloc_at_130_stdev: float | None
     frag_ratio_at_90: float | None
     failed_pods: float
+    alloc_peak: float
+    alloc_time_mean: float
     curves: dict[str, tuple[list[float], list[float]]]
 
 
@@ -69,10 +71,58 @@ def summarise(results: Sequence[RunResult]) -> list[PolicySummary]:
                 alloc_at_130_stdev=_stdev([r.alloc_at_130 for r in runs]),
                 frag_ratio_at_90=_mean([r.frag_ratio_at_90 for r in runs]),
                 failed_pods=statistics.fmean(r.failed_pods for r in runs),
+                alloc_peak=statistics.fmean(r.alloc_peak for r in runs),
+                alloc_time_mean=statistics.fmean(r.alloc_time_mean for r in runs),
                 curves=curves,
             )
         )
     return summaries
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def summary_table(results: Sequence[RunResult]) -> tuple[str, list[str], list[list[str]]]:
+    """Title, headers and formatted rows for the CLI and the HTML report.
+
+    The fgd protocol is summarised at fixed arrived workloads; a time replay has no
+    such axis, so it shows the peak and time-weighted mean allocation instead.
+    """
+    summaries = summarise(results)
+    if results and results[0].mode == "replay":
+        title = (
+            "Time replay: GPU allocation % of capacity (peak, time-weighted mean); means over seeds"
+        )
+        headers = ["policy", "seeds", "alloc peak", "alloc mean", "failed"]
+        rows = [
+            [
+                s.policy,
+                str(s.seeds),
+                _fmt(s.alloc_peak),
+                _fmt(s.alloc_time_mean),
+                f"{s.failed_pods:.0f}",
+            ]
+            for s in summaries
+        ]
+        return title, headers, rows
+    title = (
+        "GPU allocation % at 100/130 % arrived workload, fragmentation % at 90 %; means over seeds"
+    )
+    headers = ["policy", "seeds", "alloc@100", "alloc@130", "sd@130", "frag@90", "failed"]
+    rows = [
+        [
+            s.policy,
+            str(s.seeds),
+            _fmt(s.alloc_at_100),
+            _fmt(s.alloc_at_130),
+            _fmt(s.alloc_at_130_stdev),
+            _fmt(s.frag_ratio_at_90, 1),
+            f"{s.failed_pods:.0f}",
+        ]
+        for s in summaries
+    ]
+    return title, headers, rows
 
 
 def json_document(results: Sequence[RunResult]) -> dict[str, object]:

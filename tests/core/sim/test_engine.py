@@ -50,6 +50,14 @@ def test_replay_departures_free_resources_before_same_time_arrivals() -> None:
     assert sim.running == {}
 
 
+def test_a_pod_that_leaves_as_it_arrives_does_not_stay() -> None:
+    pods = [pod("blink", gpus=4, created=5.0, deleted=5.0), pod("later", gpus=4, created=6.0)]
+    sim = simulator([node("n", gpus=4)], pods)
+    trajectory = sim.run_replay(pods)
+    assert trajectory.allocated_gpu_milli == [0, 4_000, 0, 4_000]
+    assert sim.failed == [] and set(sim.running) == {"later"}
+
+
 def test_replay_needs_creation_times() -> None:
     pods = [pod("untimed", gpus=1)]
     with pytest.raises(InputError, match="no creation time"):
