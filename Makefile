@@ -36,6 +36,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/fgd_reproduction.py
 	$(BIN)/python benchmarks/placement_speed.py
+	$(BIN)/python benchmarks/forecast.py
 
 clean:
 	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache

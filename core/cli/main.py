@@ -15,6 +15,7 @@ import typer
 
 from kubesage.core.adapter import Adapter
 from kubesage.core.cli.data import data_app
+from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.cli.simulate import simulate
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 app.command(name="simulate")(simulate)
 app.add_typer(data_app, name="data")
+app.add_typer(forecast_app, name="forecast")
 
 ADAPTER_GROUP = "kubesage.adapters"
 

@@ -1,0 +1,185 @@
+"""``kubesage forecast …``: train and evaluate load forecasters on per-entity metric series."""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.errors import InputError
+from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
+
+forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
+
+_RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smh])$")
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:
+    """The first test step for ``train_until``: a timestamp, or ``+12h``/``+90m``/``+600s``
+    after the data's first timestamp. Returns the step and the absolute timestamp."""
+    match = _RELATIVE.match(train_until.strip())
+    if match:
+        amount, unit = float(match.group(1)), match.group(2)
+        timestamp = panel.start_s + amount * {"s": 1, "m": 60, "h": 3600}[unit]
+    else:
+        try:
+            timestamp = float(train_until)
+        except ValueError:
+            raise InputError(
+                f"--train-until '{train_until}' is neither a timestamp nor +N[s|m|h]"
+            ) from None
+    step = panel.step_of(timestamp)
+    if not 0 < step < panel.steps:
+        end = panel.start_s + (panel.steps - 1) * panel.step_s
+        raise InputError(
+            f"--train-until {timestamp:.0f} is outside the data ({panel.start_s:.0f} – {end:.0f})"
+        )
+    return step, timestamp
+
+
+def parse_horizons(text: str) -> list[int]:
+    try:
+        horizons = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise InputError(f"--horizons '{text}' is not a comma-separated list of steps") from None
+    if not horizons or horizons[0] < 1:
+        raise InputError(f"--horizons '{text}' must list positive step counts")
+    return horizons
+
+
+DataOption = Annotated[Path, typer.Option("--data", help="Folder of per-entity metric CSVs.")]
+UntilOption = Annotated[
+    str, typer.Option("--train-until", help="Cut-off timestamp, or +12h after the first sample.")
+]
+EpochsOption = Annotated[int, typer.Option("--epochs", min=1, help="Most training epochs.")]
+SeedOption = Annotated[int, typer.Option("--seed", min=0, help="Training seed.")]
+
+
+@forecast_app.command("train")
+@user_errors
+def train_command(
+    data: DataOption,
+    train_until: UntilOption,
+    out: Annotated[Path, typer.Option("--out", help="Model file to write (safetensors).")],
+    model: Annotated[str, typer.Option("--model", help="stgcn or lstm.")] = "stgcn",
+    horizon: Annotated[int, typer.Option("--horizon", min=1, help="Steps to forecast.")] = 15,
+    epochs: EpochsOption = 30,
+    seed: SeedOption = 0,
+) -> None:
+    """Train a neural forecaster on everything before the cut-off and save it."""
+    from kubesage.core.forecast.forecaster import NeuralForecaster
+    from kubesage.core.forecast.persistence import save_forecaster
+    from kubesage.core.forecast.training import TrainConfig
+
+    if model not in ("stgcn", "lstm"):
+        raise InputError(f"--model must be stgcn or lstm, got '{model}'")
+    panel = read_panel(data)
+    stderr.print(describe(panel))
+    step, timestamp = cut_off_step(panel, train_until)
+    forecaster = NeuralForecaster(
+        kind="stgcn" if model == "stgcn" else "lstm",
+        horizon=horizon,
+        config=TrainConfig(epochs=epochs, seed=seed),
+    )
+    with stderr.status(f"training {model} on {step} steps") as status:
+        forecaster.fit(
+            panel,
+            step,
+            on_epoch=lambda e, n, loss: status.update(
+                f"{model}: epoch {e}/{n}, validation L1 {loss:.4f}"
+            ),
+        )
+    if forecaster.fallback_reason:
+        stderr.print(f"[yellow]warning:[/] {forecaster.fallback_reason}")
+    assert forecaster.graph is not None
+    stderr.print(f"graph: {forecaster.graph.description}")
+    if forecaster.report:
+        stderr.print(
+            f"trained {forecaster.report.epochs_run} epochs in {forecaster.report.seconds:.0f} s "
+            f"(best epoch {forecaster.report.best_epoch})"
+        )
+    path = save_forecaster(forecaster, out, train_until_s=timestamp)
+    typer.echo(str(path))
+
+
+@forecast_app.command("eval")
+@user_errors
+def eval_command(
+    data: DataOption,
+    train_until: UntilOption,
+    horizons: Annotated[str, typer.Option("--horizons", help="Steps ahead to score.")] = "1,5,15",
+    output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.table,
+    models: Annotated[
+        str, typer.Option("--models", help="Comma-separated subset of the models.")
+    ] = ",".join(MODEL_NAMES),
+    epochs: EpochsOption = 30,
+    seed: SeedOption = 0,
+) -> None:
+    """Train every model before the cut-off and score them all after it."""
+    from kubesage.core.forecast.evaluate import evaluate
+    from kubesage.core.forecast.training import TrainConfig
+
+    panel = read_panel(data)
+    stderr.print(describe(panel))
+    step, timestamp = cut_off_step(panel, train_until)
+    chosen = [m.strip() for m in models.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in MODEL_NAMES]
+    if unknown:
+        raise InputError(f"unknown model(s) {unknown}; known: {', '.join(MODEL_NAMES)}")
+    steps = parse_horizons(horizons)
+    with stderr.status("evaluating") as status:
+        result = evaluate(
+            panel,
+            step,
+            horizons=steps,
+            models=chosen,
+            train_until_label=timestamp,
+            config=TrainConfig(epochs=epochs, seed=seed),
+            progress=status.update,
+        )
+    stderr.print(f"graph: {result.graph}")
+    for name, note in result.notes.items():
+        stderr.print(f"[yellow]warning:[/] {name}: {note}")
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(result.document))
+        return
+    _print_eval(result.document, steps, Console())
+
+
+def _print_eval(document: dict[str, object], horizons: list[int], console: Console) -> None:
+    models = document["models"]
+    assert isinstance(models, dict)
+    metrics = document["metrics"]
+    assert isinstance(metrics, list)
+    table = Table(title="WAPE by horizon (headline = mean over metrics; lower is better)")
+    table.add_column("model")
+    for h in horizons:
+        table.add_column(f"h={h}", justify="right")
+        table.add_column(f"burst h={h}", justify="right")
+    for metric in metrics:
+        table.add_column(f"{metric} h={horizons[-1]}", justify="right")
+
+    def fmt(value: object) -> str:
+        return "–" if value is None else f"{value:.3f}"
+
+    for name, per_h in models.items():
+        row = [name]
+        for h in horizons:
+            row += [fmt(per_h[str(h)]["wape"]), fmt(per_h[str(h)]["burst"]["wape"])]
+        last = per_h[str(horizons[-1])]["per_metric"]
+        row += [fmt(last[metric]["wape"]) for metric in metrics]
+        table.add_row(*row)
+    console.print(table)

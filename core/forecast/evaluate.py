@@ -1,0 +1,135 @@
+"""The evaluation protocol behind ``kubesage forecast eval`` and the benchmark.
+
+Every model trains on the steps before the cut-off and is scored on every forecast
+origin from the cut-off on, with the same windows, at each requested horizon.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kubesage.core.errors import InputError
+from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast.forecaster import (
+    DEFAULT_HISTORY,
+    NeuralForecaster,
+    WindowedForecaster,
+    make_forecaster,
+)
+from kubesage.core.forecast.graph import correlation_graph
+from kubesage.core.forecast.metrics import burst_cells, mean_of, scores
+from kubesage.core.forecast.panel import MetricPanel
+from kubesage.core.forecast.training import TrainConfig
+from kubesage.core.forecast.windows import make_windows
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    document: dict[str, object]
+    """The JSON document of ``kubesage forecast eval --format json``."""
+    graph: str
+    train_seconds: dict[str, float]
+    notes: dict[str, str]
+
+
+def evaluate(
+    panel: MetricPanel,
+    until_step: int,
+    *,
+    horizons: Sequence[int] = (1, 5, 15),
+    models: Sequence[str] = MODEL_NAMES,
+    config: TrainConfig | None = None,
+    history: int = DEFAULT_HISTORY,
+    train_until_label: float | None = None,
+    progress: Progress | None = None,
+) -> Evaluation:
+    if not horizons or min(horizons) < 1:
+        raise InputError(f"horizons must be positive, got {list(horizons)}")
+    if not history < until_step < panel.steps:
+        raise InputError(
+            f"the cut-off must leave history ({history} steps) before it and test steps after it; "
+            f"it is step {until_step} of {panel.steps}"
+        )
+    horizon = max(horizons)
+    graph = correlation_graph(panel, until_step)
+    origins = np.arange(until_step, panel.steps)
+    truth_steps = origins[:, None] + np.arange(horizon)[None, :]
+    valid = truth_steps < panel.steps
+    clipped = np.minimum(truth_steps, panel.steps - 1)
+    truth = panel.values[clipped]
+    truth_mask = panel.mask[clipped] & valid[:, :, None, None]
+    results: dict[str, dict[str, object]] = {}
+    seconds: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    for name in models:
+        if progress:
+            progress(f"training {name}")
+        started = time.perf_counter()
+        forecaster: WindowedForecaster = make_forecaster(
+            name, config=config, history=history, horizon=horizon
+        )
+        if isinstance(forecaster, NeuralForecaster):
+            forecaster.graph = graph
+        forecaster.fit(panel, until_step)
+        seconds[name] = time.perf_counter() - started
+        if forecaster.fallback_reason:
+            notes[name] = forecaster.fallback_reason
+        assert forecaster.normaliser is not None
+        windows = make_windows(
+            panel, forecaster.normaliser, origins, history=history, horizon=horizon
+        )
+        prediction = forecaster.forecast_windows(windows)
+        normalised = np.where(panel.mask, forecaster.normaliser.apply(panel.values), 0.0)
+        burst = burst_cells(normalised, panel.mask)[clipped] & truth_mask
+        results[name] = _score_horizons(
+            prediction, truth, truth_mask, burst, horizons, panel.metrics
+        )
+    document: dict[str, object] = {
+        "train_until": train_until_label
+        if train_until_label is not None
+        else float(panel.start_s + until_step * panel.step_s),
+        "entities": len(panel.entities),
+        "metrics": list(panel.metrics),
+        "graph": graph.description,
+        "models": results,
+    }
+    return Evaluation(
+        document=document, graph=graph.description, train_seconds=seconds, notes=notes
+    )
+
+
+def _score_horizons(
+    prediction: np.ndarray,
+    truth: np.ndarray,
+    mask: np.ndarray,
+    burst: np.ndarray,
+    horizons: Sequence[int],
+    metrics: Sequence[str],
+) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for h in horizons:
+        per_metric = {
+            metric: scores(prediction[:, h - 1, :, m], truth[:, h - 1, :, m], mask[:, h - 1, :, m])
+            for m, metric in enumerate(metrics)
+        }
+        burst_metric = {
+            metric: scores(prediction[:, h - 1, :, m], truth[:, h - 1, :, m], burst[:, h - 1, :, m])
+            for m, metric in enumerate(metrics)
+        }
+        out[str(h)] = {
+            "wape": mean_of([v["wape"] for v in per_metric.values()]),
+            "smape": mean_of([v["smape"] for v in per_metric.values()]),
+            "per_metric": per_metric,
+            "burst": {
+                "wape": mean_of([v["wape"] for v in burst_metric.values()]),
+                "smape": mean_of([v["smape"] for v in burst_metric.values()]),
+                "cells": int(burst[:, h - 1].sum()),
+            },
+        }
+    return out

@@ -1,0 +1,254 @@
+"""The Forecaster extension point and its implementations.
+
+``Forecaster`` is what the Flink autoscaler and the placement policies call:
+``fit`` on a panel's history up to a step, ``predict(history, horizon)`` for the
+next steps in each metric's own units. Baselines (last value, moving average,
+linear) and neural models (ST-GCN, LSTM) all satisfy it.
+
+Cold start: a neural forecaster with too little history to train on, or asked
+to predict from fewer steps than its input window, falls back to the last-value
+baseline and says so in ``Forecast.note`` (and in ``fallback_reason``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from kubesage.core.errors import InputError
+from kubesage.core.forecast import MODEL_NAMES, baselines
+from kubesage.core.forecast.graph import EntityGraph, correlation_graph
+from kubesage.core.forecast.panel import MetricPanel
+from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline
+from kubesage.core.forecast.training import TrainConfig, TrainReport, predict_windows, train
+from kubesage.core.forecast.windows import Normaliser, Windows, make_windows
+
+FloatArray = npt.NDArray[np.float64]
+
+NeuralKind = Literal["stgcn", "lstm"]
+BaselineKind = Literal["last_value", "moving_average", "linear"]
+
+DEFAULT_HISTORY = 24
+"""Input steps (about 23 minutes at the GenAI trace's 57 s)."""
+DEFAULT_HORIZON = 15
+MIN_TRAINING_WINDOWS = 16
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Point forecasts ``values[h, n, m]`` for the ``h+1``-th step after the history."""
+
+    values: FloatArray
+    model: str
+    note: str = ""
+
+
+@runtime_checkable
+class Forecaster(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def fit(self, panel: MetricPanel, until_step: int) -> None:
+        """Learn from steps before ``until_step``."""
+        ...
+
+    def predict(self, history: MetricPanel, horizon: int) -> Forecast:
+        """Forecast the ``horizon`` steps after the end of ``history``."""
+        ...
+
+
+@dataclass
+class WindowedForecaster:
+    """Common state: normalisation, window sizes, and the training/test windows."""
+
+    history: int = DEFAULT_HISTORY
+    horizon: int = DEFAULT_HORIZON
+    normaliser: Normaliser | None = None
+    fallback_reason: str = ""
+
+    def _training_windows(self, panel: MetricPanel, until_step: int) -> Windows | None:
+        self.normaliser = Normaliser.fit(panel, until_step)
+        origins = np.arange(self.history, until_step - self.horizon + 1)
+        if origins.size < MIN_TRAINING_WINDOWS:
+            self.fallback_reason = (
+                f"cold start: {until_step} steps of history give {max(origins.size, 0)} training "
+                f"windows, need {MIN_TRAINING_WINDOWS} (history {self.history} + horizon "
+                f"{self.horizon}); using last_value"
+            )
+            return None
+        self.fallback_reason = ""
+        return make_windows(
+            panel, self.normaliser, origins, history=self.history, horizon=self.horizon
+        )
+
+    def _window_at_end(self, history: MetricPanel) -> Windows:
+        assert self.normaliser is not None
+        return make_windows(
+            history,
+            self.normaliser,
+            np.array([history.steps]),
+            history=self.history,
+            horizon=self.horizon,
+        )
+
+    def fit(self, panel: MetricPanel, until_step: int) -> None:
+        """Learn from steps before ``until_step`` (each model defines it)."""
+        raise NotImplementedError
+
+    def _predict_normalised(self, windows: Windows) -> FloatArray:
+        raise NotImplementedError
+
+    def forecast_windows(self, windows: Windows) -> FloatArray:
+        """Forecasts in each metric's units for prepared windows ``(B, H, N, M)``."""
+        assert self.normaliser is not None
+        if self.fallback_reason:
+            normalised = baselines.last_value(windows, self.horizon)
+        else:
+            normalised = self._predict_normalised(windows)
+        return np.asarray(self.normaliser.invert(normalised))
+
+    def predict(self, history: MetricPanel, horizon: int) -> Forecast:
+        if self.normaliser is None:
+            raise InputError("predict() before fit()")
+        if horizon > self.horizon:
+            raise InputError(f"horizon {horizon} is beyond the trained horizon {self.horizon}")
+        name = getattr(self, "name", "model")
+        if history.steps < self.history:
+            windows_history = _pad_front(history, self.history)
+            values = np.asarray(
+                self.normaliser.invert(
+                    baselines.last_value(self._window_at_end(windows_history), horizon)
+                )
+            )
+            return Forecast(
+                values=values[0],
+                model="last_value",
+                note=f"cold start: {history.steps} steps of history, {name} needs {self.history}",
+            )
+        values = self.forecast_windows(self._window_at_end(history))[0, :horizon]
+        return Forecast(values=values, model=name, note=self.fallback_reason)
+
+
+def _pad_front(panel: MetricPanel, steps: int) -> MetricPanel:
+    missing = steps - panel.steps
+    pad = ((missing, 0), (0, 0), (0, 0))
+    return MetricPanel(
+        entities=panel.entities,
+        metrics=panel.metrics,
+        start_s=panel.start_s - missing * panel.step_s,
+        step_s=panel.step_s,
+        values=np.pad(panel.values, pad),
+        mask=np.pad(panel.mask, pad),
+        alive=np.pad(panel.alive, pad[:2]),
+        absent_as_zero=panel.absent_as_zero,
+    )
+
+
+@dataclass
+class BaselineForecaster(WindowedForecaster):
+    kind: BaselineKind = "last_value"
+    _linear: baselines.LinearForecaster | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def fit(self, panel: MetricPanel, until_step: int) -> None:
+        windows = self._training_windows(panel, until_step)
+        if self.kind == "linear" and windows is not None:
+            self._linear = baselines.LinearForecaster().fit(windows)
+        elif self.kind != "linear":
+            self.fallback_reason = ""  # needs no training windows
+
+    def _predict_normalised(self, windows: Windows) -> FloatArray:
+        if self.kind == "last_value":
+            return baselines.last_value(windows, self.horizon)
+        if self.kind == "moving_average":
+            return baselines.moving_average(windows, self.horizon)
+        assert self._linear is not None
+        return self._linear.predict(windows)
+
+
+@dataclass
+class NeuralForecaster(WindowedForecaster):
+    kind: NeuralKind = "stgcn"
+    config: TrainConfig = field(default_factory=TrainConfig)
+    hidden: int = 32
+    entities: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    graph: EntityGraph | None = None
+    model: torch.nn.Module | None = None
+    report: TrainReport | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def build(self, metrics: int) -> torch.nn.Module:
+        torch.manual_seed(self.config.seed)
+        if self.kind == "stgcn":
+            return STGCN(2 * metrics, metrics, self.horizon, hidden=self.hidden)
+        return LSTMBaseline(2 * metrics, metrics, self.horizon, hidden=2 * self.hidden)
+
+    def fit(self, panel: MetricPanel, until_step: int, on_epoch: object = None) -> None:
+        self.entities, self.metrics = panel.entities, panel.metrics
+        if self.graph is None:
+            self.graph = correlation_graph(panel, until_step)
+        windows = self._training_windows(panel, until_step)
+        self.model = self.build(len(panel.metrics))
+        if windows is None:
+            return
+        self.report = train(
+            self.model,
+            windows,
+            self._edge_index(),
+            self.config,
+            on_epoch if callable(on_epoch) else None,
+        )
+
+    def _edge_index(self) -> torch.Tensor:
+        assert self.graph is not None
+        return torch.from_numpy(self.graph.edge_index)
+
+    def _predict_normalised(self, windows: Windows) -> FloatArray:
+        assert self.model is not None
+        return predict_windows(self.model, windows, self._edge_index())
+
+    def check_compatible(self, panel: MetricPanel) -> None:
+        """Refuse data whose entities or metrics differ from the training data."""
+        if panel.metrics != self.metrics:
+            raise InputError(
+                f"model was trained on metrics {list(self.metrics)}, "
+                f"the data has {list(panel.metrics)}"
+            )
+        if panel.entities != self.entities:
+            missing = sorted(set(self.entities) - set(panel.entities))[:3]
+            extra = sorted(set(panel.entities) - set(self.entities))[:3]
+            raise InputError(
+                f"model was trained on {len(self.entities)} other entities than the data's "
+                f"{len(panel.entities)} (missing e.g. {missing}, new e.g. {extra})"
+            )
+
+
+def make_forecaster(
+    name: str,
+    *,
+    config: TrainConfig | None = None,
+    history: int = DEFAULT_HISTORY,
+    horizon: int = DEFAULT_HORIZON,
+) -> WindowedForecaster:
+    """A forecaster by model name (see MODEL_NAMES)."""
+    if name in ("stgcn", "lstm"):
+        return NeuralForecaster(
+            history=history,
+            horizon=horizon,
+            kind=name,  # type: ignore[arg-type]
+            config=config or TrainConfig(),
+        )
+    if name in ("last_value", "moving_average", "linear"):
+        return BaselineForecaster(history=history, horizon=horizon, kind=name)  # type: ignore[arg-type]
+    raise InputError(f"unknown model '{name}'; known: {', '.join(MODEL_NAMES)}")

@@ -1,0 +1,60 @@
+"""The graph over entities that the ST-GCN attends along.
+
+From the topology graph when the caller has one (an ``edge_index``); otherwise the
+k nearest neighbours by Pearson correlation of the training window only, over all
+metrics (observed cells), made symmetric. The description says which was used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesage.core.forecast.panel import MetricPanel
+
+DEFAULT_NEIGHBOURS = 8
+
+
+@dataclass(frozen=True)
+class EntityGraph:
+    edge_index: npt.NDArray[np.int64]  # (2, E), source → target
+    description: str
+
+
+def correlation_graph(
+    panel: MetricPanel, until_step: int, k: int = DEFAULT_NEIGHBOURS
+) -> EntityGraph:
+    """Symmetric k-nearest-neighbour graph by correlation over steps before ``until_step``."""
+    values = panel.values[:until_step]
+    mask = panel.mask[:until_step]
+    nodes = len(panel.entities)
+    k = max(0, min(k, nodes - 1))
+    similarity = np.zeros((nodes, nodes))
+    for m in range(len(panel.metrics)):
+        series = np.where(mask[:, :, m], values[:, :, m], np.nan)
+        mean = np.nanmean(np.where(np.isnan(series).all(axis=0), 0.0, series), axis=0)
+        centred = np.nan_to_num(series - mean[None, :])
+        norms = np.sqrt((centred**2).sum(axis=0))
+        norms[norms == 0] = 1.0
+        similarity += (centred.T @ centred) / np.outer(norms, norms)
+    np.fill_diagonal(similarity, -np.inf)
+    neighbours = np.argsort(-similarity, axis=1)[:, :k]
+    pairs = {(int(j), int(i)) for i in range(nodes) for j in neighbours[i]}
+    pairs |= {(b, a) for a, b in pairs}
+    edge_index = np.array(sorted(pairs), dtype=np.int64).T.reshape(2, -1)
+    return EntityGraph(
+        edge_index=edge_index,
+        description=(
+            f"correlation k-NN (k={k}, symmetric, training window only; "
+            f"{edge_index.shape[1]} edges)"
+        ),
+    )
+
+
+def given_graph(edge_index: npt.NDArray[np.int64], source: str) -> EntityGraph:
+    """Wrap an edge list from the topology graph."""
+    return EntityGraph(
+        edge_index=np.asarray(edge_index, dtype=np.int64), description=f"topology: {source}"
+    )

@@ -1,0 +1,58 @@
+"""Forecast accuracy in each metric's own units, and the burst subset.
+
+All figures are pooled over entities and test steps of one metric — never across
+metrics, whose units differ; a model's headline WAPE and sMAPE are the means of
+its per-metric values.
+
+* WAPE = Σ|ŷ−y| / Σ|y| (primary; robust to the many zeros of GPU utilisation)
+* MAE, RMSE
+* sMAPE = mean of 2|ŷ−y| / (|ŷ|+|y|), a fraction in [0, 2]; a cell where both are 0 counts 0
+* MAPE over non-zero truths only (``mape_nonzero``): mean |ŷ−y| / |y| where y ≠ 0
+
+Burst: a target cell whose truth jumped from the step before by more than
+``BURST_SIGMAS`` training standard deviations of that series (both cells observed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+BURST_SIGMAS = 2.0
+
+
+def scores(prediction: FloatArray, truth: FloatArray, mask: BoolArray) -> dict[str, float | None]:
+    """Accuracy over the cells where ``mask`` is true (None when there are none)."""
+    p, y = prediction[mask], truth[mask]
+    if y.size == 0:
+        return {"wape": None, "mae": None, "rmse": None, "smape": None, "mape_nonzero": None}
+    error = np.abs(p - y)
+    denominator = np.abs(y).sum()
+    both = np.abs(p) + np.abs(y)
+    smape_terms = np.divide(2 * error, both, out=np.zeros_like(error), where=both > 0)
+    nonzero = y != 0
+    return {
+        "wape": float(error.sum() / denominator) if denominator > 0 else None,
+        "mae": float(error.mean()),
+        "rmse": float(np.sqrt((error**2).mean())),
+        "smape": float(smape_terms.mean()),
+        "mape_nonzero": float((error[nonzero] / np.abs(y[nonzero])).mean())
+        if nonzero.any()
+        else None,
+    }
+
+
+def burst_cells(normalised: FloatArray, mask: BoolArray) -> BoolArray:
+    """``(S, N, M)``: cells whose value jumped by more than BURST_SIGMAS from the step before."""
+    jump = np.zeros(mask.shape, dtype=bool)
+    both = mask[1:] & mask[:-1]
+    jump[1:] = both & (np.abs(normalised[1:] - normalised[:-1]) > BURST_SIGMAS)
+    return jump
+
+
+def mean_of(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None

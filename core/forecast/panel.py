@@ -1,0 +1,239 @@
+"""Per-entity metric series aligned on one time grid: the forecaster's input.
+
+A directory in the GenAI trace layout holds one CSV (optionally gzipped) per
+metric, with columns read by name: ``value``, ``timestamp_anon`` and
+``container_ip`` (the entity), optionally ``request_type``. The metric name is the
+file name without ``pod_``, ``_anon`` and the extension.
+
+Alignment: the grid step is the median gap between an entity's consecutive
+timestamps (57 s in the GenAI trace); a sample goes to the cell ``round((t − t0) / step)``;
+two samples in one cell are averaged (and counted). Cells without a sample are
+marked missing in ``mask`` — never filled — with one declared exception: metrics
+named in ``absent_as_zero`` (``qps`` by default, whose files only hold rows for
+non-zero rates) read 0 wherever the entity is alive and no row exists.
+
+Entities are those present in every other metric; an entity is alive from its
+first to its last sample. Rows without an entity id (gateway-level rows) do not
+belong to any entity: they are counted in ``excluded_rows``, not used.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesage.core.errors import InputError, TraceFormatError
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+REQUIRED_COLUMNS = ("value", "timestamp_anon", "container_ip")
+DEFAULT_ABSENT_AS_ZERO = ("qps",)
+
+
+@dataclass
+class MetricPanel:
+    """``values[s, n, m]``: metric m of entity n at grid step s; ``mask`` says which are real."""
+
+    entities: tuple[str, ...]
+    metrics: tuple[str, ...]
+    start_s: float
+    """Timestamp of grid step 0."""
+    step_s: float
+    values: FloatArray
+    mask: BoolArray
+    alive: BoolArray
+    """``alive[s, n]``: entity n exists at step s (between its first and last sample)."""
+    absent_as_zero: tuple[str, ...] = ()
+    excluded_rows: dict[str, int] = field(default_factory=dict)
+    merged_samples: int = 0
+
+    @property
+    def steps(self) -> int:
+        return int(self.values.shape[0])
+
+    def times_s(self) -> FloatArray:
+        return np.asarray(self.start_s + self.step_s * np.arange(self.steps), dtype=np.float64)
+
+    def step_of(self, timestamp_s: float) -> int:
+        """The first grid step at or after ``timestamp_s``."""
+        return int(np.ceil((timestamp_s - self.start_s) / self.step_s - 1e-9))
+
+    def head(self, steps: int) -> MetricPanel:
+        """The first ``steps`` steps (a history ending before step ``steps``)."""
+        return MetricPanel(
+            entities=self.entities,
+            metrics=self.metrics,
+            start_s=self.start_s,
+            step_s=self.step_s,
+            values=self.values[:steps],
+            mask=self.mask[:steps],
+            alive=self.alive[:steps],
+            absent_as_zero=self.absent_as_zero,
+        )
+
+
+def metric_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".csv"):
+        name = name.removesuffix(suffix)
+    return name.removeprefix("pod_").removesuffix("_anon")
+
+
+def _open(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return path.open(newline="", encoding="utf-8-sig")
+
+
+def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int]:
+    """``(entity, timestamp, value)`` rows and the number of rows without an entity."""
+    rows: list[tuple[str, float, float]] = []
+    without_entity = 0
+    with _open(path) as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise TraceFormatError(
+                f"header lacks column(s) {', '.join(missing)}; found {', '.join(header)}",
+                path=path,
+                line=1,
+            )
+        for row in reader:
+            line = reader.line_num
+            entity = (row["container_ip"] or "").strip()
+            try:
+                timestamp = float(row["timestamp_anon"])
+            except (TypeError, ValueError):
+                raise TraceFormatError(
+                    f"not a number: {row['timestamp_anon']!r}",
+                    path=path,
+                    line=line,
+                    field="timestamp_anon",
+                ) from None
+            try:
+                value = float(row["value"])
+            except (TypeError, ValueError):
+                raise TraceFormatError(
+                    f"not a number: {row['value']!r}", path=path, line=line, field="value"
+                ) from None
+            if not (np.isfinite(timestamp) and np.isfinite(value)):
+                raise TraceFormatError("not a finite number", path=path, line=line)
+            if not entity:
+                without_entity += 1
+                continue
+            rows.append((entity, timestamp, value))
+    if not rows:
+        raise TraceFormatError("no rows with an entity id", path=path, line=1)
+    return rows, without_entity
+
+
+def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
+    """The median gap between one entity's consecutive distinct timestamps (robust to jitter)."""
+    gaps: list[npt.NDArray[np.float64]] = []
+    for rows in rows_by_metric.values():
+        by_entity: dict[str, list[float]] = {}
+        for entity, timestamp, _ in rows:
+            by_entity.setdefault(entity, []).append(timestamp)
+        for stamps in by_entity.values():
+            unique = np.unique(np.asarray(stamps))
+            if unique.size > 1:
+                gaps.append(np.diff(unique))
+    if not gaps:
+        raise InputError("need at least two distinct timestamps of one entity to find the step")
+    return float(np.median(np.concatenate(gaps)))
+
+
+def read_panel(
+    directory: Path | str, *, absent_as_zero: tuple[str, ...] = DEFAULT_ABSENT_AS_ZERO
+) -> MetricPanel:
+    """Read every ``*.csv``/``*.csv.gz`` metric file in ``directory`` into one panel."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory}: not a directory")
+    files = sorted(p for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz")))
+    if not files:
+        raise InputError(f"{directory}: no .csv or .csv.gz metric files")
+    per_metric: dict[str, list[tuple[str, float, float]]] = {}
+    excluded: dict[str, int] = {}
+    for path in files:
+        name = metric_name(path)
+        if name in per_metric:
+            raise InputError(f"{directory}: two files give metric '{name}'")
+        per_metric[name], excluded[name] = _read_rows(path)
+    metrics = tuple(sorted(per_metric))
+    dense = [m for m in metrics if m not in absent_as_zero] or list(metrics)
+    entity_sets = [{row[0] for row in per_metric[m]} for m in dense]
+    entities = tuple(sorted(set.intersection(*entity_sets)))
+    if not entities:
+        raise InputError(f"{directory}: no entity appears in all of {', '.join(dense)}")
+    all_times = np.concatenate([np.array([r[1] for r in per_metric[m]]) for m in metrics])
+    step = _grid_step(per_metric)
+    start = float(all_times.min())
+    steps = int(np.round((all_times.max() - start) / step)) + 1
+    index = {entity: i for i, entity in enumerate(entities)}
+    sums = np.zeros((steps, len(entities), len(metrics)))
+    counts = np.zeros((steps, len(entities), len(metrics)), dtype=np.int64)
+    for m, name in enumerate(metrics):
+        rows = [r for r in per_metric[name] if r[0] in index]
+        ent = np.array([index[r[0]] for r in rows], dtype=np.int64)
+        cell = np.round((np.array([r[1] for r in rows]) - start) / step).astype(np.int64)
+        np.add.at(sums[:, :, m], (cell, ent), np.array([r[2] for r in rows]))
+        np.add.at(counts[:, :, m], (cell, ent), 1)
+    observed: BoolArray = counts > 0
+    values = np.divide(sums, np.maximum(counts, 1))
+    dense_index = [metrics.index(m) for m in dense]
+    seen: BoolArray = np.asarray(observed[:, :, dense_index].any(axis=2), dtype=bool)
+    alive: BoolArray = np.zeros(seen.shape, dtype=bool)
+    for n in range(len(entities)):
+        cells = np.flatnonzero(seen[:, n])
+        alive[cells[0] : cells[-1] + 1, n] = True
+    mask = observed.copy()
+    zero_filled = tuple(m for m in metrics if m in absent_as_zero)
+    for name in zero_filled:
+        m = metrics.index(name)
+        mask[:, :, m] = alive
+        values[:, :, m] = np.where(observed[:, :, m], values[:, :, m], 0.0)
+    mask &= alive[:, :, None]
+    return MetricPanel(
+        entities=entities,
+        metrics=metrics,
+        start_s=start,
+        step_s=step,
+        values=values,
+        mask=mask,
+        alive=alive,
+        absent_as_zero=zero_filled,
+        excluded_rows={k: v for k, v in excluded.items() if v},
+        merged_samples=int((counts > 1).sum()),
+    )
+
+
+def describe(panel: MetricPanel) -> str:
+    """One paragraph on what was read, for the CLI and logs."""
+    parts = [
+        f"{len(panel.entities)} entities × {len(panel.metrics)} metrics "
+        f"({', '.join(panel.metrics)}) on a {panel.step_s:g} s grid of {panel.steps} steps",
+    ]
+    if panel.absent_as_zero:
+        parts.append(f"absent rows read as 0 for {', '.join(panel.absent_as_zero)} (declared)")
+    if panel.excluded_rows:
+        counts = Counter(panel.excluded_rows)
+        parts.append(
+            "rows without an entity id not used: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        )
+    if panel.merged_samples:
+        parts.append(f"{panel.merged_samples} cells had two samples (averaged)")
+    live_cells = int(panel.alive.sum()) * len(panel.metrics)
+    missing = 1.0 - panel.mask.sum() / max(1, live_cells)
+    parts.append(f"{missing:.1%} of live cells missing (masked)")
+    return "; ".join(parts)

@@ -1,0 +1,99 @@
+"""Saving and loading trained neural forecasters as safetensors (never code).
+
+The file holds the weights, the normalisation statistics and the graph as
+tensors, plus a JSON header naming the model kind, its sizes, the entities and
+metrics it was trained on and the training cut-off. Loading rebuilds the model
+from that header and refuses anything that does not match exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from kubesage.core.errors import InputError
+from kubesage.core.forecast.forecaster import NeuralForecaster
+from kubesage.core.forecast.graph import EntityGraph
+from kubesage.core.forecast.training import TrainConfig
+from kubesage.core.forecast.windows import Normaliser
+
+FORMAT = "kubesage.forecast/v1"
+
+
+def save_forecaster(
+    forecaster: NeuralForecaster, path: Path | str, *, train_until_s: float
+) -> Path:
+    if forecaster.model is None or forecaster.normaliser is None or forecaster.graph is None:
+        raise InputError("only a fitted forecaster can be saved")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        f"model.{k}": v.detach().contiguous() for k, v in forecaster.model.state_dict().items()
+    }
+    tensors["normaliser.mean"] = torch.from_numpy(forecaster.normaliser.mean.copy())
+    tensors["normaliser.std"] = torch.from_numpy(forecaster.normaliser.std.copy())
+    tensors["graph.edge_index"] = torch.from_numpy(forecaster.graph.edge_index.copy())
+    header: dict[str, Any] = {
+        "format": FORMAT,
+        "kind": forecaster.kind,
+        "history": forecaster.history,
+        "horizon": forecaster.horizon,
+        "hidden": forecaster.hidden,
+        "seed": forecaster.config.seed,
+        "entities": list(forecaster.entities),
+        "metrics": list(forecaster.metrics),
+        "graph": forecaster.graph.description,
+        "train_until_s": train_until_s,
+        "fallback_reason": forecaster.fallback_reason,
+    }
+    save_file(tensors, str(path), metadata={"kubesage": json.dumps(header)})
+    return path
+
+
+def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]:
+    """The forecaster in ``path`` and its header; InputError for anything malformed."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such model file")
+    try:
+        tensors = load_file(str(path))
+        with path.open("rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            raw_header = json.loads(handle.read(size))
+        header = json.loads(raw_header["__metadata__"]["kubesage"])
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a kubesage forecaster file ({exc})") from exc
+    if header.get("format") != FORMAT:
+        raise InputError(f"{path}: unsupported format {header.get('format')!r}, expected {FORMAT}")
+    forecaster = NeuralForecaster(
+        history=int(header["history"]),
+        horizon=int(header["horizon"]),
+        kind=header["kind"],
+        config=TrainConfig(seed=int(header["seed"])),
+        hidden=int(header["hidden"]),
+        entities=tuple(header["entities"]),
+        metrics=tuple(header["metrics"]),
+        graph=EntityGraph(
+            edge_index=tensors["graph.edge_index"].numpy().astype(np.int64),
+            description=str(header["graph"]),
+        ),
+        normaliser=Normaliser(
+            mean=tensors["normaliser.mean"].numpy().astype(np.float64),
+            std=tensors["normaliser.std"].numpy().astype(np.float64),
+        ),
+        fallback_reason=str(header.get("fallback_reason", "")),
+    )
+    model = forecaster.build(len(forecaster.metrics))
+    state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise InputError(f"{path}: weights do not fit a {header['kind']} model ({exc})") from exc
+    forecaster.model = model
+    return forecaster, header

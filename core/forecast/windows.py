@@ -1,0 +1,115 @@
+"""Normalisation per series and cutting panels into (past T → future H) windows.
+
+Statistics come from the training steps only. A window's input holds, per step,
+the normalised values (0 where missing) and the mask, so a model always knows
+which inputs are real; targets carry their own mask and unobserved targets never
+enter a loss or a score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesage.core.errors import InputError
+from kubesage.core.forecast.panel import MetricPanel
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+
+MIN_STD = 1e-6
+
+
+@dataclass(frozen=True)
+class Normaliser:
+    """Per-series (entity × metric) mean and scale, from the training steps."""
+
+    mean: FloatArray  # (N, M)
+    std: FloatArray  # (N, M)
+
+    @classmethod
+    def fit(cls, panel: MetricPanel, until_step: int) -> Normaliser:
+        values = panel.values[:until_step]
+        mask = panel.mask[:until_step]
+        count = mask.sum(axis=0)
+        total = np.where(mask, values, 0.0).sum(axis=0)
+        mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+        # Entities without training data fall back to the metric's pooled statistics.
+        pooled_mean = np.where(mask, values, 0.0).sum(axis=(0, 1)) / np.maximum(
+            mask.sum(axis=(0, 1)), 1
+        )
+        mean = np.where(count > 0, mean, pooled_mean[None, :])
+        deviation = np.where(mask, (values - mean[None]) ** 2, 0.0).sum(axis=0)
+        std = np.sqrt(np.divide(deviation, count, out=np.zeros_like(deviation), where=count > 1))
+        pooled = np.sqrt(
+            np.where(mask, (values - pooled_mean[None, None]) ** 2, 0.0).sum(axis=(0, 1))
+            / np.maximum(mask.sum(axis=(0, 1)), 1)
+        )
+        std = np.where(count > 1, std, pooled[None, :])
+        std = np.maximum(std, np.maximum(MIN_STD, 1e-3 * np.abs(mean)))
+        return cls(mean=mean, std=std)
+
+    def apply(self, values: FloatArray) -> FloatArray:
+        return (values - self.mean) / self.std
+
+    def invert(self, values: FloatArray) -> FloatArray:
+        return values * self.std + self.mean
+
+
+@dataclass(frozen=True)
+class Windows:
+    """``inputs (B, T, N, 2M)``, ``targets (B, H, N, M)`` normalised, ``target_mask (B, H, N, M)``,
+    ``last (B, N, M)`` the last observed normalised value per series, ``origins (B,)``."""
+
+    inputs: npt.NDArray[np.float32]
+    targets: npt.NDArray[np.float32]
+    target_mask: BoolArray
+    last: npt.NDArray[np.float32]
+    origins: IntArray
+
+
+def last_observed(values: FloatArray, mask: BoolArray, fallback: FloatArray) -> FloatArray:
+    """Per series, the last observed value along axis 0 (``fallback`` if none)."""
+    steps = values.shape[0]
+    index = np.where(mask, np.arange(steps)[:, None, None], -1).max(axis=0)
+    picked = np.take_along_axis(values, np.maximum(index, 0)[None], axis=0)[0]
+    return np.where(index >= 0, picked, fallback)
+
+
+def make_windows(
+    panel: MetricPanel,
+    normaliser: Normaliser,
+    origins: IntArray,
+    *,
+    history: int,
+    horizon: int,
+) -> Windows:
+    """Windows whose forecast starts at each origin step (history = steps before it)."""
+    if np.any(origins < history):
+        raise InputError(f"an origin leaves less than {history} steps of history")
+    norm = normaliser.apply(panel.values)
+    norm = np.where(panel.mask, norm, 0.0)
+    mask = panel.mask.astype(np.float64)
+    features = np.concatenate([norm, mask], axis=2)  # (S, N, 2M)
+    steps = panel.steps
+    past = origins[:, None] + np.arange(-history, 0)[None, :]
+    inputs = features[past]  # (B, T, N, 2M)
+    future = origins[:, None] + np.arange(horizon)[None, :]
+    valid = future < steps
+    future_clipped = np.minimum(future, steps - 1)
+    targets = norm[future_clipped]
+    target_mask = panel.mask[future_clipped] & valid[:, :, None, None]
+    zeros = np.zeros(normaliser.mean.shape)
+    last = np.stack(
+        [last_observed(norm[o - history : o], panel.mask[o - history : o], zeros) for o in origins]
+    )
+    return Windows(
+        inputs=inputs.astype(np.float32),
+        targets=targets.astype(np.float32),
+        target_mask=target_mask,
+        last=last.astype(np.float32),
+        origins=origins.astype(np.int64),
+    )

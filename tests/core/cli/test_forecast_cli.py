@@ -1,0 +1,101 @@
+"""``kubesage forecast`` end to end on generated metric folders (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast.persistence import load_forecaster
+from kubesage.core.forecast.synthetic import write_synthetic_metrics
+
+
+def kubesage(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubesage.core.cli", "forecast", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("entities", "steps", "start_s", "seed"),
+    [(8, 200, 1_662_858_720.0, 0), (5, 260, 1_700_000_025.0, 4)],  # other hours, other pods
+)
+def test_eval_json_shape_on_any_hours(
+    tmp_path: Path, entities: int, steps: int, start_s: float, seed: int
+) -> None:
+    data = write_synthetic_metrics(
+        tmp_path, entities=entities, steps=steps, start_s=start_s, seed=seed
+    )
+    done = kubesage(
+        "eval",
+        "--data",
+        str(data),
+        "--train-until",
+        "+2h",
+        "--epochs",
+        "2",
+        "--horizons",
+        "1,5",
+        "--format",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert {"train_until", "entities", "metrics", "models"} <= set(document)
+    assert document["entities"] == entities
+    assert document["train_until"] == pytest.approx(start_s + 7200, abs=57)
+    assert set(document["models"]) == set(MODEL_NAMES)
+    for per_horizon in document["models"].values():
+        assert set(per_horizon) == {"1", "5"}
+        for entry in per_horizon.values():
+            assert {"wape", "smape", "per_metric"} <= set(entry)
+            for metric in document["metrics"]:
+                assert {"wape", "mae", "rmse", "smape"} <= set(entry["per_metric"][metric])
+    assert "graph: correlation k-NN" in done.stderr
+
+
+def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
+    data = write_synthetic_metrics(tmp_path / "data", entities=6, steps=200)
+    out = tmp_path / "model.safetensors"
+    done = kubesage(
+        "train",
+        "--data",
+        str(data),
+        "--train-until",
+        "+2h",
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--horizon",
+        "5",
+    )
+    assert done.returncode == 0, done.stderr
+    forecaster, header = load_forecaster(out)
+    assert header["kind"] == "stgcn" and forecaster.horizon == 5
+    assert len(forecaster.entities) == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--train-until", "soon"], "neither a timestamp nor +N"),
+        (["--train-until", "+100h"], "outside the data"),
+        (["--train-until", "+2h", "--horizons", "0,5"], "positive step counts"),
+        (["--train-until", "+2h", "--models", "prophet"], "unknown model(s) ['prophet']"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    data = write_synthetic_metrics(tmp_path, entities=4, steps=200)
+    done = kubesage("eval", "--data", str(data), *args)
+    assert done.returncode == 2
+    assert message in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,156 @@
+"""Forecasting models: shapes, causality, determinism, persistence, refusal, cold start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kubesage.core.errors import InputError
+from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast.evaluate import evaluate
+from kubesage.core.forecast.forecaster import Forecaster, NeuralForecaster, make_forecaster
+from kubesage.core.forecast.panel import MetricPanel, read_panel
+from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
+from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, batched_edges
+from kubesage.core.forecast.synthetic import write_synthetic_metrics
+from kubesage.core.forecast.training import TrainConfig
+
+TINY = TrainConfig(epochs=2, batch_size=8, seed=3)
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory: pytest.TempPathFactory) -> MetricPanel:
+    return read_panel(
+        write_synthetic_metrics(tmp_path_factory.mktemp("metrics"), entities=8, steps=160)
+    )
+
+
+def test_output_shapes() -> None:
+    x, last = torch.randn(3, 12, 5, 8), torch.zeros(3, 5, 4)
+    edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    assert STGCN(8, 4, 6).forward(x, edges, last).shape == (3, 6, 5, 4)
+    assert LSTMBaseline(8, 4, 6).forward(x, edges, last).shape == (3, 6, 5, 4)
+
+
+def test_disjoint_batching_offsets_each_copy() -> None:
+    edges = torch.tensor([[0, 1], [1, 2]])
+    assert batched_edges(edges, 2, 3).tolist() == [[0, 1, 3, 4], [1, 2, 4, 5]]
+
+
+@pytest.mark.parametrize("changed_step", [3, 7, 11])
+def test_stgcn_is_causal(changed_step: int) -> None:
+    torch.manual_seed(0)
+    model = STGCN(8, 4, 6).eval()
+    edges = torch.tensor([[0, 1, 2, 3, 4, 1], [1, 2, 3, 4, 0, 0]])
+    x = torch.randn(2, 12, 5, 8)
+    later = x.clone()
+    later[:, changed_step:] += torch.randn_like(later[:, changed_step:])
+    with torch.no_grad():
+        before, after = model.features(x, edges), model.features(later, edges)
+    assert torch.equal(before[:, :changed_step], after[:, :changed_step])
+    assert not torch.equal(before[:, changed_step:], after[:, changed_step:])
+
+
+def test_prediction_ignores_data_after_the_forecast_time(panel: MetricPanel) -> None:
+    forecaster = make_forecaster("stgcn", config=TINY, horizon=5)
+    forecaster.fit(panel, 120)
+    history = panel.head(130)
+    altered = panel.head(140)
+    altered.values = altered.values.copy()
+    altered.values[130:] += 1000.0
+    a = forecaster.predict(history, 5).values
+    b = forecaster.predict(altered.head(130), 5).values
+    assert np.array_equal(a, b)
+
+
+def test_training_is_deterministic_by_seed(panel: MetricPanel) -> None:
+    runs = []
+    for _ in range(2):
+        forecaster = make_forecaster("stgcn", config=TINY, horizon=5)
+        forecaster.fit(panel, 120)
+        runs.append(forecaster.predict(panel.head(140), 5).values)
+    assert np.array_equal(runs[0], runs[1])
+
+
+def test_every_model_is_a_forecaster_with_finite_output(panel: MetricPanel) -> None:
+    for name in MODEL_NAMES:
+        forecaster = make_forecaster(name, config=TINY, horizon=5)
+        assert isinstance(forecaster, Forecaster)
+        forecaster.fit(panel, 120)
+        forecast = forecaster.predict(panel.head(140), 3)
+        assert forecast.values.shape == (3, 8, 4)
+        assert np.isfinite(forecast.values).all(), name
+        assert forecast.model == name
+
+
+def test_save_load_round_trip(panel: MetricPanel, tmp_path: Path) -> None:
+    forecaster = make_forecaster("stgcn", config=TINY, horizon=5)
+    assert isinstance(forecaster, NeuralForecaster)
+    forecaster.fit(panel, 120)
+    path = save_forecaster(forecaster, tmp_path / "model.safetensors", train_until_s=123.0)
+    loaded, header = load_forecaster(path)
+    assert header["train_until_s"] == 123.0 and header["kind"] == "stgcn"
+    history = panel.head(140)
+    assert np.array_equal(forecaster.predict(history, 5).values, loaded.predict(history, 5).values)
+
+
+def test_a_model_for_other_entities_or_metrics_is_refused(
+    panel: MetricPanel, tmp_path: Path
+) -> None:
+    forecaster = make_forecaster("lstm", config=TINY, horizon=5)
+    assert isinstance(forecaster, NeuralForecaster)
+    forecaster.fit(panel, 120)
+    loaded, _ = load_forecaster(
+        save_forecaster(forecaster, tmp_path / "m.safetensors", train_until_s=0)
+    )
+    other = read_panel(write_synthetic_metrics(tmp_path / "other", entities=6, steps=160, seed=9))
+    with pytest.raises(InputError, match="other entities"):
+        loaded.check_compatible(other)
+    fewer = MetricPanel(
+        entities=panel.entities,
+        metrics=panel.metrics[:3],
+        start_s=panel.start_s,
+        step_s=panel.step_s,
+        values=panel.values[..., :3],
+        mask=panel.mask[..., :3],
+        alive=panel.alive,
+    )
+    with pytest.raises(InputError, match="trained on metrics"):
+        loaded.check_compatible(fewer)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"not a model at all", b"\x08\x00\x00\x00\x00\x00\x00\x00{}"]
+)
+def test_malformed_model_files_are_refused(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=r"bad\.safetensors"):
+        load_forecaster(path)
+
+
+def test_cold_start_falls_back_to_last_value_and_says_so(panel: MetricPanel) -> None:
+    forecaster = make_forecaster("stgcn", config=TINY, horizon=5)
+    forecaster.fit(panel, 40)  # 40 steps: fewer windows than training needs
+    assert "cold start" in forecaster.fallback_reason
+    forecast = forecaster.predict(panel.head(60), 5)
+    assert "cold start" in forecast.note
+    short = forecaster.predict(panel.head(10), 5)
+    assert short.model == "last_value" and "10 steps of history" in short.note
+
+
+def test_evaluate_scores_every_model_at_every_horizon(panel: MetricPanel) -> None:
+    result = evaluate(panel, 120, horizons=(1, 3), config=TINY)
+    models = result.document["models"]
+    assert isinstance(models, dict) and set(models) == set(MODEL_NAMES)
+    for per_horizon in models.values():
+        assert set(per_horizon) == {"1", "3"}
+        for entry in per_horizon.values():
+            assert set(entry["per_metric"]) == set(panel.metrics)
+            assert entry["wape"] == pytest.approx(
+                np.mean([m["wape"] for m in entry["per_metric"].values()])
+            )
+    assert "correlation k-NN" in result.graph

@@ -1,0 +1,125 @@
+"""Reading metric files onto a grid, masks, normalisation and windows on hand-made series."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kubesage.core.errors import InputError, TraceFormatError
+from kubesage.core.forecast.panel import read_panel
+from kubesage.core.forecast.windows import Normaliser, last_observed, make_windows
+
+
+def write(directory: Path, name: str, text: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    if name.endswith(".gz"):
+        with gzip.open(directory / name, "wt") as handle:
+            handle.write(text)
+    else:
+        (directory / name).write_text(text)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    # Two pods on a 10 s grid from t=100. Pod "b" misses t=120 in cpu; "a" lives 100–130,
+    # "b" 110–140. qps only has rows where positive; one gateway row without a pod.
+    write(
+        tmp_path,
+        "pod_cpu_anon.csv",
+        "value,timestamp_anon,container_ip\n"
+        "1,100,a\n2,110,a\n3,120,a\n4,130,a\n10,110,b\n30,130,b\n40,140,b\n",
+    )
+    write(
+        tmp_path,
+        "pod_mem_anon.csv.gz",
+        "timestamp_anon,value,container_ip\n"
+        "100,0.5,a\n110,0.5,a\n120,0.5,a\n130,0.5,a\n110,0.1,b\n120,0.2,b\n130,0.3,b\n140,0.4,b\n",
+    )
+    write(
+        tmp_path,
+        "qps.csv",
+        "timestamp_anon,value,container_ip,request_type\n120,0.09,a,Generative\n130,7,,API\n",
+    )
+    return tmp_path
+
+
+def test_panel_aligns_and_masks_without_filling(tiny: Path) -> None:
+    panel = read_panel(tiny)
+    assert panel.entities == ("a", "b")
+    assert panel.metrics == ("cpu", "mem", "qps")
+    assert (panel.start_s, panel.step_s, panel.steps) == (100.0, 10.0, 5)
+    cpu = panel.metrics.index("cpu")
+    assert panel.mask[:, 1, cpu].tolist() == [False, True, False, True, True]
+    assert panel.values[1, 1, cpu] == 10 and panel.values[3, 1, cpu] == 30
+    assert panel.alive[:, 0].tolist() == [True, True, True, True, False]
+    assert panel.alive[:, 1].tolist() == [False, True, True, True, True]
+    qps = panel.metrics.index("qps")
+    # Declared zero-fill: alive cells without a row read 0; the gateway row is counted, not used.
+    assert panel.values[:, 0, qps].tolist() == [0.0, 0.0, 0.09, 0.0, 0.0]
+    assert panel.mask[:, 0, qps].tolist() == [True, True, True, True, False]
+    assert panel.excluded_rows == {"qps": 1}
+
+
+def test_two_samples_in_one_cell_are_averaged_and_counted(tmp_path: Path) -> None:
+    write(tmp_path, "m.csv", "value,timestamp_anon,container_ip\n1,0,a\n3,10,a\n5,10.4,a\n7,20,a\n")
+    panel = read_panel(tmp_path, absent_as_zero=())
+    assert panel.values[:, 0, 0].tolist() == [1.0, 4.0, 7.0]
+    assert panel.merged_samples == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("value,container_ip\n1,a\n", "lacks column(s) timestamp_anon"),
+        ("value,timestamp_anon,container_ip\nx,0,a\n", "not a number: 'x'"),
+        ("value,timestamp_anon,container_ip\n1,0,\n", "no rows with an entity id"),
+    ],
+)
+def test_malformed_files(tmp_path: Path, text: str, message: str) -> None:
+    write(tmp_path, "m.csv", text)
+    with pytest.raises(TraceFormatError, match=re.escape(message)):
+        read_panel(tmp_path)
+
+
+def test_empty_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"no \.csv"):
+        read_panel(tmp_path)
+
+
+def test_normaliser_uses_training_steps_only(tiny: Path) -> None:
+    panel = read_panel(tiny)
+    normaliser = Normaliser.fit(panel, until_step=3)
+    cpu = panel.metrics.index("cpu")
+    assert normaliser.mean[0, cpu] == pytest.approx(2.0)  # 1, 2, 3 — not 4
+    assert normaliser.mean[1, cpu] == pytest.approx(10.0)  # only one training sample
+    restored = normaliser.invert(normaliser.apply(panel.values))
+    assert np.allclose(restored, panel.values)
+
+
+def test_windows_shapes_masks_and_last_value(tiny: Path) -> None:
+    panel = read_panel(tiny)
+    normaliser = Normaliser.fit(panel, until_step=4)
+    windows = make_windows(panel, normaliser, np.array([3, 4]), history=3, horizon=2)
+    assert windows.inputs.shape == (2, 3, 2, 6)
+    assert windows.targets.shape == (2, 2, 2, 3)
+    cpu = panel.metrics.index("cpu")
+    # Origin 4 forecasts steps 4 and 5; step 5 is past the data, so its target is masked.
+    assert windows.target_mask[1, :, 1, cpu].tolist() == [True, False]
+    # The mask channel of pod b's cpu over steps 0..2 (origin 3): missing, present, missing.
+    assert windows.inputs[0, :, 1, 3 + cpu].tolist() == [0.0, 1.0, 0.0]
+    assert windows.inputs[0, 0, 1, cpu] == 0.0  # a missing input is 0 with mask 0
+    expected_last = normaliser.apply(panel.values)[1, 1, cpu]  # b's last cpu before step 3
+    assert windows.last[0, 1, cpu] == pytest.approx(expected_last)
+    with pytest.raises(InputError, match="history"):
+        make_windows(panel, normaliser, np.array([1]), history=3, horizon=1)
+
+
+def test_last_observed_falls_back_when_nothing_was_seen() -> None:
+    values = np.array([[[1.0]], [[2.0]], [[9.0]]])
+    mask = np.array([[[True]], [[True]], [[False]]])
+    assert last_observed(values, mask, np.array([[5.0]])).tolist() == [[2.0]]
+    assert last_observed(values, np.zeros_like(mask), np.array([[5.0]])).tolist() == [[5.0]]
