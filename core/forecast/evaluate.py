@@ -75,7 +75,7 @@ def evaluate(
             name, config=config, history=history, horizon=horizon
         )
         if isinstance(forecaster, NeuralForecaster):
-            forecaster.graph = graph
+            forecaster.fixed_graph = graph  # the same correlation graph for both fits
         forecaster.fit(panel, until_step)
         seconds[name] = time.perf_counter() - started
         if forecaster.fallback_reason:

@@ -36,6 +36,7 @@ DEFAULT_HISTORY = 24
 """Input steps (about 23 minutes at the GenAI trace's 57 s)."""
 DEFAULT_HORIZON = 15
 MIN_TRAINING_WINDOWS = 16
+"""Windows needed beyond the ``horizon − 1`` left out between training and validation."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,12 @@ class WindowedForecaster:
     def _training_windows(self, panel: MetricPanel, until_step: int) -> Windows | None:
         self.normaliser = Normaliser.fit(panel, until_step)
         origins = np.arange(self.history, until_step - self.horizon + 1)
-        if origins.size < MIN_TRAINING_WINDOWS:
+        needed = MIN_TRAINING_WINDOWS + self.horizon
+        if origins.size < needed:
             self.fallback_reason = (
                 f"cold start: {until_step} steps of history give {max(origins.size, 0)} training "
-                f"windows, need {MIN_TRAINING_WINDOWS} (history {self.history} + horizon "
-                f"{self.horizon}); using last_value"
+                f"windows, need {needed} (history {self.history}, horizon {self.horizon}); "
+                "using last_value"
             )
             return None
         self.fallback_reason = ""
@@ -130,7 +132,8 @@ class WindowedForecaster:
                 note=f"cold start: {history.steps} steps of history, {name} needs {self.history}",
             )
         values = self.forecast_windows(self._window_at_end(history))[0, :horizon]
-        return Forecast(values=values, model=name, note=self.fallback_reason)
+        model = "last_value" if self.fallback_reason else name
+        return Forecast(values=values, model=model, note=self.fallback_reason)
 
 
 def _pad_front(panel: MetricPanel, steps: int) -> MetricPanel:
@@ -180,7 +183,10 @@ class NeuralForecaster(WindowedForecaster):
     hidden: int = 32
     entities: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
+    fixed_graph: EntityGraph | None = None
+    """A graph to use instead of the correlation graph (the topology graph)."""
     graph: EntityGraph | None = None
+    """The graph the model was trained with."""
     model: torch.nn.Module | None = None
     report: TrainReport | None = None
 
@@ -196,8 +202,7 @@ class NeuralForecaster(WindowedForecaster):
 
     def fit(self, panel: MetricPanel, until_step: int, on_epoch: object = None) -> None:
         self.entities, self.metrics = panel.entities, panel.metrics
-        if self.graph is None:
-            self.graph = correlation_graph(panel, until_step)
+        self.graph = self.fixed_graph or correlation_graph(panel, until_step)
         windows = self._training_windows(panel, until_step)
         self.model = self.build(len(panel.metrics))
         if windows is None:
@@ -217,6 +222,10 @@ class NeuralForecaster(WindowedForecaster):
     def _predict_normalised(self, windows: Windows) -> FloatArray:
         assert self.model is not None
         return predict_windows(self.model, windows, self._edge_index())
+
+    def predict(self, history: MetricPanel, horizon: int) -> Forecast:
+        self.check_compatible(history)
+        return super().predict(history, horizon)
 
     def check_compatible(self, panel: MetricPanel) -> None:
         """Refuse data whose entities or metrics differ from the training data."""

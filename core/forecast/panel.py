@@ -6,15 +6,19 @@ metric, with columns read by name: ``value``, ``timestamp_anon`` and
 file name without ``pod_``, ``_anon`` and the extension.
 
 Alignment: the grid step is the median gap between an entity's consecutive
-timestamps (57 s in the GenAI trace); a sample goes to the cell ``round((t − t0) / step)``;
-two samples in one cell are averaged (and counted). Cells without a sample are
-marked missing in ``mask`` — never filled — with one declared exception: metrics
-named in ``absent_as_zero`` (``qps`` by default, whose files only hold rows for
-non-zero rates) read 0 wherever the entity is alive and no row exists.
+timestamps in the dense metrics (57 s in the GenAI trace); a sample goes to the
+cell ``round((t − t0) / step)``. Two samples of one entity in one cell are
+averaged — or summed, in a file with ``request_type`` (rates of different request
+types add up) — and counted. Cells without a sample are marked missing in ``mask``
+— never filled — with one declared exception: metrics named in ``absent_as_zero``
+(``qps`` by default, whose files only hold rows for non-zero rates) read 0 at the
+steps where the entity reported any other metric.
 
-Entities are those present in every other metric; an entity is alive from its
-first to its last sample. Rows without an entity id (gateway-level rows) do not
-belong to any entity: they are counted in ``excluded_rows``, not used.
+Entities are those present in every dense (not zero-filled) metric. ``alive``
+marks the steps where an entity reported a dense metric: it is known at that step,
+never inferred from later data, so no input depends on the future. Rows without
+an entity id (gateway-level rows) belong to no entity: they are counted in
+``excluded_rows``, not used.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ class MetricPanel:
     values: FloatArray
     mask: BoolArray
     alive: BoolArray
-    """``alive[s, n]``: entity n exists at step s (between its first and last sample)."""
+    """``alive[s, n]``: entity n reported some dense metric at step s."""
     absent_as_zero: tuple[str, ...] = ()
     excluded_rows: dict[str, int] = field(default_factory=dict)
     merged_samples: int = 0
@@ -63,8 +67,12 @@ class MetricPanel:
         return np.asarray(self.start_s + self.step_s * np.arange(self.steps), dtype=np.float64)
 
     def step_of(self, timestamp_s: float) -> int:
-        """The first grid step at or after ``timestamp_s``."""
-        return int(np.ceil((timestamp_s - self.start_s) / self.step_s - 1e-9))
+        """The first step that may hold a sample at or after ``timestamp_s``.
+
+        Step k holds samples from ``(k − ½)`` to ``(k + ½)`` steps after the start, so
+        every step before the returned one holds only samples before ``timestamp_s``.
+        """
+        return int(np.floor((timestamp_s - self.start_s) / self.step_s + 0.5 + 1e-9))
 
     def head(self, steps: int) -> MetricPanel:
         """The first ``steps`` steps (a history ending before step ``steps``)."""
@@ -93,8 +101,9 @@ def _open(path: Path) -> IO[str]:
     return path.open(newline="", encoding="utf-8-sig")
 
 
-def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int]:
-    """``(entity, timestamp, value)`` rows and the number of rows without an entity."""
+def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int, bool]:
+    """``(entity, timestamp, value)`` rows, the rows without an entity, and whether the
+    file splits values by ``request_type`` (so same-cell values add up)."""
     rows: list[tuple[str, float, float]] = []
     without_entity = 0
     with _open(path) as handle:
@@ -133,7 +142,7 @@ def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int]:
             rows.append((entity, timestamp, value))
     if not rows:
         raise TraceFormatError("no rows with an entity id", path=path, line=1)
-    return rows, without_entity
+    return rows, without_entity, "request_type" in header
 
 
 def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
@@ -164,11 +173,14 @@ def read_panel(
         raise InputError(f"{directory}: no .csv or .csv.gz metric files")
     per_metric: dict[str, list[tuple[str, float, float]]] = {}
     excluded: dict[str, int] = {}
+    summed: set[str] = set()
     for path in files:
         name = metric_name(path)
         if name in per_metric:
             raise InputError(f"{directory}: two files give metric '{name}'")
-        per_metric[name], excluded[name] = _read_rows(path)
+        per_metric[name], excluded[name], by_type = _read_rows(path)
+        if by_type:
+            summed.add(name)
     metrics = tuple(sorted(per_metric))
     dense = [m for m in metrics if m not in absent_as_zero] or list(metrics)
     entity_sets = [{row[0] for row in per_metric[m]} for m in dense]
@@ -176,7 +188,7 @@ def read_panel(
     if not entities:
         raise InputError(f"{directory}: no entity appears in all of {', '.join(dense)}")
     all_times = np.concatenate([np.array([r[1] for r in per_metric[m]]) for m in metrics])
-    step = _grid_step(per_metric)
+    step = _grid_step({m: per_metric[m] for m in dense})
     start = float(all_times.min())
     steps = int(np.round((all_times.max() - start) / step)) + 1
     index = {entity: i for i, entity in enumerate(entities)}
@@ -190,19 +202,16 @@ def read_panel(
         np.add.at(counts[:, :, m], (cell, ent), 1)
     observed: BoolArray = counts > 0
     values = np.divide(sums, np.maximum(counts, 1))
+    for name in summed:
+        values[:, :, metrics.index(name)] = sums[:, :, metrics.index(name)]
     dense_index = [metrics.index(m) for m in dense]
-    seen: BoolArray = np.asarray(observed[:, :, dense_index].any(axis=2), dtype=bool)
-    alive: BoolArray = np.zeros(seen.shape, dtype=bool)
-    for n in range(len(entities)):
-        cells = np.flatnonzero(seen[:, n])
-        alive[cells[0] : cells[-1] + 1, n] = True
+    alive: BoolArray = np.asarray(observed[:, :, dense_index].any(axis=2), dtype=bool)
     mask = observed.copy()
     zero_filled = tuple(m for m in metrics if m in absent_as_zero)
     for name in zero_filled:
         m = metrics.index(name)
-        mask[:, :, m] = alive
+        mask[:, :, m] = alive | observed[:, :, m]
         values[:, :, m] = np.where(observed[:, :, m], values[:, :, m], 0.0)
-    mask &= alive[:, :, None]
     return MetricPanel(
         entities=entities,
         metrics=metrics,
@@ -232,7 +241,7 @@ def describe(panel: MetricPanel) -> str:
             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         )
     if panel.merged_samples:
-        parts.append(f"{panel.merged_samples} cells had two samples (averaged)")
+        parts.append(f"{panel.merged_samples} cells had several samples (combined)")
     live_cells = int(panel.alive.sum()) * len(panel.metrics)
     missing = 1.0 - panel.mask.sum() / max(1, live_cells)
     parts.append(f"{missing:.1%} of live cells missing (masked)")

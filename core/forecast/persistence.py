@@ -69,26 +69,40 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
         header = json.loads(raw_header["__metadata__"]["kubesage"])
     except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a kubesage forecaster file ({exc})") from exc
-    if header.get("format") != FORMAT:
-        raise InputError(f"{path}: unsupported format {header.get('format')!r}, expected {FORMAT}")
-    forecaster = NeuralForecaster(
-        history=int(header["history"]),
-        horizon=int(header["horizon"]),
-        kind=header["kind"],
-        config=TrainConfig(seed=int(header["seed"])),
-        hidden=int(header["hidden"]),
-        entities=tuple(header["entities"]),
-        metrics=tuple(header["metrics"]),
-        graph=EntityGraph(
-            edge_index=tensors["graph.edge_index"].numpy().astype(np.int64),
-            description=str(header["graph"]),
-        ),
-        normaliser=Normaliser(
-            mean=tensors["normaliser.mean"].numpy().astype(np.float64),
-            std=tensors["normaliser.std"].numpy().astype(np.float64),
-        ),
-        fallback_reason=str(header.get("fallback_reason", "")),
-    )
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        found = header.get("format") if isinstance(header, dict) else None
+        raise InputError(f"{path}: unsupported format {found!r}, expected {FORMAT}")
+    try:
+        kind = header["kind"]
+        if kind not in ("stgcn", "lstm"):
+            raise ValueError(f"unknown model kind {kind!r}")
+        entities = tuple(str(e) for e in header["entities"])
+        metrics = tuple(str(m) for m in header["metrics"])
+        mean = tensors["normaliser.mean"].numpy().astype(np.float64)
+        std = tensors["normaliser.std"].numpy().astype(np.float64)
+        edge_index = tensors["graph.edge_index"].numpy().astype(np.int64)
+        if mean.shape != (len(entities), len(metrics)) or std.shape != mean.shape:
+            raise ValueError(f"normaliser shape {mean.shape} does not fit the entities and metrics")
+        if (
+            edge_index.ndim != 2
+            or edge_index.shape[0] != 2
+            or (edge_index.size and not 0 <= edge_index.min() <= edge_index.max() < len(entities))
+        ):
+            raise ValueError("graph edges do not fit the entities")
+        forecaster = NeuralForecaster(
+            history=int(header["history"]),
+            horizon=int(header["horizon"]),
+            kind=kind,
+            config=TrainConfig(seed=int(header["seed"])),
+            hidden=int(header["hidden"]),
+            entities=entities,
+            metrics=metrics,
+            graph=EntityGraph(edge_index=edge_index, description=str(header["graph"])),
+            normaliser=Normaliser(mean=mean, std=std),
+            fallback_reason=str(header.get("fallback_reason", "")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: malformed kubesage forecaster file ({exc})") from exc
     model = forecaster.build(len(forecaster.metrics))
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     try:

@@ -1,8 +1,9 @@
 """Training loop shared by the neural forecasters (ST-GCN and the LSTM baseline).
 
 Masked L1 loss on normalised targets (the median minimises it, which suits WAPE),
-Adam, gradient clipping, chronological validation split with early stopping on
-the validation loss, the best weights restored at the end. Deterministic for a
+Adam, gradient clipping, a chronological validation split (with a gap so no
+target is in both) and early stopping on the validation loss, the best weights
+restored at the end. Deterministic for a
 seed on a given machine: seeded initialisation and seeded batch order.
 """
 
@@ -83,9 +84,12 @@ def train(
     started = time.perf_counter()
     count = windows.inputs.shape[0]
     held_out = max(1, round(count * config.validation_fraction))
-    if count - held_out < 1:
-        raise ValueError(f"need more than {held_out} training windows, got {count}")
-    train_index = np.arange(count - held_out)
+    # Consecutive origins share horizon−1 target steps: leave that gap so no
+    # validation target was also a training target.
+    gap = windows.targets.shape[1] - 1
+    if count - held_out - gap < 1:
+        raise ValueError(f"need more than {held_out + gap} training windows, got {count}")
+    train_index = np.arange(count - held_out - gap)
     validation_index = np.arange(count - held_out, count)
     generator = torch.Generator().manual_seed(config.seed)
     optimiser = torch.optim.Adam(

@@ -12,6 +12,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.forecast import MODEL_NAMES
 from kubesage.core.forecast.evaluate import evaluate
 from kubesage.core.forecast.forecaster import Forecaster, NeuralForecaster, make_forecaster
+from kubesage.core.forecast.graph import correlation_graph
 from kubesage.core.forecast.panel import MetricPanel, read_panel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
 from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, batched_edges
@@ -137,9 +138,30 @@ def test_cold_start_falls_back_to_last_value_and_says_so(panel: MetricPanel) -> 
     forecaster.fit(panel, 40)  # 40 steps: fewer windows than training needs
     assert "cold start" in forecaster.fallback_reason
     forecast = forecaster.predict(panel.head(60), 5)
-    assert "cold start" in forecast.note
+    assert "cold start" in forecast.note and forecast.model == "last_value"
+    last_value = make_forecaster("last_value", horizon=5)
+    last_value.fit(panel, 40)
+    assert np.array_equal(forecast.values, last_value.predict(panel.head(60), 5).values)
     short = forecaster.predict(panel.head(10), 5)
     assert short.model == "last_value" and "10 steps of history" in short.note
+
+
+def test_refitting_rebuilds_the_graph_from_the_new_training_window(panel: MetricPanel) -> None:
+    forecaster = make_forecaster("stgcn", config=TrainConfig(epochs=1, seed=0), horizon=5)
+    assert isinstance(forecaster, NeuralForecaster)
+    forecaster.fit(panel, 150)
+    forecaster.fit(panel, 100)
+    assert forecaster.graph is not None
+    assert np.array_equal(forecaster.graph.edge_index, correlation_graph(panel, 100).edge_index)
+
+
+def test_predict_refuses_other_entities(panel: MetricPanel, tmp_path: Path) -> None:
+    forecaster = make_forecaster("lstm", config=TINY, horizon=5)
+    forecaster.fit(panel, 120)
+    renamed = read_panel(write_synthetic_metrics(tmp_path, entities=8, steps=160, seed=3))
+    renamed.entities = tuple(f"x{e}" for e in renamed.entities)
+    with pytest.raises(InputError, match="other entities"):
+        forecaster.predict(renamed, 5)
 
 
 def test_evaluate_scores_every_model_at_every_horizon(panel: MetricPanel) -> None:

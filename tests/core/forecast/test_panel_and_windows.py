@@ -123,3 +123,43 @@ def test_last_observed_falls_back_when_nothing_was_seen() -> None:
     mask = np.array([[[True]], [[True]], [[False]]])
     assert last_observed(values, mask, np.array([[5.0]])).tolist() == [[2.0]]
     assert last_observed(values, np.zeros_like(mask), np.array([[5.0]])).tolist() == [[5.0]]
+
+
+def test_zero_filled_mask_never_depends_on_later_data(tmp_path: Path) -> None:
+    dense = "value,timestamp_anon,container_ip\n" + "".join(f"1,{10 * s},a\n" for s in range(10))
+    write(tmp_path / "early", "pod_cpu_anon.csv", dense)
+    write(tmp_path / "early", "qps.csv", "timestamp_anon,value,container_ip\n30,1,a\n")
+    write(tmp_path / "late", "pod_cpu_anon.csv", dense + "1,150,a\n")
+    write(tmp_path / "late", "qps.csv", "timestamp_anon,value,container_ip\n30,1,a\n")
+    early, late = read_panel(tmp_path / "early"), read_panel(tmp_path / "late")
+    qps = early.metrics.index("qps")
+    assert np.array_equal(early.mask[:, :, qps], late.mask[: early.steps, :, qps])
+    assert not late.mask[10:15, 0, qps].any()  # no report from the pod there: missing, not 0
+
+
+def test_request_types_of_one_entity_add_up(tmp_path: Path) -> None:
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n1,10,a\n")
+    write(
+        tmp_path,
+        "qps.csv",
+        "timestamp_anon,value,container_ip,request_type\n10,0.5,a,Generative\n10,0.25,a,API\n",
+    )
+    panel = read_panel(tmp_path)
+    assert panel.values[1, 0, panel.metrics.index("qps")] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("cut_off", [525.0, 533.0, 540.0, 570.0, 571.0])
+def test_steps_before_the_cut_off_hold_only_earlier_samples(tmp_path: Path, cut_off: float) -> None:
+    # 57 s sampling with jitter: step k holds samples from (k − ½) to (k + ½) steps.
+    times = [57 * s + (25 if s % 2 else -20) for s in range(1, 15)]
+    write(
+        tmp_path,
+        "m.csv",
+        "value,timestamp_anon,container_ip\n0,0,a\n" + "".join(f"{t},{t},a\n" for t in times),
+    )
+    panel = read_panel(tmp_path, absent_as_zero=())
+    first_test = panel.step_of(cut_off)
+    training = panel.values[:first_test, 0, 0][panel.mask[:first_test, 0, 0]]
+    testing = panel.values[first_test:, 0, 0][panel.mask[first_test:, 0, 0]]
+    assert (training < cut_off).all()
+    assert testing.min() > training.max()
