@@ -24,9 +24,11 @@ def shared_data_dir(explicit: Path | None = None) -> Path:
     )
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+def format_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, digits: int = 2
+) -> str:
     """A plain fixed-width table (first column left-aligned, the rest right-aligned)."""
-    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    cells = [[str(h) for h in headers]] + [[_cell(v, digits) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
 
     def line(row: list[str]) -> str:
@@ -38,9 +40,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, digits: int) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.2f}"
+        return f"{value:.{digits}f}"
     return str(value)

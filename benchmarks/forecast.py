@@ -69,14 +69,14 @@ def main() -> int:
     for h in HORIZONS:
         headers += [f"WAPE h={h}", f"burst h={h}"]
     print("\nHeadline WAPE (mean of per-metric WAPE; lower is better) and training seconds")
-    print(format_table([*headers, "train s"], headline))
+    print(format_table([*headers, "train s"], headline, digits=3))
     for h in HORIZONS:
         rows = []
         for name, per_h in models.items():
             cells = per_h[str(h)]["per_metric"]
             rows.append([name, *(cells[m]["wape"] for m in metrics), per_h[str(h)]["smape"]])
         print(f"\nWAPE per metric, horizon {h} ({per_h[str(h)]['burst']['cells']} burst cells)")
-        print(format_table(["model", *metrics, "sMAPE"], rows))
+        print(format_table(["model", *metrics, "sMAPE"], rows, digits=3))
     stgcn = {h: models["stgcn"][str(h)]["wape"] for h in HORIZONS}
     for name in models:
         if name == "stgcn":
