@@ -56,6 +56,15 @@ def pod(
     )
 
 
+def pod_category(pod: PodRequest) -> str:
+    """``cpu``, ``share`` or ``gpu<k>``: the openb README's pod categories."""
+    if pod.num_gpu == 0:
+        return "cpu"
+    if pod.is_gpu_sharing:
+        return "share"
+    return f"gpu{pod.num_gpu}"
+
+
 def cluster(*nodes: NodeSpec) -> ClusterState:
     return ClusterState(list(nodes))
 

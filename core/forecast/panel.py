@@ -24,16 +24,15 @@ an entity id (gateway-level rows) belong to no entity: they are counted in
 from __future__ import annotations
 
 import csv
-import gzip
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import numpy.typing as npt
 
 from kubesage.core.errors import InputError, TraceFormatError
+from kubesage.core.traces.csv_files import check_header, open_text
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -95,27 +94,15 @@ def metric_name(path: Path) -> str:
     return name.removeprefix("pod_").removesuffix("_anon")
 
 
-def _open(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
-    return path.open(newline="", encoding="utf-8-sig")
-
-
 def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int, bool]:
     """``(entity, timestamp, value)`` rows, the rows without an entity, and whether the
     file splits values by ``request_type`` (so same-cell values add up)."""
     rows: list[tuple[str, float, float]] = []
     without_entity = 0
-    with _open(path) as handle:
+    with open_text(path) as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise TraceFormatError(
-                f"header lacks column(s) {', '.join(missing)}; found {', '.join(header)}",
-                path=path,
-                line=1,
-            )
+        check_header(header, path, required=REQUIRED_COLUMNS)
         for row in reader:
             line = reader.line_num
             entity = (row["container_ip"] or "").strip()

@@ -37,6 +37,18 @@ _lineages = itertools.count(1)
 class ClusterState:
     """Capacity and free resources of N nodes, vectorised."""
 
+    FREE_ARRAYS = (
+        "cpu_free_milli",
+        "memory_free_mib",
+        "gpu_free_milli",
+        "gpu_max_free_milli",
+        "gpu_whole_free_count",
+        "gpu_free_milli_node",
+        "gpu_pod_count",
+        "gpu_pod_kinds",
+    )
+    """The arrays that allocate and release change (everything else is fixed capacity)."""
+
     def __init__(self, nodes: Sequence[NodeSpec]):
         if not nodes:
             raise InputError("a cluster needs at least one node")
@@ -233,17 +245,7 @@ class ClusterState:
         """An independent copy of the free amounts; capacity arrays are shared (read-only)."""
         clone = object.__new__(ClusterState)
         clone.__dict__.update(self.__dict__)
-        for name in (
-            "cpu_free_milli",
-            "memory_free_mib",
-            "gpu_free_milli",
-            "gpu_max_free_milli",
-            "gpu_whole_free_count",
-            "gpu_free_milli_node",
-            "gpu_pod_count",
-            "gpu_pod_kinds",
-            "node_version",
-        ):
+        for name in (*self.FREE_ARRAYS, "node_version"):
             setattr(clone, name, getattr(self, name).copy())
         return clone
 

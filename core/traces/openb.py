@@ -13,14 +13,13 @@ the 1-based line and the field. Nothing is skipped silently.
 from __future__ import annotations
 
 import csv
-import gzip
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from pydantic import ValidationError
 
 from kubesage.core.errors import InputError, TraceFormatError
+from kubesage.core.traces.csv_files import check_header, open_text
 from kubesage.core.types import NodeSpec, PodRequest
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -35,40 +34,20 @@ POD_OPTIONAL_COLUMNS = (
 )
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
-    return path.open(newline="", encoding="utf-8-sig")
-
-
 def _rows(
     path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
 ) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield ``(line_number, row)`` after checking the header names."""
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader)
         except StopIteration:
             raise TraceFormatError("empty file, expected a header", path=path, line=1) from None
         header = [name.strip() for name in header]
-        repeated = sorted({name for name in header if header.count(name) > 1})
-        if repeated:
-            raise TraceFormatError(
-                f"column(s) {', '.join(repeated)} appear more than once", path=path, line=1
-            )
-        missing = [name for name in required if name not in header]
-        if missing:
-            raise TraceFormatError(
-                f"header lacks column(s) {', '.join(missing)}; found {', '.join(header)}",
-                path=path,
-                line=1,
-            )
-        unknown = [name for name in header if name not in required and name not in optional]
-        if unknown:
-            raise TraceFormatError(f"unknown column(s) {', '.join(unknown)}", path=path, line=1)
+        check_header(header, path, required=required, optional=optional)
         for row in reader:
             line = reader.line_num
             if not row or all(not cell.strip() for cell in row):

@@ -71,14 +71,7 @@ def test_allocate_then_release_restores_exactly() -> None:
     assert state.gpu_allocated_milli_total == 2_300
     state.release(whole, whole_at)
     state.release(share, share_at)
-    for name in (
-        "cpu_free_milli",
-        "memory_free_mib",
-        "gpu_free_milli",
-        "gpu_max_free_milli",
-        "gpu_whole_free_count",
-        "gpu_pod_count",
-    ):
+    for name in ClusterState.FREE_ARRAYS:
         assert np.array_equal(getattr(state, name), getattr(before, name)), name
     assert state.gpu_free_milli_total == before.gpu_free_milli_total
 
@@ -214,5 +207,5 @@ def test_invariants_hold_under_random_allocate_and_release(
         assert state.gpu_pod_kinds.tolist() == (state.gpu_pod_count > 0).sum(axis=1).tolist()
     for placed, placement in reversed(running):
         state.release(placed, placement)
-    for name in ("cpu_free_milli", "memory_free_mib", "gpu_free_milli", "gpu_pod_count"):
+    for name in ClusterState.FREE_ARRAYS:
         assert np.array_equal(getattr(state, name), getattr(initial, name)), name

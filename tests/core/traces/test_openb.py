@@ -12,7 +12,7 @@ import pytest
 from kubesage.core.errors import InputError, TraceFormatError
 from kubesage.core.traces import read_nodes, read_pods
 from kubesage.core.types import NodeSpec, PodRequest
-from tests.builders import shared_data_dir
+from tests.builders import pod_category, shared_data_dir
 
 POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -459,14 +459,6 @@ def openb_dir() -> Path:
     return root / "openb"
 
 
-def category(pod: PodRequest) -> str:
-    if pod.num_gpu == 0:
-        return "cpu"
-    if pod.is_gpu_sharing:
-        return "share"
-    return f"gpu{pod.num_gpu}"
-
-
 def test_real_gpu_node_list(openb_dir: Path) -> None:
     nodes = read_nodes(openb_dir / "openb_node_list_gpu_node.csv")
     assert len(nodes) == 1213
@@ -497,7 +489,7 @@ def test_real_all_node_list(openb_dir: Path) -> None:
 def test_real_default_pod_list(openb_dir: Path) -> None:
     pods = read_pods(openb_dir / "openb_pod_list_default.csv")
     assert len(pods) == 8152
-    assert Counter(category(p) for p in pods) == {
+    assert Counter(pod_category(p) for p in pods) == {
         "cpu": 1088,
         "share": 3078,
         "gpu1": 3911,

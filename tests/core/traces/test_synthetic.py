@@ -19,6 +19,7 @@ from kubesage.core.traces.synthetic import (
     synthetic_workload,
 )
 from kubesage.core.types import PodRequest
+from tests.builders import pod_category
 
 BIG = 20_000
 
@@ -31,14 +32,6 @@ DOCUMENTED_SHARES = {
     "gpu4": 15 / 8152,  # 0.18 %
     "gpu8": 44 / 8152,  # 0.54 %
 }
-
-
-def category(pod: PodRequest) -> str:
-    if pod.num_gpu == 0:
-        return "cpu"
-    if pod.is_gpu_sharing:
-        return "share"
-    return f"gpu{pod.num_gpu}"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +72,7 @@ def test_constraint_seed_is_deterministic() -> None:
 
 
 def test_category_shares_match_the_documented_mix(big_workload: list[PodRequest]) -> None:
-    counts = Counter(category(p) for p in big_workload)
+    counts = Counter(pod_category(p) for p in big_workload)
     assert set(counts) <= set(DOCUMENTED_SHARES)
     for name, share in DOCUMENTED_SHARES.items():
         expected = BIG * share
@@ -111,7 +104,7 @@ def test_gpu_pods_take_whole_gpus_and_cpu_pods_none(big_workload: list[PodReques
 
 def test_request_shapes_come_from_the_category_tables(big_workload: list[PodRequest]) -> None:
     for p in big_workload:
-        shapes = {(cpu, memory) for cpu, memory, _ in OPENB_POD_SHAPES[category(p)]}
+        shapes = {(cpu, memory) for cpu, memory, _ in OPENB_POD_SHAPES[pod_category(p)]}
         assert (p.cpu_milli, p.memory_mib) in shapes
 
 
