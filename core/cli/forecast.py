@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.options import OutputFormat
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import MODEL_NAMES
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
@@ -20,11 +20,6 @@ from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
 
 _RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smh])$")
-
-
-class OutputFormat(StrEnum):
-    table = "table"
-    json = "json"
 
 
 def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.options import OutputFormat
 from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.report.html import write_report
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
@@ -21,11 +22,6 @@ from kubesage.core.sim.summary import json_document, summary_table
 from kubesage.core.traces.openb import read_nodes, read_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 from kubesage.core.types import NodeSpec, PodRequest
-
-
-class OutputFormat(StrEnum):
-    table = "table"
-    json = "json"
 
 
 class Mode(StrEnum):
