@@ -24,7 +24,13 @@ from kubesage.core.forecast import MODEL_NAMES, baselines
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline
-from kubesage.core.forecast.training import TrainConfig, TrainReport, predict_windows, train
+from kubesage.core.forecast.training import (
+    ProgressCallback,
+    TrainConfig,
+    TrainReport,
+    predict_windows,
+    train,
+)
 from kubesage.core.forecast.windows import Normaliser, Windows, make_windows
 
 FloatArray = npt.NDArray[np.float64]
@@ -97,6 +103,11 @@ class WindowedForecaster:
             horizon=self.horizon,
         )
 
+    @property
+    def name(self) -> str:
+        """The model name (each model defines it)."""
+        raise NotImplementedError
+
     def fit(self, panel: MetricPanel, until_step: int) -> None:
         """Learn from steps before ``until_step`` (each model defines it)."""
         raise NotImplementedError
@@ -118,7 +129,7 @@ class WindowedForecaster:
             raise InputError("predict() before fit()")
         if horizon > self.horizon:
             raise InputError(f"horizon {horizon} is beyond the trained horizon {self.horizon}")
-        name = getattr(self, "name", "model")
+        name = self.name
         if history.steps < self.history:
             windows_history = _pad_front(history, self.history)
             values = np.asarray(
@@ -200,7 +211,9 @@ class NeuralForecaster(WindowedForecaster):
             return STGCN(2 * metrics, metrics, self.horizon, hidden=self.hidden)
         return LSTMBaseline(2 * metrics, metrics, self.horizon, hidden=2 * self.hidden)
 
-    def fit(self, panel: MetricPanel, until_step: int, on_epoch: object = None) -> None:
+    def fit(
+        self, panel: MetricPanel, until_step: int, on_epoch: ProgressCallback | None = None
+    ) -> None:
         self.entities, self.metrics = panel.entities, panel.metrics
         self.graph = self.fixed_graph or correlation_graph(panel, until_step)
         windows = self._training_windows(panel, until_step)
@@ -212,7 +225,7 @@ class NeuralForecaster(WindowedForecaster):
             windows,
             self._edge_index(),
             self.config,
-            on_epoch if callable(on_epoch) else None,
+            on_epoch,
         )
 
     def _edge_index(self) -> torch.Tensor:
