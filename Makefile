@@ -37,6 +37,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/fgd_reproduction.py
 	$(BIN)/python benchmarks/placement_speed.py
 	$(BIN)/python benchmarks/forecast.py
+	$(BIN)/python benchmarks/drtg.py
+	$(BIN)/python benchmarks/allreduce.py
 
 clean:
 	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,264 @@
+"""AllReduce-aware gang placement: which GPUs an N-GPU job gets, and its rank order.
+
+A ring AllReduce runs at the speed of its slowest hop, so a placement's quality is
+the ring's bus bandwidth (``busbw = algbw · 2(n−1)/n``, algbw = slowest hop, from
+the DRTG). The placement is all-or-nothing and prefers, in order: the highest
+ring bus bandwidth, the fewest nodes and racks, and then the tightest fit (nodes
+whose free GPUs it uses up, so whole free nodes stay whole for the next big job).
+
+Inside a node, the best ring order is the Hamiltonian cycle with the widest
+slowest hop, found exactly by a bitmask search (nodes have at most 16 GPUs).
+Across nodes, each node's GPUs are consecutive in the ring (consecutive ranks
+share the fastest links, as NCCL wants), so only one hop per node boundary
+crosses the network.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesage.core.errors import InputError
+from kubesage.core.topology.graph import DRTG
+
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class GangPlacement:
+    """GPUs for every rank, in rank order (global GPU ids of the DRTG)."""
+
+    ranks: tuple[int, ...]
+    bus_bandwidth_gbps: float
+    nodes: tuple[str, ...]
+    racks: int
+    explanation: str
+
+
+def best_ring(bandwidth: FloatArray) -> tuple[list[int], float]:
+    """Order of ``n`` GPUs (bandwidth matrix ``(n, n)``) maximising the slowest ring hop."""
+    n = bandwidth.shape[0]
+    if n <= 2:
+        order = list(range(n))
+        return order, float(bandwidth[0, 1]) if n == 2 else float("inf")
+    thresholds = sorted({float(v) for v in bandwidth[np.triu_indices(n, 1)]}, reverse=True)
+    for threshold in thresholds:
+        cycle = _hamiltonian_cycle(bandwidth >= threshold)
+        if cycle is not None:
+            return cycle, threshold
+    raise AssertionError("a complete graph always has a Hamiltonian cycle")
+
+
+def _hamiltonian_cycle(adjacent: BoolArray) -> list[int] | None:
+    """A Hamiltonian cycle through vertex 0 (bitmask DP), or None."""
+    n = adjacent.shape[0]
+    full = (1 << n) - 1
+    reach = np.zeros((1 << n, n), dtype=bool)  # reach[mask, v]: path 0 → v covering mask
+    parent = np.full((1 << n, n), -1, dtype=np.int64)
+    reach[1, 0] = True
+    for mask in range(1, 1 << n):
+        if not mask & 1:
+            continue
+        for v in np.flatnonzero(reach[mask]):
+            for w in np.flatnonzero(adjacent[v]):
+                if not mask >> w & 1:
+                    bigger = mask | 1 << w
+                    if not reach[bigger, w]:
+                        reach[bigger, w] = True
+                        parent[bigger, w] = v
+    for last in range(1, n):
+        if reach[full, last] and adjacent[last, 0]:
+            order: list[int] = []
+            mask, vertex = full, last
+            while vertex != -1:
+                order.append(vertex)
+                vertex, mask = int(parent[mask, vertex]), mask & ~(1 << vertex)
+            return order[::-1]
+    return None
+
+
+def _node_choice(drtg: DRTG, node: int, free: Sequence[int], count: int) -> tuple[list[int], float]:
+    """Best ``count`` of the node's free local GPUs and their ring order."""
+    matrix = drtg.intra_node_bandwidth(node)
+    per_switch = drtg.spec.node_templates[drtg.node_template[node]].gpus_per_switch
+    best: tuple[list[int], float] = ([], -1.0)
+    best_rails = -1
+    for subset in itertools.combinations(free, count):
+        order, slowest = best_ring(matrix[np.ix_(subset, subset)])
+        # Among equally fast rings prefer GPUs behind more NICs (more rails out).
+        rails = len({g // per_switch for g in subset})
+        if slowest > best[1] or (slowest == best[1] and rails > best_rails):
+            best, best_rails = ([subset[i] for i in order], slowest), rails
+    return best
+
+
+def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | None:
+    """Place ``count`` whole GPUs among ``free_gpus`` (per global GPU); None if they do not fit."""
+    if count < 1:
+        raise InputError(f"a gang needs at least one GPU, got {count}")
+    if free_gpus.shape != (drtg.num_gpus,):
+        raise InputError(f"free_gpus must have one entry per GPU ({drtg.num_gpus})")
+    if int(free_gpus.sum()) < count:
+        return None
+    free_by_node = {
+        node: [int(g) for g in np.flatnonzero(free_gpus[drtg.node_gpus(node)])]
+        for node in range(drtg.num_nodes)
+    }
+    single = [node for node, free in free_by_node.items() if len(free) >= count]
+    if single:
+        scored = []
+        for node in single:
+            local, slowest = _node_choice(drtg, node, free_by_node[node], count)
+            busbw = slowest * 2 * (count - 1) / count if count > 1 else float("inf")
+            scored.append((busbw, -len(free_by_node[node]), node, local))
+        busbw, _, node, local = max(scored, key=lambda item: (item[0], item[1], -item[2]))
+        ranks = tuple(int(drtg.node_gpus(node)[g]) for g in local)
+        return GangPlacement(
+            ranks=ranks,
+            bus_bandwidth_gbps=busbw,
+            nodes=(drtg.node_names[node],),
+            racks=1,
+            explanation=(
+                f"one node, {drtg.node_names[node]}: ring bus bandwidth {busbw:.1f} GB/s; "
+                f"{len(free_by_node[node]) - count} of its free GPUs left"
+            ),
+        )
+    return _place_across_nodes(drtg, free_by_node, count)
+
+
+def _place_across_nodes(
+    drtg: DRTG, free_by_node: dict[int, list[int]], count: int
+) -> GangPlacement | None:
+    """Try node sets from one rack, then one zone, then anywhere; keep the best ring.
+
+    For each scope, nodes are taken most-free-first or in index order, each filled
+    as far as it goes or all evenly loaded; every candidate's ring keeps each rack's
+    nodes together and is scored by the DRTG. The best bus bandwidth wins, then
+    the fewest nodes and racks.
+    """
+    scopes: list[list[int]] = []
+    for rack in range(len(drtg.rack_names)):
+        scopes.append([n for n in range(drtg.num_nodes) if drtg.node_rack[n] == rack])
+    for zone in range(len(drtg.zone_names)):
+        scopes.append([n for n in range(drtg.num_nodes) if drtg.node_zone[n] == zone])
+    scopes.append(list(range(drtg.num_nodes)))
+    best: tuple[tuple[float, int, int], list[int], list[tuple[int, int]]] | None = None
+    for scope in scopes:
+        with_free = [n for n in scope if free_by_node[n]]
+        if sum(len(free_by_node[n]) for n in with_free) < count:
+            continue
+        orders = (
+            sorted(with_free, key=lambda n: (-len(free_by_node[n]), n)),
+            sorted(with_free),
+        )
+        for order in orders:
+            for takes in (_fill(order, free_by_node, count), _even(order, free_by_node, count)):
+                if takes is None:
+                    continue
+                takes.sort(key=lambda item: (int(drtg.node_rack[item[0]]), item[0]))
+                ranks: list[int] = []
+                for node, take in takes:
+                    local, _ = _node_choice(drtg, node, free_by_node[node], take)
+                    ranks += [int(drtg.node_gpus(node)[g]) for g in local]
+                busbw = drtg.ring_bus_bandwidth(ranks)
+                racks = len({int(drtg.node_rack[node]) for node, _ in takes})
+                key = (busbw, -len(takes), -racks)
+                if best is None or key > best[0]:
+                    best = (key, ranks, takes)
+        if best is not None and scope is scopes[-1]:
+            break
+    if best is None:
+        return None
+    (busbw, _, _), ranks, takes = best
+    racks = len({int(drtg.node_rack[node]) for node, _ in takes})
+    return GangPlacement(
+        ranks=tuple(ranks),
+        bus_bandwidth_gbps=busbw,
+        nodes=tuple(drtg.node_names[node] for node, _ in takes),
+        racks=racks,
+        explanation=(
+            f"{len(takes)} nodes in {racks} rack(s), each node's GPUs consecutive in the "
+            f"ring: bus bandwidth {busbw:.1f} GB/s"
+        ),
+    )
+
+
+def _fill(
+    order: list[int], free_by_node: dict[int, list[int]], count: int
+) -> list[tuple[int, int]]:
+    """Take every free GPU of each node in turn until ``count``."""
+    takes, remaining = [], count
+    for node in order:
+        take = min(remaining, len(free_by_node[node]))
+        takes.append((node, take))
+        remaining -= take
+        if remaining == 0:
+            break
+    return takes
+
+
+def _even(
+    order: list[int], free_by_node: dict[int, list[int]], count: int
+) -> list[tuple[int, int]] | None:
+    """The fewest nodes of ``order`` that fit ``count``, loaded as evenly as they allow."""
+    for size in range(1, len(order) + 1):
+        nodes = order[:size]
+        if sum(len(free_by_node[n]) for n in nodes) < count:
+            continue
+        takes = {n: 0 for n in nodes}
+        remaining = count
+        while remaining:
+            for node in nodes:
+                if remaining and takes[node] < len(free_by_node[node]):
+                    takes[node] += 1
+                    remaining -= 1
+        return list(takes.items())
+    return None
+
+
+EXHAUSTIVE_LIMIT = 200_000
+"""Most rings ``exhaustive_best`` will score."""
+
+
+def exhaustive_best(drtg: DRTG, free_gpus: BoolArray, count: int) -> float:
+    """The best ring bus bandwidth over every free GPU subset and every ring order.
+
+    Scores rings with the same DRTG model as ``place_gang``; for small instances only.
+    """
+    free = [int(g) for g in np.flatnonzero(free_gpus)]
+    if len(free) < count:
+        return 0.0
+    subsets = list(itertools.combinations(free, count))
+    orders = max(1, int(np.prod(range(1, count)))) // (2 if count > 2 else 1)
+    if len(subsets) * orders > EXHAUSTIVE_LIMIT:
+        raise InputError(f"{len(subsets) * orders} rings is too many to search exhaustively")
+    best = 0.0
+    for subset in subsets:
+        first, rest = subset[0], subset[1:]
+        for order in itertools.permutations(rest):
+            if len(order) > 1 and order[0] > order[-1]:
+                continue  # a ring and its reverse are the same ring
+            best = max(best, drtg.ring_bus_bandwidth([first, *order]))
+    return best
+
+
+def spread_placement(drtg: DRTG, free_gpus: BoolArray, count: int) -> list[int] | None:
+    """Topology-blind spreading: one free GPU per node in turn, ranks in that order."""
+    queues = [list(drtg.node_gpus(n)[free_gpus[drtg.node_gpus(n)]]) for n in range(drtg.num_nodes)]
+    ranks: list[int] = []
+    while len(ranks) < count and any(queues):
+        for queue in queues:
+            if queue and len(ranks) < count:
+                ranks.append(int(queue.pop(0)))
+    return ranks if len(ranks) == count else None
+
+
+def packed_placement(drtg: DRTG, free_gpus: BoolArray, count: int) -> list[int] | None:
+    """Topology-blind packing: the lowest-numbered free GPUs, ranks in index order."""
+    free = [int(g) for g in np.flatnonzero(free_gpus)]
+    return free[:count] if len(free) >= count else None

@@ -1,0 +1,1 @@
+"""The dynamic resource topology graph (DRTG) and its link model."""

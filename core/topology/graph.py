@@ -1,0 +1,505 @@
+"""DRTG: the dynamic resource topology graph.
+
+A tree zone → rack → node → socket → PCIe switch → GPU / NIC, plus the data links
+that do not follow the tree (NVLink bridges, an NVSwitch fabric per node, the
+socket interconnect). Every edge carries the twelve indicators of
+:mod:`kubesage.core.topology.indicators`; static ones come from the topology
+spec, dynamic ones from telemetry over a sliding window (default 5 s), and only
+the edges (and nodes) that received samples are recomputed.
+
+Bandwidth between two GPUs is the smallest available bandwidth on their path:
+inside a node the NVLink/NVSwitch path when there is one, else PCIe (through the
+socket interconnect across sockets); across nodes each GPU's way out (PCIe to
+its switch's NIC, the NIC) plus the rack uplinks, and the zone uplinks, that the
+path crosses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesage.core.config import load_config
+from kubesage.core.errors import InputError
+from kubesage.core.topology.indicators import (
+    DYNAMIC,
+    INDICATOR_COUNT,
+    Indicator,
+    IndicatorWeights,
+    available_bandwidth,
+    edge_weight,
+)
+from kubesage.core.topology.links import (
+    CROSS_SOCKET_GBPS,
+    DEFAULT_LATENCY_US,
+    NVLINK_GBPS_PER_LINK,
+    PCIE_X16_GBPS,
+    LinkKind,
+)
+from kubesage.core.topology.spec import TOPOLOGY_KIND, NodeTemplate, TopologySpec
+from kubesage.core.types import NodeSpec
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+DEFAULT_WINDOW_S = 5.0
+WINDOW_BUCKETS = 5
+
+
+class Level(IntEnum):
+    """How close two GPUs are; lower is closer."""
+
+    SAME_GPU = 0
+    NVLINK = 1
+    SAME_SWITCH = 2
+    SAME_SOCKET = 3
+    SAME_NODE = 4
+    SAME_RACK = 5
+    SAME_ZONE = 6
+    CROSS_ZONE = 7
+
+
+@dataclass
+class _Template:
+    spec: NodeTemplate
+    edge_offsets: dict[str, int]
+    """Edge position (relative to the node's first edge) of each named link."""
+    edges_per_node: int
+    intra_path: list[list[list[str]]]
+    """Names of the edges on the path between local GPUs i and j."""
+    egress_path: list[list[str]]
+    """Names of the edges from local GPU i to its NIC, NIC uplink included."""
+
+
+def _template_layout(spec: NodeTemplate) -> _Template:
+    names: list[str] = []
+    per_socket = spec.gpus // spec.sockets
+    switches = spec.gpus // spec.gpus_per_switch
+    for s in range(spec.sockets - 1):
+        names.append(f"xsocket{s}")
+    for w in range(switches):
+        names += [f"socket-switch{w}", f"switch-nic{w}", f"nic-uplink{w}"]
+    for g in range(spec.gpus):
+        names.append(f"gpu{g}-switch")
+        if spec.nvlink.topology == "nvswitch":
+            names.append(f"gpu{g}-nvswitch")
+    if spec.nvlink.topology == "pairs":
+        for g in range(0, spec.gpus, 2):
+            names.append(f"nvlink{g}")
+    offsets = {name: i for i, name in enumerate(names)}
+
+    def socket_of(g: int) -> int:
+        return g // per_socket
+
+    def switch_of(g: int) -> int:
+        return g // spec.gpus_per_switch
+
+    def pcie_path(a: int, b: int) -> list[str]:
+        path = [f"gpu{a}-switch", f"gpu{b}-switch"]
+        if switch_of(a) != switch_of(b):
+            path += [f"socket-switch{switch_of(a)}", f"socket-switch{switch_of(b)}"]
+        low, high = sorted((socket_of(a), socket_of(b)))
+        path += [f"xsocket{s}" for s in range(low, high)]
+        return path
+
+    intra: list[list[list[str]]] = []
+    for a in range(spec.gpus):
+        row: list[list[str]] = []
+        for b in range(spec.gpus):
+            if a == b:
+                row.append([])
+            elif spec.nvlink.topology == "nvswitch":
+                row.append([f"gpu{a}-nvswitch", f"gpu{b}-nvswitch"])
+            elif spec.nvlink.topology == "pairs" and a // 2 == b // 2:
+                row.append([f"nvlink{a - a % 2}"])
+            else:
+                row.append(pcie_path(a, b))
+        intra.append(row)
+    egress = [
+        [f"gpu{g}-switch", f"switch-nic{switch_of(g)}", f"nic-uplink{switch_of(g)}"]
+        for g in range(spec.gpus)
+    ]
+    return _Template(spec, offsets, len(names), intra, egress)
+
+
+class DRTG:
+    """The topology graph of a cluster, with live edge indicators."""
+
+    def __init__(
+        self,
+        spec: TopologySpec,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        coefficients: IndicatorWeights | None = None,
+    ):
+        if window_s <= 0:
+            raise InputError(f"window_s must be positive, got {window_s}")
+        self.spec = spec
+        self.window_s = window_s
+        self.coefficients = coefficients or IndicatorWeights()
+        self.zone_names = tuple(zone.name for zone in spec.zones)
+        self.rack_names = tuple(rack.name for rack in spec.racks)
+        zone_index = {name: i for i, name in enumerate(self.zone_names)}
+        self.rack_zone: IntArray = np.array(
+            [zone_index[r.zone] for r in spec.racks], dtype=np.int64
+        )
+        self._templates = {name: _template_layout(t) for name, t in spec.node_templates.items()}
+
+        node_names: list[str] = []
+        node_rack: list[int] = []
+        node_template: list[str] = []
+        for r, rack in enumerate(spec.racks):
+            width = max(2, len(str(rack.nodes - 1)))
+            for i in range(rack.nodes):
+                node_names.append(f"{rack.name}-node-{i:0{width}d}")
+                node_rack.append(r)
+                node_template.append(rack.template)
+        self.node_names = tuple(node_names)
+        self.node_index = {name: i for i, name in enumerate(node_names)}
+        self.node_rack: IntArray = np.array(node_rack, dtype=np.int64)
+        self.node_zone: IntArray = self.rack_zone[self.node_rack]
+        self.node_template = tuple(node_template)
+
+        # Edges: each node's edges in one block laid out by its template, then one
+        # uplink per rack and per zone.
+        first_edge = []
+        kinds: list[int] = []
+        indicator_rows: list[FloatArray] = []
+        gpu_node: list[int] = []
+        gpu_local: list[int] = []
+        for n, name in enumerate(self.node_template):
+            template = self._templates[name]
+            first_edge.append(len(kinds))
+            for edge_name in template.edge_offsets:
+                kind, row = self._edge_row(template.spec, edge_name)
+                kinds.append(kind)
+                indicator_rows.append(row)
+            for g in range(template.spec.gpus):
+                gpu_node.append(n)
+                gpu_local.append(g)
+        self.node_first_edge: IntArray = np.array(first_edge, dtype=np.int64)
+        self.rack_uplink_edge: IntArray = np.arange(len(spec.racks), dtype=np.int64) + len(kinds)
+        for rack in spec.racks:
+            kinds.append(LinkKind.RACK_UPLINK)
+            indicator_rows.append(
+                self._row(rack.uplink_gbps / 8.0, LinkKind.RACK_UPLINK, same_zone=1.0, cost=0.5)
+            )
+        self.zone_uplink_edge: IntArray = np.arange(len(spec.zones), dtype=np.int64) + len(kinds)
+        for zone in spec.zones:
+            kinds.append(LinkKind.ZONE_UPLINK)
+            indicator_rows.append(self._row(zone.uplink_gbps / 8.0, LinkKind.ZONE_UPLINK, cost=2.0))
+        self.edge_kind: IntArray = np.array(kinds, dtype=np.int64)
+        self.static_indicators: FloatArray = np.array(indicator_rows)
+        self.indicators: FloatArray = self.static_indicators.copy()
+        self.gpu_node: IntArray = np.array(gpu_node, dtype=np.int64)
+        self.gpu_local: IntArray = np.array(gpu_local, dtype=np.int64)
+        self.node_first_gpu: IntArray = np.searchsorted(self.gpu_node, np.arange(len(node_names)))
+
+        self._available: FloatArray = available_bandwidth(self.indicators)
+        self.weight: FloatArray = edge_weight(self.indicators, self.coefficients)
+        # Sliding window: per bucket, sums and counts of each dynamic indicator per edge.
+        shape = (WINDOW_BUCKETS, self.num_edges, len(DYNAMIC))
+        self._sums = np.zeros(shape)
+        self._counts = np.zeros(shape, dtype=np.int64)
+        self._bucket_epoch = np.full(WINDOW_BUCKETS, -1, dtype=np.int64)
+        self._intra: dict[int, FloatArray] = {}
+        self._egress: dict[int, FloatArray] = {}
+
+    # -- construction helpers ------------------------------------------------------------
+
+    @staticmethod
+    def _row(bandwidth: float, kind: LinkKind, **static: float) -> FloatArray:
+        row = np.zeros(INDICATOR_COUNT)
+        row[Indicator.BANDWIDTH_GBPS] = bandwidth
+        row[Indicator.LATENCY_US] = DEFAULT_LATENCY_US[kind]
+        for name, value in static.items():
+            row[Indicator[name.upper()]] = value
+        return row
+
+    def _edge_row(self, spec: NodeTemplate, name: str) -> tuple[int, FloatArray]:
+        pcie = PCIE_X16_GBPS[spec.pcie_generation]
+        nvlink = NVLINK_GBPS_PER_LINK[spec.nvlink.generation] * spec.nvlink.links_per_gpu
+        local = {"same_rack": 1.0, "same_zone": 1.0}
+        if name.startswith("xsocket"):
+            return LinkKind.CROSS_SOCKET, self._row(
+                CROSS_SOCKET_GBPS, LinkKind.CROSS_SOCKET, **local
+            )
+        if name.startswith("nic-uplink"):
+            return LinkKind.NIC, self._row(
+                spec.nic_gbps_per_switch / 8.0, LinkKind.NIC, same_zone=1.0, cost=0.2
+            )
+        if name.endswith("-nvswitch"):
+            return LinkKind.NVSWITCH, self._row(
+                nvlink,
+                LinkKind.NVSWITCH,
+                numa_affinity=1.0,
+                nvlink_count=spec.nvlink.links_per_gpu,
+                **local,
+            )
+        if name.startswith("nvlink"):
+            return LinkKind.NVLINK, self._row(
+                nvlink,
+                LinkKind.NVLINK,
+                numa_affinity=1.0,
+                nvlink_count=spec.nvlink.links_per_gpu,
+                **local,
+            )
+        shared = 1.0 if name.endswith("-switch") and name.startswith("gpu") else 0.0
+        return LinkKind.PCIE, self._row(
+            pcie, LinkKind.PCIE, numa_affinity=1.0, shared_switch=shared, **local
+        )
+
+    @classmethod
+    def from_yaml(cls, path: Path | str, **options: object) -> DRTG:
+        """Build from a ``Topology`` YAML file (``configs/topologies/*.yaml``)."""
+        spec = load_config(path, TopologySpec, kind=TOPOLOGY_KIND)
+        return cls(spec, **options)  # type: ignore[arg-type]
+
+    # -- sizes and exports ---------------------------------------------------------------
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_kind.size)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def num_gpus(self) -> int:
+        return int(self.gpu_node.size)
+
+    def node_specs(self) -> list[NodeSpec]:
+        """The nodes as ClusterState specs, with their rack and zone."""
+        specs = []
+        for n, name in enumerate(self.node_names):
+            template = self.spec.node_templates[self.node_template[n]]
+            specs.append(
+                NodeSpec(
+                    name=name,
+                    cpu_milli=template.cpu_milli,
+                    memory_mib=template.memory_mib,
+                    gpu_count=template.gpus,
+                    gpu_model=template.gpu_model,
+                    rack=self.rack_names[self.node_rack[n]],
+                    zone=self.zone_names[self.node_zone[n]],
+                )
+            )
+        return specs
+
+    # -- telemetry -----------------------------------------------------------------------
+
+    def observe(
+        self,
+        edges: npt.ArrayLike,
+        indicator: Indicator,
+        values: npt.ArrayLike,
+        timestamp_s: float,
+    ) -> None:
+        """Record samples of one dynamic indicator on some edges at ``timestamp_s``.
+
+        The indicator's value on an edge becomes the mean of its samples in the last
+        ``window_s`` seconds (or its static value when none); weights and the cached
+        GPU bandwidths are recomputed for the touched edges only.
+        """
+        if indicator not in DYNAMIC:
+            raise InputError(f"{indicator.name} comes from the topology, not from telemetry")
+        edge_ids = np.asarray(edges, dtype=np.int64).ravel()
+        samples = np.broadcast_to(np.asarray(values, dtype=np.float64), edge_ids.shape)
+        if edge_ids.size and (edge_ids.min() < 0 or edge_ids.max() >= self.num_edges):
+            raise InputError(f"edge ids must be in [0, {self.num_edges})")
+        epoch = int(timestamp_s // (self.window_s / WINDOW_BUCKETS))
+        bucket = epoch % WINDOW_BUCKETS
+        stale = [
+            b for b in range(WINDOW_BUCKETS) if self._bucket_epoch[b] <= epoch - WINDOW_BUCKETS
+        ]
+        touched = edge_ids
+        if self._bucket_epoch[bucket] != epoch:
+            stale.append(bucket)
+        for b in set(stale):
+            if self._bucket_epoch[b] >= 0:
+                expired = np.flatnonzero(self._counts[b].any(axis=1))
+                touched = np.concatenate([touched, expired])
+            self._sums[b] = 0.0
+            self._counts[b] = 0
+            self._bucket_epoch[b] = -1
+        self._bucket_epoch[bucket] = epoch
+        column = DYNAMIC.index(indicator)
+        np.add.at(self._sums[bucket, :, column], edge_ids, samples)
+        np.add.at(self._counts[bucket, :, column], edge_ids, 1)
+        self._refresh(np.unique(touched))
+
+    def _refresh(self, edges: IntArray) -> None:
+        if edges.size == 0:
+            return
+        sums = self._sums[:, edges].sum(axis=0)
+        counts = self._counts[:, edges].sum(axis=0)
+        rows = self.static_indicators[edges].copy()
+        for column, indicator in enumerate(DYNAMIC):
+            seen = counts[:, column] > 0
+            rows[seen, indicator] = sums[seen, column] / counts[seen, column]
+        self.indicators[edges] = rows
+        self._available[edges] = available_bandwidth(rows)
+        self.weight[edges] = edge_weight(rows, self.coefficients)
+        nodes = np.searchsorted(self.node_first_edge, edges, side="right") - 1
+        for node in np.unique(nodes[(nodes >= 0) & (edges < self.rack_uplink_edge[0])]):
+            self._intra.pop(int(node), None)
+            self._egress.pop(int(node), None)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def node_edge(self, node: int, name: str) -> int:
+        """Global id of a node's named edge (``gpu3-switch``, ``nic-uplink1``, ...)."""
+        template = self._templates[self.node_template[node]]
+        try:
+            return int(self.node_first_edge[node] + template.edge_offsets[name])
+        except KeyError:
+            raise InputError(f"node {self.node_names[node]} has no edge '{name}'") from None
+
+    def intra_node_bandwidth(self, node: int) -> FloatArray:
+        """``(G, G)`` available GB/s between the node's GPUs (diagonal: +inf)."""
+        cached = self._intra.get(node)
+        if cached is None:
+            template = self._templates[self.node_template[node]]
+            base = self.node_first_edge[node]
+            gpus = template.spec.gpus
+            cached = np.full((gpus, gpus), np.inf)
+            for a in range(gpus):
+                for b in range(a + 1, gpus):
+                    path = [base + template.edge_offsets[n] for n in template.intra_path[a][b]]
+                    cached[a, b] = cached[b, a] = self._available[path].min()
+            self._intra[node] = cached
+        return cached
+
+    def egress_bandwidth(self, node: int) -> FloatArray:
+        """``(G,)`` available GB/s from each GPU of the node out through its NIC."""
+        cached = self._egress.get(node)
+        if cached is None:
+            template = self._templates[self.node_template[node]]
+            base = self.node_first_edge[node]
+            cached = np.array(
+                [
+                    self._available[[base + template.edge_offsets[n] for n in path]].min()
+                    for path in template.egress_path
+                ]
+            )
+            self._egress[node] = cached
+        return cached
+
+    def gpu_bandwidth(self, a: int, b: int) -> float:
+        """Available GB/s between global GPUs ``a`` and ``b``."""
+        node_a, node_b = int(self.gpu_node[a]), int(self.gpu_node[b])
+        local_a, local_b = int(self.gpu_local[a]), int(self.gpu_local[b])
+        if node_a == node_b:
+            return float(self.intra_node_bandwidth(node_a)[local_a, local_b])
+        bandwidth = min(
+            self.egress_bandwidth(node_a)[local_a], self.egress_bandwidth(node_b)[local_b]
+        )
+        rack_a, rack_b = int(self.node_rack[node_a]), int(self.node_rack[node_b])
+        if rack_a != rack_b:
+            bandwidth = min(
+                bandwidth,
+                self._available[self.rack_uplink_edge[rack_a]],
+                self._available[self.rack_uplink_edge[rack_b]],
+            )
+            zone_a, zone_b = int(self.rack_zone[rack_a]), int(self.rack_zone[rack_b])
+            if zone_a != zone_b:
+                bandwidth = min(
+                    bandwidth,
+                    self._available[self.zone_uplink_edge[zone_a]],
+                    self._available[self.zone_uplink_edge[zone_b]],
+                )
+        return float(bandwidth)
+
+    def locality(self, a: int, b: int) -> Level:
+        """How close global GPUs ``a`` and ``b`` are."""
+        if a == b:
+            return Level.SAME_GPU
+        node_a, node_b = int(self.gpu_node[a]), int(self.gpu_node[b])
+        if node_a == node_b:
+            template = self._templates[self.node_template[node_a]]
+            spec = template.spec
+            la, lb = int(self.gpu_local[a]), int(self.gpu_local[b])
+            if spec.nvlink.topology == "nvswitch" or (
+                spec.nvlink.topology == "pairs" and la // 2 == lb // 2
+            ):
+                return Level.NVLINK
+            if la // spec.gpus_per_switch == lb // spec.gpus_per_switch:
+                return Level.SAME_SWITCH
+            per_socket = spec.gpus // spec.sockets
+            return Level.SAME_SOCKET if la // per_socket == lb // per_socket else Level.SAME_NODE
+        if self.node_rack[node_a] == self.node_rack[node_b]:
+            return Level.SAME_RACK
+        return (
+            Level.SAME_ZONE
+            if self.node_zone[node_a] == self.node_zone[node_b]
+            else Level.CROSS_ZONE
+        )
+
+    def ring_bus_bandwidth(self, ring: Sequence[int]) -> float:
+        """NCCL ring bus bandwidth (GB/s) for GPUs in ring order: algbw · 2(n−1)/n.
+
+        algbw is the slowest hop. Hops inside a node use the GPU-to-GPU path. A hop
+        between nodes uses the node's rails: NCCL runs one channel per NIC, so a
+        node's cross-node bandwidth is the sum of the ways out of the distinct NICs
+        next to its GPUs in the ring, shared by the node's boundary hops; rack and
+        zone uplinks are shared by the hops that leave through them.
+        """
+        n = len(ring)
+        if n < 2:
+            return float("inf")
+        nodes = [int(self.gpu_node[g]) for g in ring]
+        rails: dict[int, dict[int, float]] = {}
+        for gpu, node in zip(ring, nodes, strict=True):
+            template = self.spec.node_templates[self.node_template[node]]
+            local = int(self.gpu_local[gpu])
+            switch = local // template.gpus_per_switch
+            rails.setdefault(node, {})
+            rails[node][switch] = max(
+                rails[node].get(switch, 0.0), float(self.egress_bandwidth(node)[local])
+            )
+        boundary = [(i, (i + 1) % n) for i in range(n) if nodes[i] != nodes[(i + 1) % n]]
+        leaving: dict[int, int] = {}
+        rack_out: dict[int, int] = {}
+        zone_out: dict[int, int] = {}
+        for i, j in boundary:
+            leaving[nodes[i]] = leaving.get(nodes[i], 0) + 1
+            rack_i, rack_j = int(self.node_rack[nodes[i]]), int(self.node_rack[nodes[j]])
+            if rack_i != rack_j:
+                rack_out[rack_i] = rack_out.get(rack_i, 0) + 1
+                zone_i, zone_j = int(self.rack_zone[rack_i]), int(self.rack_zone[rack_j])
+                if zone_i != zone_j:
+                    zone_out[zone_i] = zone_out.get(zone_i, 0) + 1
+        slowest = float("inf")
+        for i in range(n):
+            j = (i + 1) % n
+            if nodes[i] == nodes[j]:
+                hop = self.gpu_bandwidth(ring[i], ring[j])
+            else:
+                hop = min(
+                    sum(rails[nodes[i]].values()) / leaving[nodes[i]],
+                    sum(rails[nodes[j]].values()) / leaving[nodes[j]],
+                )
+                rack_i, rack_j = int(self.node_rack[nodes[i]]), int(self.node_rack[nodes[j]])
+                if rack_i != rack_j:
+                    hop = min(
+                        hop, self._available[self.rack_uplink_edge[rack_i]] / rack_out[rack_i]
+                    )
+                    zone_i, zone_j = int(self.rack_zone[rack_i]), int(self.rack_zone[rack_j])
+                    if zone_i != zone_j:
+                        hop = min(
+                            hop, self._available[self.zone_uplink_edge[zone_i]] / zone_out[zone_i]
+                        )
+            slowest = min(slowest, hop)
+        return slowest * 2 * (n - 1) / n
+
+    def node_gpus(self, node: int) -> IntArray:
+        """Global ids of the node's GPUs."""
+        start = int(self.node_first_gpu[node])
+        count = self.spec.node_templates[self.node_template[node]].gpus
+        return np.arange(start, start + count, dtype=np.int64)
