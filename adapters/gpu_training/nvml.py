@@ -1,0 +1,164 @@
+"""GPU inventory and topology from NVML (nvidia-ml-py), for a GPU node.
+
+``NvmlCollector`` reads every GPU's name, UUID, memory, utilisation and MIG mode,
+the PCIe distance between every pair (NVML's common-ancestor level) and which
+NVLinks are up and where they go (another GPU, or an NVSwitch). The NVML module
+is injected: the real ``pynvml`` by default, or a stand-in with the same function
+names (:class:`kubesage.adapters.gpu_training.fake_nvml.FakeNvml` in tests).
+
+Without a driver (no GPU, a CPU-only node, a container without the library) the
+collector does not raise: it returns a snapshot marked unavailable with NVML's
+reason, counts the failure, and the rest of kubesage carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Literal, cast
+
+log = logging.getLogger(__name__)
+
+NvlinkTopology = Literal["nvswitch", "pairs", "none", "mixed"]
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    memory_total_mib: int
+    memory_used_mib: int
+    utilization_pct: int
+    mig_enabled: bool | None
+    """None where the GPU does not support MIG."""
+
+
+@dataclass(frozen=True)
+class NvmlSnapshot:
+    available: bool
+    reason: str = ""
+    gpus: tuple[GpuInfo, ...] = ()
+    pcie_level: tuple[tuple[int, ...], ...] = ()
+    """NVML topology level between GPU i and j (0 same board … 50 across sockets)."""
+    nvlinks: tuple[tuple[int, ...], ...] = ()
+    """Active NVLinks from GPU i straight to GPU j."""
+    nvswitch_links: tuple[int, ...] = ()
+    """Active NVLinks from GPU i to an NVSwitch."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _load_pynvml() -> ModuleType:
+    import pynvml
+
+    return pynvml
+
+
+class NvmlCollector:
+    """Reads NVML; degrades to an unavailable snapshot instead of failing."""
+
+    def __init__(self, nvml: Any | None = None):
+        self.nvml = nvml
+        self.failures = 0
+        """Collections that found NVML unusable."""
+
+    def collect(self) -> NvmlSnapshot:
+        try:
+            nvml = self.nvml if self.nvml is not None else _load_pynvml()
+        except ImportError as exc:
+            return self._unavailable(f"nvidia-ml-py is not installed ({exc})")
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            return self._unavailable(f"NVML could not start: {exc}")
+        try:
+            return self._read(nvml)
+        except nvml.NVMLError as exc:
+            return self._unavailable(f"NVML failed while reading: {exc}")
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except nvml.NVMLError:
+                log.warning("nvmlShutdown failed", exc_info=True)
+
+    def _unavailable(self, reason: str) -> NvmlSnapshot:
+        self.failures += 1
+        log.warning("NVML unavailable: %s", reason)
+        return NvmlSnapshot(available=False, reason=reason)
+
+    def _read(self, nvml: Any) -> NvmlSnapshot:
+        count = nvml.nvmlDeviceGetCount()
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        gpus = []
+        bus_ids = []
+        notes: list[str] = []
+        for index, handle in enumerate(handles):
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            utilization = nvml.nvmlDeviceGetUtilizationRates(handle)
+            bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            bus_ids.append(bus_id)
+            try:
+                current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+                mig: bool | None = current == nvml.NVML_DEVICE_MIG_ENABLE
+            except nvml.NVMLError:
+                mig = None
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    pci_bus_id=bus_id,
+                    memory_total_mib=int(memory.total) // (1 << 20),
+                    memory_used_mib=int(memory.used) // (1 << 20),
+                    utilization_pct=int(utilization.gpu),
+                    mig_enabled=mig,
+                )
+            )
+        level = [[0] * count for _ in range(count)]
+        for i in range(count):
+            for j in range(i + 1, count):
+                value = int(nvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j]))
+                level[i][j] = level[j][i] = value
+        links = [[0] * count for _ in range(count)]
+        switch_links = [0] * count
+        by_bus = {bus: i for i, bus in enumerate(bus_ids)}
+        for i, handle in enumerate(handles):
+            for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+                try:
+                    if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
+                        continue
+                    remote = _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+                except nvml.NVMLError:
+                    break  # no more links on this GPU (or NVLink not supported)
+                peer = by_bus.get(remote)
+                if peer is None:
+                    switch_links[i] += 1
+                else:
+                    links[i][peer] += 1
+        return NvmlSnapshot(
+            available=True,
+            gpus=tuple(gpus),
+            pcie_level=tuple(tuple(row) for row in level),
+            nvlinks=tuple(tuple(row) for row in links),
+            nvswitch_links=tuple(switch_links),
+            notes=tuple(notes),
+        )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nvlink_topology(snapshot: NvmlSnapshot) -> NvlinkTopology:
+    """How the node's GPUs are joined by NVLink, for the DRTG node template."""
+    count = len(snapshot.gpus)
+    if count == 0 or (not any(snapshot.nvswitch_links) and not any(map(any, snapshot.nvlinks))):
+        return "none"
+    if all(snapshot.nvswitch_links) and not any(map(any, snapshot.nvlinks)):
+        return "nvswitch"
+    partners = [[j for j in range(count) if snapshot.nvlinks[i][j]] for i in range(count)]
+    if not any(snapshot.nvswitch_links) and all(partners[i] == [i ^ 1] for i in range(count)):
+        return "pairs"
+    return "mixed"

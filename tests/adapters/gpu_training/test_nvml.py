@@ -1,0 +1,70 @@
+"""The NVML collector against FakeNvml, and without any driver (this machine has none)."""
+
+from __future__ import annotations
+
+from kubesage.adapters.gpu_training.fake_nvml import FakeGpu, FakeNvml
+from kubesage.adapters.gpu_training.nvml import NvmlCollector, nvlink_topology
+
+NVSWITCH_BUS = "00000000:C0:00.0"
+
+
+def dgx_like() -> FakeNvml:
+    gpus = [
+        FakeGpu(memory_used_mib=1_000 * i, utilization_pct=10 * i, nvlink_peers=[NVSWITCH_BUS] * 18)
+        for i in range(8)
+    ]
+    return FakeNvml(gpus)
+
+
+def nvlink_pairs() -> FakeNvml:
+    gpus = [
+        FakeGpu(name="NVIDIA A100 80GB PCIe", mig=None, nvlink_peers=[FakeNvml.bus_id(i ^ 1)] * 12)
+        for i in range(4)
+    ]
+    level = [[0 if i == j else 10 if i // 2 == j // 2 else 50 for j in range(4)] for i in range(4)]
+    return FakeNvml(gpus, topology_level=level)
+
+
+def test_inventory_memory_utilisation_and_mig() -> None:
+    fake = dgx_like()
+    snapshot = NvmlCollector(fake).collect()
+    assert snapshot.available and len(snapshot.gpus) == 8
+    third = snapshot.gpus[3]
+    assert (third.memory_total_mib, third.memory_used_mib, third.utilization_pct) == (
+        81_559,
+        3_000,
+        30,
+    )
+    assert third.mig_enabled is False and third.uuid.startswith("GPU-")
+    assert fake.initialised == 0  # shut down again
+
+
+def test_nvswitch_fabric_is_recognised() -> None:
+    snapshot = NvmlCollector(dgx_like()).collect()
+    assert snapshot.nvswitch_links == (18,) * 8
+    assert nvlink_topology(snapshot) == "nvswitch"
+
+
+def test_nvlink_pairs_and_pcie_levels() -> None:
+    snapshot = NvmlCollector(nvlink_pairs()).collect()
+    assert snapshot.nvlinks[0] == (0, 12, 0, 0)
+    assert snapshot.pcie_level[0][1] == 10 and snapshot.pcie_level[0][3] == 50
+    assert snapshot.gpus[0].mig_enabled is None  # MIG not supported on this model
+    assert nvlink_topology(snapshot) == "pairs"
+
+
+def test_without_a_driver_the_collector_degrades_and_counts() -> None:
+    collector = NvmlCollector(FakeNvml(driver_loaded=False))
+    snapshot = collector.collect()
+    assert not snapshot.available
+    assert "Shared Library Not Found" in snapshot.reason
+    assert collector.failures == 1
+
+
+def test_real_pynvml_on_this_machine_reports_no_driver_instead_of_raising() -> None:
+    # No NVIDIA driver exists on these machines: the real module must take the same path.
+    snapshot = NvmlCollector().collect()
+    if snapshot.available:  # a GPU machine: then the inventory must be consistent
+        assert len(snapshot.gpus) == len(snapshot.nvlinks)
+    else:
+        assert snapshot.reason
