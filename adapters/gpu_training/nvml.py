@@ -51,9 +51,10 @@ class NvmlSnapshot:
 
 
 def _load_pynvml() -> ModuleType:
-    import pynvml
+    """Import nvidia-ml-py only when a collection runs: only GPU nodes need it."""
+    import pynvml  # noqa: PLC0415
 
-    return pynvml
+    return cast(ModuleType, pynvml)
 
 
 class NvmlCollector:
