@@ -52,7 +52,7 @@ class NvmlSnapshot:
 
 def _load_pynvml() -> ModuleType:
     """Import nvidia-ml-py only when a collection runs: only GPU nodes need it."""
-    import pynvml  # noqa: PLC0415
+    import pynvml
 
     return cast(ModuleType, pynvml)
 
