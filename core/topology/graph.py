@@ -74,12 +74,18 @@ class _Template:
     """Names of the edges on the path between local GPUs i and j."""
     egress_path: list[list[str]]
     """Names of the edges from local GPU i to its NIC, NIC uplink included."""
+    vertices: list[str]
+    """The node's own vertices: ``node``, ``socket<s>``, ``switch<w>``, ``gpu<g>``, ``nic<w>``
+    and ``nvswitch`` when there is a fabric."""
+    edge_ends: list[tuple[str, str]]
+    """Both ends of each named edge (``rack`` is the node's rack vertex)."""
 
 
 def _template_layout(spec: NodeTemplate) -> _Template:
     names: list[str] = []
     per_socket = spec.gpus // spec.sockets
     switches = spec.gpus // spec.gpus_per_switch
+    names += [f"node-socket{s}" for s in range(spec.sockets)]
     for s in range(spec.sockets - 1):
         names.append(f"xsocket{s}")
     for w in range(switches):
@@ -124,7 +130,36 @@ def _template_layout(spec: NodeTemplate) -> _Template:
         [f"gpu{g}-switch", f"switch-nic{switch_of(g)}", f"nic-uplink{switch_of(g)}"]
         for g in range(spec.gpus)
     ]
-    return _Template(spec, offsets, len(names), intra, egress)
+    vertices = ["node", *(f"socket{s}" for s in range(spec.sockets))]
+    vertices += [f"switch{w}" for w in range(switches)] + [f"gpu{g}" for g in range(spec.gpus)]
+    vertices += [f"nic{w}" for w in range(switches)]
+    if spec.nvlink.topology == "nvswitch":
+        vertices.append("nvswitch")
+    switches_per_socket = switches // spec.sockets
+    ends: list[tuple[str, str]] = []
+    for name in names:
+        if name.startswith("node-socket"):
+            ends.append(("node", f"socket{name.removeprefix('node-socket')}"))
+        elif name.startswith("xsocket"):
+            s = int(name.removeprefix("xsocket"))
+            ends.append((f"socket{s}", f"socket{s + 1}"))
+        elif name.startswith("socket-switch"):
+            w = int(name.removeprefix("socket-switch"))
+            ends.append((f"socket{w // switches_per_socket}", f"switch{w}"))
+        elif name.startswith("switch-nic"):
+            w = int(name.removeprefix("switch-nic"))
+            ends.append((f"switch{w}", f"nic{w}"))
+        elif name.startswith("nic-uplink"):
+            ends.append((f"nic{name.removeprefix('nic-uplink')}", "rack"))
+        elif name.endswith("-nvswitch"):
+            ends.append((name.removesuffix("-nvswitch"), "nvswitch"))
+        elif name.endswith("-switch"):
+            g = int(name.removeprefix("gpu").removesuffix("-switch"))
+            ends.append((f"gpu{g}", f"switch{switch_of(g)}"))
+        else:  # nvlink<g>: the bridge between GPU g and g+1
+            g = int(name.removeprefix("nvlink"))
+            ends.append((f"gpu{g}", f"gpu{g + 1}"))
+    return _Template(spec, offsets, len(names), intra, egress, vertices, ends)
 
 
 class DRTG:
@@ -183,6 +218,7 @@ class DRTG:
                 gpu_node.append(n)
                 gpu_local.append(g)
         self.node_first_edge: IntArray = np.array(first_edge, dtype=np.int64)
+        self._build_vertices()
         self.rack_uplink_edge: IntArray = np.arange(len(spec.racks), dtype=np.int64) + len(kinds)
         for rack in spec.racks:
             kinds.append(LinkKind.RACK_UPLINK)
@@ -212,6 +248,33 @@ class DRTG:
 
     # -- construction helpers ------------------------------------------------------------
 
+    def _build_vertices(self) -> None:
+        """Vertex names and both ends of every edge: zones, racks, then each node's own."""
+        names = [f"zone/{z}" for z in self.zone_names] + [f"rack/{r}" for r in self.rack_names]
+        rack_vertex = len(self.zone_names)
+        sources: list[int] = []
+        targets: list[int] = []
+        for n, node in enumerate(self.node_names):
+            template = self._templates[self.node_template[n]]
+            base = len(names)
+            local = {name: base + i for i, name in enumerate(template.vertices)}
+            local["rack"] = rack_vertex + int(self.node_rack[n])
+            names += [f"{node}/{name}" for name in template.vertices]
+            for a, b in template.edge_ends:
+                sources.append(local[a])
+                targets.append(local[b])
+        for r in range(len(self.rack_names)):
+            sources.append(rack_vertex + r)
+            targets.append(int(self.rack_zone[r]))
+        core = len(names)
+        names.append("core")
+        for z in range(len(self.zone_names)):
+            sources.append(z)
+            targets.append(core)
+        self.vertex_names = tuple(names)
+        self.edge_source: IntArray = np.array(sources, dtype=np.int64)
+        self.edge_target: IntArray = np.array(targets, dtype=np.int64)
+
     @staticmethod
     def _row(bandwidth: float, kind: LinkKind, **static: float) -> FloatArray:
         row = np.zeros(INDICATOR_COUNT)
@@ -225,6 +288,8 @@ class DRTG:
         pcie = PCIE_X16_GBPS[spec.pcie_generation]
         nvlink = NVLINK_GBPS_PER_LINK[spec.nvlink.generation] * spec.nvlink.links_per_gpu
         local = {"same_rack": 1.0, "same_zone": 1.0}
+        if name.startswith("node-socket"):
+            return LinkKind.CONTAINS, self._row(0.0, LinkKind.CONTAINS, **local)
         if name.startswith("xsocket"):
             return LinkKind.CROSS_SOCKET, self._row(
                 CROSS_SOCKET_GBPS, LinkKind.CROSS_SOCKET, **local
@@ -497,6 +562,26 @@ class DRTG:
                         )
             slowest = min(slowest, hop)
         return slowest * 2 * (n - 1) / n
+
+    def to_pyg(self) -> object:
+        """A ``torch_geometric.data.Data`` of the graph: both directions of every edge,
+        ``edge_attr`` the twelve indicators, ``edge_weight`` the combined weight."""
+        import torch
+        from torch_geometric.data import Data
+
+        index = np.concatenate(
+            [
+                np.stack([self.edge_source, self.edge_target]),
+                np.stack([self.edge_target, self.edge_source]),
+            ],
+            axis=1,
+        )
+        return Data(
+            edge_index=torch.from_numpy(index),
+            edge_attr=torch.from_numpy(np.concatenate([self.indicators, self.indicators])).float(),
+            edge_weight=torch.from_numpy(np.concatenate([self.weight, self.weight])).float(),
+            num_nodes=len(self.vertex_names),
+        )
 
     def node_gpus(self, node: int) -> IntArray:
         """Global ids of the node's GPUs."""

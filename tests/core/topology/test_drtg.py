@@ -130,3 +130,18 @@ def test_bad_topology_names_file_and_field(
     )
     with pytest.raises(ConfigError, match=r"bad\.yaml: " + message):
         DRTG.from_yaml(path)
+
+
+def test_every_vertex_is_connected_and_exports_to_pyg(pairs: DRTG) -> None:
+    touched = set(pairs.edge_source.tolist()) | set(pairs.edge_target.tolist())
+    assert touched == set(range(len(pairs.vertex_names)))
+    nvlink = pairs.node_edge(0, "nvlink2")
+    ends = (
+        pairs.vertex_names[pairs.edge_source[nvlink]],
+        pairs.vertex_names[pairs.edge_target[nvlink]],
+    )
+    assert ends == ("rack-1-node-00/gpu2", "rack-1-node-00/gpu3")
+    data = pairs.to_pyg()
+    assert tuple(data.edge_index.shape) == (2, 2 * pairs.num_edges)  # type: ignore[attr-defined]
+    assert tuple(data.edge_attr.shape) == (2 * pairs.num_edges, 12)  # type: ignore[attr-defined]
+    assert data.num_nodes == len(pairs.vertex_names)  # type: ignore[attr-defined]
