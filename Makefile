@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/forecast.py
 	$(BIN)/python benchmarks/drtg.py
 	$(BIN)/python benchmarks/allreduce.py
+	$(BIN)/python benchmarks/elastic.py
 
 clean:
 	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache
