@@ -1,7 +1,9 @@
 """The GPU training adapter.
 
-In progress (issue 4): ``mig.py`` holds the MIG profile catalogues, placement rules
-and mig-parted layouts. The topology graph, defragmentation, AllReduce-aware gang
-placement, elastic scaling and the launcher are not built yet, and the adapter
-registers no commands until they are.
+In progress (issue 4). Built: ``mig.py`` (MIG profile catalogues, placement rules,
+mig-parted layouts), ``allreduce.py`` (AllReduce-aware gang placement over the
+core's DRTG), ``elastic.py`` (training phases and elastic scale plans), ``nvml.py``
+with ``fake_nvml.py`` (GPU inventory and topology), ``launcher.py`` and ``cli.py``
+(``kubesage gpu launch``). Not built yet: MIG slices in ClusterState and the
+defragmentation planner.
 """

@@ -1,0 +1,99 @@
+"""``kubesage gpu …``: plan and launch GPU training jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+import yaml
+
+from kubesage.adapters.gpu_training.allreduce import place_gang
+from kubesage.adapters.gpu_training.launcher import (
+    NodeShare,
+    kubernetes_manifests,
+    torchrun_commands,
+)
+from kubesage.adapters.gpu_training.mig import catalogue
+from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.errors import InputError
+from kubesage.core.topology.graph import DRTG
+
+gpu_app = typer.Typer(help="GPU training: placement-aware launches.", no_args_is_help=True)
+
+DEFAULT_TOPOLOGY = (
+    Path(__file__).resolve().parents[2] / "configs" / "topologies" / "dgx-h100-pod.yaml"
+)
+
+
+@gpu_app.command(
+    "launch", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+@user_errors
+def launch(
+    ctx: typer.Context,
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs for the job.")],
+    mig: Annotated[str | None, typer.Option("--mig", help="A MIG profile, e.g. 3g.40gb.")] = None,
+    image: Annotated[str, typer.Option("--image", help="Container image.")] = "pytorch/pytorch",
+    name: Annotated[str, typer.Option("--name", help="Job name (a DNS label).")] = "train",
+    topology: Annotated[
+        Path | None,
+        typer.Option("--topology", help="Topology YAML (default: the example DGX H100 pod)."),
+    ] = None,
+    target: Annotated[str, typer.Option("--target", help="kubernetes or torchrun.")] = "kubernetes",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and why.")] = False,
+) -> None:
+    """Place the job for the fastest AllReduce ring and print manifests or torchrun lines.
+
+    Everything after ``--`` is the training command.
+    """
+    command = list(ctx.args)
+    if not command:
+        raise InputError("give the training command after --, e.g. -- python train.py")
+    if topology is None:
+        if not DEFAULT_TOPOLOGY.is_file():
+            raise InputError("no --topology given and the example topology is not installed")
+        topology = DEFAULT_TOPOLOGY
+    drtg = DRTG.from_yaml(topology)
+    if mig is not None:
+        model = drtg.spec.node_templates[drtg.node_template[0]].gpu_model or ""
+        catalogue(model).profile(mig)  # unknown profile: a clear error
+        if gpus != 1:
+            raise InputError("a MIG job runs on one MIG slice: use --gpus 1 with --mig")
+    free = np.ones(drtg.num_gpus, dtype=bool)  # no live occupancy without a cluster
+    placement = place_gang(drtg, free, gpus)
+    if placement is None:
+        raise InputError(f"{gpus} GPUs do not fit in {topology.name} ({drtg.num_gpus} GPUs)")
+    shares: list[NodeShare] = []
+    for gpu in placement.ranks:
+        node = drtg.node_names[int(drtg.gpu_node[gpu])]
+        local = int(drtg.gpu_local[gpu])
+        if shares and shares[-1].node == node:
+            last = shares[-1]
+            shares[-1] = NodeShare(node, last.gpus + 1, (*last.gpu_indices, local))
+        else:
+            shares.append(NodeShare(node, 1, (local,)))
+    if dry_run:
+        stderr.print(f"plan: {placement.explanation}")
+        for rank, share in enumerate(shares):
+            stderr.print(f"  node rank {rank}: {share.node}, GPUs {list(share.gpu_indices)}")
+    if target == "torchrun":
+        master = shares[0].node
+        for line in torchrun_commands(shares, command, master_addr=master):
+            typer.echo(line)
+    elif target == "kubernetes":
+        manifests = kubernetes_manifests(name, shares, command, image=image, mig_profile=mig)
+        typer.echo(yaml.safe_dump_all(manifests, sort_keys=False).rstrip())
+    else:
+        raise InputError(f"--target must be kubernetes or torchrun, got '{target}'")
+
+
+@dataclass(frozen=True)
+class GpuTrainingAdapter:
+    name: str = "gpu"
+    cli: typer.Typer = gpu_app
+
+
+ADAPTER = GpuTrainingAdapter()
