@@ -19,6 +19,10 @@ GPU_MILLI_PER_GPU = 1000
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
+MIG_MEMORY_SLICES = 8
+"""Memory slices of a MIG-capable GPU (A100, H100, H200)."""
+MIG_COMPUTE_SLICES = 7
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -39,6 +43,8 @@ class NodeSpec(_Frozen):
     """GPU model name (for example ``V100M32``, ``H100-80GB``); ``None`` when there are no GPUs."""
     gpu_memory_mib: NonNegativeInt | None = None
     """Memory of one GPU in MiB, when known."""
+    mig_enabled: bool = False
+    """The node's GPUs are in MIG mode: they take MIG requests only."""
     zone: str | None = None
     """Value of the ``topology.kubernetes.io/zone`` label."""
     rack: str | None = None
@@ -51,6 +57,31 @@ class NodeSpec(_Frozen):
         if self.gpu_count > 0 and not self.gpu_model:
             raise ValueError(f"node '{self.name}' has {self.gpu_count} GPUs but no gpu_model")
         return self
+
+
+class MigShape(_Frozen):
+    """The geometry of a MIG profile, as the core needs it (adapters know the names)."""
+
+    profile: str
+    """Profile name, e.g. ``3g.40gb``."""
+    memory_slices: Annotated[int, Field(ge=1, le=MIG_MEMORY_SLICES)]
+    compute_slices: Annotated[int, Field(ge=1, le=MIG_COMPUTE_SLICES)]
+    starts: tuple[int, ...]
+    """Allowed start memory slices."""
+
+    @model_validator(mode="after")
+    def _fits(self) -> MigShape:
+        if not self.starts:
+            raise ValueError(f"MIG profile {self.profile} has no allowed start slot")
+        for start in self.starts:
+            if not 0 <= start <= MIG_MEMORY_SLICES - self.memory_slices:
+                raise ValueError(f"MIG profile {self.profile} cannot start at slice {start}")
+        return self
+
+    @property
+    def gpu_milli(self) -> int:
+        """The GPU share the instance counts as: its share of the memory slices."""
+        return GPU_MILLI_PER_GPU * self.memory_slices // MIG_MEMORY_SLICES
 
 
 class PodRequest(_Frozen):
@@ -79,6 +110,8 @@ class PodRequest(_Frozen):
     """Scheduling priority; higher is more important (used by defragmentation)."""
     gang_id: str | None = None
     """Pods sharing a gang id are placed all-or-nothing."""
+    mig: MigShape | None = None
+    """A MIG instance request: one instance of this profile on a MIG-mode GPU."""
     creation_time_s: float | None = None
     """Arrival time in a time replay."""
     deletion_time_s: float | None = None
@@ -86,6 +119,11 @@ class PodRequest(_Frozen):
 
     @model_validator(mode="after")
     def _gpu_shape(self) -> PodRequest:
+        if self.mig is not None and (self.num_gpu != 1 or self.gpu_milli != self.mig.gpu_milli):
+            raise ValueError(
+                f"pod '{self.name}': a MIG request takes num_gpu=1 and gpu_milli="
+                f"{self.mig.gpu_milli} ({self.mig.profile})"
+            )
         if self.num_gpu == 0 and self.gpu_milli != 0:
             raise ValueError(f"pod '{self.name}': gpu_milli={self.gpu_milli} with num_gpu=0")
         if self.num_gpu > 0 and self.gpu_milli == 0:
@@ -108,8 +146,8 @@ class PodRequest(_Frozen):
 
     @property
     def is_gpu_sharing(self) -> bool:
-        """True for a pod that takes part of one GPU."""
-        return self.num_gpu == 1 and self.gpu_milli < GPU_MILLI_PER_GPU
+        """True for a pod that takes part of one GPU by time-sharing (not a MIG instance)."""
+        return self.mig is None and self.num_gpu == 1 and self.gpu_milli < GPU_MILLI_PER_GPU
 
     @property
     def total_gpu_milli(self) -> int:
@@ -126,6 +164,8 @@ class Placement(_Frozen):
     """Index of the node in the ClusterState it was made against."""
     gpu_milli_by_index: tuple[tuple[int, int], ...] = ()
     """``(gpu_index, milli)`` pairs, one per GPU used."""
+    mig_start: Annotated[int, Field(ge=0, lt=MIG_MEMORY_SLICES)] | None = None
+    """For a MIG request: the memory slice its instance starts at."""
 
     @property
     def gpu_indices(self) -> tuple[int, ...]:

@@ -4,6 +4,6 @@ In progress (issue 4). Built: ``mig.py`` (MIG profile catalogues, placement rule
 mig-parted layouts), ``allreduce.py`` (AllReduce-aware gang placement over the
 core's DRTG), ``elastic.py`` (training phases and elastic scale plans), ``nvml.py``
 with ``fake_nvml.py`` (GPU inventory and topology), ``launcher.py`` and ``cli.py``
-(``kubesage gpu launch``). Not built yet: MIG slices in ClusterState and the
-defragmentation planner.
+(``kubesage gpu launch``); MIG requests (``mig_request``) go into the core's
+ClusterState. Not built yet: MIG re-layout plans and the defragmentation planner.
 """

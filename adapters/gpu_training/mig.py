@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kubesage.core.errors import InputError
+from kubesage.core.types import MigShape, PodRequest
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
@@ -212,3 +213,30 @@ def mig_parted_config(
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 """The node label the GPU Operator's MIG Manager watches."""
+
+
+def mig_shape(gpu_model: str, profile: str) -> MigShape:
+    """The core's view of a profile (geometry only), for MIG requests in ClusterState."""
+    entry = catalogue(gpu_model).profile(profile)
+    return MigShape(
+        profile=entry.name,
+        memory_slices=entry.memory_slices,
+        compute_slices=entry.compute_slices,
+        starts=entry.starts,
+    )
+
+
+def mig_request(
+    name: str, gpu_model: str, profile: str, *, cpu_milli: int = 4_000, memory_mib: int = 16_384
+) -> PodRequest:
+    """A pod asking for one MIG instance of ``profile`` on a ``gpu_model`` GPU."""
+    shape = mig_shape(gpu_model, profile)
+    return PodRequest(
+        name=name,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        num_gpu=1,
+        gpu_milli=shape.gpu_milli,
+        gpu_models=(gpu_model,),
+        mig=shape,
+    )

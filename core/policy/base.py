@@ -18,7 +18,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from kubesage.core.policy.gpu_choice import lowest_index_gpus
+from kubesage.core.policy.gpu_choice import best_mig_slot, lowest_index_gpus
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Decision, PodRequest
 
@@ -94,7 +94,12 @@ class ScoringPolicy(ABC):
         scores = self.score(state, request, nodes)
         best, runner_up = best_two(scores, self.tie_rank(state)[nodes])
         node = int(nodes[best])
-        gpus = self.choose_gpus(state, node, request)
+        mig_start: int | None = None
+        if request.mig is not None:
+            gpu, mig_start = best_mig_slot(state, node, request)
+            gpus: tuple[int, ...] = (gpu,)
+        else:
+            gpus = self.choose_gpus(state, node, request)
         explanation = (
             f"{state.node_names[node]} scored {scores[best]:.4g} under {self.name}, best of "
             f"{nodes.size} feasible node(s)"
@@ -106,7 +111,7 @@ class ScoringPolicy(ABC):
             )
         return Decision(
             request=request.name,
-            placement=state.placement(node, gpus, request),
+            placement=state.placement(node, gpus, request, mig_start=mig_start),
             score=float(scores[best]),
             policy=self.name,
             explanation=explanation,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from kubesage.core.policy.base import FloatArray, IntArray, ScoringPolicy
-from kubesage.core.policy.gpu_choice import random_gpu, tightest_gpu
+from kubesage.core.policy.gpu_choice import mig_slot_losses, random_gpu, tightest_gpu
 from kubesage.core.state.cluster_state import ClusterState, gpu_pod_kind
 from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
 
@@ -129,4 +129,23 @@ class BestFitPolicy(_TightestGpuPolicy):
         if high == low:
             return np.zeros(nodes.size)
         scores: FloatArray = np.trunc((raw - low) * MAX_NODE_SCORE / (high - low))
+        return scores
+
+
+class MigPackingPolicy(BestFitPolicy):
+    """MIG requests go where they cost the least MIG capability; others as BestFit.
+
+    A node's score for a MIG request is minus the smallest capability loss of any
+    of its slots (:func:`kubesage.core.policy.gpu_choice.mig_slot_losses`), so
+    instances fill partly used GPUs before breaking empty ones and each GPU keeps
+    the largest aligned free block it can.
+    """
+
+    name = "migpacking"
+
+    def score(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
+        if request.mig is None:
+            return super().score(state, request, nodes)
+        losses = mig_slot_losses(state, nodes, request)
+        scores: FloatArray = -losses.reshape(nodes.size, -1).min(axis=1)
         return scores

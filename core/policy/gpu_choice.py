@@ -2,15 +2,20 @@
 
 Whole-GPU requests always take the lowest-index wholly free GPUs (what the NVIDIA
 device plugin and the FGD paper's simulator do). The rules differ for GPU-sharing
-pods only.
+pods; MIG requests take the slot that costs the least MIG capability, whatever the
+policy.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
 def lowest_index_gpus(state: ClusterState, node: int, request: PodRequest) -> tuple[int, ...]:
@@ -41,3 +46,50 @@ def random_gpu(
     if not request.is_gpu_sharing:
         return lowest_index_gpus(state, node, request)
     return (int(rng.choice(state.gpus_that_fit(node, request))),)
+
+
+def _largest_aligned_block(mask: int) -> int:
+    """Largest k in 8, 4, 2, 1 with a free block of k slices starting at a multiple of k."""
+    for size in (8, 4, 2, 1):
+        block = (1 << size) - 1
+        if any((mask >> start) & block == block for start in range(0, 8, size)):
+            return size
+    return 0
+
+
+LARGEST_BLOCK = np.array([_largest_aligned_block(m) for m in range(256)], dtype=np.int64)
+"""For each 8-slice free mask, the largest aligned free block: what big MIG profiles need."""
+FREE_SLICES = np.array([m.bit_count() for m in range(256)], dtype=np.int64)
+"""For each 8-slice free mask, how many slices are free."""
+
+
+def mig_slot_losses(state: ClusterState, nodes: IntArray, request: PodRequest) -> FloatArray:
+    """``(K, G, S)``: how much MIG capability each possible slot would cost (inf if impossible).
+
+    Capability of a GPU is the square of its largest aligned free block, so breaking
+    an empty GPU (8 → 4: 64 → 16) costs far more than filling a partly used one: each
+    GPU stays able to host the largest profiles still likely to come. At equal cost,
+    partly used GPUs go first, then the highest start slot.
+    """
+    assert request.mig is not None
+    shape = request.mig
+    slots = state.mig_slots(shape, nodes)
+    free = state.mig_free_slices[nodes]
+    masks = np.array([((1 << shape.memory_slices) - 1) << s for s in shape.starts])
+    after = free[:, :, None] & ~masks
+    loss = (LARGEST_BLOCK[free][:, :, None] ** 2 - LARGEST_BLOCK[after] ** 2).astype(np.float64)
+    loss += 1e-3 * FREE_SLICES[free][:, :, None]
+    # Then the highest start: large profiles start low (7g, 4g at 0; 3g at 0/4; 2g at
+    # 0/2/4), so small instances packed from the top leave the low slices to them.
+    loss -= 1e-6 * np.asarray(shape.starts, dtype=np.float64)[None, None, :]
+    return np.where(slots, loss, np.inf)
+
+
+def best_mig_slot(state: ClusterState, node: int, request: PodRequest) -> tuple[int, int]:
+    """``(gpu, start)`` on ``node`` that costs the least MIG capability."""
+    assert request.mig is not None
+    losses = mig_slot_losses(state, np.array([node], dtype=np.int64), request)[0]
+    gpu, slot = np.unravel_index(int(np.argmin(losses)), losses.shape)
+    if not np.isfinite(losses[gpu, slot]):
+        raise ValueError(f"no free {request.mig.profile} slot on node {node}")
+    return int(gpu), int(request.mig.starts[int(slot)])

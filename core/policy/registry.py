@@ -12,6 +12,7 @@ from kubesage.core.policy.fgd_baselines import (
     DotProductPolicy,
     GpuClusteringPolicy,
     GpuPackingPolicy,
+    MigPackingPolicy,
     RandomPolicy,
 )
 from kubesage.core.policy.kubernetes import KubernetesDefaultPolicy, MostAllocatedPolicy
@@ -27,8 +28,12 @@ POLICIES: dict[str, PolicyFactory] = {
     "fgd": FgdPolicy,
     "k8s-default": KubernetesDefaultPolicy,
     "mostallocated": MostAllocatedPolicy,
+    "migpacking": MigPackingPolicy,
 }
 """Every built-in policy, in the order reports list them."""
+
+DEFAULT_POLICIES = tuple(name for name in POLICIES if name != "migpacking")
+"""What ``kubesage simulate`` compares by default (migpacking matters on MIG clusters only)."""
 
 PAPER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
 """The six policies with published results on the openb traces."""

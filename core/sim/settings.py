@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 
 from kubesage.core.config import StrictModel
 from kubesage.core.errors import InputError
-from kubesage.core.policy.registry import policy_names
+from kubesage.core.policy.registry import DEFAULT_POLICIES, policy_names
 from kubesage.core.sim.protocol import DEFAULT_TUNE
 
 SIMULATION_KIND = "Simulation"
@@ -62,7 +62,7 @@ class WorkloadSource(StrictModel):
 class SimulationSettings(StrictModel):
     cluster: ClusterSource = ClusterSource()
     workload: WorkloadSource = WorkloadSource()
-    policies: tuple[str, ...] = tuple(policy_names())
+    policies: tuple[str, ...] = DEFAULT_POLICIES
     """Policies to compare, in report order."""
     seeds: tuple[Seed, ...] = DEFAULT_SEEDS
     """One run per policy and seed."""

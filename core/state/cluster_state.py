@@ -20,7 +20,15 @@ import numpy as np
 import numpy.typing as npt
 
 from kubesage.core.errors import CapacityError, InputError
-from kubesage.core.types import GPU_MILLI_PER_GPU, NodeSpec, Placement, PodRequest
+from kubesage.core.types import (
+    GPU_MILLI_PER_GPU,
+    MIG_COMPUTE_SLICES,
+    MIG_MEMORY_SLICES,
+    MigShape,
+    NodeSpec,
+    Placement,
+    PodRequest,
+)
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -46,6 +54,8 @@ class ClusterState:
         "gpu_free_milli_node",
         "gpu_pod_count",
         "gpu_pod_kinds",
+        "mig_free_slices",
+        "mig_free_compute",
     )
     """The arrays that allocate and release change (everything else is fixed capacity)."""
 
@@ -97,12 +107,22 @@ class ClusterState:
         """GPU pods per node by kind: column 0 sharing pods, column k pods of k whole GPUs."""
         self.gpu_pod_kinds: IntArray = np.zeros(len(nodes), dtype=np.int64)
         """How many different kinds of GPU pod each node runs."""
+        self.node_mig_enabled: BoolArray = np.array(
+            [n.mig_enabled and n.gpu_count > 0 for n in nodes], dtype=bool
+        )
+        """Nodes whose GPUs are in MIG mode (they take MIG requests only)."""
+        mig_gpu = self.node_mig_enabled[:, None] & (self.gpu_capacity_milli > 0)
+        self.mig_free_slices: IntArray = np.where(mig_gpu, (1 << MIG_MEMORY_SLICES) - 1, 0)
+        """Bit s set: memory slice s of that GPU is free (MIG GPUs only)."""
+        self.mig_free_compute: IntArray = np.where(mig_gpu, MIG_COMPUTE_SLICES, 0)
+        """Free compute slices per MIG GPU."""
         self._model_masks: dict[tuple[str, ...], BoolArray] = {}
         self.lineage = next(_lineages)
         """Shared with copies: equal (lineage, node stamp) means equal node state."""
         self.node_version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         """Per-node stamp, renewed on every change, for caches that recompute changed nodes only."""
         for array in (
+            self.node_mig_enabled,
             self.cpu_capacity_milli,
             self.memory_capacity_mib,
             self.gpu_count,
@@ -155,11 +175,24 @@ class ClusterState:
         if request.num_gpu == 0:
             return fits
         fits &= self.gpu_model_mask(request.gpu_models)
+        if request.mig is not None:
+            return fits & self.node_mig_enabled & self.mig_slots(request.mig).any(axis=(1, 2))
+        fits &= ~self.node_mig_enabled
         if request.is_gpu_sharing:
             fits &= self.gpu_max_free_milli >= request.gpu_milli
         else:
             fits &= self.gpu_whole_free_count >= request.num_gpu
         return fits
+
+    def mig_slots(self, shape: MigShape, nodes: IntArray | None = None) -> BoolArray:
+        """``(N, G, S)``: can an instance of ``shape`` start at its s-th allowed slot there?"""
+        free = self.mig_free_slices if nodes is None else self.mig_free_slices[nodes]
+        compute = self.mig_free_compute if nodes is None else self.mig_free_compute[nodes]
+        masks = np.array([_slice_mask(start, shape.memory_slices) for start in shape.starts])
+        slots: BoolArray = ((free[:, :, None] & masks) == masks) & (
+            compute[:, :, None] >= shape.compute_slices
+        )
+        return slots
 
     def gpus_that_fit(self, node: int, request: PodRequest) -> IntArray:
         """Indices of the GPUs on ``node`` with room for one share of ``request``."""
@@ -179,6 +212,22 @@ class ClusterState:
             raise CapacityError(
                 f"{request.name}: GPU model of {placement.node} is not in {request.gpu_models}"
             )
+        if request.num_gpu and (request.mig is not None) != bool(self.node_mig_enabled[node]):
+            raise CapacityError(
+                f"{request.name}: {'a MIG' if request.mig else 'a whole-GPU or shared'} request "
+                f"cannot use {placement.node}, whose GPUs are "
+                f"{'in' if self.node_mig_enabled[node] else 'not in'} MIG mode"
+            )
+        if request.mig is not None:
+            gpu = placement.gpu_indices[0]
+            mask = self._mig_mask(request, placement)
+            if (self.mig_free_slices[node, gpu] & mask) != mask or (
+                self.mig_free_compute[node, gpu] < request.mig.compute_slices
+            ):
+                raise CapacityError(
+                    f"{request.name}: {request.mig.profile} does not fit at slice "
+                    f"{placement.mig_start} of GPU {gpu} on {placement.node}"
+                )
         for gpu, milli in placement.gpu_milli_by_index:
             if self.gpu_free_milli[node, gpu] < milli:
                 raise CapacityError(
@@ -200,7 +249,23 @@ class ClusterState:
                     f"{request.name}: releasing {milli} milli on GPU {gpu} of {placement.node} "
                     "that was not allocated"
                 )
+        if request.mig is not None:
+            mask = self._mig_mask(request, placement)
+            if self.mig_free_slices[node, placement.gpu_indices[0]] & mask:
+                raise CapacityError(
+                    f"{request.name}: releasing MIG slices of {placement.node} that are free"
+                )
         self._apply(node, request, placement, sign=+1)
+
+    @staticmethod
+    def _mig_mask(request: PodRequest, placement: Placement) -> int:
+        assert request.mig is not None
+        if placement.mig_start not in request.mig.starts:
+            raise CapacityError(
+                f"{request.name}: {request.mig.profile} cannot start at slice "
+                f"{placement.mig_start} (allowed: {request.mig.starts})"
+            )
+        return _slice_mask(placement.mig_start, request.mig.memory_slices)
 
     def _check_placement(self, request: PodRequest, placement: Placement) -> int:
         node = placement.node_index
@@ -230,6 +295,11 @@ class ClusterState:
         for gpu, milli in placement.gpu_milli_by_index:
             self.gpu_free_milli[node, gpu] += sign * milli
             self.gpu_free_milli_total += sign * milli
+        if request.mig is not None:
+            gpu = placement.gpu_indices[0]
+            mask = self._mig_mask(request, placement)
+            self.mig_free_slices[node, gpu] += sign * mask  # the bits are all clear or all set
+            self.mig_free_compute[node, gpu] += sign * request.mig.compute_slices
         if request.num_gpu:
             self.gpu_pod_count[node, gpu_pod_kind(request)] -= sign
             self.gpu_pod_kinds[node] = int(np.count_nonzero(self.gpu_pod_count[node]))
@@ -249,15 +319,27 @@ class ClusterState:
             setattr(clone, name, getattr(self, name).copy())
         return clone
 
-    def placement(self, node: int, gpu_indices: Sequence[int], request: PodRequest) -> Placement:
+    def placement(
+        self,
+        node: int,
+        gpu_indices: Sequence[int],
+        request: PodRequest,
+        mig_start: int | None = None,
+    ) -> Placement:
         """Build a Placement on ``node`` taking ``request.gpu_milli`` on each listed GPU."""
         return Placement(
             node=self.node_names[node],
             node_index=node,
             gpu_milli_by_index=tuple((int(g), request.gpu_milli) for g in gpu_indices),
+            mig_start=mig_start,
         )
 
 
 def gpu_pod_kind(request: PodRequest) -> int:
     """Column of :attr:`ClusterState.gpu_pod_count` for a GPU request (0 = sharing)."""
     return 0 if request.is_gpu_sharing else request.num_gpu
+
+
+def _slice_mask(start: int, size: int) -> int:
+    """Bits ``start .. start+size−1`` set."""
+    return ((1 << size) - 1) << start

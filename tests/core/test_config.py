@@ -11,7 +11,7 @@ import yaml
 
 from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.errors import ConfigError, InputError
-from kubesage.core.policy.registry import policy_names
+from kubesage.core.policy.registry import DEFAULT_POLICIES
 from kubesage.core.sim.settings import (
     SIMULATION_KIND,
     SimulationSettings,
@@ -36,7 +36,7 @@ def document(**spec: Any) -> dict[str, Any]:
 def test_simulate_yaml_equals_the_built_in_defaults() -> None:
     settings = load(SIMULATE_YAML)
     assert settings == SimulationSettings()
-    assert settings.policies == tuple(policy_names())
+    assert settings.policies == DEFAULT_POLICIES
     assert settings.seeds == tuple(range(42, 52))
 
 

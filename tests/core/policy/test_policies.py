@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kubesage.core.errors import UnknownPolicyError
-from kubesage.core.policy import Policy, PolicyContext, make_policy, policy_names
+from kubesage.core.policy import DEFAULT_POLICIES, Policy, PolicyContext, make_policy, policy_names
 from kubesage.core.policy.fgd import FgdPolicy
 from kubesage.core.state import ClusterState
 from kubesage.core.types import PodRequest
@@ -37,7 +37,9 @@ def test_registry_lists_every_policy_and_rejects_unknown_names() -> None:
         "fgd",
         "k8s-default",
         "mostallocated",
+        "migpacking",
     ]
+    assert list(DEFAULT_POLICIES) == ALL[:-1]
     with pytest.raises(UnknownPolicyError, match=r"unknown policy 'nope'.*fgd"):
         build("nope")
 
