@@ -23,7 +23,7 @@ from kubesage.core.state import ClusterState
 from kubesage.core.state.fragmentation import FragmentationMeasure, TypicalPod, typical_pods
 from kubesage.core.traces import read_nodes, read_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
-from kubesage.core.types import Decision, NodeSpec, Placement, PodRequest
+from kubesage.core.types import Decision, MigShape, NodeSpec, Placement, PodRequest
 
 __all__ = [
     "CapacityError",
@@ -35,6 +35,7 @@ __all__ = [
     "FragmentationMeasure",
     "InputError",
     "KubesageError",
+    "MigShape",
     "NodeSpec",
     "Placement",
     "PodRequest",

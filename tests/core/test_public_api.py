@@ -14,6 +14,7 @@ EXPECTED = {
     "FragmentationMeasure",
     "InputError",
     "KubesageError",
+    "MigShape",
     "NodeSpec",
     "Placement",
     "PodRequest",
