@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/drtg.py
 	$(BIN)/python benchmarks/allreduce.py
 	$(BIN)/python benchmarks/elastic.py
+	$(BIN)/python benchmarks/defrag.py
 
 clean:
 	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache

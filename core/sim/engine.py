@@ -12,9 +12,10 @@ allocated GPU, the cluster's fragmentation (FGD's measure) and the failures so f
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,22 @@ class Trajectory:
 ProgressCallback = Callable[[int, int], None]
 """Called as ``(events_done, events_total)``."""
 
+Migration = tuple[str, Placement]
+"""A running pod (by name) and where it moves to."""
+
+
+class Defragmenter(Protocol):
+    """Frees room for a request that does not fit, by moving running pods."""
+
+    def plan(
+        self,
+        state: ClusterState,
+        running: Mapping[str, tuple[PodRequest, Placement]],
+        request: PodRequest,
+    ) -> list[Migration] | None:
+        """Migrations after which ``request`` fits, or None when none within budget."""
+        ...
+
 
 class Simulator:
     """Replays requests through one policy on one cluster."""
@@ -62,8 +79,14 @@ class Simulator:
         nodes: Sequence[NodeSpec],
         policy: Policy,
         measure_for: Callable[[ClusterState], FragmentationMeasure],
+        defragmenter: Defragmenter | None = None,
     ):
         self.state = ClusterState(nodes)
+        self.defragmenter = defragmenter
+        self.migrations = 0
+        """Pods moved by the defragmenter."""
+        self.defragmented: list[str] = []
+        """Requests placed only thanks to migrations."""
         self.policy = policy
         self.measure = measure_for(self.state)
         self.trajectory = Trajectory()
@@ -134,6 +157,19 @@ class Simulator:
             raise InputError(f"pod '{pod.name}' arrives twice")
         self.arrived_gpu_milli += pod.total_gpu_milli
         decision = self.policy.decide(self.state, pod)
+        if decision.placement is None and self.defragmenter is not None:
+            moves = self.defragmenter.plan(self.state, self.running, pod)
+            if moves:
+                for name, target in moves:
+                    request, source = self.running[name]
+                    self.state.release(request, source)
+                    self.state.allocate(request, target)
+                    self.running[name] = (request, target)
+                    self._refresh_fragment(source.node_index)
+                    self._refresh_fragment(target.node_index)
+                self.migrations += len(moves)
+                self.defragmented.append(pod.name)
+                decision = self.policy.decide(self.state, pod)
         if decision.placement is None:
             self.failed.append(decision)
             return
