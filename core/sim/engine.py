@@ -160,12 +160,16 @@ class Simulator:
         if decision.placement is None and self.defragmenter is not None:
             moves = self.defragmenter.plan(self.state, self.running, pod)
             if moves:
-                for name, target in moves:
+                # Release every moved pod before placing any: a plan may put one pod
+                # where another one it moves used to be.
+                for name, _ in moves:
                     request, source = self.running[name]
                     self.state.release(request, source)
+                    self._refresh_fragment(source.node_index)
+                for name, target in moves:
+                    request, _ = self.running[name]
                     self.state.allocate(request, target)
                     self.running[name] = (request, target)
-                    self._refresh_fragment(source.node_index)
                     self._refresh_fragment(target.node_index)
                 self.migrations += len(moves)
                 self.defragmented.append(pod.name)
