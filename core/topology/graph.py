@@ -298,21 +298,10 @@ class DRTG:
             return LinkKind.NIC, self._row(
                 spec.nic_gbps_per_switch / 8.0, LinkKind.NIC, same_zone=1.0, cost=0.2
             )
-        if name.endswith("-nvswitch"):
-            return LinkKind.NVSWITCH, self._row(
-                nvlink,
-                LinkKind.NVSWITCH,
-                numa_affinity=1.0,
-                nvlink_count=spec.nvlink.links_per_gpu,
-                **local,
-            )
-        if name.startswith("nvlink"):
-            return LinkKind.NVLINK, self._row(
-                nvlink,
-                LinkKind.NVLINK,
-                numa_affinity=1.0,
-                nvlink_count=spec.nvlink.links_per_gpu,
-                **local,
+        if name.endswith("-nvswitch") or name.startswith("nvlink"):
+            kind = LinkKind.NVSWITCH if name.endswith("-nvswitch") else LinkKind.NVLINK
+            return kind, self._row(
+                nvlink, kind, numa_affinity=1.0, nvlink_count=spec.nvlink.links_per_gpu, **local
             )
         shared = 1.0 if name.endswith("-switch") and name.startswith("gpu") else 0.0
         return LinkKind.PCIE, self._row(
