@@ -71,6 +71,18 @@ class Defragmenter(Protocol):
         ...
 
 
+class Compactor(Protocol):
+    """Moves running pods in the background, every ``interval_s`` of simulated time."""
+
+    interval_s: float
+
+    def compact(
+        self, state: ClusterState, running: Mapping[str, tuple[PodRequest, Placement]]
+    ) -> list[Migration]:
+        """Migrations to apply now (may be empty)."""
+        ...
+
+
 class Simulator:
     """Replays requests through one policy on one cluster."""
 
@@ -80,11 +92,17 @@ class Simulator:
         policy: Policy,
         measure_for: Callable[[ClusterState], FragmentationMeasure],
         defragmenter: Defragmenter | None = None,
+        compactor: Compactor | None = None,
     ):
         self.state = ClusterState(nodes)
         self.defragmenter = defragmenter
+        self.compactor = compactor
+        if compactor is not None and compactor.interval_s <= 0:
+            raise InputError(f"compaction interval must be positive, got {compactor.interval_s}")
         self.migrations = 0
-        """Pods moved by the defragmenter."""
+        """Pods moved by the defragmenter and the compactor."""
+        self.compaction_migrations = 0
+        """Of those, pods moved by background compaction."""
         self.defragmented: list[str] = []
         """Requests placed only thanks to migrations."""
         self.policy = policy
@@ -139,8 +157,14 @@ class Simulator:
         heapq.heapify(heap)
         total = len(heap)
         done = 0
+        next_compaction = heap[0][0] if heap else 0.0
         while heap:
             time, kind, index = heapq.heappop(heap)
+            if self.compactor is not None and time >= next_compaction:
+                moves = self.compactor.compact(self.state, self.running)
+                self._apply_moves(moves)
+                self.compaction_migrations += len(moves)
+                next_compaction = time + self.compactor.interval_s
             pod = pods[index]
             if kind == EventKind.ARRIVAL:
                 self._arrive(pod)
@@ -160,18 +184,7 @@ class Simulator:
         if decision.placement is None and self.defragmenter is not None:
             moves = self.defragmenter.plan(self.state, self.running, pod)
             if moves:
-                # Release every moved pod before placing any: a plan may put one pod
-                # where another one it moves used to be.
-                for name, _ in moves:
-                    request, source = self.running[name]
-                    self.state.release(request, source)
-                    self._refresh_fragment(source.node_index)
-                for name, target in moves:
-                    request, _ = self.running[name]
-                    self.state.allocate(request, target)
-                    self.running[name] = (request, target)
-                    self._refresh_fragment(target.node_index)
-                self.migrations += len(moves)
+                self._apply_moves(moves)
                 self.defragmented.append(pod.name)
                 decision = self.policy.decide(self.state, pod)
         if decision.placement is None:
@@ -180,6 +193,20 @@ class Simulator:
         self.state.allocate(pod, decision.placement)
         self.running[pod.name] = (pod, decision.placement)
         self._refresh_fragment(decision.placement.node_index)
+
+    def _apply_moves(self, moves: Sequence[Migration]) -> None:
+        # Release every moved pod before placing any: a plan may put one pod where
+        # another one it moves used to be.
+        for name, _ in moves:
+            request, source = self.running[name]
+            self.state.release(request, source)
+            self._refresh_fragment(source.node_index)
+        for name, target in moves:
+            request, _ = self.running[name]
+            self.state.allocate(request, target)
+            self.running[name] = (request, target)
+            self._refresh_fragment(target.node_index)
+        self.migrations += len(moves)
 
     def _depart(self, pod: PodRequest) -> None:
         entry = self.running.pop(pod.name, None)

@@ -121,6 +121,8 @@ class ClusterState:
         """Shared with copies: equal (lineage, node stamp) means equal node state."""
         self.node_version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         """Per-node stamp, renewed on every change, for caches that recompute changed nodes only."""
+        self._cordoned: dict[tuple[int, int], tuple[int, int, int]] = {}
+        """Free milli, MIG slices and MIG compute hidden by :meth:`cordon_gpu`."""
         for array in (
             self.node_mig_enabled,
             self.cpu_capacity_milli,
@@ -303,11 +305,48 @@ class ClusterState:
         if request.num_gpu:
             self.gpu_pod_count[node, gpu_pod_kind(request)] -= sign
             self.gpu_pod_kinds[node] = int(np.count_nonzero(self.gpu_pod_count[node]))
+        self._refresh_gpu_totals(node)
+
+    def _refresh_gpu_totals(self, node: int) -> None:
         row = self.gpu_free_milli[node]
         self.gpu_free_milli_node[node] = row.sum()
         self.gpu_max_free_milli[node] = row.max()
         self.gpu_whole_free_count[node] = int((row == GPU_MILLI_PER_GPU).sum())
         self.node_version[node] = next(_stamps)
+
+    # -- cordoned GPUs --------------------------------------------------------------------
+
+    def cordon_gpu(self, node: int, gpu: int) -> None:
+        """Hide what is free on one GPU, so that nothing is placed there until uncordoned.
+
+        For what-if planning on a copy (e.g. "re-place these pods anywhere but here").
+        Do not allocate or release on a cordoned GPU.
+        """
+        key = (node, gpu)
+        if key in self._cordoned:
+            raise InputError(f"GPU {gpu} of {self.node_names[node]} is already cordoned")
+        self._cordoned[key] = (
+            int(self.gpu_free_milli[node, gpu]),
+            int(self.mig_free_slices[node, gpu]),
+            int(self.mig_free_compute[node, gpu]),
+        )
+        self.gpu_free_milli_total -= int(self.gpu_free_milli[node, gpu])
+        self.gpu_free_milli[node, gpu] = 0
+        self.mig_free_slices[node, gpu] = 0
+        self.mig_free_compute[node, gpu] = 0
+        self._refresh_gpu_totals(node)
+
+    def uncordon_gpu(self, node: int, gpu: int) -> None:
+        """Give a cordoned GPU its free capacity back."""
+        saved = self._cordoned.pop((node, gpu), None)
+        if saved is None:
+            raise InputError(f"GPU {gpu} of {self.node_names[node]} is not cordoned")
+        milli, slices, compute = saved
+        self.gpu_free_milli[node, gpu] = milli
+        self.gpu_free_milli_total += milli
+        self.mig_free_slices[node, gpu] = slices
+        self.mig_free_compute[node, gpu] = compute
+        self._refresh_gpu_totals(node)
 
     # -- copies --------------------------------------------------------------------------
 
@@ -317,6 +356,7 @@ class ClusterState:
         clone.__dict__.update(self.__dict__)
         for name in (*self.FREE_ARRAYS, "node_version"):
             setattr(clone, name, getattr(self, name).copy())
+        clone._cordoned = dict(self._cordoned)
         return clone
 
     def placement(

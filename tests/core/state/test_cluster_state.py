@@ -209,3 +209,29 @@ def test_invariants_hold_under_random_allocate_and_release(
         state.release(placed, placement)
     for name in ClusterState.FREE_ARRAYS:
         assert np.array_equal(getattr(state, name), getattr(initial, name)), name
+
+
+def test_a_cordoned_gpu_takes_nothing_until_uncordoned() -> None:
+    state = cluster(node("a", gpus=2))
+    share = pod("s", gpus=1, milli=400)
+    state.allocate(share, state.placement(0, [0], share))
+    before = {name: getattr(state, name).copy() for name in ClusterState.FREE_ARRAYS}
+    total_before = state.gpu_free_milli_total
+    state.cordon_gpu(0, 0)
+    state.cordon_gpu(0, 1)
+    assert not state.feasible(pod("t", gpus=1, milli=100)).any()
+    assert state.gpu_free_milli_total == 0
+    copied = state.copy()
+    with pytest.raises(InputError, match="already cordoned"):
+        state.cordon_gpu(0, 0)
+    state.uncordon_gpu(0, 0)
+    state.uncordon_gpu(0, 1)
+    for name, array in before.items():
+        np.testing.assert_array_equal(getattr(state, name), array, err_msg=name)
+    assert state.gpu_free_milli_total == total_before
+    with pytest.raises(InputError, match="not cordoned"):
+        state.uncordon_gpu(0, 0)
+    # The copy keeps its own cordons.
+    assert not copied.feasible(pod("t", gpus=1, milli=100)).any()
+    copied.uncordon_gpu(0, 1)
+    assert copied.feasible(pod("t", gpus=1, milli=100)).all()
