@@ -1,32 +1,55 @@
 """Defragmentation: the cheapest migrations that let a large GPU request fit.
 
-For a whole-GPU request (one 80 GB GPU, an 8-GPU gang) that no node can host, each
-node with enough GPUs of an allowed model is a candidate: free its ``k`` GPUs that
-are cheapest to empty (fewest pods, best-effort before latency-sensitive; a GPU
-holding a pod that must not move is not a choice), check its CPU and memory, then
-re-place every evicted pod elsewhere with the scheduling policy on a copy of the
-cluster where the request's GPUs are already reserved. The candidate with the
-lowest cost within the migration budget wins.
+For a request that no node can host — whole GPUs (one 80 GB GPU, an 8-GPU gang)
+or a MIG instance (a 7g or 4g profile) — every way of making room is a candidate:
+
+- whole GPUs: on each node with enough GPUs of an allowed model, empty the ``k``
+  GPUs that are cheapest to empty;
+- MIG: on each MIG-mode GPU of an allowed model and each start slot the profile
+  may take, move the instances overlapping its memory slices (and, when compute
+  slices are still short, the cheapest other instances on that GPU).
+
+A GPU holding a pod that must not move is not a choice. Candidates are tried from
+the cheapest: the request's room is reserved on a copy of the cluster and every
+evicted pod is re-placed elsewhere by the scheduling policy (a MIG instance may
+land on another slot of the same GPU: a re-layout). The first candidate whose
+pods all find a place wins, so the plan is the cheapest that works, within
+``budget`` pods and ``max_trials`` candidates.
 
 Cost of moving a pod: ``1`` for best-effort (``BE``), ``2`` for latency-sensitive
 (``LS`` and others); ``Guaranteed`` pods and pods with priority above
 ``max_priority`` never move.
+
+:func:`compact` is the background counterpart: without a pending request, it
+empties the partly used GPUs that are cheapest to empty, moving their pods onto
+GPUs already in use, so that whole GPUs (or whole MIG GPUs) are free when large
+requests come.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from kubesage.core.errors import CapacityError
 from kubesage.core.policy.base import Policy
 from kubesage.core.sim.engine import Migration
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.types import Placement, PodRequest
+from kubesage.core.types import (
+    GPU_MILLI_PER_GPU,
+    MIG_COMPUTE_SLICES,
+    MIG_MEMORY_SLICES,
+    Placement,
+    PodRequest,
+)
 
 IMMOVABLE_QOS = ("Guaranteed",)
+
+Running = tuple[PodRequest, Placement]
 
 
 def move_cost(pod: PodRequest, max_priority: int) -> float:
@@ -36,50 +59,156 @@ def move_cost(pod: PodRequest, max_priority: int) -> float:
     return 1.0 if pod.qos == "BE" else 2.0
 
 
+def _slice_mask(pod: PodRequest, placement: Placement) -> int:
+    assert pod.mig is not None and placement.mig_start is not None
+    return ((1 << pod.mig.memory_slices) - 1) << placement.mig_start
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    cost: float
+    node: int
+    gpus: tuple[int, ...]
+    mig_start: int | None
+    evicted: tuple[Running, ...]
+
+
 @dataclass
 class Defragmenter:
-    """Plans migrations for whole-GPU requests that do not fit (see the module docstring)."""
+    """Plans migrations for large requests that do not fit (see the module docstring)."""
 
     policy: Policy
     budget: int = 8
     """Most pods moved for one request."""
     max_priority: int = 0
     """Pods above this priority never move."""
+    max_trials: int = 32
+    """Most candidates re-placed on a copy of the cluster for one request."""
 
     def plan(
         self,
         state: ClusterState,
-        running: Mapping[str, tuple[PodRequest, Placement]],
+        running: Mapping[str, Running],
         request: PodRequest,
     ) -> list[Migration] | None:
-        if request.num_gpu == 0 or request.is_gpu_sharing or request.mig is not None:
-            return None  # only whole-GPU requests are worth moving pods for
-        by_node: dict[int, list[tuple[PodRequest, Placement]]] = {}
-        for pod, placement in running.values():
-            by_node.setdefault(placement.node_index, []).append((pod, placement))
-        candidates = np.flatnonzero(
+        """Migrations after which ``request`` fits, or None when none within budget."""
+        if request.num_gpu == 0 or (request.is_gpu_sharing and request.mig is None):
+            return None  # sharing pods fit in leftovers; not worth moving others for
+        if state.gpu_free_milli_total < request.total_gpu_milli:
+            return None  # no amount of moving makes room
+        nodes = self._candidate_nodes(state, request)
+        if nodes.size == 0:
+            return None
+        by_node, gpu_cost, gpu_pods = self._index(state, running)
+        if request.mig is None:
+            nodes = self._cheapest_nodes(state, gpu_cost, gpu_pods, nodes, request)
+        candidates = sorted(
+            (
+                c
+                for c in self._candidates(state, nodes, by_node, request)
+                if 0 < len(c.evicted) <= self.budget
+                # The evicted pods and the request must all fit in what is free.
+                and sum(p.total_gpu_milli for p, _ in c.evicted) + request.total_gpu_milli
+                <= state.gpu_free_milli_total
+            ),
+            key=lambda c: (c.cost, len(c.evicted), c.node, c.gpus, c.mig_start or 0),
+        )
+        for candidate in candidates[: self.max_trials]:
+            moves = self._try(state, candidate, request)
+            if moves is not None:
+                return moves
+        return None
+
+    @staticmethod
+    def _candidate_nodes(state: ClusterState, request: PodRequest) -> npt.NDArray[np.int64]:
+        """Nodes that could host ``request`` once emptied enough (vectorised pruning)."""
+        possible = (
             state.gpu_model_mask(request.gpu_models)
-            & ~state.node_mig_enabled
+            & (state.node_mig_enabled if request.mig is not None else ~state.node_mig_enabled)
             & (state.gpu_count >= request.num_gpu)
             & (state.cpu_capacity_milli >= request.cpu_milli)
             & (state.memory_capacity_mib >= request.memory_mib)
         )
-        best: tuple[float, list[Migration]] | None = None
-        for node in candidates:
-            plan = self._plan_on(state, by_node.get(int(node), []), int(node), request)
-            if plan is not None and (best is None or plan[0] < best[0]):
-                best = plan
-        return best[1] if best is not None else None
+        if request.mig is None:
+            # Emptying the k least used GPUs frees their used milli, which must then fit
+            # elsewhere: k whole GPUs plus that much must be free in the cluster.
+            used = np.where(
+                state.gpu_capacity_milli > 0,
+                state.gpu_capacity_milli - state.gpu_free_milli,
+                np.iinfo(np.int64).max // 64,
+            )
+            least = np.sort(used, axis=1)[:, : request.num_gpu].sum(axis=1)
+            possible &= least + request.total_gpu_milli <= state.gpu_free_milli_total
+        return np.flatnonzero(possible)
 
-    def _plan_on(
+    def _index(
+        self, state: ClusterState, running: Mapping[str, Running]
+    ) -> tuple[dict[int, list[Running]], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+        """One pass over the running pods: pods by node, move cost and pod count per GPU."""
+        by_node: dict[int, list[Running]] = {}
+        nodes: list[int] = []
+        gpus: list[int] = []
+        prices: list[float] = []
+        for pod, placement in running.values():
+            node = placement.node_index
+            by_node.setdefault(node, []).append((pod, placement))
+            price = move_cost(pod, self.max_priority)
+            for gpu, _ in placement.gpu_milli_by_index:
+                nodes.append(node)
+                gpus.append(gpu)
+                prices.append(price)
+        cost = np.zeros(state.gpu_free_milli.shape)
+        count = np.zeros(state.gpu_free_milli.shape, dtype=np.int64)
+        np.add.at(cost, (nodes, gpus), prices)
+        np.add.at(count, (nodes, gpus), 1)
+        return by_node, cost, count
+
+    def _cheapest_nodes(
         self,
         state: ClusterState,
-        pods: list[tuple[PodRequest, Placement]],
-        node: int,
+        gpu_cost: npt.NDArray[np.float64],
+        count: npt.NDArray[np.int64],
+        nodes: npt.NDArray[np.int64],
         request: PodRequest,
-    ) -> tuple[float, list[Migration]] | None:
+    ) -> npt.NDArray[np.int64]:
+        """The ``max_trials`` nodes where emptying ``k`` GPUs costs least (vectorised).
+
+        The pod count per node is an upper bound (a pod on two chosen GPUs counts
+        twice), so no node within budget is dropped.
+        """
+        cost = np.where(state.gpu_capacity_milli > 0, gpu_cost, np.inf)[nodes]
+        order = np.argsort(cost, axis=1, kind="stable")[:, : request.num_gpu]
+        node_cost = np.take_along_axis(cost, order, axis=1).sum(axis=1)
+        node_count = np.take_along_axis(count[nodes], order, axis=1).sum(axis=1)
+        # A pod counted on all k GPUs is one pod: only a count above budget × k is
+        # certainly over budget.
+        keep = (
+            np.isfinite(node_cost)
+            & (node_count > 0)
+            & (node_count <= self.budget * request.num_gpu)
+        )
+        ranked = np.lexsort((nodes, node_count, node_cost))
+        return np.sort(nodes[ranked[keep[ranked]]][: self.max_trials])
+
+    def _candidates(
+        self,
+        state: ClusterState,
+        nodes: npt.NDArray[np.int64],
+        by_node: Mapping[int, list[Running]],
+        request: PodRequest,
+    ) -> Iterator[_Candidate]:
+        for node in nodes.tolist():
+            pods = by_node.get(node, [])
+            if request.mig is None:
+                yield from self._whole_gpu_candidates(state, node, pods, request)
+            else:
+                yield from self._mig_candidates(state, node, pods, request)
+
+    def _whole_gpu_candidates(
+        self, state: ClusterState, node: int, pods: list[Running], request: PodRequest
+    ) -> Iterator[_Candidate]:
         gpus = int(state.gpu_count[node])
-        on_gpu: list[list[tuple[PodRequest, Placement]]] = [[] for _ in range(gpus)]
+        on_gpu: list[list[Running]] = [[] for _ in range(gpus)]
         cost = np.zeros(gpus)
         for pod, placement in pods:
             for gpu in placement.gpu_indices:
@@ -87,32 +216,178 @@ class Defragmenter:
                 cost[gpu] += move_cost(pod, self.max_priority)
         order = np.argsort(cost, kind="stable")[: request.num_gpu]
         if not np.isfinite(cost[order]).all():
-            return None
-        evicted: dict[str, tuple[PodRequest, Placement]] = {}
-        for gpu in order:
-            for pod, placement in on_gpu[int(gpu)]:
+            return
+        evicted: dict[str, Running] = {}
+        for gpu in order.tolist():
+            for pod, placement in on_gpu[gpu]:
                 evicted[pod.name] = (pod, placement)
-        if not evicted or len(evicted) > self.budget:
-            return None
+        yield _Candidate(
+            float(cost[order].sum()),
+            node,
+            tuple(sorted(order.tolist())),
+            None,
+            tuple(evicted.values()),
+        )
+
+    def _mig_candidates(
+        self, state: ClusterState, node: int, pods: list[Running], request: PodRequest
+    ) -> Iterator[_Candidate]:
+        shape = request.mig
+        assert shape is not None
+        for gpu in range(int(state.gpu_count[node])):
+            here = [(p, pl) for p, pl in pods if pl.gpu_indices[0] == gpu]
+            for start in shape.starts:
+                want = ((1 << shape.memory_slices) - 1) << start
+                evicted = [(p, pl) for p, pl in here if _slice_mask(p, pl) & want]
+                staying = sorted(
+                    ((p, pl) for p, pl in here if not _slice_mask(p, pl) & want),
+                    key=lambda item: move_cost(item[0], self.max_priority),
+                )
+                compute_used = sum(p.mig.compute_slices for p, _ in staying if p.mig)
+                while compute_used + shape.compute_slices > MIG_COMPUTE_SLICES and staying:
+                    pod, placement = staying.pop(0)
+                    evicted.append((pod, placement))
+                    compute_used -= pod.mig.compute_slices if pod.mig else 0
+                cost = sum(move_cost(p, self.max_priority) for p, _ in evicted)
+                if np.isfinite(cost):
+                    yield _Candidate(cost, node, (gpu,), start, tuple(evicted))
+
+    def _try(
+        self, state: ClusterState, candidate: _Candidate, request: PodRequest
+    ) -> list[Migration] | None:
         trial = state.copy()
-        for pod, placement in evicted.values():
+        for pod, placement in candidate.evicted:
             trial.release(pod, placement)
-        reserved = trial.placement(node, [int(g) for g in order], request)
+        if request.mig is None:
+            reserved = trial.placement(candidate.node, candidate.gpus, request)
+        else:
+            reserved = trial.placement(
+                candidate.node, candidate.gpus, request, mig_start=candidate.mig_start
+            )
         try:
             trial.allocate(request, reserved)
         except CapacityError:  # CPU or memory still short on this node
             return None
-        moves: list[Migration] = []
-        total = 0.0
-        for pod, _ in sorted(evicted.values(), key=lambda item: -item[0].total_gpu_milli):
-            decision = self.policy.decide(trial, pod)
-            if decision.placement is None:
-                return None
-            trial.allocate(pod, decision.placement)
-            moves.append((pod.name, decision.placement))
-            total += move_cost(pod, self.max_priority)
+        moves = _replace(self.policy, trial, [pod for pod, _ in candidate.evicted])
+        if moves is None:
+            return None
         # The engine re-decides the request after the moves; make sure it then fits.
         trial.release(request, reserved)
-        if trial.gpu_whole_free_count[node] < request.num_gpu:
+        if not trial.feasible(request)[candidate.node]:
             return None
-        return total, moves
+        return moves
+
+
+def _replace(
+    policy: Policy, trial: ClusterState, pods: Sequence[PodRequest]
+) -> list[Migration] | None:
+    """Place ``pods`` (largest first) on ``trial`` with ``policy``; None when one fails."""
+    moves: list[Migration] = []
+    for pod in sorted(pods, key=lambda p: -p.total_gpu_milli):
+        decision = policy.decide(trial, pod)
+        if decision.placement is None:
+            return None
+        trial.allocate(pod, decision.placement)
+        moves.append((pod.name, decision.placement))
+    return moves
+
+
+def compact(
+    policy: Policy,
+    state: ClusterState,
+    running: Mapping[str, Running],
+    *,
+    budget: int,
+    max_priority: int = 0,
+    free_gpus_wanted: int | None = None,
+) -> list[Migration]:
+    """Background compaction: empty the cheapest partly used GPUs, at most ``budget`` moves.
+
+    A GPU is partly used when some but not all of it is taken (a shared GPU, or a
+    MIG GPU with some instances). Its pods move only onto GPUs already partly
+    used — never onto an empty GPU, which would just move the fragment — and the
+    GPU is emptied only when every one of its pods finds such a place. GPUs are
+    tried from the cheapest to empty; each one emptied is one more whole GPU.
+    With ``free_gpus_wanted``, nothing moves while at least that many GPUs are
+    empty, and compaction stops once they are.
+    """
+    empty_now = len(_empty_gpus(state))
+    if budget <= 0 or (free_gpus_wanted is not None and empty_now >= free_gpus_wanted):
+        return []
+    on_gpu: dict[tuple[int, int], list[Running]] = {}
+    for pod, placement in running.values():
+        for gpu in placement.gpu_indices:
+            on_gpu.setdefault((placement.node_index, gpu), []).append((pod, placement))
+    partial: list[tuple[float, int, tuple[int, int]]] = []
+    for (node, gpu), pods in on_gpu.items():
+        if any(p.num_gpu > 1 or not (p.is_gpu_sharing or p.mig) for p, _ in pods):
+            continue  # a whole-GPU pod already uses the GPU fully
+        if state.node_mig_enabled[node]:
+            full = state.mig_free_slices[node, gpu] == 0
+        else:
+            full = state.gpu_free_milli[node, gpu] == 0
+        cost = sum(move_cost(p, max_priority) for p, _ in pods)
+        if not full and np.isfinite(cost):
+            partial.append((cost, len(pods), (node, gpu)))
+    partial.sort()
+    trial = state.copy()
+    moves: list[Migration] = []
+    received: set[tuple[int, int]] = set()
+    for _, count, (node, gpu) in partial:
+        if len(moves) + count > budget or (node, gpu) in received:
+            continue
+        attempt = trial.copy()
+        pods = on_gpu[(node, gpu)]
+        for pod, placement in pods:
+            attempt.release(pod, placement)
+        # Nothing lands on an empty GPU: the one being emptied, those emptied before,
+        # and those that were empty already.
+        cordoned = _empty_gpus(attempt)
+        for c_node, c_gpu in cordoned:
+            attempt.cordon_gpu(c_node, c_gpu)
+        placed = _replace(policy, attempt, [p for p, _ in pods])
+        if placed is None:
+            continue
+        for c_node, c_gpu in cordoned:
+            attempt.uncordon_gpu(c_node, c_gpu)
+        trial = attempt
+        moves += placed
+        received.update((pl.node_index, g) for _, pl in placed for g in pl.gpu_indices)
+        empty_now += 1
+        if free_gpus_wanted is not None and empty_now >= free_gpus_wanted:
+            break
+    return moves
+
+
+def _empty_gpus(state: ClusterState) -> list[tuple[int, int]]:
+    """Every GPU with nothing on it."""
+    empty = (state.gpu_free_milli == GPU_MILLI_PER_GPU) & np.where(
+        state.node_mig_enabled[:, None],
+        state.mig_free_slices == (1 << MIG_MEMORY_SLICES) - 1,
+        True,
+    )
+    return [(int(n), int(g)) for n, g in np.argwhere(empty)]
+
+
+@dataclass
+class Compactor:
+    """Background compaction for the simulator: :func:`compact` every ``interval_s``."""
+
+    policy: Policy
+    interval_s: float = 600.0
+    budget: int = 4
+    """Most pods moved per round."""
+    free_share: float = 0.05
+    """Compact only while fewer than this share of the cluster's GPUs are empty."""
+    max_priority: int = 0
+
+    def compact(self, state: ClusterState, running: Mapping[str, Running]) -> list[Migration]:
+        wanted = math.ceil(self.free_share * int(state.gpu_count.sum()))
+        return compact(
+            self.policy,
+            state,
+            running,
+            budget=self.budget,
+            max_priority=self.max_priority,
+            free_gpus_wanted=wanted,
+        )

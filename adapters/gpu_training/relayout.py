@@ -1,0 +1,121 @@
+"""MIG re-layout plans: what each MIG node's GPUs hold after migrations, as mig-parted config.
+
+After the defragmenter or the compactor moves MIG instances, every MIG node a
+move touches gets a new layout: one list of instances per GPU. The plan carries it
+as a mig-parted ``version: v1`` config (GPUs with equal instance counts grouped
+under one ``devices`` entry) named after the node and its layout, and the node
+label ``nvidia.com/mig.config=<name>`` that makes the GPU Operator's MIG Manager
+apply it.
+
+mig-parted takes instance *counts*, not start slots: the driver places them. The
+per-GPU layouts (with slots) are kept in the plan for the scheduler's own
+bookkeeping and for review; after MIG Manager reports the node's new state,
+collect it again (NVML) rather than assume the slots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kubesage.adapters.gpu_training.mig import MIG_CONFIG_LABEL, MigInstance, layout_errors
+from kubesage.core.errors import InputError
+from kubesage.core.sim.engine import Migration
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.types import Placement, PodRequest
+
+Layout = tuple[MigInstance, ...]
+
+
+@dataclass(frozen=True)
+class RelayoutPlan:
+    """The new MIG layout of one node."""
+
+    node: str
+    gpu_model: str
+    layouts: tuple[Layout, ...]
+    """Instances per GPU index, ordered by start slot."""
+    config_name: str
+    mig_parted: dict[str, object]
+
+    @property
+    def label(self) -> tuple[str, str]:
+        """The node label to set: ``(nvidia.com/mig.config, config_name)``."""
+        return MIG_CONFIG_LABEL, self.config_name
+
+
+def node_layouts(
+    state: ClusterState, running: Mapping[str, tuple[PodRequest, Placement]], node: int
+) -> tuple[Layout, ...]:
+    """The MIG instances each GPU of ``node`` holds, from the running pods."""
+    per_gpu: list[list[MigInstance]] = [[] for _ in range(int(state.gpu_count[node]))]
+    for pod, placement in running.values():
+        if placement.node_index == node and pod.mig is not None:
+            assert placement.mig_start is not None
+            per_gpu[placement.gpu_indices[0]].append(
+                MigInstance(pod.mig.profile, placement.mig_start)
+            )
+    return tuple(tuple(sorted(g, key=lambda i: (i.start, i.profile))) for g in per_gpu)
+
+
+def mig_parted_node_config(
+    name: str, gpu_model: str, layouts: Sequence[Layout]
+) -> dict[str, object]:
+    """A mig-parted config giving each GPU of a node its own instance counts."""
+    groups: dict[tuple[tuple[str, int], ...], list[int]] = {}
+    for gpu, layout in enumerate(layouts):
+        errors = layout_errors(gpu_model, layout)
+        if errors:
+            raise InputError(f"invalid MIG layout for GPU {gpu} ({gpu_model}): {'; '.join(errors)}")
+        counts = tuple(sorted(Counter(i.profile for i in layout).items()))
+        groups.setdefault(counts, []).append(gpu)
+    return {
+        "version": "v1",
+        "mig-configs": {
+            name: [
+                {"devices": gpus, "mig-enabled": True, "mig-devices": dict(counts)}
+                for counts, gpus in groups.items()
+            ]
+        },
+    }
+
+
+def relayout_plans(
+    state: ClusterState,
+    running: Mapping[str, tuple[PodRequest, Placement]],
+    moves: Sequence[Migration],
+) -> list[RelayoutPlan]:
+    """New layouts for every MIG node that ``moves`` take instances from or to.
+
+    ``state`` and ``running`` are before the moves; neither is changed.
+    """
+    after = dict(running)
+    touched: set[int] = set()
+    for name, target in moves:
+        if name not in after:
+            raise InputError(f"migration names pod '{name}', which is not running")
+        pod, source = after[name]
+        after[name] = (pod, target)
+        if pod.mig is not None:
+            touched.update((source.node_index, target.node_index))
+    plans = []
+    for node in sorted(touched):
+        model = state.gpu_models[int(state.gpu_model_index[node])]
+        layouts = node_layouts(state, after, node)
+        digest = hashlib.sha256(
+            json.dumps([[(i.profile, i.start) for i in g] for g in layouts]).encode()
+        ).hexdigest()[:8]
+        config_name = f"kubesage-{digest}"
+        plans.append(
+            RelayoutPlan(
+                node=state.node_names[node],
+                gpu_model=model,
+                layouts=layouts,
+                config_name=config_name,
+                mig_parted=mig_parted_node_config(config_name, model, layouts),
+            )
+        )
+    return plans
