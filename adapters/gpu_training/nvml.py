@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal, cast
 
+from kubesage.core.errors import InputError
+from kubesage.core.topology.discovery import gpu_model_from_product
+from kubesage.core.topology.spec import NodeTemplate, NvlinkSpec
+
 log = logging.getLogger(__name__)
 
 NvlinkTopology = Literal["nvswitch", "pairs", "none", "mixed"]
@@ -163,3 +167,87 @@ def nvlink_topology(snapshot: NvmlSnapshot) -> NvlinkTopology:
     if not any(snapshot.nvswitch_links) and all(partners[i] == [i ^ 1] for i in range(count)):
         return "pairs"
     return "mixed"
+
+
+NVML_TOPOLOGY_MULTIPLE = 20
+"""Highest NVML common-ancestor level still below one PCIe switch tree."""
+NVML_TOPOLOGY_NODE = 40
+"""Highest level inside one CPU socket (NUMA node); 50 crosses sockets."""
+
+_NVLINK_GENERATION: dict[str, Literal[3, 4, 5]] = {
+    "A100-40GB": 3,
+    "A100-80GB": 3,
+    "H100-80GB": 4,
+    "H200-141GB": 4,
+}
+
+
+def _groups(levels: tuple[tuple[int, ...], ...], within: int) -> list[list[int]]:
+    """GPUs grouped by ``level <= within`` (transitively), each group sorted."""
+    count = len(levels)
+    group = list(range(count))
+    for i in range(count):
+        for j in range(i + 1, count):
+            if levels[i][j] <= within:
+                old, new = group[j], group[i]
+                group = [new if g == old else g for g in group]
+    found: dict[int, list[int]] = {}
+    for gpu, g in enumerate(group):
+        found.setdefault(g, []).append(gpu)
+    return sorted(found.values())
+
+
+def _even_contiguous(groups: list[list[int]]) -> int | None:
+    """The common size when groups are equal and consecutive GPU ranges, else None."""
+    size = len(groups[0])
+    if all(len(g) == size and g == list(range(g[0], g[0] + size)) for g in groups):
+        return size
+    return None
+
+
+def node_template(
+    snapshot: NvmlSnapshot,
+    *,
+    cpu_milli: int,
+    memory_mib: int,
+    nic_gbps_per_switch: float = 100.0,
+    pcie_generation: Literal[3, 4, 5] = 4,
+) -> NodeTemplate:
+    """The DRTG node template this GPU node's NVML topology describes.
+
+    Sockets and PCIe switches come from NVML's common-ancestor levels (GPUs under
+    one switch tree: level ≤ 20; in one socket: ≤ 40), NVLink from the links that
+    are up. What the template cannot express falls back to the conservative
+    choice: uneven or interleaved groups → one socket or one GPU per switch, a
+    mixed NVLink fabric → no NVLink. CPU, memory, NIC speed and PCIe generation
+    are not in NVML and are given.
+    """
+    if not snapshot.available:
+        raise InputError(f"no NVML topology to build a template from: {snapshot.reason}")
+    gpus = len(snapshot.gpus)
+    if gpus == 0:
+        return NodeTemplate(gpus=0, sockets=1, cpu_milli=cpu_milli, memory_mib=memory_mib)
+    model = gpu_model_from_product(snapshot.gpus[0].name)
+    sockets = len(_groups(snapshot.pcie_level, NVML_TOPOLOGY_NODE))
+    if _even_contiguous(_groups(snapshot.pcie_level, NVML_TOPOLOGY_NODE)) is None:
+        sockets = 1
+    per_switch = _even_contiguous(_groups(snapshot.pcie_level, NVML_TOPOLOGY_MULTIPLE)) or 1
+    if (gpus // sockets) % per_switch:
+        per_switch = 1
+    topology = nvlink_topology(snapshot)
+    links = max(max(snapshot.nvswitch_links), max(sum(row) for row in snapshot.nvlinks))
+    return NodeTemplate(
+        gpu_model=model,
+        gpus=gpus,
+        sockets=sockets,
+        gpus_per_switch=per_switch,
+        pcie_generation=pcie_generation,
+        nvlink=NvlinkSpec(
+            topology="none" if topology == "mixed" else topology,
+            generation=_NVLINK_GENERATION.get(model, 4),
+            links_per_gpu=max(1, min(links, 36)),
+        ),
+        nic_gbps_per_switch=nic_gbps_per_switch,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+    )

@@ -17,6 +17,7 @@ from kubesage.core.adapter import Adapter
 from kubesage.core.cli.data import data_app
 from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.cli.simulate import simulate
+from kubesage.core.cli.topology import topology_app
 
 app = typer.Typer(
     name="kubesage",
@@ -28,6 +29,7 @@ app = typer.Typer(
 app.command(name="simulate")(simulate)
 app.add_typer(data_app, name="data")
 app.add_typer(forecast_app, name="forecast")
+app.add_typer(topology_app, name="topology")
 
 ADAPTER_GROUP = "kubesage.adapters"
 

@@ -189,11 +189,10 @@ class DRTG:
         node_rack: list[int] = []
         node_template: list[str] = []
         for r, rack in enumerate(spec.racks):
-            width = max(2, len(str(rack.nodes - 1)))
-            for i in range(rack.nodes):
-                node_names.append(f"{rack.name}-node-{i:0{width}d}")
+            for name, template_name in rack.node_entries():
+                node_names.append(name)
                 node_rack.append(r)
-                node_template.append(rack.template)
+                node_template.append(template_name)
         self.node_names = tuple(node_names)
         self.node_index = {name: i for i, name in enumerate(node_names)}
         self.node_rack: IntArray = np.array(node_rack, dtype=np.int64)

@@ -75,13 +75,39 @@ class ZoneSpec(StrictModel):
     """Capacity between this zone and the others."""
 
 
+class RackMember(StrictModel):
+    """One named node of a rack (racks discovered from a live cluster list them)."""
+
+    name: str = Field(min_length=1)
+    template: str
+
+
 class RackSpec(StrictModel):
+    """A rack: ``nodes`` nodes of one ``template`` (named ``<rack>-node-NN``), or ``members``."""
+
     name: str = Field(min_length=1)
     zone: str
     uplink_gbps: float = Field(gt=0)
     """Capacity between this rack and the rest of its zone."""
-    template: str
-    nodes: int = Field(ge=1, le=100_000)
+    template: str | None = None
+    nodes: int | None = Field(None, ge=1, le=100_000)
+    members: list[RackMember] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _either_count_or_members(self) -> RackSpec:
+        if self.members and (self.template is not None or self.nodes is not None):
+            raise ValueError(f"rack '{self.name}': give members, or template and nodes, not both")
+        if not self.members and (self.template is None or self.nodes is None):
+            raise ValueError(f"rack '{self.name}' needs template and nodes (or members)")
+        return self
+
+    def node_entries(self) -> list[tuple[str, str]]:
+        """``(node name, template)`` for every node of the rack."""
+        if self.members:
+            return [(member.name, member.template) for member in self.members]
+        assert self.template is not None and self.nodes is not None
+        width = max(2, len(str(self.nodes - 1)))
+        return [(f"{self.name}-node-{i:0{width}d}", self.template) for i in range(self.nodes)]
 
 
 class TopologySpec(StrictModel):
@@ -100,6 +126,12 @@ class TopologySpec(StrictModel):
         for rack in self.racks:
             if rack.zone not in zones:
                 raise ValueError(f"rack '{rack.name}' names unknown zone '{rack.zone}'")
-            if rack.template not in self.node_templates:
-                raise ValueError(f"rack '{rack.name}' names unknown template '{rack.template}'")
+        names: set[str] = set()
+        for rack in self.racks:
+            for node, template in rack.node_entries():
+                if template not in self.node_templates:
+                    raise ValueError(f"rack '{rack.name}' names unknown template '{template}'")
+                if node in names:
+                    raise ValueError(f"node name '{node}' appears twice")
+                names.add(node)
         return self

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kubesage.adapters.gpu_training.fake_nvml import FakeGpu, FakeNvml
-from kubesage.adapters.gpu_training.nvml import NvmlCollector, nvlink_topology
+from kubesage.adapters.gpu_training.nvml import NvmlCollector, node_template, nvlink_topology
+from kubesage.core.errors import InputError
 
 NVSWITCH_BUS = "00000000:C0:00.0"
 
@@ -68,3 +71,36 @@ def test_real_pynvml_on_this_machine_reports_no_driver_instead_of_raising() -> N
         assert len(snapshot.gpus) == len(snapshot.nvlinks)
     else:
         assert snapshot.reason
+
+
+def test_a_dgx_like_node_becomes_an_nvswitch_template() -> None:
+    snapshot = NvmlCollector(dgx_like()).collect()
+    template = node_template(snapshot, cpu_milli=224_000, memory_mib=2_097_152)
+    assert (template.gpu_model, template.gpus) == ("H100-80GB", 8)
+    assert (template.nvlink.topology, template.nvlink.links_per_gpu) == ("nvswitch", 18)
+    assert template.nvlink.generation == 4
+    # The fake reports every pair under one PCIe switch: one socket, one switch of 8.
+    assert (template.sockets, template.gpus_per_switch) == (1, 8)
+
+
+def test_nvlink_pairs_across_two_sockets_become_a_pairs_template() -> None:
+    snapshot = NvmlCollector(nvlink_pairs()).collect()
+    template = node_template(snapshot, cpu_milli=64_000, memory_mib=524_288)
+    assert (template.gpu_model, template.gpus, template.sockets) == ("A100-80GB", 4, 2)
+    assert template.gpus_per_switch == 2
+    assert (template.nvlink.topology, template.nvlink.links_per_gpu) == ("pairs", 12)
+    assert template.nvlink.generation == 3
+
+
+def test_interleaved_sockets_fall_back_to_one_socket() -> None:
+    gpus = [FakeGpu(name="NVIDIA H100 80GB HBM3") for _ in range(4)]
+    level = [[0 if i == j else 40 if i % 2 == j % 2 else 50 for j in range(4)] for i in range(4)]
+    snapshot = NvmlCollector(FakeNvml(gpus, topology_level=level)).collect()
+    template = node_template(snapshot, cpu_milli=1_000, memory_mib=1_024)
+    assert (template.sockets, template.gpus_per_switch, template.nvlink.topology) == (1, 1, "none")
+
+
+def test_no_template_without_nvml() -> None:
+    snapshot = NvmlCollector(FakeNvml(driver_loaded=False)).collect()
+    with pytest.raises(InputError, match=r"no NVML topology .* Shared Library Not Found"):
+        node_template(snapshot, cpu_milli=1, memory_mib=1)

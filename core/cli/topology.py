@@ -1,0 +1,96 @@
+"""``kubesage topology …``: build a Topology from a live cluster's nodes, and summarise one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.config import API_VERSION, load_config
+from kubesage.core.errors import InputError
+from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, topology_from_nodes
+from kubesage.core.topology.graph import DRTG
+from kubesage.core.topology.spec import TOPOLOGY_KIND, TopologySpec
+
+topology_app = typer.Typer(
+    help="Cluster topology (DRTG): discover and inspect.", no_args_is_help=True
+)
+
+
+@topology_app.command("discover")
+@user_errors
+def discover(
+    nodes_json: Annotated[
+        Path, typer.Argument(help="Output of 'kubectl get nodes -o json' ('-' for stdin).")
+    ],
+    templates: Annotated[
+        Path | None,
+        typer.Option(
+            "--templates",
+            help="A Topology YAML whose node_templates the kubesage.io/node-template label names.",
+        ),
+    ] = None,
+    rack_label: Annotated[
+        str, typer.Option("--rack-label", help="Node label naming the rack.")
+    ] = DEFAULT_RACK_LABEL,
+    rack_uplink_gbps: Annotated[float, typer.Option(help="Each rack's uplink.")] = 800.0,
+    zone_uplink_gbps: Annotated[float, typer.Option(help="Each zone's uplink.")] = 3_200.0,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the YAML here (default: stdout).")
+    ] = None,
+) -> None:
+    """Write the Topology (zones, racks, node templates) that the nodes' labels describe."""
+    text = typer.get_text_stream("stdin").read() if str(nodes_json) == "-" else None
+    try:
+        document = json.loads(text if text is not None else nodes_json.read_text("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{nodes_json}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{nodes_json}: not valid JSON: {exc}") from None
+    items = document.get("items") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise InputError(f"{nodes_json}: expected a NodeList with 'items' (kubectl -o json)")
+    known = (
+        load_config(templates, TopologySpec, kind=TOPOLOGY_KIND).node_templates if templates else {}
+    )
+    spec = topology_from_nodes(
+        items,
+        templates=known,
+        rack_label=rack_label,
+        rack_uplink_gbps=rack_uplink_gbps,
+        zone_uplink_gbps=zone_uplink_gbps,
+    )
+    rendered = yaml.safe_dump(
+        {
+            "apiVersion": API_VERSION,
+            "kind": TOPOLOGY_KIND,
+            "spec": spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
+        },
+        sort_keys=False,
+    )
+    if output is None:
+        typer.echo(rendered, nl=False)
+    else:
+        output.write_text(rendered, encoding="utf-8")
+        stderr.print(f"{len(items)} node(s) in {len(spec.racks)} rack(s) written to {output}")
+
+
+@topology_app.command("show")
+@user_errors
+def show(path: Annotated[Path, typer.Argument(help="A Topology YAML file.")]) -> None:
+    """Summarise a Topology: zones, racks, nodes, GPUs and graph size."""
+    graph = DRTG.from_yaml(path)
+    typer.echo(
+        f"{len(graph.zone_names)} zone(s), {len(graph.rack_names)} rack(s), "
+        f"{graph.num_nodes} node(s), {graph.num_gpus} GPU(s), {graph.num_edges} edges"
+    )
+    for name, template in graph.spec.node_templates.items():
+        count = graph.node_template.count(name)
+        typer.echo(
+            f"  {name}: {count} node(s) × {template.gpus} {template.gpu_model or 'no GPU'}, "
+            f"NVLink {template.nvlink.topology}"
+        )

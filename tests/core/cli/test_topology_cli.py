@@ -1,0 +1,52 @@
+"""``kubesage topology discover`` and ``show`` end to end (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from kubesage.core.topology.graph import DRTG
+from tests.core.topology.test_discovery import NODES
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "topologies"
+
+
+def kubesage(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubesage.core.cli", "topology", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_discover_writes_a_topology_that_loads_and_shows(tmp_path: Path) -> None:
+    templates = tmp_path / "templates.yaml"
+    templates.write_text(
+        (CONFIGS / "dgx-h100-pod.yaml").read_text().replace("dgx-h100", "dgx"), "utf-8"
+    )
+    nodes = json.dumps({"kind": "NodeList", "items": NODES})
+    out = tmp_path / "topology.yaml"
+    done = kubesage("discover", "-", "--templates", str(templates), "-o", str(out), stdin=nodes)
+    assert done.returncode == 0, done.stderr
+    assert "4 node(s) in 3 rack(s)" in done.stderr
+    graph = DRTG.from_yaml(out)
+    assert sorted(graph.node_names) == ["cpu-d", "dgx-a", "dgx-c", "pcie-b"]
+    shown = kubesage("show", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("2 zone(s), 3 rack(s), 4 node(s), 20 GPU(s)")
+    assert "dgx: 2 node(s) × 8 H100-80GB, NVLink nvswitch" in shown.stdout
+
+
+def test_discover_names_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "nodes.json"
+    bad.write_text('{"kind": "Node"}', "utf-8")
+    done = kubesage("discover", str(bad))
+    assert done.returncode == 2
+    assert "expected a NodeList with 'items'" in done.stderr
+    missing = kubesage("discover", str(tmp_path / "absent.json"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
