@@ -19,12 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import kubernetes_validate
-
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.validation import validate_manifests
 
-KUBERNETES_VERSION = "1.31"
-"""Schema version manifests are validated against."""
 MASTER_PORT = 29500
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -157,12 +154,5 @@ def kubernetes_manifests(
                 },
             }
         )
-    for manifest in manifests:
-        try:
-            kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            raise InputError(
-                f"generated {manifest['kind']} '{manifest['metadata']['name']}' is not valid "
-                f"Kubernetes {KUBERNETES_VERSION}: {exc.message}"
-            ) from exc
+    validate_manifests(manifests)
     return manifests

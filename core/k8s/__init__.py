@@ -1,0 +1,1 @@
+"""Kubernetes objects kubesage writes: offline schema validation (more with issue 5)."""
