@@ -1,1 +1,3 @@
-"""The spark adapter. Not built yet: tracked in issue 7; it registers no commands until then."""
+"""The Spark adapter: event logs, a shuffle cost model over the DRTG, rack-aware
+executor placement, and the spark-submit conf and pod templates that carry it out
+(``kubesage spark conf|submit``)."""
