@@ -1,0 +1,237 @@
+"""``kubesage spark …``: shuffle-aware executor placement as spark-submit conf and pod templates."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from kubesage.adapters.spark.conf import SparkSettings, spark_settings
+from kubesage.adapters.spark.eventlog import read_event_log
+from kubesage.adapters.spark.placement import (
+    ExecutorShape,
+    place_executors,
+    spread_placement,
+)
+from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
+from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.errors import InputError
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL
+from kubesage.core.topology.graph import DRTG
+
+spark_app = typer.Typer(
+    help="Spark on Kubernetes: rack-aware executor placement, conf and pod templates.",
+    no_args_is_help=True,
+)
+
+DEFAULT_TOPOLOGY = Path(__file__).resolve().parents[2] / "configs" / "topologies" / "cpu-racks.yaml"
+DEFAULT_PROFILE = ShuffleProfile((1 << 30,), input_bytes=1 << 30)
+"""Without an event log: one all-to-all shuffle as large as the input (only the
+relative figures matter)."""
+
+Executors = Annotated[int, typer.Option("--executors", min=1, help="Executors.")]
+Cores = Annotated[int, typer.Option("--cores", min=1, help="Cores per executor.")]
+Memory = Annotated[int, typer.Option("--memory", min=1, help="Memory per executor, MiB.")]
+EventLog = Annotated[
+    Path | None,
+    typer.Option("--event-log", help="A past run's event log (file or rolling directory)."),
+]
+Locality = Annotated[
+    str | None,
+    typer.Option(
+        "--input-locality", help="Where the input lies: rack-or-zone=fraction,… (e.g. rack-a1=0.6)."
+    ),
+]
+TopologyPath = Annotated[
+    Path, typer.Option("--topology", help="Topology YAML (kubesage topology discover).")
+]
+RackLabel = Annotated[str, typer.Option("--rack-label", help="Node label naming the rack.")]
+LocalDir = Annotated[
+    str | None, typer.Option("--local-dir", help="Host path on a fast disk for shuffle files.")
+]
+NodeShare = Annotated[
+    float, typer.Option("--max-node-share", help="Most executors per node, as a share of all.")
+]
+
+
+def parse_locality(text: str | None) -> dict[str, float]:
+    """``rack-a1=0.6,zone-b=0.2`` → {name: fraction}; errors name the bad item."""
+    hints: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            hints[name.strip()] = float(value)
+        except ValueError:
+            raise InputError(
+                f"--input-locality item '{item}' is not name=fraction (e.g. rack-a1=0.6)"
+            ) from None
+    return hints
+
+
+def plan(
+    out: Path,
+    executors: int,
+    cores: int,
+    memory: int,
+    event_log: Path | None,
+    input_locality: str | None,
+    topology: Path,
+    rack_label: str,
+    local_dir: str | None,
+    max_node_share: float,
+) -> SparkSettings:
+    """Place, write conf + templates + plan into ``out``, print the reasons."""
+    drtg = DRTG.from_yaml(topology)
+    shape = ExecutorShape(executors, cores, memory)
+    if event_log is not None:
+        app = read_event_log(event_log)
+        profile = ShuffleProfile.from_application(app)
+        if profile.total_shuffle_bytes == 0 and profile.input_bytes == 0:
+            stderr.print("the event log shows no shuffle or input bytes; using the default shape")
+            profile = DEFAULT_PROFILE
+        elif input_locality and profile.input_bytes == 0:
+            stderr.print("the event log shows no input bytes read: --input-locality has no effect")
+        stderr.print(
+            f"event log: {len(app.stages)} stage(s), {app.total_shuffle_bytes:,} shuffle bytes, "
+            f"{sum(app.skipped_events.values())} event(s) of unused types skipped"
+        )
+    else:
+        profile = DEFAULT_PROFILE
+    local = rack_locality(drtg, parse_locality(input_locality))
+    state = ClusterState(drtg.node_specs())
+    ours = place_executors(drtg, state, shape, profile, local, max_node_share=max_node_share)
+    spread = spread_placement(drtg, state, shape, profile, local)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = spark_settings(
+        drtg,
+        ours,
+        shape,
+        template_dir=str(out.resolve()),
+        rack_label=rack_label,
+        local_dir=local_dir,
+    )
+    (out / "executor-template.yaml").write_text(yaml.safe_dump(settings.executor_template))
+    (out / "driver-template.yaml").write_text(yaml.safe_dump(settings.driver_template))
+    (out / "spark-defaults.conf").write_text(settings.properties())
+    ratio = (
+        ours.estimate.cross_rack_bytes / spread.estimate.cross_rack_bytes
+        if spread.estimate.cross_rack_bytes
+        else 0.0
+    )
+    lines = [
+        *ours.reasons,
+        f"expected cross-rack bytes: {ours.estimate.cross_rack_bytes:,.0f} "
+        f"(default spread: {spread.estimate.cross_rack_bytes:,.0f}, ratio {ratio:.2f})",
+    ]
+    (out / "plan.txt").write_text("".join(f"{line}\n" for line in lines))
+    for line in lines:
+        stderr.print(line, highlight=False)
+    return settings
+
+
+@spark_app.command("conf")
+@user_errors
+def conf(
+    executors: Executors,
+    cores: Cores,
+    memory: Memory,
+    out: Annotated[Path, typer.Option("--out", help="Folder for conf, templates and plan.")],
+    event_log: EventLog = None,
+    input_locality: Locality = None,
+    topology: TopologyPath = DEFAULT_TOPOLOGY,
+    rack_label: RackLabel = DEFAULT_RACK_LABEL,
+    local_dir: LocalDir = None,
+    max_node_share: NodeShare = 0.25,
+) -> None:
+    """Place the executors and write spark-defaults.conf, pod templates and plan.txt."""
+    settings = plan(
+        out,
+        executors,
+        cores,
+        memory,
+        event_log,
+        input_locality,
+        topology,
+        rack_label,
+        local_dir,
+        max_node_share,
+    )
+    typer.echo(" ".join(settings.submit_args()))
+
+
+def find_spark_submit() -> str:
+    """$SPARK_HOME/bin/spark-submit, else spark-submit on PATH, else pyspark's own."""
+    home = os.environ.get("SPARK_HOME")
+    if home and (Path(home) / "bin" / "spark-submit").exists():
+        return str(Path(home) / "bin" / "spark-submit")
+    found = shutil.which("spark-submit")
+    if found:
+        return found
+    try:
+        import pyspark
+    except ImportError:
+        raise InputError(
+            "spark-submit not found: set SPARK_HOME, put spark-submit on PATH or install pyspark"
+        ) from None
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+@spark_app.command(
+    "submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+@user_errors
+def submit(
+    ctx: typer.Context,
+    executors: Executors,
+    cores: Cores,
+    memory: Memory,
+    out: Annotated[Path, typer.Option("--out", help="Folder for conf, templates and plan.")] = Path(
+        "kubesage-spark"
+    ),
+    event_log: EventLog = None,
+    input_locality: Locality = None,
+    topology: TopologyPath = DEFAULT_TOPOLOGY,
+    rack_label: RackLabel = DEFAULT_RACK_LABEL,
+    local_dir: LocalDir = None,
+    max_node_share: NodeShare = 0.25,
+) -> None:
+    """Run spark-submit with the placement's conf before your own arguments (after `--`)."""
+    if not ctx.args:
+        raise InputError("give the spark-submit arguments after '--'")
+    settings = plan(
+        out,
+        executors,
+        cores,
+        memory,
+        event_log,
+        input_locality,
+        topology,
+        rack_label,
+        local_dir,
+        max_node_share,
+    )
+    # Yours come last, so an explicit --conf of yours wins.
+    command = [find_spark_submit(), *settings.submit_args(), *ctx.args]
+    sys.stdout.flush()
+    raise typer.Exit(subprocess.run(command, check=False).returncode)
+
+
+@dataclass(frozen=True)
+class SparkAdapter:
+    name: str = "spark"
+    cli: typer.Typer = spark_app
+
+
+ADAPTER = SparkAdapter()

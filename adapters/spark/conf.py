@@ -1,0 +1,149 @@
+"""Spark-on-Kubernetes settings and pod templates that carry out an executor placement.
+
+Spark on Kubernetes cannot resolve racks (only YARN does), so the placement is
+enforced by the Kubernetes scheduler through the executors' pod template:
+
+- a required node affinity to the chosen racks (a node selector when there is
+  one rack), and a preferred affinity weighted by each rack's share;
+- a preferred pod affinity among the job's executors per rack, so replacements
+  (dynamic allocation, lost executors) land beside the others;
+- the driver prefers the rack holding the most executors.
+
+Conf: executor count, cores, memory and overhead; dynamic allocation with
+shuffle tracking (no external shuffle service on Kubernetes) bounded around the
+planned count; ``spark.locality.wait.rack=0s`` because a rack level never
+resolves on Kubernetes and waiting for it only delays tasks; optional local dirs
+on a fast host disk (a ``spark-local-dir-1`` hostPath volume, which Spark uses
+for shuffle and spill files). Pod templates are validated with
+kubernetes-validate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement
+from kubesage.core.k8s.validation import validate_manifests
+from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, ZONE_LABEL
+from kubesage.core.topology.graph import DRTG
+
+GROUP_LABEL = "kubesage.io/spark-group"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+LOCAL_DIR_MOUNT = "/spark-local"
+MIN_OVERHEAD_MIB = 384
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    conf: dict[str, str]
+    executor_template: dict[str, Any]
+    driver_template: dict[str, Any]
+
+    def submit_args(self) -> list[str]:
+        """``--conf key=value`` pairs for spark-submit."""
+        args = []
+        for key, value in self.conf.items():
+            args += ["--conf", f"{key}={value}"]
+        return args
+
+    def properties(self) -> str:
+        """The conf as a spark-defaults.conf (``--properties-file``) text."""
+        return "".join(f"{key} {value}\n" for key, value in self.conf.items())
+
+
+def _pod(group: str, role: str, container: str, affinity: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{group}-{role}", "labels": {GROUP_LABEL: group}},
+        "spec": {"affinity": dict(affinity), "containers": [{"name": container}]},
+    }
+
+
+def _in(key: str, values: list[str]) -> dict[str, Any]:
+    return {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
+
+
+def spark_settings(
+    drtg: DRTG,
+    placement: SparkPlacement,
+    shape: ExecutorShape,
+    *,
+    template_dir: str,
+    rack_label: str = DEFAULT_RACK_LABEL,
+    local_dir: str | None = None,
+) -> SparkSettings:
+    """Conf and pod templates for ``placement`` (templates written under ``template_dir``)."""
+    per_rack = placement.executors_per_rack(drtg)
+    racks = sorted(per_rack, key=lambda r: (-per_rack[r], r))
+    group = (
+        "kubesage-" + hashlib.sha256(",".join(map(str, placement.nodes)).encode()).hexdigest()[:8]
+    )
+    zones = sorted({drtg.zone_names[drtg.rack_zone[drtg.rack_names.index(r)]] for r in racks})
+
+    executor_affinity: dict[str, Any] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [_in(rack_label, racks)]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": max(1, round(100 * per_rack[rack] / shape.executors)),
+                    "preference": _in(rack_label, [rack]),
+                }
+                for rack in racks
+            ],
+        },
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {GROUP_LABEL: group}},
+                        "topologyKey": rack_label,
+                    },
+                }
+            ]
+        },
+    }
+    driver_affinity = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": _in(rack_label, [racks[0]])},
+                {"weight": 50, "preference": _in(ZONE_LABEL, zones)},
+            ]
+        }
+    }
+    executor = _pod(group, "executor", EXECUTOR_CONTAINER, executor_affinity)
+    driver = _pod(group, "driver", DRIVER_CONTAINER, driver_affinity)
+    validate_manifests([executor, driver])
+
+    overhead = max(MIN_OVERHEAD_MIB, shape.memory_mib // 10)
+    conf = {
+        "spark.executor.instances": str(shape.executors),
+        "spark.executor.cores": str(shape.cores),
+        "spark.kubernetes.executor.request.cores": str(shape.cores),
+        "spark.executor.memory": f"{shape.memory_mib}m",
+        "spark.executor.memoryOverhead": f"{overhead}m",
+        "spark.kubernetes.executor.podTemplateFile": f"{template_dir}/executor-template.yaml",
+        "spark.kubernetes.driver.podTemplateFile": f"{template_dir}/driver-template.yaml",
+        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+        "spark.kubernetes.driver.podTemplateContainerName": DRIVER_CONTAINER,
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+        "spark.dynamicAllocation.initialExecutors": str(shape.executors),
+        "spark.dynamicAllocation.minExecutors": str(max(1, shape.executors // 4)),
+        "spark.dynamicAllocation.maxExecutors": str(shape.executors),
+        "spark.locality.wait.rack": "0s",
+    }
+    if len(racks) == 1:
+        conf[f"spark.kubernetes.executor.node.selector.{rack_label}"] = racks[0]
+    if local_dir is not None:
+        volume = "spark.kubernetes.executor.volumes.hostPath.spark-local-dir-1"
+        conf[f"{volume}.mount.path"] = LOCAL_DIR_MOUNT
+        conf[f"{volume}.options.path"] = local_dir
+    return SparkSettings(conf, executor, driver)
