@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/allreduce.py
 	$(BIN)/python benchmarks/elastic.py
 	$(BIN)/python benchmarks/defrag.py
+	$(BIN)/python benchmarks/spark_locality.py
 
 clean:
 	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache
