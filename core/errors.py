@@ -72,6 +72,10 @@ class DependencyError(KubesageError):
     """An external dependency failed; the caller is expected to degrade, log and count."""
 
 
+class ModelError(InputError):
+    """A learned model file that is missing, unreadable, of another schema or non-finite."""
+
+
 class FetchError(DependencyError):
     """A download failed or its content did not match the expected checksum."""
 

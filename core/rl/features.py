@@ -1,0 +1,159 @@
+"""What the PPO policy sees: up to 64 candidate nodes for the arriving pod, and the cluster.
+
+Candidates are the feasible nodes ranked by FGD's score (ties broken by FGD's own
+seeded order) and cut to ``MAX_CANDIDATES``, so candidate 0 is exactly FGD's
+choice and the policy can always do as well as picking the first. Per candidate
+(``CANDIDATE_FEATURES``): FGD's score and its gap to the best, the rank, free CPU,
+memory and GPU left after the placement (shares of capacity), the largest free
+GPU share before, whole GPUs left, GPUs on the node, and whether the placement
+fills the node's GPUs exactly.
+
+The request (``REQUEST_FEATURES``): CPU and memory (shares of the largest node),
+GPU share per GPU, GPU count, whether it shares a GPU.
+
+The cluster (``GLOBAL_RAW``): for each of four per-node monitoring series over
+the GPU nodes — free GPU share, free CPU share, free memory share, share of
+whole free GPUs — its 64 quantiles. The network compresses these 256 numbers to
+128 with a PCA fitted on states seen in training (:mod:`kubesage.core.rl.network`).
+Quantiles keep the vector the same size on any cluster size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesage.core.policy.fgd import FgdPolicy
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
+
+MAX_CANDIDATES = 64
+CANDIDATE_FEATURES = (
+    "fgd_score",
+    "fgd_gap_to_best",
+    "rank",
+    "cpu_free_after",
+    "memory_free_after",
+    "gpu_free_after",
+    "gpu_largest_free_before",
+    "gpu_whole_free_after",
+    "gpu_count",
+    "fills_gpus_exactly",
+)
+REQUEST_FEATURES = ("cpu", "memory", "gpu_share", "gpu_count", "is_sharing")
+QUANTILES = 64
+GLOBAL_SERIES = ("gpu_free", "cpu_free", "memory_free", "gpu_whole_free")
+GLOBAL_RAW = QUANTILES * len(GLOBAL_SERIES)
+
+
+@dataclass(frozen=True)
+class Observation:
+    candidates: FloatArray
+    """``(MAX_CANDIDATES, len(CANDIDATE_FEATURES))``; zero rows for padding."""
+    mask: npt.NDArray[np.bool_]
+    """True for real candidates."""
+    request: FloatArray
+    global_raw: FloatArray
+    nodes: IntArray
+    """The node index of each real candidate, in rank order."""
+
+
+def candidate_nodes(
+    state: ClusterState, request: PodRequest, ranker: FgdPolicy
+) -> tuple[IntArray, FloatArray]:
+    """Feasible nodes ranked best first by FGD (its tie order), cut to MAX_CANDIDATES."""
+    feasible = np.flatnonzero(state.feasible(request)).astype(np.int64)
+    if feasible.size == 0:
+        return feasible, np.zeros(0, dtype=np.float32)
+    scores = ranker.score(state, request, feasible)
+    ties = ranker.tie_rank(state)[feasible]
+    if feasible.size > MAX_CANDIDATES:
+        # Only the best K need sorting: pick them in linear time first. Scores are
+        # FGD's integers 0..100, so (101 − score, tie rank) packs into one key.
+        key = (101 - scores.astype(np.int64)) * state.num_nodes + ties
+        top = np.argpartition(key, MAX_CANDIDATES - 1)[:MAX_CANDIDATES]
+        feasible, scores, ties = feasible[top], scores[top], ties[top]
+    order = np.lexsort((ties, -scores))
+    return feasible[order], scores[order].astype(np.float32)
+
+
+def _share(free: npt.NDArray[np.int64], capacity: npt.NDArray[np.int64]) -> FloatArray:
+    return np.divide(
+        free, capacity, out=np.zeros(free.shape, dtype=np.float64), where=capacity > 0
+    ).astype(np.float32)
+
+
+def global_raw(state: ClusterState) -> FloatArray:
+    """The 256 quantiles describing the whole cluster (see the module docstring)."""
+    gpu_nodes = np.flatnonzero(state.gpu_count > 0)
+    if gpu_nodes.size == 0:
+        gpu_nodes = np.arange(state.num_nodes)
+    gpus = state.gpu_count[gpu_nodes]
+    series = (
+        _share(state.gpu_free_milli_node[gpu_nodes], gpus * GPU_MILLI_PER_GPU),
+        _share(state.cpu_free_milli[gpu_nodes], state.cpu_capacity_milli[gpu_nodes]),
+        _share(state.memory_free_mib[gpu_nodes], state.memory_capacity_mib[gpu_nodes]),
+        _share(state.gpu_whole_free_count[gpu_nodes], gpus),
+    )
+    points = np.linspace(0.0, 1.0, QUANTILES)
+    return np.concatenate([np.quantile(s, points) for s in series]).astype(np.float32)
+
+
+def request_features(state: ClusterState, request: PodRequest) -> FloatArray:
+    return np.array(
+        [
+            request.cpu_milli / max(1, int(state.cpu_capacity_milli.max())),
+            request.memory_mib / max(1, int(state.memory_capacity_mib.max())),
+            request.gpu_milli / GPU_MILLI_PER_GPU,
+            request.num_gpu / 8.0,
+            float(request.is_gpu_sharing),
+        ],
+        dtype=np.float32,
+    )
+
+
+def observe(state: ClusterState, request: PodRequest, ranker: FgdPolicy) -> Observation:
+    """Candidates and state for ``request`` (no candidates when nothing fits)."""
+    nodes, scores = candidate_nodes(state, request, ranker)
+    table = np.zeros((MAX_CANDIDATES, len(CANDIDATE_FEATURES)), dtype=np.float32)
+    mask = np.zeros(MAX_CANDIDATES, dtype=bool)
+    count = nodes.size
+    if count:
+        gpus = state.gpu_count[nodes]
+        gpu_capacity = gpus * GPU_MILLI_PER_GPU
+        gpu_after = state.gpu_free_milli_node[nodes] - request.total_gpu_milli
+        whole_after = state.gpu_whole_free_count[nodes] - (
+            0 if request.is_gpu_sharing else request.num_gpu
+        )
+        table[:count] = np.column_stack(
+            [
+                scores / 100.0,
+                (scores - scores[0]) / 100.0,
+                np.arange(count) / MAX_CANDIDATES,
+                _share(
+                    state.cpu_free_milli[nodes] - request.cpu_milli, state.cpu_capacity_milli[nodes]
+                ),
+                _share(
+                    state.memory_free_mib[nodes] - request.memory_mib,
+                    state.memory_capacity_mib[nodes],
+                ),
+                _share(gpu_after, gpu_capacity),
+                state.gpu_max_free_milli[nodes] / GPU_MILLI_PER_GPU,
+                _share(np.maximum(whole_after, 0), gpus),
+                gpus / 8.0,
+                ((gpu_after == 0) & (gpus > 0)).astype(np.float32),
+            ]
+        )
+        mask[:count] = True
+    return Observation(
+        candidates=table,
+        mask=mask,
+        request=request_features(state, request),
+        global_raw=global_raw(state),
+        nodes=nodes,
+    )
