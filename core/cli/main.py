@@ -18,6 +18,7 @@ from kubesage.core.cli.data import data_app
 from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.cli.simulate import simulate
 from kubesage.core.cli.topology import topology_app
+from kubesage.core.cli.train import train_app
 
 app = typer.Typer(
     name="kubesage",
@@ -30,6 +31,7 @@ app.command(name="simulate")(simulate)
 app.add_typer(data_app, name="data")
 app.add_typer(forecast_app, name="forecast")
 app.add_typer(topology_app, name="topology")
+app.add_typer(train_app, name="train")
 
 ADAPTER_GROUP = "kubesage.adapters"
 

@@ -112,6 +112,10 @@ def simulate(
     config: Annotated[
         Path | None, typer.Option("--config", help="A Simulation YAML (see configs/simulate.yaml).")
     ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option("--model", help="Model file for --policy ppo (default: the shipped one)."),
+    ] = None,
 ) -> None:
     """Run policies over a cluster and workload; print a comparison and write a report.
 
@@ -128,10 +132,17 @@ def simulate(
         mode=mode.value if mode else None,
         jobs=jobs,
         report_dir=report_dir,
+        model=model,
     )
     node_specs, pod_specs, described = load_inputs(settings, base)
     specs = [
-        RunSpec(policy=name, seed=seed, mode=settings.mode, tune=settings.tune)
+        RunSpec(
+            policy=name,
+            seed=seed,
+            mode=settings.mode,
+            tune=settings.tune,
+            model=settings.model,
+        )
         for name in settings.policies
         for seed in settings.seeds
     ]
@@ -182,6 +193,7 @@ def _settings(
     mode: str | None,
     jobs: int | None,
     report_dir: Path | None,
+    model: Path | None = None,
 ) -> tuple[SimulationSettings, Path | None]:
     """Settings from the config file (or defaults) with command-line options on top.
 
@@ -206,6 +218,7 @@ def _settings(
         "mode": mode,
         "jobs": jobs,
         "report_dir": str(report_dir) if report_dir is not None else None,
+        "model": str(model.resolve()) if model is not None else None,
     }
     document.update({key: value for key, value in options.items() if value is not None})
     settings = parse_config(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -51,6 +52,8 @@ class PolicyContext:
     """Seeds the policy's random choices and its tie-break order."""
     workload: Sequence[PodRequest] = field(default_factory=tuple)
     """The workload as given (before any inflation); FGD derives typical pods from it."""
+    model: Path | None = None
+    """A learned policy's model file (None: its shipped default)."""
 
 
 class ScoringPolicy(ABC):

@@ -19,6 +19,14 @@ from kubesage.core.policy.kubernetes import KubernetesDefaultPolicy, MostAllocat
 
 PolicyFactory = Callable[[PolicyContext], Policy]
 
+
+def _ppo(context: PolicyContext) -> Policy:
+    # Imported on use: the learned policy pulls in torch, the heuristics do not.
+    from kubesage.core.rl.policy import PpoPolicy
+
+    return PpoPolicy(context)
+
+
 POLICIES: dict[str, PolicyFactory] = {
     "random": RandomPolicy,
     "dotprod": DotProductPolicy,
@@ -29,11 +37,13 @@ POLICIES: dict[str, PolicyFactory] = {
     "k8s-default": KubernetesDefaultPolicy,
     "mostallocated": MostAllocatedPolicy,
     "migpacking": MigPackingPolicy,
+    "ppo": _ppo,
 }
 """Every built-in policy, in the order reports list them."""
 
-DEFAULT_POLICIES = tuple(name for name in POLICIES if name != "migpacking")
-"""What ``kubesage simulate`` compares by default (migpacking matters on MIG clusters only)."""
+DEFAULT_POLICIES = tuple(name for name in POLICIES if name not in ("migpacking", "ppo"))
+"""What ``kubesage simulate`` compares by default (migpacking matters on MIG clusters
+only; ppo is opt-in: ``--policy ppo``)."""
 
 PAPER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
 """The six policies with published results on the openb traces."""

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -33,6 +34,8 @@ class RunSpec:
     seed: int
     mode: Mode = "fgd"
     tune: float = DEFAULT_TUNE
+    model: Path | None = None
+    """For learned policies: the model file."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,9 @@ def run_one(
     """Simulate ``spec`` and summarise it."""
     started = time.perf_counter()
     typical = typical_pods(workload)
-    policy = make_policy(spec.policy, PolicyContext(seed=spec.seed, workload=workload))
+    policy = make_policy(
+        spec.policy, PolicyContext(seed=spec.seed, workload=workload, model=spec.model)
+    )
     simulator = Simulator(
         nodes, policy, lambda state: FragmentationMeasure(typical, state.gpu_models)
     )

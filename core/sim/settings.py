@@ -74,6 +74,8 @@ class SimulationSettings(StrictModel):
     """Parallel worker processes; unset means one per CPU."""
     report_dir: Path = DEFAULT_REPORT_DIR
     """Where the HTML report goes."""
+    model: Path | None = None
+    """The ppo policy's model file; unset means the shipped configs/models one."""
 
     @field_validator("policies")
     @classmethod
