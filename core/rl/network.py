@@ -4,8 +4,10 @@ The global monitoring vector (256 quantiles) is compressed by a fixed PCA (mean
 and 128 components, fitted on states seen in training, stored with the weights)
 and joined with the request's features into a context. Every candidate is scored
 by the same MLP on (its features, the context): reordering the candidates
-reorders the logits and nothing else. A learnable prior favours the candidate
-of rank 0 (FGD's choice), so an untrained policy starts close to FGD instead of at random.
+reorders the logits and nothing else. A learnable prior favours the candidates
+FGD scores best (FGD's integer scores tie often; FGD breaks the tie at random), so
+an untrained policy behaves like FGD, and learning only has to find which of the
+tied nodes, or which small step away from them, serves later pods better.
 The critic reads the context and the mean of the candidates' hidden vectors.
 """
 
@@ -19,9 +21,9 @@ from kubesage.core.rl.features import CANDIDATE_FEATURES, GLOBAL_RAW, REQUEST_FE
 
 PCA_DIM = 128
 HIDDEN = 64
-FIRST_CANDIDATE_PRIOR = 6.0
+BEST_PRIOR = 6.0
 MASKED = -1e9
-RANK = CANDIDATE_FEATURES.index("rank")
+BEST_GAP = CANDIDATE_FEATURES.index("fgd_gap_to_best")
 
 
 def fit_pca(samples: np.ndarray, dim: int = PCA_DIM) -> tuple[np.ndarray, np.ndarray]:
@@ -50,7 +52,7 @@ class PlacementNetwork(nn.Module):
             nn.Tanh(),
         )
         self.logit = nn.Linear(hidden, 1)
-        self.first_prior = nn.Parameter(torch.tensor(FIRST_CANDIDATE_PRIOR))
+        self.best_prior = nn.Parameter(torch.tensor(BEST_PRIOR))
         self.critic = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         nn.init.zeros_(self.logit.weight)
         nn.init.zeros_(self.logit.bias)
@@ -74,9 +76,9 @@ class PlacementNetwork(nn.Module):
             torch.cat([candidates, context[:, None, :].expand(-1, k, -1)], dim=-1)
         )
         logits = self.logit(hidden).squeeze(-1)
-        # The prior follows the rank feature, not the position: still equivariant.
-        first = candidates[..., RANK] == 0
-        logits = logits + self.first_prior * first.to(logits.dtype)
+        # The prior follows a feature, not the position: still equivariant.
+        best = (candidates[..., BEST_GAP] == 0) & mask
+        logits = logits + self.best_prior * best.to(logits.dtype)
         logits = torch.where(mask, logits, torch.full_like(logits, MASKED))
         weights = mask.to(hidden.dtype)[..., None]
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)

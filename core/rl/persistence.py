@@ -24,7 +24,7 @@ from kubesage.core.rl.features import (
 )
 from kubesage.core.rl.network import HIDDEN, PCA_DIM, PlacementNetwork
 
-FORMAT = "kubesage-ppo/1"
+FORMAT = "kubesage-ppo/2"
 
 
 def schema() -> dict[str, Any]:

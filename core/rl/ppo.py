@@ -50,7 +50,7 @@ class PpoSettings:
     clip: float = 0.2
     epochs: int = 4
     minibatches: int = 4
-    learning_rate: float = 3e-4
+    learning_rate: float = 1e-3
     entropy_coef: float = 0.01
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
