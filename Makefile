@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/elastic.py
 	$(BIN)/python benchmarks/defrag.py
 	$(BIN)/python benchmarks/spark_locality.py
+	$(BIN)/python benchmarks/ppo.py
 
 clean:
 	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache
