@@ -10,3 +10,10 @@ class OutputFormat(StrEnum):
 
     table = "table"
     json = "json"
+
+
+class Mode(StrEnum):
+    """Simulation mode: ``fgd`` (the paper's arrivals-only protocol) or ``replay`` (trace times)."""
+
+    fgd = "fgd"
+    replay = "replay"

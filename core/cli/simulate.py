@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.options import Mode, OutputFormat
 from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.report.html import write_report
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
@@ -22,11 +21,6 @@ from kubesage.core.sim.summary import json_document, summary_table
 from kubesage.core.traces.openb import read_nodes, read_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 from kubesage.core.types import NodeSpec, PodRequest
-
-
-class Mode(StrEnum):
-    fgd = "fgd"
-    replay = "replay"
 
 
 def _resolve(path: Path | None, base: Path | None) -> Path | None:

@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.options import Mode
 from kubesage.core.rl.persistence import save_network
 from kubesage.core.rl.training import TrainSettings, train
 from kubesage.core.traces import read_nodes, read_pods
@@ -29,6 +30,9 @@ def ppo(
     iterations: Annotated[int, typer.Option("--iterations", min=1)] = 20,
     steps: Annotated[int, typer.Option("--steps", min=2, help="Decisions per worker.")] = 1024,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    mode: Annotated[
+        Mode, typer.Option("--mode", help="fgd: the paper's protocol; replay: trace times.")
+    ] = Mode.fgd,
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="An existing Ray cluster (default: local).")
     ] = None,
@@ -41,6 +45,7 @@ def ppo(
         steps_per_worker=steps,
         workers=workers,
         seed=seed,
+        mode=mode.value,
         ray_address=ray_address,
     )
     metrics = out.with_suffix(".metrics.jsonl")
@@ -75,6 +80,7 @@ def ppo(
             "steps_per_worker": steps,
             "workers": workers,
             "seed": seed,
+            "mode": mode.value,
         },
     )
     stderr.print(f"model written to {out}; metrics per iteration in {metrics}")

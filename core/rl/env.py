@@ -1,10 +1,17 @@
-"""A Gymnasium environment over the FGD protocol: place each arriving pod on one of 64 candidates.
+"""A Gymnasium environment over the simulator: place each arriving pod on one of 64 candidates.
 
-An episode is one run of the FGD paper's protocol on a workload: pods shuffled
-by the episode's seed and inflated to ``tune`` × the cluster's GPU capacity
-(:func:`kubesage.core.sim.protocol.fgd_arrivals`), each placed as it arrives and
-never leaving. A pod with no feasible node fails and is skipped (no decision is
-asked); the episode ends after the last arrival.
+An episode is one run on a workload, in either of the simulator's modes:
+
+- ``fgd`` — the FGD paper's protocol: pods shuffled by the episode's seed and
+  inflated to ``tune`` × the cluster's GPU capacity
+  (:func:`kubesage.core.sim.protocol.fgd_arrivals`), each placed as it arrives and
+  never leaving;
+- ``replay`` — the trace's own times: pods arrive at their creation time and leave
+  at their deletion time (departures free their resources before the next
+  decision; :func:`kubesage.core.sim.engine.replay_events` orders the events).
+
+A pod with no feasible node fails and is skipped (no decision is asked); the
+episode ends after the last arrival.
 
 Observation: :class:`kubesage.core.rl.features.Observation` as a dict of arrays
 (``candidates``, ``mask``, ``request``, ``global_raw``). Action: a candidate
@@ -24,7 +31,7 @@ unchanged while telling the learner early which placements strand capacity.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -41,9 +48,10 @@ from kubesage.core.rl.features import (
     Observation,
     observe,
 )
+from kubesage.core.sim.engine import EventKind, replay_events
 from kubesage.core.sim.protocol import DEFAULT_TUNE, fgd_arrivals
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.types import NodeSpec, PodRequest
+from kubesage.core.types import NodeSpec, Placement, PodRequest
 
 DEFAULT_SHAPING = 0.5
 
@@ -67,6 +75,7 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         *,
         tune: float = DEFAULT_TUNE,
         shaping: float = DEFAULT_SHAPING,
+        mode: Literal["fgd", "replay"] = "fgd",
     ):
         if not workloads or not all(workloads):
             raise InputError("the environment needs at least one non-empty workload")
@@ -74,6 +83,9 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         self.workloads = [list(w) for w in workloads]
         self.tune = tune
         self.shaping = shaping
+        if mode not in ("fgd", "replay"):
+            raise InputError(f"mode must be 'fgd' or 'replay', got '{mode}'")
+        self.mode = mode
         self.capacity = ClusterState(self.nodes).gpu_capacity_milli_total
         if self.capacity <= 0:
             raise InputError("the environment needs a cluster with GPUs")
@@ -91,8 +103,11 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         self.state = ClusterState(self.nodes)
         self.ranker = FgdPolicy(PolicyContext(workload=self.workloads[0]))
         self.measure = self.ranker.measure(self.state)
-        self._arrivals: list[PodRequest] = []
-        self._index = 0
+        self._pods: list[PodRequest] = []
+        self._events: list[tuple[float, EventKind, int]] = []
+        self._event = 0
+        self._placed: dict[int, Placement] = {}
+        self.arrived = 0
         self._current: Observation | None = None
         self.failed = 0
 
@@ -104,13 +119,24 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         super().reset(seed=seed)
         episode_seed = int(self.np_random.integers(2**31))
         workload = self.workloads[int(self.np_random.integers(len(self.workloads)))]
+        if options and "policy_seed" in options:
+            # The seed of FGD's tie order and of the arrival shuffle, to line an
+            # episode up with a Simulator run of FGD under that seed.
+            episode_seed = int(options["policy_seed"])
         self.state = ClusterState(self.nodes)
         self.ranker = FgdPolicy(PolicyContext(seed=episode_seed, workload=workload))
         self.measure = self.ranker.measure(self.state)
-        self._arrivals = fgd_arrivals(
-            workload, gpu_capacity_milli=self.capacity, seed=episode_seed, tune=self.tune
-        )
-        self._index = 0
+        if self.mode == "fgd":
+            self._pods = fgd_arrivals(
+                workload, gpu_capacity_milli=self.capacity, seed=episode_seed, tune=self.tune
+            )
+            self._events = [(float(i), EventKind.ARRIVAL, i) for i in range(len(self._pods))]
+        else:
+            self._pods = workload
+            self._events = replay_events(workload)
+        self._event = 0
+        self._placed = {}
+        self.arrived = 0
         self.failed = 0
         self._advance()
         if self._current is None:
@@ -125,7 +151,8 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
             raise InputError("the episode is over; call reset()")
         if not 0 <= action < MAX_CANDIDATES or not current.mask[action]:
             raise InputError(f"action {action} is not a candidate ({int(current.mask.sum())} real)")
-        pod = self._arrivals[self._index]
+        index = self._events[self._event][2]
+        pod = self._pods[index]
         node = int(current.nodes[action])
         before = self._fragment(node)
         mig_start = None
@@ -134,10 +161,12 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
             gpus: tuple[int, ...] = (gpu,)
         else:
             gpus = self.ranker.choose_gpus(self.state, node, pod)
-        self.state.allocate(pod, self.state.placement(node, gpus, pod, mig_start=mig_start))
+        placement = self.state.placement(node, gpus, pod, mig_start=mig_start)
+        self.state.allocate(pod, placement)
+        self._placed[index] = placement
         change = self._fragment(node) - before
         reward = 100.0 * (pod.total_gpu_milli - self.shaping * change) / self.capacity
-        self._index += 1
+        self._event += 1
         self._advance()
         done = self._current is None
         observation = as_dict(self._current) if self._current is not None else as_dict(current)
@@ -156,19 +185,28 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         )
 
     def _advance(self) -> None:
-        """Move to the next pod that has a candidate; fail the ones that have none."""
-        while self._index < len(self._arrivals):
-            observation = observe(self.state, self._arrivals[self._index], self.ranker)
+        """Apply departures and fail pods that fit nowhere, up to the next decision."""
+        while self._event < len(self._events):
+            _, kind, index = self._events[self._event]
+            pod = self._pods[index]
+            if kind != EventKind.ARRIVAL:
+                placement = self._placed.pop(index, None)
+                if placement is not None:  # a pod that failed has nothing to free
+                    self.state.release(pod, placement)
+                self._event += 1
+                continue
+            self.arrived += 1
+            observation = observe(self.state, pod, self.ranker)
             if observation.mask.any():
                 self._current = observation
                 return
             self.failed += 1
-            self._index += 1
+            self._event += 1
         self._current = None
 
     def _info(self) -> dict[str, Any]:
         return {
             "allocation_pct": 100.0 * self.state.gpu_allocation_ratio,
-            "arrived": self._index,
+            "arrived": self.arrived,
             "failed": self.failed,
         }

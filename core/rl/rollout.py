@@ -10,7 +10,7 @@ decisions) span several collections, and the learner bootstraps from
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -30,9 +30,10 @@ class RolloutWorker:
         *,
         shaping: float,
         tune: float,
+        mode: Literal["fgd", "replay"] = "fgd",
     ):
         torch.set_num_threads(1)
-        self.env = PlacementEnv(nodes, workloads, shaping=shaping, tune=tune)
+        self.env = PlacementEnv(nodes, workloads, shaping=shaping, tune=tune, mode=mode)
         self.network = PlacementNetwork()
         self.generator = torch.Generator().manual_seed(seed)
         self.observation, _ = self.env.reset(seed=seed)

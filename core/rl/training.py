@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ class TrainSettings:
     pca_steps: int = 512
     shaping: float = DEFAULT_SHAPING
     tune: float = DEFAULT_TUNE
+    mode: Literal["fgd", "replay"] = "fgd"
     ray_address: str | None = None
     ppo: PpoSettings = field(default_factory=PpoSettings)
 
@@ -80,7 +81,11 @@ class _Pool:
         workloads: Sequence[Sequence[PodRequest]],
         settings: TrainSettings,
     ):
-        options = {"shaping": settings.shaping, "tune": settings.tune}
+        options: dict[str, Any] = {
+            "shaping": settings.shaping,
+            "tune": settings.tune,
+            "mode": settings.mode,
+        }
         seeds = [settings.seed * 1000 + i for i in range(max(1, settings.workers))]
         if settings.workers == 0:
             self.ray = None

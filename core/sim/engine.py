@@ -71,6 +71,26 @@ class Defragmenter(Protocol):
         ...
 
 
+def replay_events(pods: Sequence[PodRequest]) -> list[tuple[float, EventKind, int]]:
+    """``(time, kind, pod index)`` of every arrival and departure, in replay order."""
+    events: list[tuple[float, EventKind, int]] = []
+    for i, pod in enumerate(pods):
+        if pod.creation_time_s is None:
+            raise InputError(
+                f"pod '{pod.name}' has no creation time; time replay needs creation_time "
+                "(use the fgd mode for pod lists without times)"
+            )
+        events.append((pod.creation_time_s, EventKind.ARRIVAL, i))
+        if pod.deletion_time_s is not None:
+            kind = (
+                EventKind.INSTANT_DEPARTURE
+                if pod.deletion_time_s == pod.creation_time_s
+                else EventKind.DEPARTURE
+            )
+            events.append((pod.deletion_time_s, kind, i))
+    return sorted(events)
+
+
 class Compactor(Protocol):
     """Moves running pods in the background, every ``interval_s`` of simulated time."""
 
@@ -128,22 +148,7 @@ class Simulator:
         self, pods: Sequence[PodRequest], on_progress: ProgressCallback | None = None
     ) -> Trajectory:
         """Time replay: arrivals at ``creation_time_s``, departures at ``deletion_time_s``."""
-        events: list[tuple[float, EventKind, int]] = []
-        for i, pod in enumerate(pods):
-            if pod.creation_time_s is None:
-                raise InputError(
-                    f"pod '{pod.name}' has no creation time; time replay needs creation_time "
-                    "(use the fgd mode for pod lists without times)"
-                )
-            events.append((pod.creation_time_s, EventKind.ARRIVAL, i))
-            if pod.deletion_time_s is not None:
-                kind = (
-                    EventKind.INSTANT_DEPARTURE
-                    if pod.deletion_time_s == pod.creation_time_s
-                    else EventKind.DEPARTURE
-                )
-                events.append((pod.deletion_time_s, kind, i))
-        return self._run(events, pods, on_progress)
+        return self._run(replay_events(pods), pods, on_progress)
 
     # -- engine -----------------------------------------------------------------------
 

@@ -18,7 +18,10 @@ from kubesage.core.rl.network import PlacementNetwork, fit_pca
 from kubesage.core.rl.persistence import load_network, save_network
 from kubesage.core.rl.policy import DEFAULT_MODEL
 from kubesage.core.rl.ppo import gae
+from kubesage.core.sim.engine import Simulator
+from kubesage.core.sim.protocol import fgd_arrivals
 from kubesage.core.state import ClusterState
+from kubesage.core.state.fragmentation import FragmentationMeasure, typical_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 
 NODES = synthetic_cluster(40, seed=1)
@@ -175,3 +178,29 @@ def test_the_shipped_model_matches_this_versions_schema() -> None:
     policy = make_policy("ppo", PolicyContext(seed=3, workload=PODS))
     decision = policy.decide(ClusterState(NODES), PODS[0])
     assert policy.fallbacks == 0 and "under ppo" in decision.explanation  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("mode", ["fgd", "replay"])
+def test_always_picking_candidate_zero_replays_fgd_in_the_simulator(mode: str) -> None:
+    nodes = synthetic_cluster(30, seed=7)
+    pods = synthetic_workload(600, seed=8, mean_interarrival_s=5.0)
+    env = PlacementEnv(nodes, [pods], mode=mode)  # type: ignore[arg-type]
+    env.reset(seed=0, options={"policy_seed": 11})
+    done, info, total = False, {}, 0.0
+    while not done:
+        _, reward, done, _, info = env.step(0)
+        total += reward
+    fgd = make_policy("fgd", PolicyContext(seed=11, workload=pods))
+    typical = typical_pods(pods)
+    simulator = Simulator(nodes, fgd, lambda s: FragmentationMeasure(typical, s.gpu_models))
+    if mode == "fgd":
+        capacity = ClusterState(nodes).gpu_capacity_milli_total
+        arrivals = fgd_arrivals(pods, gpu_capacity_milli=capacity, seed=11)
+        simulator.run_arrivals(arrivals)
+        assert info["arrived"] == len(arrivals)
+    else:
+        simulator.run_replay(pods)
+        assert info["arrived"] == len(pods)
+    assert info["failed"] == len(simulator.failed)
+    assert info["allocation_pct"] == pytest.approx(100 * simulator.state.gpu_allocation_ratio)
+    np.testing.assert_array_equal(env.state.gpu_free_milli, simulator.state.gpu_free_milli)
