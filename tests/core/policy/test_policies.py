@@ -38,8 +38,9 @@ def test_registry_lists_every_policy_and_rejects_unknown_names() -> None:
         "k8s-default",
         "mostallocated",
         "migpacking",
+        "ppo",
     ]
-    assert list(DEFAULT_POLICIES) == ALL[:-1]
+    assert list(DEFAULT_POLICIES) == ALL[:-2]
     with pytest.raises(UnknownPolicyError, match=r"unknown policy 'nope'.*fgd"):
         build("nope")
 
