@@ -51,7 +51,7 @@ class PpoSettings:
     epochs: int = 4
     minibatches: int = 4
     learning_rate: float = 1e-3
-    entropy_coef: float = 0.01
+    entropy_coef: float = 0.001
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
 
