@@ -10,6 +10,7 @@ from kubesage.core.sim.engine import Simulator
 from kubesage.core.state import ClusterState
 from kubesage.core.state.fragmentation import FragmentationMeasure, typical_pods
 from kubesage.core.types import NodeSpec, Placement, PodRequest
+from tests.adapters.gpu_training.test_mig_cluster import H100, mig_node
 
 
 def node(name: str) -> NodeSpec:
@@ -90,25 +91,12 @@ def test_the_simulator_applies_the_plan_and_counts_migrations() -> None:
 
 # -- MIG ------------------------------------------------------------------------------
 
-H100 = "H100-80GB"
-
-
-def mig_node(name: str, gpus: int = 1) -> NodeSpec:
-    return NodeSpec(
-        name=name,
-        cpu_milli=96_000,
-        memory_mib=393_216,
-        gpu_count=gpus,
-        gpu_model=H100,
-        mig_enabled=True,
-    )
-
 
 def mig_cluster(
     instances: list[tuple[str, str, str, int, int]], nodes: int = 2
 ) -> tuple[ClusterState, dict[str, tuple[PodRequest, Placement]]]:
     """``instances``: (name, profile, qos, node, start) on GPU 0 of one-GPU MIG nodes."""
-    state = ClusterState([mig_node(f"m{i}") for i in range(nodes)])
+    state = ClusterState([mig_node(f"m{i}", gpus=1) for i in range(nodes)])
     running = {}
     for name, profile, qos, where, start in instances:
         pod = mig_request(name, H100, profile).model_copy(update={"qos": qos})
