@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from kubesage.core.policy.gpu_choice import best_mig_slot, lowest_index_gpus
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.types import Decision, PodRequest
+from kubesage.core.types import Decision, Placement, PodRequest
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -74,6 +74,13 @@ class ScoringPolicy(ABC):
         """GPU indices on ``node`` for ``request``; the default is :func:`lowest_index_gpus`."""
         return lowest_index_gpus(state, node, request)
 
+    def placement_on(self, state: ClusterState, node: int, request: PodRequest) -> Placement:
+        """``request`` on ``node``: the MIG slot that costs least, or this policy's GPUs."""
+        if request.mig is not None:
+            gpu, mig_start = best_mig_slot(state, node, request)
+            return state.placement(node, (gpu,), request, mig_start=mig_start)
+        return state.placement(node, self.choose_gpus(state, node, request), request)
+
     def tie_rank(self, state: ClusterState) -> IntArray:
         """A fixed random rank per node; among equal scores the lowest rank wins."""
         if self._tie_rank is None or self._tie_rank.size != state.num_nodes:
@@ -97,12 +104,6 @@ class ScoringPolicy(ABC):
         scores = self.score(state, request, nodes)
         best, runner_up = best_two(scores, self.tie_rank(state)[nodes])
         node = int(nodes[best])
-        mig_start: int | None = None
-        if request.mig is not None:
-            gpu, mig_start = best_mig_slot(state, node, request)
-            gpus: tuple[int, ...] = (gpu,)
-        else:
-            gpus = self.choose_gpus(state, node, request)
         explanation = (
             f"{state.node_names[node]} scored {scores[best]:.4g} under {self.name}, best of "
             f"{nodes.size} feasible node(s)"
@@ -114,7 +115,7 @@ class ScoringPolicy(ABC):
             )
         return Decision(
             request=request.name,
-            placement=state.placement(node, gpus, request, mig_start=mig_start),
+            placement=self.placement_on(state, node, request),
             score=float(scores[best]),
             policy=self.name,
             explanation=explanation,

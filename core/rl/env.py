@@ -39,7 +39,6 @@ import numpy as np
 from kubesage.core.errors import InputError
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
-from kubesage.core.policy.gpu_choice import best_mig_slot
 from kubesage.core.rl.features import (
     CANDIDATE_FEATURES,
     GLOBAL_RAW,
@@ -155,13 +154,7 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         pod = self._pods[index]
         node = int(current.nodes[action])
         before = self._fragment(node)
-        mig_start = None
-        if pod.mig is not None:
-            gpu, mig_start = best_mig_slot(self.state, node, pod)
-            gpus: tuple[int, ...] = (gpu,)
-        else:
-            gpus = self.ranker.choose_gpus(self.state, node, pod)
-        placement = self.state.placement(node, gpus, pod, mig_start=mig_start)
+        placement = self.ranker.placement_on(self.state, node, pod)
         self.state.allocate(pod, placement)
         self._placed[index] = placement
         change = self._fragment(node) - before

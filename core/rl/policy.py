@@ -23,7 +23,6 @@ import torch
 from kubesage.core.errors import ModelError
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
-from kubesage.core.policy.gpu_choice import best_mig_slot
 from kubesage.core.rl.features import CANDIDATE_FEATURES, observe
 from kubesage.core.rl.network import PlacementNetwork
 from kubesage.core.rl.persistence import load_network
@@ -74,12 +73,6 @@ class PpoPolicy:
         order = np.argsort(-np.where(real, scores, -np.inf), kind="stable")
         best = int(order[0])
         node = int(observation.nodes[best])
-        mig_start = None
-        if request.mig is not None:
-            gpu, mig_start = best_mig_slot(state, node, request)
-            gpus: tuple[int, ...] = (gpu,)
-        else:
-            gpus = self.fgd.choose_gpus(state, node, request)
         explanation = (
             f"{state.node_names[node]} (FGD rank {best}) scored {scores[best]:.3g} "
             f"under ppo, best of {int(real.sum())} candidate(s)"
@@ -97,7 +90,7 @@ class PpoPolicy:
             )
         return Decision(
             request=request.name,
-            placement=state.placement(node, gpus, request, mig_start=mig_start),
+            placement=self.fgd.placement_on(state, node, request),
             score=float(scores[best]),
             policy=self.name,
             explanation=explanation,
