@@ -7,7 +7,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+FLINK_VENV := .venv-flink
+FLINK_STAMP := $(FLINK_VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test lint bench services clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,12 +20,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Flink gets a venv of its own: apache-flink pins numpy/pyarrow/pandas below what the
+# project uses, and the adapter only speaks HTTP to it (its bin/ and lib/ ship in the wheel).
+$(FLINK_STAMP):
+	$(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FLINK_VENV)/bin/python -m pip install --quiet apache-flink==2.3.0
+	touch $(FLINK_STAMP)
+
+## services: install what the integration tests start themselves (Flink; Prometheus and
+## node-exporter from Debian's packages). The tests run them on 127.0.0.1, free ports, temp dirs.
+services: $(FLINK_STAMP)
+	@if ! command -v prometheus >/dev/null || ! command -v prometheus-node-exporter >/dev/null; then \
+	  $(SUDO) apt-get install -y -q prometheus prometheus-node-exporter \
+	  || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q prometheus prometheus-node-exporter; }; \
+	fi
+
 ## run: simulate every policy on the embedded synthetic cluster; report in ./kubesage-report
 run: $(STAMP)
 	$(BIN)/kubesage simulate
 
 ## test: lint, type-check, then the whole test suite
-test: lint
+test: lint services
 	$(BIN)/python -m pytest
 
 ## lint: ruff and mypy (mypy reads a strict editable install, restored afterwards)

@@ -1,0 +1,1 @@
+"""Perception: collectors (Kubernetes API, Prometheus) behind one protocol, per-node features and PCA."""
