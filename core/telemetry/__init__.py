@@ -1,1 +1,2 @@
-"""Perception: collectors (Kubernetes API, Prometheus) behind one protocol, per-node features and PCA."""
+"""Perception: collectors (Kubernetes API, Prometheus) behind one protocol; per-node
+features and their PCA."""
