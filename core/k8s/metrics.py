@@ -1,0 +1,79 @@
+"""kubesage's own Prometheus metrics, in one registry that ``/metrics`` serves.
+
+Every component imports its counters from here (the extender, the webhook, the
+secondary scheduler, the collectors), so one scrape shows the whole process.
+Label values are small fixed sets (verbs, outcomes, component names), never pod
+or node names, to keep the series count bounded.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+"""The registry ``/metrics`` exposes (not the process-global default one)."""
+
+LATENCY_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+"""Histogram buckets in seconds: sub-millisecond to the webhook's time budget and beyond."""
+
+DECISIONS = Counter(
+    "kubesage_decisions_total",
+    "Scheduling decisions by verb (filter, prioritize, bind, mutate, schedule) and outcome.",
+    ["verb", "outcome"],
+    registry=REGISTRY,
+)
+LATENCY = Histogram(
+    "kubesage_request_duration_seconds",
+    "Time to answer one request, by endpoint.",
+    ["endpoint"],
+    buckets=LATENCY_BUCKETS_S,
+    registry=REGISTRY,
+)
+FALLBACKS = Counter(
+    "kubesage_fallbacks_total",
+    "Times a component degraded to its documented fallback, by component and reason.",
+    ["component", "reason"],
+    registry=REGISTRY,
+)
+ERRORS = Counter(
+    "kubesage_errors_total",
+    "Requests answered with an error, by component and kind (bad_request, internal...).",
+    ["component", "kind"],
+    registry=REGISTRY,
+)
+BINDS = Counter(
+    "kubesage_binds_total",
+    "Pod bindings attempted, by outcome (bound, failed, already_bound).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+COLLECTOR_FAILURES = Counter(
+    "kubesage_collector_failures_total",
+    "Collections that failed and fell back to the last good snapshot, by collector.",
+    ["collector"],
+    registry=REGISTRY,
+)
+CLUSTER_NODES = Gauge(
+    "kubesage_cluster_nodes",
+    "Nodes in the cluster state the decisions are made on.",
+    registry=REGISTRY,
+)
+
+
+def render() -> tuple[bytes, str]:
+    """The registry in the Prometheus text format, and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -1,0 +1,216 @@
+"""The metric map: which PromQL query feeds which per-node column.
+
+``configs/metric-map.yaml`` names, per source (node-exporter, dcgm-exporter, an eBPF
+exporter...), the label that identifies the node (with Prometheus-style relabel rules
+to turn it into a node name), and per metric the PromQL query, its unit, the label
+that enumerates devices (GPUs, NICs, disks) and how devices are reduced to per-node
+values. Decoding is strict: an unknown key, a bad regex or a map wider than the
+feature budget is a :class:`ConfigError` naming the file and the field.
+
+Column naming (stable, used by the features and by saved PCA models): a metric gives
+``<source>.<metric>`` when it has one aggregate and no per-device slots; otherwise one
+column per aggregate, ``<source>.<metric>.<aggregate>``, followed by one per device
+slot, ``<source>.<metric>.<device_label><i>`` for ``i < max_devices``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from kubesage.core.config import StrictModel, load_config
+
+KIND = "MetricMap"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "metric-map.yaml"
+MAX_DIMENSIONS = 1024
+"""The hard ceiling on raw feature dimensions per node (the design's budget)."""
+
+WINDOW_PLACEHOLDER = "$window"
+"""Written in a query where a range selector's duration goes: ``rate(x[$window])``."""
+
+Aggregate = Literal["mean", "max", "min", "sum"]
+Stat = Literal["last", "mean", "max", "p95", "slope"]
+
+_NAME = r"^[a-z][a-z0-9_]*$"
+_DURATION = r"^[0-9]+(ms|s|m|h)$"
+
+
+class RelabelRule(StrictModel):
+    """Prometheus ``replace`` relabelling of the node label's value.
+
+    The regex is anchored at both ends, as in Prometheus; a value that does not
+    match is left unchanged. ``$1``/``${1}`` in the replacement refer to groups.
+    """
+
+    regex: str
+    replacement: str = "$1"
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+    def apply(self, value: str) -> str:
+        match = re.fullmatch(self.regex, value)
+        if match is None:
+            return value
+        template = re.sub(r"\$\{?(\d+)\}?", r"\\g<\1>", self.replacement)
+        return match.expand(template)
+
+
+class NodeIdentity(StrictModel):
+    """Which label of a series names its node, and how to rewrite it into a node name."""
+
+    label: str = Field(min_length=1)
+    relabel: tuple[RelabelRule, ...] = ()
+
+    def node_of(self, value: str) -> str:
+        for rule in self.relabel:
+            value = rule.apply(value)
+        return value
+
+
+class MetricSpec(StrictModel):
+    """One PromQL query and how its series become per-node columns."""
+
+    query: str = Field(min_length=1)
+    unit: str = Field(min_length=1)
+    """Unit of the query's value (documentation; ``bytes_per_s``, ``fraction``...)."""
+    description: str = ""
+    device_label: str | None = None
+    """Label that tells a node's series apart (``gpu``, ``device``); none: one series."""
+    aggregate: tuple[Aggregate, ...] = ("sum",)
+    """How a node's series (its devices) reduce to per-node columns."""
+    max_devices: int = Field(default=0, ge=0, le=64)
+    """Per-device columns kept, padded or truncated in device order (0: aggregates only)."""
+    impute: float = 0.0
+    """Value written where a column has no sample; its ``:missing`` flag says so."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MetricSpec:
+        if not self.aggregate:
+            raise ValueError("aggregate needs at least one of mean, max, min, sum")
+        if len(set(self.aggregate)) != len(self.aggregate):
+            raise ValueError(f"aggregate repeats a reducer: {list(self.aggregate)}")
+        if self.max_devices and self.device_label is None:
+            raise ValueError("max_devices needs a device_label to order the devices by")
+        return self
+
+    def columns(self, source: str, name: str) -> tuple[str, ...]:
+        base = f"{source}.{name}"
+        if len(self.aggregate) == 1 and not self.max_devices:
+            return (base,)
+        slots = tuple(f"{base}.{self.device_label}{i}" for i in range(self.max_devices))
+        return tuple(f"{base}.{agg}" for agg in self.aggregate) + slots
+
+
+class SourceSpec(StrictModel):
+    """One exporter family and the metrics read from it."""
+
+    description: str = ""
+    node: NodeIdentity
+    metrics: dict[str, MetricSpec] = Field(min_length=1)
+
+    @field_validator("metrics")
+    @classmethod
+    def _names(cls, value: dict[str, MetricSpec]) -> dict[str, MetricSpec]:
+        for name in value:
+            if not re.match(_NAME, name):
+                raise ValueError(f"metric name {name!r} must match {_NAME}")
+        return value
+
+
+class MetricMapSpec(StrictModel):
+    """The ``spec`` of a MetricMap document."""
+
+    rate_window: str = Field(default="1m", pattern=_DURATION)
+    """Substituted for ``$window`` in queries; cover at least two scrapes."""
+    stats: tuple[Stat, ...] = ("last", "mean", "max", "p95", "slope")
+    """Windowed statistics computed per column."""
+    max_dimensions: int = Field(default=MAX_DIMENSIONS, ge=1, le=MAX_DIMENSIONS)
+    sources: dict[str, SourceSpec] = Field(min_length=1)
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, value: dict[str, SourceSpec]) -> dict[str, SourceSpec]:
+        for name in value:
+            if not re.match(_NAME, name):
+                raise ValueError(f"source name {name!r} must match {_NAME}")
+        return value
+
+    @model_validator(mode="after")
+    def _fits_budget(self) -> MetricMapSpec:
+        if not self.stats or len(set(self.stats)) != len(self.stats):
+            raise ValueError(f"stats must be distinct and not empty: {list(self.stats)}")
+        columns = sum(
+            len(metric.columns(source, name))
+            for source, spec in self.sources.items()
+            for name, metric in spec.metrics.items()
+        )
+        dimensions = columns * (len(self.stats) + 1)  # + one missing flag per column
+        if dimensions > self.max_dimensions:
+            raise ValueError(
+                f"{columns} columns × ({len(self.stats)} stats + missing flag) = "
+                f"{dimensions} dimensions exceed max_dimensions {self.max_dimensions}"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class MappedMetric:
+    """A metric of the map, resolved: its source, query text and column names."""
+
+    source: str
+    name: str
+    spec: MetricSpec
+    node: NodeIdentity
+    query: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MetricMap:
+    """A loaded, validated metric map and where it came from."""
+
+    spec: MetricMapSpec
+    path: Path | None = None
+
+    @property
+    def metrics(self) -> tuple[MappedMetric, ...]:
+        resolved = []
+        for source, source_spec in self.spec.sources.items():
+            for name, metric in source_spec.metrics.items():
+                resolved.append(
+                    MappedMetric(
+                        source=source,
+                        name=name,
+                        spec=metric,
+                        node=source_spec.node,
+                        query=metric.query.replace(WINDOW_PLACEHOLDER, self.spec.rate_window),
+                        columns=metric.columns(source, name),
+                    )
+                )
+        return tuple(resolved)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(column for metric in self.metrics for column in metric.columns)
+
+    def with_rate_window(self, rate_window: str) -> MetricMap:
+        """The same map with another ``$window`` (tests scrape every second)."""
+        spec = MetricMapSpec.model_validate({**self.spec.model_dump(), "rate_window": rate_window})
+        return MetricMap(spec=spec, path=self.path)
+
+
+def load_metric_map(path: Path | str | None = None) -> MetricMap:
+    """Load and validate a MetricMap YAML (default: the shipped configs/metric-map.yaml)."""
+    source = Path(path) if path is not None else DEFAULT_PATH
+    return MetricMap(spec=load_config(source, MetricMapSpec, kind=KIND), path=source)

@@ -1,0 +1,315 @@
+"""The Prometheus collector: metric-map queries → per-node columns, with a stale fallback.
+
+:class:`PrometheusCollector` runs every query of the metric map through
+prometheus-api-client's ``PrometheusConnect`` — ``custom_query`` at one instant for
+:meth:`~PrometheusCollector.collect`, ``custom_query_range`` for
+:meth:`~PrometheusCollector.history` (the data PCA is fitted on) — and reduces the
+returned series to the map's columns: the node comes from the source's node label
+after its relabel rules, devices are ordered by their device label (numbers
+numerically), reduced by the map's aggregates and, up to ``max_devices``, kept as
+per-device columns (padded with NaN, extra devices truncated).
+
+Fallback (the Collector protocol's): when Prometheus is unreachable, answers with an
+error status or with a body that is not an instant/range vector, ``collect`` logs a
+warning, counts the failure (``failures``, the process metric
+``kubesage_collector_failures_total{collector="prometheus"}`` and an optional
+``on_failure`` callback) and returns the last good snapshot marked ``stale`` with
+the reason. Before any good snapshot there is nothing to fall back to: it raises
+:class:`PrometheusUnavailableError` (a ``DependencyError``). A query that returns no
+series is not a failure: its columns are NaN, and the features flag them as missing.
+``history`` has no fallback; it raises :class:`PrometheusUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.k8s.metrics import COLLECTOR_FAILURES
+from kubesage.core.telemetry.features import FloatArray, MetricHistory, NodeMetrics
+from kubesage.core.telemetry.metric_map import MappedMetric, MetricMap
+from kubesage.core.telemetry.protocol import Snapshot
+
+LOG = logging.getLogger(__name__)
+
+Series = tuple[Mapping[str, str], FloatArray]
+"""One returned series: its labels and its values on the query's time grid."""
+
+
+class PrometheusUnavailableError(DependencyError):
+    """Prometheus could not answer (down, error status, malformed body)."""
+
+
+def _device_key(value: str) -> tuple[int, int, str]:
+    """Order devices naturally: ``gpu="2"`` before ``gpu="10"``, names after numbers."""
+    return (0, int(value), "") if value.isdigit() else (1, 0, value)
+
+
+def reduce_series(
+    metric: MappedMetric, series: Sequence[Series], steps: int
+) -> dict[str, FloatArray]:
+    """Per node, the metric's columns over ``steps`` time steps: ``{node: [steps, columns]}``.
+
+    Series without the source's node label are dropped (logged): they cannot be placed.
+    """
+    spec = metric.spec
+    by_node: dict[str, dict[str, FloatArray]] = {}
+    dropped = 0
+    for labels, values in series:
+        raw = labels.get(metric.node.label)
+        if not raw:
+            dropped += 1
+            continue
+        node = metric.node.node_of(raw)
+        devices = by_node.setdefault(node, {})
+        device = labels.get(spec.device_label, "") if spec.device_label else str(len(devices))
+        if device in devices:  # several series for one device (e.g. two scrape jobs): average
+            earlier = devices[device]
+            both = np.isfinite(earlier) & np.isfinite(values)
+            devices[device] = np.where(
+                both, (earlier + values) / 2, np.where(np.isfinite(earlier), earlier, values)
+            )
+        else:
+            devices[device] = values
+    if dropped:
+        LOG.warning(
+            "%s: %d series without the node label %r were dropped",
+            metric.query,
+            dropped,
+            metric.node.label,
+        )
+    out = {}
+    for node, devices in by_node.items():
+        ordered = [devices[key] for key in sorted(devices, key=_device_key)]
+        stack = np.stack(ordered)  # (devices, steps)
+        observed = np.isfinite(stack)
+        count = observed.sum(axis=0)
+        any_seen = count > 0
+        reduced = []
+        for aggregate in spec.aggregate:
+            if aggregate == "sum":
+                value = np.where(observed, stack, 0.0).sum(axis=0)
+            elif aggregate == "mean":
+                value = np.where(observed, stack, 0.0).sum(axis=0) / np.maximum(count, 1)
+            elif aggregate == "max":
+                value = np.where(observed, stack, -np.inf).max(axis=0)
+            else:
+                value = np.where(observed, stack, np.inf).min(axis=0)
+            reduced.append(np.where(any_seen, value, np.nan))
+        slots = np.full((spec.max_devices, steps), np.nan)
+        kept = min(spec.max_devices, len(ordered))
+        slots[:kept] = stack[:kept]
+        if len(ordered) > spec.max_devices > 0:
+            LOG.debug("%s on %s: %d devices, kept %d", metric.name, node, len(ordered), kept)
+        out[node] = np.concatenate([np.stack(reduced), slots], axis=0).T
+    return out
+
+
+def _labels(item: Any, where: str) -> Mapping[str, str]:
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+        raise PrometheusUnavailableError(f"{where}: result item is not a series: {str(item)[:120]}")
+    return {str(k): str(v) for k, v in item["metric"].items()}
+
+
+def _number(value: Any, where: str) -> float:
+    try:
+        return float(value)  # Prometheus sends "NaN", "+Inf" as strings; float() reads them
+    except (TypeError, ValueError):
+        raise PrometheusUnavailableError(
+            f"{where}: sample value {value!r} is not a number"
+        ) from None
+
+
+class PrometheusCollector:
+    """Reads the metric map's queries from one Prometheus server (Collector protocol)."""
+
+    def __init__(
+        self,
+        url: str,
+        metric_map: MetricMap,
+        *,
+        timeout_s: float = 5.0,
+        attempts: int = 2,
+        headers: Mapping[str, str] | None = None,
+        on_failure: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``attempts`` bounds tries per query (connection errors and 502/503/504, short
+        backoff); ``headers`` go with every request (``Authorization: Bearer …`` for a
+        Prometheus behind a proxy); ``on_failure(reason)`` is called once per failed
+        collection."""
+        if attempts < 1:
+            raise InputError(f"attempts must be at least 1, got {attempts}")
+        self.url = url.rstrip("/")
+        self.metric_map = metric_map
+        self._client = PrometheusConnect(
+            url=self.url,
+            headers=dict(headers) if headers else None,
+            disable_ssl=False,
+            timeout=timeout_s,
+            retry=Retry(
+                total=attempts - 1,
+                backoff_factor=0.1,
+                status_forcelist=(502, 503, 504),
+                raise_on_status=False,
+            ),
+        )
+        self._on_failure = on_failure
+        self._clock = clock
+        self._last_good: Snapshot[NodeMetrics] | None = None
+        self._failures = 0
+        self.last_error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "prometheus"
+
+    @property
+    def failures(self) -> int:
+        return self._failures
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.metric_map.columns
+
+    def close(self) -> None:
+        self._client.close()
+
+    def collect(self) -> Snapshot[NodeMetrics]:
+        """Every map column per node now; the stale last good snapshot if Prometheus fails."""
+        now = self._clock()
+        try:
+            per_metric = [
+                reduce_series(metric, self._instant(metric.query, now), 1)
+                for metric in self.metric_map.metrics
+            ]
+        except PrometheusUnavailableError as exc:
+            return self._fallback(str(exc))
+        snapshot = Snapshot(self._assemble(per_metric, steps=1, taken_at=now), taken_at=now)
+        self._last_good = snapshot
+        self.last_error = None
+        return snapshot
+
+    def history(self, start_s: float, end_s: float, step_s: float) -> MetricHistory:
+        """Every map column per node on the grid ``start_s, start_s + step_s, … ≤ end_s``
+        (whole seconds, as prometheus-api-client sends them)."""
+        start, end = float(round(start_s)), float(round(end_s))
+        if not (math.isfinite(step_s) and step_s > 0) or end < start:
+            raise InputError(f"bad range: start {start_s}, end {end_s}, step {step_s}")
+        steps = int((end - start) // step_s) + 1
+        times = np.asarray(start + step_s * np.arange(steps), dtype=np.float64)
+        per_metric = []
+        for metric in self.metric_map.metrics:
+            series = self._range(metric.query, start, end, step_s, times)
+            per_metric.append(reduce_series(metric, series, steps))
+        nodes, values = self._stack(per_metric, steps)
+        return MetricHistory(times, nodes, self.columns, values)
+
+    # ------------------------------------------------------------------ internals
+
+    def _fallback(self, reason: str) -> Snapshot[NodeMetrics]:
+        self._failures += 1
+        self.last_error = reason
+        COLLECTOR_FAILURES.labels(collector=self.name).inc()
+        if self._on_failure is not None:
+            self._on_failure(reason)
+        if self._last_good is None:
+            LOG.error("prometheus collection failed with no earlier snapshot: %s", reason)
+            raise PrometheusUnavailableError(f"{reason} (no earlier good snapshot to fall back to)")
+        age = self._clock() - self._last_good.taken_at
+        LOG.warning(
+            "prometheus collection failed (%d so far); serving the snapshot from %.1f s ago: %s",
+            self._failures,
+            age,
+            reason,
+        )
+        good = self._last_good
+        return Snapshot(good.data, taken_at=good.taken_at, stale=True, reason=reason)
+
+    def _call(self, query: str, fetch: Callable[[], Any]) -> list[Any]:
+        try:
+            result = fetch()
+        except PrometheusApiClientException as exc:
+            raise PrometheusUnavailableError(f"{self.url}: query {query!r} failed: {exc}") from exc
+        except (OSError, ValueError) as exc:  # requests' errors are OSErrors; bad JSON: ValueError
+            raise PrometheusUnavailableError(
+                f"{self.url}: unreachable ({type(exc).__name__}: {exc})"
+            ) from exc
+        if not isinstance(result, list) or (result and not isinstance(result[0], dict)):
+            raise PrometheusUnavailableError(f"{self.url}: query {query!r} did not return a vector")
+        return result
+
+    def _instant(self, query: str, at_s: float) -> list[Series]:
+        result = self._call(
+            query, lambda: self._client.custom_query(query, params={"time": f"{at_s:.3f}"})
+        )
+        out = []
+        for item in result:
+            value = item.get("value")
+            if not isinstance(value, list) or len(value) != 2:
+                raise PrometheusUnavailableError(
+                    f"{self.url}: query {query!r}: sample without value"
+                )
+            out.append((_labels(item, query), np.array([_number(value[1], query)])))
+        return out
+
+    def _range(
+        self, query: str, start: float, end: float, step_s: float, times: FloatArray
+    ) -> list[Series]:
+        result = self._call(
+            query,
+            lambda: self._client.custom_query_range(
+                query,
+                start_time=datetime.fromtimestamp(start, tz=UTC),
+                end_time=datetime.fromtimestamp(end, tz=UTC),
+                step=f"{step_s:g}",
+            ),
+        )
+        out = []
+        for item in result:
+            points = item.get("values")
+            if not isinstance(points, list):
+                raise PrometheusUnavailableError(
+                    f"{self.url}: query {query!r}: series without values"
+                )
+            values = np.full(len(times), np.nan)
+            for point in points:
+                if not isinstance(point, list) or len(point) != 2:
+                    raise PrometheusUnavailableError(
+                        f"{self.url}: query {query!r}: bad point {point!r}"
+                    )
+                index = round((_number(point[0], query) - times[0]) / step_s)
+                if 0 <= index < len(times):
+                    values[index] = _number(point[1], query)
+            out.append((_labels(item, query), values))
+        return out
+
+    def _stack(
+        self, per_metric: list[dict[str, FloatArray]], steps: int
+    ) -> tuple[tuple[str, ...], FloatArray]:
+        nodes = tuple(sorted({node for reduced in per_metric for node in reduced}))
+        blocks = []
+        for metric, reduced in zip(self.metric_map.metrics, per_metric, strict=True):
+            block = np.full((steps, len(nodes), len(metric.columns)), np.nan)
+            for n, node in enumerate(nodes):
+                if node in reduced:
+                    block[:, n, :] = reduced[node]
+            blocks.append(block)
+        values = np.concatenate(blocks, axis=2) if blocks else np.zeros((steps, len(nodes), 0))
+        return nodes, values
+
+    def _assemble(
+        self, per_metric: list[dict[str, FloatArray]], *, steps: int, taken_at: float
+    ) -> NodeMetrics:
+        nodes, values = self._stack(per_metric, steps)
+        return NodeMetrics(nodes, self.columns, values[0], taken_at)

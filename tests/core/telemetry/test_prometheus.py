@@ -1,0 +1,197 @@
+"""PrometheusCollector against a real Prometheus scraping a real node-exporter and the
+DCGM replay: node columns, per-GPU slots, history, and the stale fallback when
+Prometheus stops."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kubesage.core.errors import DependencyError
+from kubesage.core.k8s.metrics import REGISTRY
+from kubesage.core.telemetry.dcgm_exporter import DcgmReplayExporter, GpuModel
+from kubesage.core.telemetry.features import MetricHistory
+from kubesage.core.telemetry.metric_map import MetricMap, MetricMapSpec
+from kubesage.core.telemetry.prometheus import (
+    PrometheusCollector,
+    PrometheusUnavailableError,
+    reduce_series,
+)
+from kubesage.core.telemetry.protocol import Collector
+from tests.core.telemetry.conftest import (
+    GPU_NODES,
+    PrometheusServer,
+    free_port,
+    start_prometheus,
+    wait_until,
+)
+
+
+def failures_metric() -> float:
+    value = REGISTRY.get_sample_value(
+        "kubesage_collector_failures_total", {"collector": "prometheus"}
+    )
+    return value or 0.0
+
+
+def meminfo_total_bytes() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return float(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def test_collector_implements_the_protocol(test_map: MetricMap) -> None:
+    collector = PrometheusCollector("http://127.0.0.1:9", test_map)
+    assert isinstance(collector, Collector)
+    assert collector.name == "prometheus" and collector.failures == 0
+
+
+def test_snapshot_has_node_exporter_and_dcgm_columns_per_node(
+    prometheus: PrometheusServer, test_map: MetricMap
+) -> None:
+    collector = PrometheusCollector(prometheus.url, test_map)
+    snapshot = collector.collect()
+    data = snapshot.data
+    assert not snapshot.stale and snapshot.reason is None
+    assert data.nodes == tuple(sorted(GPU_NODES))
+    assert data.columns == test_map.columns
+    node = data.nodes.index("gpu-node-0")
+    busy = data.column("node_exporter.cpu_busy_fraction")[node]
+    assert 0.0 <= busy <= 1.0
+    available = data.column("node_exporter.memory_available_bytes")[node]
+    assert 0 < available <= meminfo_total_bytes()
+    assert data.column("node_exporter.load1")[node] >= 0
+    # gpu-node-1 runs no node-exporter: its node columns are absent, not zero
+    assert np.isnan(data.column("node_exporter.cpu_busy_fraction")[data.nodes.index("gpu-node-1")])
+    # no eBPF exporter runs here: those columns are absent everywhere
+    assert np.isnan(data.column("ebpf.run_queue_latency_p99_s")).all()
+
+
+def test_gpu_columns_hold_per_gpu_slots_and_their_aggregates(
+    prometheus: PrometheusServer, test_map: MetricMap
+) -> None:
+    data = PrometheusCollector(prometheus.url, test_map).collect().data
+    for hostname, gpus in GPU_NODES.items():
+        n = data.nodes.index(hostname)
+        used = np.array([data.column(f"dcgm.fb_used_mib.gpu{i}")[n] for i in range(8)])
+        assert np.isfinite(used[:gpus]).all() and np.isnan(used[gpus:]).all()
+        assert data.column("dcgm.fb_used_mib.sum")[n] == pytest.approx(used[:gpus].sum())
+        assert data.column("dcgm.fb_used_mib.max")[n] == pytest.approx(used[:gpus].max())
+        free_sum = data.column("dcgm.fb_free_mib.sum")[n]
+        assert used[:gpus].sum() + free_sum == pytest.approx(gpus * GpuModel().fb_total_mib)
+        util = np.array([data.column(f"dcgm.gpu_util_percent.gpu{i}")[n] for i in range(gpus)])
+        assert ((util >= 0) & (util <= 100)).all()
+
+
+def test_history_is_a_regular_grid_of_every_column(
+    real_history: MetricHistory, test_map: MetricMap
+) -> None:
+    assert real_history.columns == test_map.columns
+    assert np.allclose(np.diff(real_history.times_s), 1.0)
+    node = real_history.nodes.index("gpu-node-0")
+    busy = real_history.values[:, node, test_map.columns.index("node_exporter.cpu_busy_fraction")]
+    assert np.isfinite(busy).mean() > 0.8
+    util = real_history.values[:, node, test_map.columns.index("dcgm.gpu_util_percent.gpu0")]
+    assert np.unique(util[np.isfinite(util)]).size > 1  # the replay moves through the trace
+
+
+def test_prometheus_stopped_mid_test_gives_the_stale_snapshot_and_counts(
+    tmp_path: Path,
+    node_exporter: str,
+    dcgm_exporters: dict[str, DcgmReplayExporter],
+    test_map: MetricMap,
+) -> None:
+    server = start_prometheus(tmp_path, node_exporter, [e.address for e in dcgm_exporters.values()])
+    reasons: list[str] = []
+    try:
+        query = test_map.metrics[0].query
+        wait_until(lambda: bool(server.query(query)), timeout_s=30, what=query)
+        collector = PrometheusCollector(server.url, test_map, on_failure=reasons.append)
+        good = collector.collect()
+        assert not good.stale
+    finally:
+        server.stop()
+    counted = failures_metric()
+    stale = collector.collect()
+    assert stale.stale
+    assert stale.reason is not None and "unreachable" in stale.reason
+    assert stale.data is good.data and stale.taken_at == good.taken_at
+    assert collector.failures == 1 and len(reasons) == 1
+    assert failures_metric() == counted + 1
+    assert collector.collect().stale and collector.failures == 2
+    with pytest.raises(PrometheusUnavailableError):
+        collector.history(time.time() - 5, time.time(), 1.0)
+
+
+def test_no_good_snapshot_yet_is_a_dependency_error(test_map: MetricMap) -> None:
+    reasons: list[str] = []
+    collector = PrometheusCollector(
+        f"http://127.0.0.1:{free_port()}", test_map, on_failure=reasons.append
+    )
+    with pytest.raises(DependencyError, match="no earlier good snapshot"):
+        collector.collect()
+    assert collector.failures == 1 and reasons == [collector.last_error]
+
+
+def test_a_query_prometheus_rejects_is_a_failure_not_a_crash(
+    prometheus: PrometheusServer,
+) -> None:
+    spec = MetricMapSpec.model_validate(
+        {
+            "sources": {
+                "node_exporter": {
+                    "node": {"label": "instance"},
+                    "metrics": {"broken": {"query": "rate(node_load1[", "unit": "x"}},
+                }
+            }
+        }
+    )
+    collector = PrometheusCollector(prometheus.url, MetricMap(spec))
+    with pytest.raises(PrometheusUnavailableError, match="400"):
+        collector.collect()
+    assert collector.failures == 1
+
+
+def test_series_reduce_to_aggregates_and_naturally_ordered_device_slots() -> None:
+    spec = MetricMapSpec.model_validate(
+        {
+            "sources": {
+                "dcgm": {
+                    "node": {"label": "Hostname", "relabel": [{"regex": "(.*)\\.example"}]},
+                    "metrics": {
+                        "util": {
+                            "query": "DCGM_FI_DEV_GPU_UTIL",
+                            "unit": "percent",
+                            "device_label": "gpu",
+                            "aggregate": ["mean", "max"],
+                            "max_devices": 2,
+                        }
+                    },
+                }
+            }
+        }
+    )
+    [metric] = MetricMap(spec).metrics
+
+    def series(gpu: str, value: float) -> tuple[dict[str, str], np.ndarray]:
+        return {"Hostname": "a.example", "gpu": gpu}, np.array([value])
+
+    reduced = reduce_series(
+        metric,
+        [
+            series("10", 40.0),
+            series("2", 20.0),
+            series("2", 30.0),  # a second scrape job: averaged with the first
+            series("0", float("nan")),
+            ({"gpu": "1"}, np.array([99.0])),  # no node label: dropped
+        ],
+        1,
+    )
+    assert list(reduced) == ["a"]  # relabelled: the ".example" suffix is gone
+    mean, top, slot0, slot1 = reduced["a"][0]
+    assert mean == pytest.approx((25.0 + 40.0) / 2) and top == 40.0
+    assert np.isnan(slot0) and slot1 == 25.0  # gpu 0, then gpu 2; gpu 10 truncated
