@@ -1,0 +1,642 @@
+"""The admission webhook against AdmissionReview v1 requests as the API server sends them.
+
+Patches are applied with the ``jsonpatch`` package (an independent RFC 6902
+implementation), so the tests check what the API server would really store.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from kubesage.core.k8s import metrics
+from kubesage.core.k8s.policy_source import (
+    ApiPolicySource,
+    FilePolicySource,
+    PolicySource,
+    PolicySourceError,
+    default_policy_dir,
+)
+from kubesage.core.k8s.scheduling_policy import SchedulingPolicy, parse_policy
+from kubesage.core.k8s.webhook import (
+    APPLIED_ANNOTATION,
+    AdmissionWebhook,
+    json_patch,
+    pointer_token,
+)
+
+
+def pod_object(
+    labels: dict[str, str] | None = None,
+    *,
+    annotations: dict[str, str] | None = None,
+    gpus: str | None = None,
+) -> dict[str, Any]:
+    """A pod as the API server has it at mutating admission: decoded and defaulted."""
+    resources: dict[str, Any] = {"requests": {"cpu": "4", "memory": "16Gi"}}
+    if gpus is not None:
+        resources["limits"] = {"nvidia.com/gpu": gpus}
+        resources["requests"]["nvidia.com/gpu"] = gpus
+    metadata: dict[str, Any] = {
+        "generateName": "trainer-",
+        "namespace": "ml",
+        "labels": labels or {},
+        "ownerReferences": [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": "trainer",
+                "uid": "0c4b2f31-7d0a-4e53-9f0e-3e1c2a6f9a10",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "trainer:1.0",
+                    "resources": resources,
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "securityContext": {},
+            "schedulerName": "default-scheduler",
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            ],
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+        },
+        "status": {},
+    }
+
+
+def review(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    resource: str = "pods",
+    sub_resource: str | None = None,
+    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
+) -> dict[str, Any]:
+    """An AdmissionReview v1 request in the shape kube-apiserver sends."""
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": resource},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": resource},
+        "namespace": "ml",
+        "operation": operation,
+        "userInfo": {
+            "username": "system:serviceaccount:kube-system:job-controller",
+            "uid": "b3d5b1f4-3c2e-4f57-9a1c-0a3a6e1b2c3d",
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+        },
+        "object": obj,
+        "oldObject": None,
+        "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def policy(name: str, spec: dict[str, Any]) -> SchedulingPolicy:
+    return parse_policy(
+        {
+            "apiVersion": "kubesage.io/v1alpha1",
+            "kind": "SchedulingPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+
+
+class StaticSource:
+    """A PolicySource holding a fixed list (the webhook's unit under test is not the source)."""
+
+    def __init__(self, *policies: SchedulingPolicy) -> None:
+        self._policies = list(policies)
+
+    def policies(self) -> list[SchedulingPolicy]:
+        return list(self._policies)
+
+
+def webhook_for(source: PolicySource) -> AdmissionWebhook:
+    """A webhook whose budget a loaded test machine cannot exhaust (one test checks the budget)."""
+    return AdmissionWebhook(source, budget_s=30.0)
+
+
+def call(
+    webhook: AdmissionWebhook, body: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """POST ``body``; the response object and its decoded patch ([] when none)."""
+    status, answer = webhook.handle(json.dumps(body).encode())
+    assert status == 200, answer
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == body["request"]["uid"]
+    assert response["allowed"] is True
+    if "patch" not in response:
+        assert "patchType" not in response
+        return response, []
+    assert response["patchType"] == "JSONPatch"
+    return response, json.loads(base64.b64decode(response["patch"]))
+
+
+def admit(webhook: AdmissionWebhook, obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod as stored after the webhook's patch; asserts a second pass changes nothing."""
+    _, patch = call(webhook, review(obj))
+    after = jsonpatch.apply_patch(obj, patch)
+    _, again = call(webhook, review(after))
+    assert again == [], f"not idempotent: {again}"
+    return after
+
+
+@pytest.fixture
+def examples() -> AdmissionWebhook:
+    webhook = webhook_for(FilePolicySource(default_policy_dir()))
+    yield webhook
+    webhook.close()
+
+
+# --- the example policies on realistic pods --------------------------------------------
+
+
+def test_gpu_training_pod_gets_mig_scheduler_affinity_and_toleration(
+    examples: AdmissionWebhook,
+) -> None:
+    before = pod_object({"kubesage.io/workload": "gpu-training"}, gpus="2")
+    after = admit(examples, before)
+    spec = after["spec"]
+    assert spec["schedulerName"] == "kubesage"
+    resources = spec["containers"][0]["resources"]
+    assert resources["limits"] == {"nvidia.com/mig-3g.40gb": "2"}
+    assert resources["requests"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/mig-3g.40gb": "2"}
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
+    # The defaulted toleration stays; the policy's is added after it.
+    assert spec["tolerations"][0]["key"] == "node.kubernetes.io/not-ready"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert after["metadata"]["labels"]["kubesage.io/managed"] == "true"
+    assert after["metadata"]["annotations"][APPLIED_ANNOTATION] == "gpu-training"
+    # Nothing the policy does not own changed.
+    untouched = copy.deepcopy(after)
+    for key in ("schedulerName", "affinity", "tolerations", "containers"):
+        untouched["spec"].pop(key)
+        before["spec"].pop(key, None)
+    assert untouched["spec"] == before["spec"]
+
+
+def test_the_mig_opt_out_label_and_another_namespace_keep_the_pod_as_is(
+    examples: AdmissionWebhook,
+) -> None:
+    opted_out = pod_object({"kubesage.io/workload": "gpu-training", "kubesage.io/mig": "disabled"})
+    assert call(examples, review(opted_out))[1] == []
+    body = review(pod_object({"kubesage.io/workload": "gpu-training"}))
+    body["request"]["namespace"] = "kubesage"
+    assert call(examples, body)[1] == []
+
+
+def test_flink_taskmanager_gets_hints_and_zone_preference(examples: AdmissionWebhook) -> None:
+    labels = {"type": "flink-native-kubernetes", "component": "taskmanager", "app": "ingest"}
+    after = admit(examples, pod_object(labels))
+    annotations = after["metadata"]["annotations"]
+    assert annotations["kubesage.io/flink-initial-parallelism"] == "4"
+    assert annotations["kubesage.io/flink-max-parallelism"] == "128"
+    assert annotations["kubesage.io/flink-checkpoint-group"] == "streaming-ingest"
+    preferred = after["spec"]["affinity"]["podAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert preferred[0]["podAffinityTerm"]["topologyKey"] == "topology.kubernetes.io/zone"
+    assert after["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_spark_executor_prefers_the_rack_of_its_own_application(
+    examples: AdmissionWebhook,
+) -> None:
+    labels = {"spark-role": "executor", "spark-app-selector": "spark-7f3a"}
+    after = admit(examples, pod_object(labels))
+    assert after["metadata"]["annotations"]["kubesage.io/spark-locality"] == "rack"
+    affinity = after["spec"]["affinity"]
+    term = affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term == {
+        "weight": 80,
+        "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {"spark-app-selector": "spark-7f3a"}},
+            "topologyKey": "kubesage.io/rack",
+        },
+    }
+    assert (
+        affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"]
+        == 20
+    )
+
+
+# --- merging rules -------------------------------------------------------------------------
+
+
+def test_required_node_affinity_is_anded_with_the_pods_own_terms() -> None:
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+    gpu = {"key": "gpu", "operator": "Exists"}
+    fast = {"key": "disk", "operator": "In", "values": ["nvme"]}
+    webhook = webhook_for(
+        StaticSource(
+            policy(
+                "gpu",
+                {
+                    "podSelector": {},
+                    "inject": {
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [{"matchExpressions": [gpu]}]
+                                }
+                            }
+                        }
+                    },
+                },
+            )
+        )
+    )
+    obj = pod_object()
+    obj["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [zone]}, {"matchExpressions": [fast]}]
+            }
+        }
+    }
+    after = admit(webhook, obj)
+    terms = after["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    # (zone OR fast) AND gpu == (zone AND gpu) OR (fast AND gpu)
+    assert terms == [{"matchExpressions": [zone, gpu]}, {"matchExpressions": [fast, gpu]}]
+    webhook.close()
+
+
+def test_higher_priority_wins_and_the_pods_own_values_win_over_both() -> None:
+    high = policy(
+        "high",
+        {
+            "priority": 10,
+            "podSelector": {},
+            "inject": {"schedulerName": "kubesage", "annotations": {"team": "high"}},
+        },
+    )
+    low = policy(
+        "low",
+        {
+            "priority": 1,
+            "podSelector": {},
+            "inject": {
+                "schedulerName": "other",
+                "annotations": {"team": "low", "cost-center": "42"},
+            },
+        },
+    )
+    webhook = webhook_for(StaticSource(low, high))
+    after = admit(webhook, pod_object(annotations={"cost-center": "7"}))
+    assert after["spec"]["schedulerName"] == "kubesage"
+    assert after["metadata"]["annotations"]["team"] == "high"
+    assert after["metadata"]["annotations"]["cost-center"] == "7"
+    assert after["metadata"]["annotations"][APPLIED_ANNOTATION] == "high,low"
+    explicit = pod_object()
+    explicit["spec"]["schedulerName"] = "volcano"
+    assert admit(webhook, explicit)["spec"]["schedulerName"] == "volcano"
+    webhook.close()
+
+
+def test_mig_rename_covers_init_containers_and_leaves_an_ambiguous_container_alone() -> None:
+    webhook = webhook_for(
+        StaticSource(
+            policy(
+                "mig",
+                {"podSelector": {}, "inject": {"migResources": [{"to": "nvidia.com/mig-1g.10gb"}]}},
+            )
+        )
+    )
+    obj = pod_object(gpus="1")
+    obj["spec"]["initContainers"] = [
+        {"name": "warmup", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    ]
+    obj["spec"]["containers"].append(
+        {
+            "name": "both",
+            "image": "x",
+            "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"}},
+        }
+    )
+    _, patch = call(webhook, review(obj))
+    after = jsonpatch.apply_patch(obj, patch)
+    spec = after["spec"]
+    assert spec["initContainers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+    assert spec["containers"][1]["resources"] == obj["spec"]["containers"][1]["resources"]
+    response, again = call(webhook, review(after))
+    assert again == []
+    assert "has both nvidia.com/gpu and nvidia.com/mig-1g.10gb" in response["warnings"][0]
+    webhook.close()
+
+
+def test_labels_injected_by_one_policy_select_another_and_the_result_is_a_fixed_point() -> None:
+    tag = policy(
+        "tag", {"podSelector": {"matchLabels": {"app": "x"}}, "inject": {"labels": {"tier": "gpu"}}}
+    )
+    route = policy(
+        "route",
+        {"podSelector": {"matchLabels": {"tier": "gpu"}}, "inject": {"schedulerName": "kubesage"}},
+    )
+    webhook = webhook_for(StaticSource(tag, route))
+    after = admit(webhook, pod_object({"app": "x"}))
+    assert after["metadata"]["labels"] == {"app": "x", "tier": "gpu"}
+    assert after["spec"]["schedulerName"] == "kubesage"
+    assert after["metadata"]["annotations"][APPLIED_ANNOTATION] == "route,tag"
+    webhook.close()
+
+
+def test_annotation_keys_with_a_slash_are_escaped_in_the_patch() -> None:
+    webhook = webhook_for(
+        StaticSource(
+            policy(
+                "esc",
+                {
+                    "podSelector": {},
+                    "inject": {"annotations": {"example.com/a.b": "1", "plain": "2"}},
+                },
+            )
+        )
+    )
+    obj = pod_object(annotations={"existing": "yes"})
+    _, patch = call(webhook, review(obj))
+    paths = {op["path"] for op in patch}
+    assert "/metadata/annotations/example.com~1a.b" in paths
+    assert "/metadata/annotations/plain" in paths
+    after = jsonpatch.apply_patch(obj, patch)
+    assert after["metadata"]["annotations"]["example.com/a.b"] == "1"
+    assert after["metadata"]["annotations"]["existing"] == "yes"
+    webhook.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "token"),
+    [("a/b", "a~1b"), ("a~b", "a~0b"), ("~1", "~01"), ("/~", "~1~0"), ("", ""), (3, "3")],
+)
+def test_pointer_token_escapes_tilde_before_slash(key: str | int, token: str) -> None:
+    assert pointer_token(key) == token
+
+
+def test_json_patch_turns_before_into_after() -> None:
+    before = {"a": {"x": 1, "y/z": [1, 2]}, "b": [1], "c": "keep", "gone": True, "t~": 1}
+    after = {"a": {"x": 2, "y/z": [1, 2, 3]}, "b": [2, 3], "c": "keep", "new": {"k": None}}
+    assert jsonpatch.apply_patch(before, json_patch(before, after)) == after
+    assert json_patch(after, after) == []
+
+
+# --- what is not mutated, and failures ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("operation", "resource", "sub_resource"),
+    [
+        ("UPDATE", "pods", None),
+        ("DELETE", "pods", None),
+        ("CREATE", "pods", "binding"),
+        ("CREATE", "pods", "eviction"),
+        ("CREATE", "deployments", None),
+    ],
+)
+def test_only_pod_create_is_mutated(
+    examples: AdmissionWebhook, operation: str, resource: str, sub_resource: str | None
+) -> None:
+    obj = pod_object({"kubesage.io/workload": "gpu-training"}, gpus="1")
+    response, patch = call(
+        examples, review(obj, operation=operation, resource=resource, sub_resource=sub_resource)
+    )
+    assert patch == []
+    assert "warnings" not in response
+
+
+class BrokenSource:
+    def policies(self) -> list[SchedulingPolicy]:
+        raise PolicySourceError("cannot list schedulingpolicies.kubesage.io: connection refused")
+
+
+class StuckSource:
+    """A source that blocks until released (an API server that never answers)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def policies(self) -> list[SchedulingPolicy]:
+        self.release.wait(30)
+        return []
+
+
+def fallbacks(component: str, reason: str) -> float:
+    labels = {"component": component, "reason": reason}
+    return metrics.REGISTRY.get_sample_value("kubesage_fallbacks_total", labels) or 0.0
+
+
+def test_a_failing_source_allows_the_pod_unchanged_with_a_warning() -> None:
+    webhook = webhook_for(BrokenSource())
+    counted = fallbacks("webhook", "error")
+    response, patch = call(webhook, review(pod_object()))
+    assert patch == []
+    assert "connection refused" in response["warnings"][0]
+    assert fallbacks("webhook", "error") == counted + 1
+    webhook.close()
+
+
+def test_a_stuck_source_allows_the_pod_when_the_budget_runs_out() -> None:
+    source = StuckSource()
+    webhook = AdmissionWebhook(source, budget_s=0.05)
+    try:
+        response, patch = call(webhook, review(pod_object()))
+        assert patch == []
+        assert "budget" in response["warnings"][0]
+    finally:
+        source.release.set()
+        webhook.close()
+
+
+def test_a_pod_with_a_malformed_field_is_allowed_unchanged() -> None:
+    webhook = webhook_for(
+        StaticSource(policy("p", {"podSelector": {}, "inject": {"labels": {"a": "b"}}}))
+    )
+    obj = pod_object()
+    obj["metadata"]["labels"] = ["not", "a", "map"]
+    response, patch = call(webhook, review(obj))
+    assert patch == []
+    assert "object.metadata.labels" in response["warnings"][0]
+    webhook.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"", "not valid JSON"),
+        (b"{", "not valid JSON"),
+        (b"\xff\xfe\x00", "not valid JSON"),
+        (b"[]", "must be a JSON object"),
+        (b'{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}', "apiVersion"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}', "kind must be"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request"),
+    ],
+)
+def test_malformed_bodies_get_400_saying_what_is_wrong(
+    examples: AdmissionWebhook, body: bytes, words: str
+) -> None:
+    status, answer = examples.handle(body)
+    assert status == 400
+    assert words in answer["error"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda r: r["request"].pop("uid"), "request.uid"),
+        (lambda r: r["request"].update(uid=7), "request.uid"),
+        (lambda r: r["request"].update(operation="PATCH"), "request.operation"),
+        (lambda r: r["request"]["resource"].pop("resource"), "request.resource.resource"),
+        (lambda r: r["request"].update(object="pod"), "request.object"),
+        (lambda r: r["request"].update(object=None), "request.object"),
+    ],
+)
+def test_a_broken_request_field_is_named_in_the_400(change: Any, field: str) -> None:
+    webhook = webhook_for(StaticSource())
+    body = review(pod_object())
+    change(body)
+    status, answer = webhook.handle(json.dumps(body).encode())
+    assert status == 400
+    assert answer["error"].startswith(field)
+    webhook.close()
+
+
+# --- policy sources -------------------------------------------------------------------------
+
+
+def _write_policy(path: Path, name: str, scheduler: str) -> None:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubesage.io/v1alpha1",
+                "kind": "SchedulingPolicy",
+                "metadata": {"name": name},
+                "spec": {"podSelector": {}, "inject": {"schedulerName": scheduler}},
+            }
+        )
+    )
+
+
+def test_file_source_reloads_and_keeps_the_last_good_policies_on_a_bad_edit(
+    tmp_path: Path,
+) -> None:
+    _write_policy(tmp_path / "a.yaml", "a", "one")
+    source = FilePolicySource(tmp_path)
+    assert [p.spec.inject.scheduler_name for p in source.policies()] == ["one"]
+    _write_policy(tmp_path / "a.yaml", "a", "two-longer-name")
+    assert [p.spec.inject.scheduler_name for p in source.policies()] == ["two-longer-name"]
+    (tmp_path / "a.yaml").write_text("kind: SchedulingPolicy\nspec: {}\n")
+    assert [p.spec.inject.scheduler_name for p in source.policies()] == ["two-longer-name"]
+    assert source.stale and source.failures == 1
+    assert "apiVersion" in (source.last_error or "")
+    (tmp_path / "a.yaml").unlink()
+    assert source.policies() == [] and not source.stale
+
+
+def test_file_source_refuses_to_start_on_a_bad_policy(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"apiVersion": "kubesage.io/v1alpha1"}))
+    with pytest.raises(Exception, match=r"bad\.yaml.*kind"):
+        FilePolicySource(tmp_path)
+
+
+@pytest.fixture
+def fake_api() -> Any:
+    from tests.fakes.apiserver import FakeApiServer
+
+    with FakeApiServer() as fake:
+        yield fake
+
+
+def _api_client(fake: Any) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(fake.kubeconfig))
+
+
+def test_api_source_lists_policies_and_serves_the_last_good_list_when_the_api_fails(
+    fake_api: Any,
+) -> None:
+    from tests.fakes.apiserver import SCHEDULING_POLICIES
+
+    for path in sorted(default_policy_dir().glob("*.yaml")):
+        fake_api.add_custom(SCHEDULING_POLICIES, yaml.safe_load(path.read_text()))
+    invalid = yaml.safe_load((default_policy_dir() / "spark.yaml").read_text())
+    invalid["metadata"]["name"] = "broken"
+    invalid["spec"]["inject"]["spark"]["locality"] = "continent"
+    fake_api.add_custom(SCHEDULING_POLICIES, invalid)
+    now = [0.0]
+    source = ApiPolicySource(_api_client(fake_api), refresh_s=10.0, clock=lambda: now[0])
+    names = sorted(p.name for p in source.policies())
+    assert names == ["flink-streaming", "gpu-training", "spark-rack-locality"]
+    assert source.invalid == 1
+    calls = len(fake_api.requests_to("GET", "schedulingpolicies"))
+    source.policies()  # within refresh_s: cached
+    assert len(fake_api.requests_to("GET", "schedulingpolicies")) == calls
+    now[0] = 11.0
+    fake_api.fail("GET", "schedulingpolicies", 503, times=1)
+    counted = fallbacks("policy_source", "api_error")
+    assert sorted(p.name for p in source.policies()) == names
+    assert source.stale and source.failures == 1
+    assert fallbacks("policy_source", "api_error") == counted + 1
+    now[0] = 22.0
+    assert sorted(p.name for p in source.policies()) == names
+    assert not source.stale
+
+
+def test_api_source_without_any_good_list_raises_and_the_webhook_still_allows(
+    fake_api: Any,
+) -> None:
+    fake_api.fail("GET", "schedulingpolicies", 500, times=5)
+    source = ApiPolicySource(_api_client(fake_api))
+    with pytest.raises(PolicySourceError, match=r"schedulingpolicies\.kubesage\.io"):
+        source.policies()
+    webhook = webhook_for(ApiPolicySource(_api_client(fake_api)))
+    response, patch = call(webhook, review(pod_object()))
+    assert patch == [] and response["warnings"]
+    webhook.close()
