@@ -1,0 +1,250 @@
+"""Bind a pod to a node through the Binding subresource, exactly once.
+
+``POST /api/v1/namespaces/{ns}/pods/{name}/binding`` is what kube-scheduler does.
+The Binding carries the pod's UID as a precondition (a pod deleted and re-created
+under the same name is not bound by mistake) and kubesage's GPU choice as annotations,
+which the API server copies onto the pod, so that every replica's
+:class:`~kubesage.core.k8s.informer.ClusterSync` accounts the same GPUs.
+
+Failures and what happens next:
+
+- 5xx, 429 and connection errors are retried (tenacity, exponential backoff with
+  full jitter). A retry after a lost response may find the pod already bound.
+- 409 Conflict: the pod is read back. Bound to the same node: the bind is done (it
+  was ours). Bound to another node: :class:`BindConflictError`, never retried. Not
+  bound (a conflict on something else): retried.
+- 404: the pod is gone, :class:`PodGoneError`.
+- Anything else, or retries exhausted: :class:`BindError`.
+
+A pod this Binder has bound is never posted again (a small memory of recent UIDs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.types import Placement
+
+log = logging.getLogger(__name__)
+
+GPU_INDICES_ANNOTATION = "kubesage.io/gpu-indices"
+"""Comma-separated GPU indices kubesage chose on the node (``"0,1"``)."""
+MIG_START_ANNOTATION = "kubesage.io/mig-start"
+"""For a MIG instance: the memory slice it starts at."""
+
+_REMEMBERED_BINDS = 65_536
+"""How many bound UIDs the Binder remembers (oldest forgotten first)."""
+
+
+class BindError(DependencyError):
+    """A bind that did not happen; the pod stays pending and is retried later."""
+
+
+class BindConflictError(BindError):
+    """The pod is already bound to another node (someone else scheduled it)."""
+
+    def __init__(self, message: str, *, bound_node: str):
+        super().__init__(message)
+        self.bound_node = bound_node
+
+
+class PodGoneError(BindError):
+    """The pod no longer exists (or was re-created with another UID)."""
+
+
+class _RetryableError(Exception):
+    """A transient failure tenacity retries; carries the cause for the final error."""
+
+
+def placement_annotations(placement: Placement) -> dict[str, str]:
+    """The annotations that record ``placement``'s GPUs on the pod (empty without GPUs)."""
+    annotations: dict[str, str] = {}
+    if placement.gpu_milli_by_index:
+        annotations[GPU_INDICES_ANNOTATION] = ",".join(str(g) for g in placement.gpu_indices)
+    if placement.mig_start is not None:
+        annotations[MIG_START_ANNOTATION] = str(placement.mig_start)
+    return annotations
+
+
+def parse_gpu_indices(annotations: dict[str, str]) -> tuple[tuple[int, ...], int | None] | None:
+    """``(gpu indices, mig start)`` from a pod's annotations; None if absent or malformed."""
+    text = annotations.get(GPU_INDICES_ANNOTATION)
+    if not text:
+        return None
+    try:
+        indices = tuple(int(part) for part in text.split(","))
+        start_text = annotations.get(MIG_START_ANNOTATION)
+        mig_start = int(start_text) if start_text is not None else None
+    except ValueError:
+        return None
+    return indices, mig_start
+
+
+def _status_message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or exc.reason or exc.status)
+
+
+class Binder:
+    """Binds pods through the Binding subresource (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: k8s_client.ApiClient,
+        *,
+        attempts: int = 5,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 5.0,
+        request_timeout_s: float = 10.0,
+    ) -> None:
+        if attempts < 1:
+            raise InputError(f"Binder attempts must be at least 1, got {attempts}")
+        # Any: called with _preload_content=False (raw JSON), which the generated
+        # signatures do not describe.
+        self._core: Any = k8s_client.CoreV1Api(api)
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.request_timeout_s = request_timeout_s
+        self._bound: OrderedDict[str, str] = OrderedDict()
+        self.posts = 0
+        """Binding POSTs sent (a counter, for metrics and tests)."""
+        self.retries = 0
+        """Attempts that failed transiently and were retried."""
+
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        """Bind pod ``namespace/name`` (with ``uid``) to ``node``; raise BindError if not."""
+        where = f"pod {namespace}/{name}"
+        done = self._bound.get(uid) if uid else None
+        if done is not None:
+            if done == node:
+                return
+            raise BindConflictError(f"{where} was bound to {done} already", bound_node=done)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            # full jitter: uniform in [0, min(backoff_s * 2**n, max_backoff_s)]
+            wait=wait_random_exponential(multiplier=self.backoff_s, max=self.max_backoff_s),
+            retry=retry_if_exception_type(_RetryableError),
+            before_sleep=self._before_sleep(where),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    self._attempt(namespace, name, uid, node, annotations or {}, where)
+        except _RetryableError as exc:
+            raise BindError(
+                f"binding {where} to {node} failed after {self.attempts} attempts: {exc}"
+            ) from exc
+        if uid:
+            self._bound[uid] = node
+            while len(self._bound) > _REMEMBERED_BINDS:
+                self._bound.popitem(last=False)
+
+    def _before_sleep(self, where: str) -> Any:
+        def log_retry(state: RetryCallState) -> None:
+            self.retries += 1
+            error = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "binding %s: attempt %d failed (%s); retrying", where, state.attempt_number, error
+            )
+
+        return log_retry
+
+    def _attempt(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: dict[str, str],
+        where: str,
+    ) -> None:
+        body = k8s_client.V1Binding(
+            metadata=k8s_client.V1ObjectMeta(
+                name=name, namespace=namespace, uid=uid or None, annotations=annotations or None
+            ),
+            target=k8s_client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        try:
+            self.posts += 1
+            # The API answers a Status, not a Binding: read it raw (the generated
+            # client would fail to deserialise it as a V1Binding).
+            self._core.create_namespaced_pod_binding(
+                name,
+                namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
+            ).read()  # read the Status through: the connection returns to the pool
+        except ApiException as exc:
+            self._on_api_error(exc, namespace, name, uid, node, where)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _RetryableError(f"API server unreachable: {exc}") from exc
+
+    def _on_api_error(
+        self, exc: ApiException, namespace: str, name: str, uid: str, node: str, where: str
+    ) -> None:
+        message = _status_message(exc)
+        if exc.status == 404:
+            raise PodGoneError(f"{where} not found: {message}") from exc
+        if exc.status == 409:
+            bound = self._bound_node(namespace, name, uid, where)
+            if bound == node:
+                log.info("%s is already bound to %s: counted as done", where, node)
+                return
+            if bound:
+                raise BindConflictError(
+                    f"{where} is bound to {bound}, not {node}: {message}", bound_node=bound
+                ) from exc
+            raise _RetryableError(f"conflict: {message}") from exc
+        if exc.status in (429,) or (exc.status or 0) >= 500:
+            raise _RetryableError(f"HTTP {exc.status}: {message}") from exc
+        raise BindError(
+            f"binding {where} to {node} was refused (HTTP {exc.status}): {message}"
+        ) from exc
+
+    def _bound_node(self, namespace: str, name: str, uid: str, where: str) -> str | None:
+        """The node the pod is bound to now (None if unbound); PodGoneError if it is gone."""
+        try:
+            pod = self._core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.request_timeout_s
+            )
+            data = json.loads(pod.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise PodGoneError(f"{where} not found") from exc
+            raise _RetryableError(f"reading {where} after a conflict: HTTP {exc.status}") from exc
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise _RetryableError(f"reading {where} after a conflict failed: {exc}") from exc
+        if uid and data.get("metadata", {}).get("uid") != uid:
+            raise PodGoneError(f"{where} was re-created with another UID")
+        node = (data.get("spec") or {}).get("nodeName")
+        return str(node) if node else None

@@ -1,0 +1,457 @@
+"""The secondary scheduler: pods with ``spec.schedulerName`` set to kubesage's name.
+
+Each cycle (on every cluster change, at least every ``interval_s``):
+
+1. take the pending pods that name this scheduler from :class:`ClusterSync`'s cache and
+   group them into gangs (:mod:`kubesage.core.k8s.gang`; a pod without a gang is a gang
+   of one), highest priority first, then oldest;
+2. a gang with fewer members than ``min-available`` (counting members already bound)
+   waits; past its waiting time it gets a ``FailedScheduling`` event and waits afresh;
+3. otherwise, under the state lock, all its pending members are placed on a copy of
+   the state with the core policy, honouring each pod's ``nodeSelector``, required
+   node affinity and taint tolerations (and ``spec.unschedulable``) as kube-scheduler
+   does; if that fails and more members are pending than needed, just the
+   ``min-available`` first ones are tried. All placed: every member is *assumed* in
+   the live state, then bound (:class:`~kubesage.core.k8s.binder.Binder`), with a
+   ``Scheduled`` event. None placed: one ``FailedScheduling`` event per waiting time
+   and a retry at the next cycle;
+4. a bind that fails un-assumes that member and reports it; members already bound stay
+   bound (Kubernetes has no unbind), and the rest are retried: the gang counts its
+   bound members towards ``min-available`` next time.
+
+Once a gang has ``min-available`` members bound, later members are placed one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
+from kubesage.core.errors import CapacityError, InputError
+from kubesage.core.k8s import metrics
+from kubesage.core.k8s.binder import Binder, BindError, placement_annotations
+from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, place_all
+from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
+from kubesage.core.k8s.translate import TranslateError, pod_request
+from kubesage.core.policy.base import Policy
+from kubesage.core.types import Placement, PodRequest
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+BoolArray = npt.NDArray[np.bool_]
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+@dataclass
+class CycleReport:
+    """What one scheduling cycle did."""
+
+    bound: dict[str, str] = field(default_factory=dict)
+    """``namespace/name`` → node for every pod bound."""
+    waiting: dict[str, str] = field(default_factory=dict)
+    """Gang key → why it waits (too few members, or no room)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """``namespace/name`` → why it could not be bound or read."""
+
+
+@dataclass
+class _Member:
+    pod: Obj
+    gang: GangSpec
+    request: PodRequest
+
+
+@dataclass
+class _Wait:
+    since: float
+    last_report: float | None = None
+    last_reason: str = ""
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+class SecondaryScheduler:
+    """Schedules the pods that name ``scheduler_name`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: k8s_client.ApiClient,
+        sync: ClusterSync,
+        policy: Policy,
+        *,
+        scheduler_name: str,
+        binder: Binder | None = None,
+        interval_s: float = 1.0,
+        identity: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not scheduler_name:
+            raise InputError("SecondaryScheduler: scheduler_name must not be empty")
+        # Any: called with _preload_content=False (raw JSON), which the generated
+        # signatures do not describe.
+        self._core: Any = k8s_client.CoreV1Api(api)
+        self.sync = sync
+        self.policy = policy
+        self.scheduler_name = scheduler_name
+        self.binder = binder or Binder(api)
+        self.interval_s = interval_s
+        self.identity = identity or scheduler_name
+        self._clock = clock
+        self._waits: dict[str, _Wait] = {}
+        self._reported_bad: dict[str, str] = {}
+        self._masks: _EligibilityCache | None = None
+        self.cycles = 0
+        self.binds = 0
+        self.bind_failures = 0
+        self.event_failures = 0
+        self.errors = 0
+
+    # -- loop -----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Schedule until ``stop`` is set (run it only while leading)."""
+        log.info("secondary scheduler %s started", self.scheduler_name)
+        while not stop.is_set():
+            generation = self.sync.generation
+            if self.sync.ready:
+                try:
+                    self.schedule_once()
+                except ClusterNotReadyError as exc:
+                    log.info("secondary scheduler waits: %s", exc)
+                except Exception:  # the loop outlives one bad cycle: log, count, go on
+                    self.errors += 1
+                    metrics.ERRORS.labels("secondary", "cycle").inc()
+                    log.exception("scheduling cycle failed")
+            deadline = time.monotonic() + self.interval_s
+            while not stop.is_set() and time.monotonic() < deadline:
+                if self.sync.wait_for_change(generation, min(0.2, self.interval_s)) != generation:
+                    break
+        log.info("secondary scheduler %s stopped", self.scheduler_name)
+
+    def schedule_once(self) -> CycleReport:
+        """One cycle over the pending pods (see the module docstring)."""
+        self.cycles += 1
+        self._masks = None  # node objects may have changed since the last cycle
+        report = CycleReport()
+        self.sync.expire_assumed()
+        gangs = self._pending_gangs(report)
+        bound = self._bound_members()
+        now = self._clock()
+        for key in list(self._waits):
+            if key not in gangs:
+                del self._waits[key]
+        for key, members in gangs.items():
+            self._schedule_gang(key, members, bound.get(key, 0), now, report)
+        return report
+
+    # -- gathering --------------------------------------------------------------------------
+
+    def _pending_gangs(self, report: CycleReport) -> dict[str, list[_Member]]:
+        gangs: dict[str, list[_Member]] = defaultdict(list)
+        for pod in self.sync.pending_pods(self.scheduler_name):
+            try:
+                gang = gang_of(pod)
+                request = pod_request(pod)
+            except (GangAnnotationError, TranslateError) as exc:
+                report.failed[_name(pod)] = str(exc)
+                self._report_bad(pod, str(exc))
+                continue
+            gangs[gang.key].append(_Member(pod, gang, request))
+
+        def order(item: tuple[str, list[_Member]]) -> tuple[int, str]:
+            members = item[1]
+            priority = max(m.request.priority for m in members)
+            oldest = min(str(m.pod["metadata"].get("creationTimestamp") or "") for m in members)
+            return (-priority, oldest)
+
+        return dict(sorted(gangs.items(), key=order))
+
+    def _bound_members(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for pod in self.sync.bound_pods():
+            if (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name:
+                continue
+            try:
+                gang = gang_of(pod)
+            except GangAnnotationError:
+                continue
+            if gang.named:
+                counts[gang.key] += 1
+        return counts
+
+    # -- one gang ------------------------------------------------------------------------------
+
+    def _schedule_gang(
+        self, key: str, members: list[_Member], bound: int, now: float, report: CycleReport
+    ) -> None:
+        minimum = max(m.gang.min_available for m in members)
+        waiting_s = max(m.gang.waiting_time_s for m in members)
+        wait = self._waits.setdefault(key, _Wait(since=now))
+        present = len(members) + bound
+        if present < minimum:
+            reason = f"gang {key}: {present} of {minimum} members present"
+            report.waiting[key] = reason
+            if now - wait.since >= waiting_s:
+                self._warn(members, f"{reason} after {waiting_s:.0f}s; waiting again")
+                wait.since = now
+            return
+        members = sorted(members, key=lambda m: _name(m.pod))
+        groups = [members] if bound < minimum else [[m] for m in members]
+        for group in groups:
+            need = max(1, minimum - bound) if len(groups) == 1 else 1
+            placed, reason = self._place(group, need)
+            if placed is None:
+                report.waiting[key] = reason
+                metrics.DECISIONS.labels("schedule", "no_fit").inc()
+                if (
+                    wait.last_report is None
+                    or reason != wait.last_reason
+                    or now - wait.last_report >= waiting_s
+                ):
+                    self._warn(group, f"0/{len(group)} placed: {reason}")
+                    wait.last_report, wait.last_reason = now, reason
+                continue
+            self._bind(placed, report)
+        if key not in report.waiting:
+            self._waits.pop(key, None)
+
+    def _place(
+        self, members: Sequence[_Member], need: int
+    ) -> tuple[list[tuple[_Member, Placement]] | None, str]:
+        """Place all members (else the first ``need``) and assume them; or say why not."""
+        with self.sync.locked() as (state, node_names):
+            masks = self._masks
+            if masks is None or masks.node_names is not node_names:
+                masks = self._masks = _EligibilityCache(self.sync.nodes(), node_names)
+            attempts = [list(members)]
+            if need < len(members):
+                attempts.append(list(members[:need]))
+            reason = "no members"
+            for attempt in attempts:
+                outcome = place_all(
+                    state.copy(),
+                    [(m.request, masks.eligible(m.pod)) for m in attempt],
+                    self.policy,
+                )
+                if outcome.placements is None:
+                    reason = outcome.reason
+                    continue
+                placed = list(zip(attempt, outcome.placements, strict=True))
+                try:
+                    for member, placement in placed:
+                        self.sync.assume(member.pod, member.request, placement)
+                except CapacityError as exc:  # the copy and the live state disagree: a bug
+                    for member, _ in placed:
+                        self.sync.forget(member.pod)
+                    log.error("assuming gang members failed: %s", exc)
+                    return None, f"internal: {exc}"
+                return placed, outcome.reason
+            return None, reason
+
+    def _bind(self, placed: list[tuple[_Member, Placement]], report: CycleReport) -> None:
+        for member, placement in placed:
+            metadata = member.pod["metadata"]
+            name = _name(member.pod)
+            try:
+                self.binder.bind(
+                    metadata.get("namespace") or "default",
+                    metadata["name"],
+                    str(metadata.get("uid") or ""),
+                    placement.node,
+                    annotations=placement_annotations(placement),
+                )
+            except BindError as exc:
+                self.bind_failures += 1
+                metrics.BINDS.labels("failed").inc()
+                metrics.DECISIONS.labels("schedule", "bind_failed").inc()
+                self.sync.forget(member.pod)
+                report.failed[name] = str(exc)
+                log.warning("binding %s failed: %s", name, exc)
+                self._event(member.pod, "Warning", "FailedScheduling", f"binding failed: {exc}")
+                continue
+            self.binds += 1
+            metrics.BINDS.labels("bound").inc()
+            metrics.DECISIONS.labels("schedule", "bound").inc()
+            report.bound[name] = placement.node
+            self._event(
+                member.pod,
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {name} to {placement.node}",
+            )
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def _report_bad(self, pod: Obj, message: str) -> None:
+        key = pod_key(pod)
+        version = str(pod["metadata"].get("resourceVersion") or "")
+        if self._reported_bad.get(key) == version:
+            return
+        self._reported_bad[key] = version
+        log.warning("cannot schedule %s: %s", _name(pod), message)
+        self._event(pod, "Warning", "FailedScheduling", message)
+
+    def _warn(self, members: Sequence[_Member], message: str) -> None:
+        log.info("%s", message)
+        for member in members:
+            self._event(member.pod, "Warning", "FailedScheduling", message)
+
+    def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about ``pod`` (failures are logged and counted only)."""
+        metadata = pod.get("metadata") or {}
+        namespace = metadata.get("namespace") or "default"
+        now = datetime.now(UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{metadata.get('name')}.{time.time_ns():x}",
+                "namespace": namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": metadata.get("name"),
+                "namespace": namespace,
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self.scheduler_name},
+            "reportingComponent": self.scheduler_name,
+            "reportingInstance": self.identity,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._core.create_namespaced_event(
+                namespace, body, _preload_content=False, _request_timeout=5
+            ).read()  # read through: the connection returns to the pool
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            self.event_failures += 1
+            log.warning("posting event %s for %s failed: %s", reason, _name(pod), exc)
+
+
+# -- node filters (kube-scheduler's NodeUnschedulable, TaintToleration, NodeAffinity) -------
+
+
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key") or ""
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key = expression.get("key") or ""
+    operator = expression.get("operator")
+    values = [str(v) for v in expression.get("values") or []]
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            label, bound = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return label > bound if operator == "Gt" else label < bound
+    return False
+
+
+def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """kube-scheduler's node filters that the core's resource model does not cover."""
+    spec = pod.get("spec") or {}
+    node_spec = node.get("spec") or {}
+    metadata = node.get("metadata") or {}
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    tolerations: Sequence[Mapping[str, Any]] = spec.get("tolerations") or []
+    if node_spec.get("unschedulable") and not _tolerates(
+        tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    ):
+        return False
+    for taint in node_spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+            tolerations, taint
+        ):
+            return False
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms")
+    if required:
+        fields = {"metadata.name": str(metadata.get("name") or "")}
+        return any(
+            all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+            and all(_expression_matches(e, fields) for e in term.get("matchFields") or [])
+            and (term.get("matchExpressions") or term.get("matchFields"))
+            for term in required
+        )
+    return True
+
+
+class _EligibilityCache:
+    """Per-cycle masks of the nodes each pod may use, shared by pods with equal constraints."""
+
+    def __init__(self, nodes: Mapping[str, Obj], node_names: Sequence[str]) -> None:
+        self.node_names = node_names
+        """The state's node list these masks index (a rebuild makes a new list)."""
+        self._nodes = [nodes.get(name) or {} for name in node_names]
+        self._masks: dict[str, BoolArray | None] = {}
+
+    def eligible(self, pod: Mapping[str, Any]) -> BoolArray | None:
+        spec = pod.get("spec") or {}
+        signature = json.dumps(
+            [
+                spec.get("nodeSelector"),
+                (spec.get("affinity") or {}).get("nodeAffinity"),
+                spec.get("tolerations"),
+            ],
+            sort_keys=True,
+        )
+        if signature not in self._masks:
+            mask = np.array([node_fits_pod(pod, node) for node in self._nodes], dtype=bool)
+            self._masks[signature] = None if bool(mask.all()) else mask
+        return self._masks[signature]

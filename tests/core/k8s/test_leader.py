@@ -1,0 +1,178 @@
+"""LeaderElector: two replicas against the fake API server's Lease."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from kubesage.core.errors import InputError
+from kubesage.core.k8s.apiclient import load_api_client
+from kubesage.core.k8s.leader import LeaderElector
+from tests.fakes.apiserver import FakeApiServer, wait_until
+
+LEASE = r"^/apis/coordination.k8s.io/v1/namespaces/kubesage/leases"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def elector(fake: FakeApiServer, identity: str, **kwargs: Any) -> LeaderElector:
+    api = load_api_client(str(fake.kubeconfig))
+    assert api is not None
+    timings: dict[str, Any] = {"lease_s": 1.0, "renew_s": 0.6, "retry_s": 0.05}
+    timings.update(kwargs)
+    return LeaderElector(
+        api, lease_name="kubesage-scheduler", namespace="kubesage", identity=identity, **timings
+    )
+
+
+class Replica:
+    """One elector running in a thread, recording when it leads."""
+
+    def __init__(self, elector: LeaderElector) -> None:
+        self.elector = elector
+        self.stop = threading.Event()
+        self.started = 0
+        self.stopped = 0
+        self.thread = threading.Thread(
+            target=elector.run, args=(self._on_start, self._on_stop, self.stop), daemon=True
+        )
+
+    def _on_start(self) -> None:
+        self.started += 1
+
+    def _on_stop(self) -> None:
+        self.stopped += 1
+
+    def __enter__(self) -> Replica:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def holder(fake: FakeApiServer) -> str:
+    return str(fake.lease("kubesage", "kubesage-scheduler")["spec"]["holderIdentity"])
+
+
+def test_exactly_one_leads_and_the_other_takes_over_when_it_stops(fake: FakeApiServer) -> None:
+    # Long leases: a replica starved of CPU on a busy machine must not lose the lease
+    # here; the takeover below is through the release, not expiry.
+    slow = {"lease_s": 5.0, "renew_s": 3.0}
+    with Replica(elector(fake, "a", **slow)) as a, Replica(elector(fake, "b", **slow)) as b:
+        wait_until(lambda: a.elector.is_leader or b.elector.is_leader, what="a leader")
+        leader, follower = (a, b) if a.elector.is_leader else (b, a)
+        # Several renew rounds: the follower never leads meanwhile.
+        renewals = len(fake.requests_to("PUT", LEASE))
+        wait_until(lambda: len(fake.requests_to("PUT", LEASE)) >= renewals + 5, what="renewals")
+        assert not follower.elector.is_leader and follower.started == 0
+        assert holder(fake) == leader.elector.identity
+
+        leader.stop.set()
+        leader.thread.join(5)
+        assert leader.stopped == 1 and not leader.elector.is_leader
+        wait_until(lambda: follower.elector.is_leader, what="takeover")
+        lease = fake.lease("kubesage", "kubesage-scheduler")
+        assert lease["spec"]["holderIdentity"] == follower.elector.identity
+        assert lease["spec"]["leaseTransitions"] == 1
+        assert lease["spec"]["leaseDurationSeconds"] == 5
+        renewed = datetime.fromisoformat(lease["spec"]["renewTime"].replace("Z", "+00:00"))
+        assert renewed.tzinfo is not None
+
+
+def test_a_crashed_leader_is_replaced_after_its_lease_expires(fake: FakeApiServer) -> None:
+    crashed = elector(fake, "crashed")
+    assert crashed.try_acquire_or_renew()  # leads once, then never renews nor releases
+    with Replica(elector(fake, "survivor")) as survivor:
+        wait_until(lambda: survivor.elector.is_leader, what="takeover after expiry")
+        assert holder(fake) == "survivor"
+        assert fake.lease("kubesage", "kubesage-scheduler")["spec"]["leaseTransitions"] == 1
+        assert not crashed.try_acquire_or_renew()  # back from the dead: the lease is taken
+
+
+def test_leader_steps_down_when_it_cannot_renew(fake: FakeApiServer) -> None:
+    with Replica(elector(fake, "a")) as a:
+        wait_until(lambda: a.elector.is_leader, what="leader")
+        fake.fail("GET", LEASE, 500, times=10_000)
+        wait_until(lambda: a.stopped == 1, what="step down")
+        assert not a.elector.is_leader
+        fake.clear_faults()
+        wait_until(lambda: a.started == 2, what="leads again once the API is back")
+
+
+def test_a_live_lease_is_kept_a_released_one_is_taken_and_409_loses(
+    fake: FakeApiServer,
+) -> None:
+    first, second = elector(fake, "x"), elector(fake, "y")
+    assert first.try_acquire_or_renew()
+    assert not second.try_acquire_or_renew()  # held and live
+    first.release()
+    assert holder(fake) == ""
+    fake.fail("PUT", LEASE, 409)  # another candidate wrote between our read and write
+    assert not second.try_acquire_or_renew()
+    assert second.try_acquire_or_renew()
+    assert holder(fake) == "y"
+    assert not first.try_acquire_or_renew()
+
+
+def test_stale_resource_version_is_refused_by_the_fake_like_the_api(fake: FakeApiServer) -> None:
+    from kubernetes import client
+
+    api = load_api_client(str(fake.kubeconfig))
+    leases = client.CoordinationV1Api(api)
+    body = {"metadata": {"name": "l", "namespace": "kubesage"}, "spec": {"holderIdentity": "a"}}
+    created = leases.create_namespaced_lease("kubesage", body)
+    with pytest.raises(client.ApiException) as exists:
+        leases.create_namespaced_lease("kubesage", body)
+    assert exists.value.status == 409 and "already exists" in exists.value.body
+    stale = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+    with pytest.raises(client.ApiException) as conflict:
+        leases.replace_namespaced_lease("l", "kubesage", stale)
+    assert conflict.value.status == 409 and "has been modified" in conflict.value.body
+    fresh = {
+        **body,
+        "metadata": {**body["metadata"], "resourceVersion": created.metadata.resource_version},
+    }
+    assert leases.replace_namespaced_lease("l", "kubesage", fresh).spec.holder_identity == "a"
+
+
+def test_lead_runs_work_only_while_leading(fake: FakeApiServer) -> None:
+    stop = threading.Event()
+    ran = threading.Event()
+    lost = []
+
+    def work(lost_event: threading.Event) -> None:
+        ran.set()
+        lost_event.wait()
+        lost.append(True)
+
+    leader = elector(fake, "w", lease_s=5.0, renew_s=3.0)
+    thread = threading.Thread(target=leader.lead, args=(work, stop), daemon=True)
+    thread.start()
+    assert ran.wait(5)
+    stop.set()
+    thread.join(5)
+    assert lost == [True]
+    assert holder(fake) == ""  # released on the way out
+
+
+@pytest.mark.parametrize(
+    "timings",
+    [
+        {"lease_s": 10, "renew_s": 10, "retry_s": 2},
+        {"lease_s": 15, "renew_s": 10, "retry_s": 10},
+        {"lease_s": 15, "renew_s": 10, "retry_s": 0},
+    ],
+)
+def test_inconsistent_timings_are_rejected(fake: FakeApiServer, timings: dict[str, Any]) -> None:
+    with pytest.raises(InputError, match="retry_s < renew_s < lease_s"):
+        elector(fake, "a", **timings)

@@ -1,0 +1,1 @@
+"""Fakes for components that cannot run on a test machine (a Kubernetes API server)."""
