@@ -16,6 +16,7 @@ import typer
 from kubesage.core.adapter import Adapter
 from kubesage.core.cli.data import data_app
 from kubesage.core.cli.forecast import forecast_app
+from kubesage.core.cli.serve import serve
 from kubesage.core.cli.simulate import simulate
 from kubesage.core.cli.topology import topology_app
 from kubesage.core.cli.train import train_app
@@ -28,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command(name="simulate")(simulate)
+app.command(name="serve")(serve)
 app.add_typer(data_app, name="data")
 app.add_typer(forecast_app, name="forecast")
 app.add_typer(topology_app, name="topology")

@@ -1,0 +1,308 @@
+"""``kubesage serve``: the scheduler extender, admission webhook, health and metrics.
+
+Without a kubeconfig (none given, no ``KUBECONFIG``, no ``~/.kube/config``, not in a
+pod) or with ``--embedded``, it decides on the embedded simulated cluster
+(:mod:`kubesage.core.k8s.embedded`) and reads SchedulingPolicies from
+``configs/scheduling-policies``. With one, it lists and watches the API server
+(ClusterSync), binds through the Binding subresource, reads SchedulingPolicy
+objects from the API, and with ``--scheduler-name`` also runs the secondary
+scheduler for pods that name it, under a Lease so only one replica schedules.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import uvicorn
+
+from kubesage.core.cli.errors import user_errors
+from kubesage.core.errors import InputError
+from kubesage.core.k8s import metrics
+from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.k8s.extender import Extender, assume_and_bind
+from kubesage.core.k8s.logging import configure_logging, log_event
+from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
+from kubesage.core.k8s.server import HealthCheck, MutateHandler, create_app
+from kubesage.core.policy.base import Policy, PolicyContext
+from kubesage.core.policy.registry import make_policy, policy_names
+from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
+from kubesage.core.traces.synthetic import synthetic_workload
+from kubesage.core.types import PodRequest
+
+log = logging.getLogger("kubesage.serve")
+
+DEFAULT_PORT = 8443
+"""The port the Deployment exposes (HTTPS when --tls-cert/--tls-key are given)."""
+DEFAULT_POLICY = "fgd"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LEASE_NAMESPACE_ENV = "POD_NAMESPACE"
+"""Namespace of the leader-election Lease (the Deployment sets it from the downward API)."""
+POD_NAME_ENV = "POD_NAME"
+"""This replica's identity in the Lease (defaults to host name and process id)."""
+
+
+@dataclass
+class Service:
+    """Everything one ``serve`` process runs, and how to stop it."""
+
+    extender: Extender
+    description: str
+    health: HealthCheck
+    mutate: MutateHandler | None = None
+    bind_waits_on_io: bool = True
+    """False when binds stay in this process (the embedded cluster)."""
+    stoppers: list[Callable[[], None]] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for stopper in reversed(self.stoppers):
+            try:
+                stopper()
+            except Exception:  # shutting down: log and go on with the rest
+                log.exception("error while stopping")
+
+
+def _policy(name: str, workload: list[PodRequest]) -> Policy:
+    return make_policy(name, PolicyContext(seed=0, workload=tuple(workload)))
+
+
+def _webhook(source: PolicySource, service: Service) -> None:
+    from kubesage.core.k8s.webhook import AdmissionWebhook
+
+    webhook = AdmissionWebhook(source)
+    service.mutate = webhook.handle
+    service.stoppers.append(webhook.close)
+
+
+def embedded_service(
+    policy_name: str = DEFAULT_POLICY,
+    *,
+    nodes: int = DEFAULT_SYNTHETIC_NODES,
+    fill: float = 0.0,
+    policies_dir: Path | None = None,
+) -> Service:
+    """The embedded simulated cluster (pre-loaded to ``fill`` of its GPUs by the policy),
+    its binder and the file-based policies."""
+    if not 0.0 <= fill < 1.0:
+        raise InputError(f"--fill must be in [0, 1), got {fill}")
+    cluster = EmbeddedCluster.synthetic(nodes)
+    policy = _policy(policy_name, cluster.workload)
+    placed = cluster.fill(policy, fill) if fill else 0
+    metrics.CLUSTER_NODES.set(cluster.state.num_nodes)
+    loaded = f", {placed} pods pre-placed to {fill:.0%} GPU allocation" if placed else ""
+    service = Service(
+        extender=Extender(cluster, policy, cluster.binder(policy)),
+        description=f"{cluster.description}{loaded}, policy {policy_name}",
+        health=lambda: (True, cluster.description),
+        bind_waits_on_io=False,
+    )
+    _webhook(FilePolicySource(policies_dir), service)
+    return service
+
+
+def live_service(
+    api: Any,
+    policy_name: str = DEFAULT_POLICY,
+    *,
+    scheduler_name: str | None = None,
+) -> Service:
+    """ClusterSync + Binder on the API server, API policies, and the secondary scheduler."""
+    from kubesage.core.k8s.binder import Binder
+    from kubesage.core.k8s.informer import ClusterSync
+    from kubesage.core.k8s.policy_source import ApiPolicySource
+
+    # The typical pods FGD measures fragmentation against: openb's request mix.
+    workload = synthetic_workload(DEFAULT_SYNTHETIC_PODS, seed=0)
+    sync = ClusterSync(api)
+    binder = Binder(api)
+    policy = _policy(policy_name, workload)
+
+    def health() -> tuple[bool, str]:
+        if not sync.ready:
+            return False, "cluster state not synced from the API server yet"
+        with sync.locked() as (state, _):
+            metrics.CLUSTER_NODES.set(state.num_nodes)
+            return True, f"live cluster, {state.num_nodes} nodes"
+
+    service = Service(
+        extender=Extender(sync, policy, assume_and_bind(sync, binder, policy)),
+        description=f"live cluster through the API server, policy {policy_name}",
+        health=health,
+    )
+    sync.start()
+    service.stoppers.append(sync.stop)
+    _webhook(ApiPolicySource(api), service)
+    if scheduler_name:
+        # Its own policy instance: policy caches are not shared across threads.
+        _secondary(api, sync, binder, _policy(policy_name, workload), scheduler_name, service)
+    return service
+
+
+def _secondary(
+    api: Any, sync: Any, binder: Any, policy: Policy, scheduler_name: str, service: Service
+) -> None:
+    from kubesage.core.k8s.leader import LeaderElector
+    from kubesage.core.k8s.secondary import SecondaryScheduler
+
+    scheduler = SecondaryScheduler(api, sync, policy, scheduler_name=scheduler_name, binder=binder)
+    elector = LeaderElector(
+        api,
+        lease_name=f"kubesage-{scheduler_name}",
+        namespace=os.environ.get(LEASE_NAMESPACE_ENV, "kube-system"),
+        identity=os.environ.get(POD_NAME_ENV) or f"{socket.gethostname()}-{os.getpid()}",
+    )
+    stop = threading.Event()
+    term: dict[str, Any] = {}
+
+    def on_start() -> None:
+        term_stop = threading.Event()
+        thread = threading.Thread(
+            target=scheduler.run, args=(term_stop,), name="secondary-scheduler", daemon=True
+        )
+        term.update(stop=term_stop, thread=thread)
+        thread.start()
+        log_event(log, logging.INFO, "leading", scheduler_name=scheduler_name)
+
+    def on_stop() -> None:
+        if "stop" in term:
+            term["stop"].set()
+            term["thread"].join(10.0)
+        log_event(log, logging.INFO, "stopped_leading", scheduler_name=scheduler_name)
+
+    thread = threading.Thread(
+        target=elector.run, args=(on_start, on_stop, stop), name="leader-election", daemon=True
+    )
+    thread.start()
+
+    def stop_campaign() -> None:
+        stop.set()
+        thread.join(10.0)
+
+    service.stoppers.append(stop_campaign)
+    service.description += f"; secondary scheduler '{scheduler_name}' under a Lease"
+
+
+def open_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    return sock
+
+
+@user_errors
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port (0: any free port).")
+    ] = DEFAULT_PORT,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig of the cluster to serve.")
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="kubeconfig context (default: current).")
+    ] = None,
+    embedded: Annotated[
+        bool,
+        typer.Option(
+            "--embedded", help="Use the embedded simulated cluster even if a kubeconfig exists."
+        ),
+    ] = False,
+    policy: Annotated[
+        str, typer.Option("--policy", help=f"Scheduling policy: {', '.join(policy_names())}.")
+    ] = DEFAULT_POLICY,
+    scheduler_name: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler-name", help="Also schedule pods with this schedulerName (live cluster)."
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="TLS certificate (PEM) for HTTPS.")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="TLS private key (PEM).")
+    ] = None,
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, help="Nodes of the embedded simulated cluster.")
+    ] = DEFAULT_SYNTHETIC_NODES,
+    fill: Annotated[
+        float,
+        typer.Option("--fill", help="Pre-load the embedded cluster to this GPU allocation (0..1)."),
+    ] = 0.0,
+    policies_dir: Annotated[
+        Path | None,
+        typer.Option("--policies-dir", help="SchedulingPolicy YAMLs for the embedded mode."),
+    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="Log level.")] = "info",
+) -> None:
+    """Serve the scheduler extender (/scheduler/*), the webhook (/mutate), /healthz, /metrics."""
+    if log_level.upper() not in LOG_LEVELS:
+        raise InputError(f"unknown --log-level '{log_level}'; use one of {', '.join(LOG_LEVELS)}")
+    configure_logging(log_level)
+    if (tls_cert is None) != (tls_key is None):
+        raise InputError("--tls-cert and --tls-key must be given together")
+    for path in (tls_cert, tls_key):
+        if path is not None and not path.is_file():
+            raise InputError(f"{path}: no such file")
+    if policy not in policy_names():
+        raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
+    api = None
+    if not embedded:
+        from kubesage.core.k8s.apiclient import load_api_client
+
+        api = load_api_client(str(kubeconfig) if kubeconfig else None, context)
+    if api is None:
+        if scheduler_name:
+            raise InputError("--scheduler-name needs a live cluster (a kubeconfig)")
+        service = embedded_service(policy, nodes=nodes, fill=fill, policies_dir=policies_dir)
+    else:
+        service = live_service(api, policy, scheduler_name=scheduler_name)
+    sock = open_socket(host, port)
+    actual_port = sock.getsockname()[1]
+    app = create_app(
+        service.extender,
+        mutate=service.mutate,
+        health=service.health,
+        bind_waits_on_io=service.bind_waits_on_io,
+    )
+    # What exists now lives as long as the process: keep the cyclic GC from
+    # re-scanning it on every full collection (latency spikes on a large cluster).
+    gc.collect()
+    gc.freeze()
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        ssl_certfile=str(tls_cert) if tls_cert else None,
+        ssl_keyfile=str(tls_key) if tls_key else None,
+        timeout_graceful_shutdown=5,
+    )
+    log_event(
+        log,
+        logging.INFO,
+        "serving",
+        host=host,
+        port=actual_port,
+        scheme="https" if tls_cert else "http",
+        serves=service.description,
+    )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        service.stop()
+        sock.close()

@@ -1,0 +1,316 @@
+"""The extender handlers on real request shapes: ExtenderArgs with full v1 Pods.
+
+A small cluster built from v1 Node JSON (through translate) lets every answer be
+checked against what the nodes can hold: H100 nodes, a busy one, a MIG node and a
+CPU-only node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.k8s.extender import (
+    MAX_EXTENDER_PRIORITY,
+    Extender,
+    ExtenderArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    ExtenderRequestError,
+    HostPriority,
+    scale_scores,
+)
+from kubesage.core.k8s.translate import node_spec, pod_request
+from kubesage.core.policy import PolicyContext, make_policy
+from kubesage.core.traces.synthetic import synthetic_workload
+from tests.core.k8s import v1_container, v1_node, v1_pod
+
+NODES = [
+    v1_node("h100-a", rack="r1"),
+    v1_node("h100-b", rack="r1"),
+    v1_node("h100-small", gpus=2, cpu="16", memory="64Gi", rack="r2"),
+    v1_node("a100-mig", gpus=4, product="NVIDIA-A100-SXM4-80GB", mig={"3g.40gb": 8}),
+    v1_node("cpu-only", gpus=0, product=None, cpu="64", memory="256Gi"),
+]
+NAMES = [node["metadata"]["name"] for node in NODES]
+
+
+def gpu_pod(name: str, gpus: str = "4", cpu: str = "8", memory: str = "64Gi") -> dict[str, Any]:
+    return v1_pod(
+        name,
+        containers=[
+            v1_container(
+                requests={"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus},
+                limits={"nvidia.com/gpu": gpus},
+            )
+        ],
+    )
+
+
+def make_extender(policy: str = "fgd") -> tuple[Extender, EmbeddedCluster]:
+    cluster = EmbeddedCluster(
+        [node_spec(node) for node in NODES], synthetic_workload(500, seed=0), "test cluster"
+    )
+    scoring = make_policy(policy, PolicyContext(seed=0, workload=tuple(cluster.workload)))
+    return Extender(cluster, scoring, cluster.binder(scoring)), cluster
+
+
+def args(pod: dict[str, Any], names: list[str] | None = None, **extra: Any) -> bytes:
+    body: dict[str, Any] = {"Pod": pod, "NodeNames": NAMES if names is None else names}
+    body.update(extra)
+    return orjson.dumps(body)
+
+
+def filter_result(extender: Extender, body: bytes) -> ExtenderFilterResult:
+    status, content = extender.filter(body)
+    assert status == 200
+    return ExtenderFilterResult.model_validate_json(content)
+
+
+def priorities(extender: Extender, body: bytes) -> dict[str, int]:
+    status, content = extender.prioritize(body)
+    assert status == 200
+    hosts = [HostPriority.model_validate(entry) for entry in orjson.loads(content)]
+    return {host.host: host.score for host in hosts}
+
+
+def bind(extender: Extender, pod: dict[str, Any], node: str) -> str:
+    metadata = pod["metadata"]
+    status, content = extender.bind(
+        orjson.dumps(
+            {
+                "PodName": metadata["name"],
+                "PodNamespace": metadata["namespace"],
+                "PodUID": metadata["uid"],
+                "Node": node,
+            }
+        )
+    )
+    assert status == 200
+    return ExtenderBindingResult.model_validate_json(content).error
+
+
+def test_filter_keeps_nodes_that_fit_and_explains_the_others() -> None:
+    extender, _ = make_extender()
+    result = filter_result(extender, args(gpu_pod("trainer-0", gpus="4")))
+    assert result.node_names == ["h100-a", "h100-b"]
+    assert result.error == "" and result.nodes is None
+    assert result.failed_and_unresolvable_nodes == {
+        "h100-small": "kubesage: fewer than 4 GPUs on the node",
+        "a100-mig": "kubesage: GPUs are in MIG mode (pod is not MIG)",
+        "cpu-only": "kubesage: no GPU of an allowed model (any)",
+    }
+    assert result.failed_nodes == {}
+
+
+def test_resolvable_failures_after_the_node_fills_up() -> None:
+    extender, cluster = make_extender()
+    first = gpu_pod("trainer-0", gpus="8")
+    filter_result(extender, args(first))
+    assert bind(extender, first, "h100-a") == ""
+    result = filter_result(extender, args(gpu_pod("trainer-1", gpus="2")))
+    assert result.failed_nodes == {"h100-a": "kubesage: fewer than 2 wholly free GPUs"}
+    assert "h100-b" in (result.node_names or [])
+    assert cluster.state.gpu_whole_free_count[cluster.state.node_index["h100-a"]] == 0
+
+
+def test_bind_without_filter_is_refused_with_a_reason() -> None:
+    extender, _ = make_extender()
+    error = bind(extender, gpu_pod("stranger"), "h100-a")
+    assert "never filtered or prioritized here" in error
+
+
+def test_bind_twice_is_idempotent_and_never_double_books() -> None:
+    extender, cluster = make_extender()
+    pod = gpu_pod("trainer-0", gpus="4")
+    filter_result(extender, args(pod))
+    assert bind(extender, pod, "h100-b") == ""
+    assert bind(extender, pod, "h100-b") == ""  # kube-scheduler retried: no second booking
+    assert "already bound to h100-b" in bind(extender, pod, "h100-a")
+    index = cluster.state.node_index["h100-b"]
+    assert cluster.state.gpu_whole_free_count[index] == 4
+
+
+def test_prioritize_scores_in_range_best_node_ten_infeasible_zero() -> None:
+    extender, _ = make_extender()
+    # Make h100-a partly used, so FGD prefers one of the two H100 nodes.
+    warm = gpu_pod("warm", gpus="3", cpu="4", memory="8Gi")
+    filter_result(extender, args(warm))
+    assert bind(extender, warm, "h100-a") == ""
+    scores = priorities(extender, args(gpu_pod("trainer-1", gpus="1", cpu="2", memory="8Gi")))
+    assert set(scores) == set(NAMES)
+    assert all(0 <= score <= MAX_EXTENDER_PRIORITY for score in scores.values())
+    assert max(scores.values()) == MAX_EXTENDER_PRIORITY
+    assert scores["cpu-only"] == 0 and scores["a100-mig"] == 0
+
+
+def test_mig_pod_goes_to_the_mig_node_only() -> None:
+    extender, cluster = make_extender()
+    pod = v1_pod("infer-0", containers=[v1_container(limits={"nvidia.com/mig-3g.40gb": "1"})])
+    result = filter_result(extender, args(pod))
+    assert result.node_names == ["a100-mig"]
+    assert result.failed_and_unresolvable_nodes["h100-a"] == (
+        "kubesage: GPUs are not in MIG mode (MIG pod)"
+    )
+    assert priorities(extender, args(pod, ["a100-mig"])) == {"a100-mig": 10}
+    assert bind(extender, pod, "a100-mig") == ""
+    bound = cluster.bound[pod["metadata"]["uid"]]
+    assert bound.placement.mig_start in (0, 4)
+
+
+def test_full_node_objects_when_not_node_cache_capable() -> None:
+    extender, _ = make_extender()
+    body = orjson.dumps({"Pod": gpu_pod("trainer-0"), "Nodes": {"items": NODES}})
+    result = filter_result(extender, body)
+    assert result.node_names is None and result.nodes is not None
+    assert [item["metadata"]["name"] for item in result.nodes.items] == ["h100-a", "h100-b"]
+    assert result.nodes.items[0] == NODES[0]  # returned as sent
+
+
+def test_unknown_nodes_pass_through_and_score_zero() -> None:
+    extender, _ = make_extender()
+    names = ["h100-a", "joined-a-second-ago"]
+    result = filter_result(extender, args(gpu_pod("trainer-0"), names))
+    assert result.node_names == names
+    assert priorities(extender, args(gpu_pod("trainer-0"), names))["joined-a-second-ago"] == 0
+
+
+def test_pod_outside_the_core_model_passes_everywhere() -> None:
+    extender, _ = make_extender()
+    pod = v1_pod("two-migs", containers=[v1_container(limits={"nvidia.com/mig-1g.10gb": "2"})])
+    assert filter_result(extender, args(pod)).node_names == NAMES
+    assert set(priorities(extender, args(pod)).values()) == {0}
+
+
+def test_lower_case_keys_are_read_like_gos_decoder() -> None:
+    extender, _ = make_extender()
+    body = orjson.dumps({"pod": gpu_pod("trainer-0"), "nodenames": ["h100-a"]})
+    assert filter_result(extender, body).node_names == ["h100-a"]
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (b"", "invalid JSON"),
+        (b"[]", "expected a JSON object, got list"),
+        (b'{"NodeNames": []}', r"ExtenderArgs.Pod: expected a v1 Pod object"),
+        (b'{"Pod": {"metadata": {"name": "x"}}}', "neither NodeNames nor Nodes"),
+        (b'{"Pod": {"metadata": {"name": "x"}}, "NodeNames": "n1"}', "expected a list"),
+        (b'{"Pod": {"metadata": {"name": "x"}}, "NodeNames": [1]}', r"NodeNames\[0\]"),
+        (b'{"Pod": {"metadata": {"name": "x"}}, "NodeNames": [[]]}', "must be a string"),
+        (b'{"Pod": {"metadata": {}}, "NodeNames": []}', "metadata.name: missing"),
+        (
+            orjson.dumps({"Pod": gpu_pod("p", gpus="1.5"), "NodeNames": []}),
+            "extended resource count 1.5",
+        ),
+    ],
+)
+def test_malformed_requests_name_the_problem(body: bytes, match: str) -> None:
+    extender, _ = make_extender()
+    with pytest.raises(ExtenderRequestError, match=match):
+        extender.filter(body)
+    with pytest.raises(ExtenderRequestError, match=match):
+        extender.prioritize(body)
+
+
+def test_wire_models_use_the_go_field_names() -> None:
+    parsed = ExtenderArgs.model_validate_json(args(gpu_pod("p"), ["n1"]))
+    assert parsed.node_names == ["n1"]
+    dumped = ExtenderFilterResult(node_names=["n1"]).model_dump(by_alias=True)
+    assert set(dumped) == {
+        "Nodes",
+        "NodeNames",
+        "FailedNodes",
+        "FailedAndUnresolvableNodes",
+        "Error",
+    }
+    assert HostPriority(host="n1", score=3).model_dump(by_alias=True) == {"Host": "n1", "Score": 3}
+
+
+def test_prioritize_answer_is_byte_for_byte_what_orjson_writes() -> None:
+    extender, _ = make_extender()
+    status, content = extender.prioritize(args(gpu_pod("p", gpus="1")))
+    assert status == 200
+    assert content == orjson.dumps(orjson.loads(content))
+
+
+def test_translated_pod_is_reused_by_uid_and_resource_version() -> None:
+    extender, _ = make_extender()
+    pod = gpu_pod("p")
+    filter_result(extender, args(pod))
+    resources = pod["spec"]["containers"][0]["resources"]
+    resources["requests"]["nvidia.com/gpu"] = resources["limits"]["nvidia.com/gpu"] = "16"
+    # Same uid and resourceVersion: the cached request (4 GPUs) is used...
+    assert filter_result(extender, args(pod)).node_names == ["h100-a", "h100-b"]
+    # ...a new resourceVersion is translated again: 16 GPUs fit nowhere.
+    pod["metadata"]["resourceVersion"] = "51878"
+    assert pod_request(pod).num_gpu == 16
+    assert filter_result(extender, args(pod)).node_names == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ([50.0, 50.0, 50.0], [10, 10, 10]),
+        ([0.0, 50.0, 100.0], [0, 5, 10]),
+        ([-3.0, float("-inf"), 7.0], [0, 0, 10]),
+        ([float("nan")], [10]),
+    ],
+)
+def test_scale_scores(raw: list[float], expected: list[int]) -> None:
+    assert scale_scores(np.array(raw)).tolist() == expected
+
+
+def test_a_policy_without_node_scores_marks_its_choice() -> None:
+    extender, _ = make_extender("fgd")
+
+    class ChoiceOnly:
+        name = "choice-only"
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def decide(self, state: Any, request: Any) -> Any:
+            return self.inner.decide(state, request)
+
+    extender.policy = ChoiceOnly(extender.policy)
+    scores = priorities(extender, args(gpu_pod("p", gpus="1", cpu="2", memory="8Gi")))
+    assert sorted(scores.values()) == [0, 0, 0, 0, 10]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fill_seed=st.integers(0, 2**16),
+    fill=st.floats(0.0, 0.9),
+    cpu=st.integers(0, 70_000),
+    memory_gib=st.integers(0, 800),
+    gpu=st.sampled_from(["", "1", "2", "4", "8", "share", "mig-3g.40gb", "mig-1g.10gb"]),
+)
+def test_every_failed_node_has_a_named_reason(
+    fill_seed: int, fill: float, cpu: int, memory_gib: int, gpu: str
+) -> None:
+    extender, cluster = make_extender("bestfit")
+    cluster.fill(extender.policy, fill, seed=fill_seed)
+    requests = {"cpu": f"{cpu}m", "memory": f"{memory_gib}Gi"}
+    annotations = {}
+    if gpu.startswith("mig-"):
+        requests[f"nvidia.com/{gpu}"] = "1"
+    elif gpu == "share":
+        requests["nvidia.com/gpu"] = "1"
+        annotations["kubesage.io/gpu-milli"] = "300"
+    elif gpu:
+        requests["nvidia.com/gpu"] = gpu
+    pod = v1_pod("p", containers=[v1_container(requests=requests)], annotations=annotations)
+    result = filter_result(extender, args(pod))
+    feasible = cluster.state.feasible(pod_request(pod))
+    expected = [name for name in NAMES if feasible[cluster.state.node_index[name]]]
+    assert result.node_names == expected
+    reasons = {**result.failed_nodes, **result.failed_and_unresolvable_nodes}
+    assert sorted(reasons) == sorted(set(NAMES) - set(expected))
+    assert "does not fit (kubesage)" not in reasons.values()
