@@ -52,8 +52,9 @@ lint: $(STAMP)
 	$(BIN)/mypy -p kubesage.core -p kubesage.adapters; status=$$?; \
 	  $(BIN)/python -m pip install --quiet -e '.[dev]'; exit $$status
 
-## bench: quality and speed tables beside their baselines (several minutes)
-bench: $(STAMP)
+## bench: quality and speed tables beside their baselines (about an hour on 2 cores;
+## the Flink ones start a real Flink cluster, which make services installs)
+bench: $(STAMP) services
 	$(BIN)/python benchmarks/fgd_reproduction.py
 	$(BIN)/python benchmarks/placement_speed.py
 	$(BIN)/python benchmarks/forecast.py
@@ -63,6 +64,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/defrag.py
 	$(BIN)/python benchmarks/spark_locality.py
 	$(BIN)/python benchmarks/ppo.py
+	$(BIN)/python benchmarks/extender.py
+	$(BIN)/python benchmarks/flink_autoscale.py
+	$(BIN)/python benchmarks/flink_stagger.py
 
 clean:
 	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache
