@@ -18,6 +18,7 @@ from kubesage.core.cli.data import data_app
 from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.cli.serve import serve
 from kubesage.core.cli.simulate import simulate
+from kubesage.core.cli.telemetry import telemetry_app
 from kubesage.core.cli.topology import topology_app
 from kubesage.core.cli.train import train_app
 
@@ -33,6 +34,7 @@ app.command(name="serve")(serve)
 app.add_typer(data_app, name="data")
 app.add_typer(forecast_app, name="forecast")
 app.add_typer(topology_app, name="topology")
+app.add_typer(telemetry_app, name="telemetry")
 app.add_typer(train_app, name="train")
 
 ADAPTER_GROUP = "kubesage.adapters"

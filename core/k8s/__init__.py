@@ -9,7 +9,9 @@
   all-or-nothing gangs, leader election on a Lease;
 - ``scheduling_policy``, ``policy_source``, ``webhook``, ``tls``: the
   ``SchedulingPolicy`` CRD, where policies come from, the mutating admission webhook
-  and its certificates;
+  and its certificates; ``namespaces``: namespace labels by list + watch, for the
+  webhook's ``namespaceSelector``;
+- ``watch_stream``: reading a watch stream by hand (shared by the informer and the cache);
 - ``metrics``, ``logging``: kubesage's own Prometheus metrics and JSON logs;
 - ``validation``: offline schema validation of the manifests kubesage writes.
 """

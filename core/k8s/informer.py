@@ -54,6 +54,7 @@ from kubesage.core.errors import CapacityError, DependencyError, InputError
 from kubesage.core.k8s import metrics
 from kubesage.core.k8s.binder import parse_gpu_indices
 from kubesage.core.k8s.translate import TranslateError, node_spec, pod_request
+from kubesage.core.k8s.watch_stream import describe, json_lines, shutdown
 from kubesage.core.policy.gpu_choice import best_mig_slot, lowest_index_gpus
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.telemetry.protocol import Snapshot
@@ -205,7 +206,7 @@ class ClusterSync:
         """Stop the reflectors and close their watch connections."""
         self._stop.set()
         for loop in self._loops:
-            _shutdown(loop.response)
+            shutdown(loop.response)
         with self._changed:
             self._changed.notify_all()
         for thread in self._threads:
@@ -380,7 +381,7 @@ class ClusterSync:
                     log.exception("%s list/watch: unexpected error", loop.kind)
                 with self._lock:
                     self.failures += 1
-                    loop.error = _describe(exc)
+                    loop.error = describe(exc)
                 metrics.COLLECTOR_FAILURES.labels(self.name).inc()
                 log.warning(
                     "%s list/watch failed (%s); retrying in %.1fs", loop.kind, loop.error, backoff
@@ -418,10 +419,10 @@ class ClusterSync:
         with self._lock:
             loop.error = None  # connected again: the cache is current from here on
         if self._stop.is_set():
-            _shutdown(response)
+            shutdown(response)
             return
         try:
-            for line in _lines(response):
+            for line in json_lines(response):
                 if not line.strip():
                     continue
                 event = json.loads(line)
@@ -675,33 +676,3 @@ def _candidate_placements(
     gpus = lowest_index_gpus(state, node, request)
     if len(gpus) == request.num_gpu:
         yield state.placement(node, gpus, request)
-
-
-def _lines(response: Any) -> Iterator[str]:
-    """JSON lines of a watch stream, however the chunks split them."""
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=True):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            yield line.decode("utf-8", errors="replace")
-    if buffer.strip():
-        yield buffer.decode("utf-8", errors="replace")
-
-
-def _shutdown(response: Any) -> None:
-    """Unblock a thread reading ``response`` (urllib3 ≥ 2.3 can shut the socket down)."""
-    if response is None:
-        return
-    try:
-        if hasattr(response, "shutdown"):
-            response.shutdown()
-        response.close()
-    except (OSError, urllib3.exceptions.HTTPError):
-        pass
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"

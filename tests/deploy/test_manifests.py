@@ -440,6 +440,7 @@ CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
     # method of the kubernetes client -> (apiGroup, resource, verb) it needs
     "list_node": {("", "nodes", "list"), ("", "nodes", "watch")},  # informer: list + watch=True
     "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
+    "list_namespace": {("", "namespaces", "list"), ("", "namespaces", "watch")},
     "read_namespaced_pod": {("", "pods", "get")},
     "create_namespaced_pod_binding": {("", "pods/binding", "create")},
     "create_namespaced_binding": {("", "bindings", "create")},

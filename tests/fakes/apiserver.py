@@ -5,7 +5,8 @@ Kubernetes REST API that kubesage calls, over real HTTP on 127.0.0.1 and a free 
 so the tests drive the REAL ``kubernetes`` python client through a kubeconfig that the
 fake writes. What it serves, with the shapes of the real API:
 
-- ``GET /api/v1/nodes``, ``/api/v1/pods``, ``/api/v1/namespaces/{ns}/pods`` (lists with
+- ``GET /api/v1/nodes``, ``/api/v1/namespaces``, ``/api/v1/pods``,
+  ``/api/v1/namespaces/{ns}/pods`` (lists with
   ``metadata.resourceVersion``; ``fieldSelector`` ``a.b=v``, ``a.b==v``, ``a.b!=v``;
   ``labelSelector`` ``k=v``, ``k!=v``, ``k``), single objects by name;
   ``?watch=true``: a chunked stream of ``{"type", "object"}`` JSON lines
@@ -13,7 +14,9 @@ fake writes. What it serves, with the shapes of the real API:
   an object that leaves or enters a field selection becomes ``DELETED``/``ADDED`` as in
   the real watch cache; a ``resourceVersion`` older than the compacted history gets the
   real answer: HTTP 200 and one ``ERROR`` event holding a ``Status`` with code 410,
-  reason ``Expired``.
+  reason ``Expired``. Namespaces get what the real API server sets on them: the
+  immutable label ``kubernetes.io/metadata.name`` (re-set on every update) and
+  ``status.phase: Active``.
 - ``POST /api/v1/namespaces/{ns}/pods/{name}/binding`` and ``.../{ns}/bindings``: 201
   and a ``Status`` of ``Success``; the binding's annotations are copied onto the pod
   (as the real registry does); 409 ``Conflict`` when the pod is already assigned or the
@@ -145,6 +148,7 @@ class Resource:
 
 
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
@@ -170,6 +174,7 @@ SELECTABLE_FIELDS: dict[Resource, tuple[str, ...]] = {
         "status.nominatedNodeName",
     ),
     NODES: ("spec.unschedulable",),
+    NAMESPACES: ("status.phase",),
     EVENTS: (
         "involvedObject.kind",
         "involvedObject.namespace",
@@ -230,6 +235,7 @@ class FakeApiServer:
         self._current_rv = 99
         self._objects: dict[Resource, dict[tuple[str, str], Obj]] = {
             NODES: {},
+            NAMESPACES: {},
             PODS: {},
             EVENTS: {},
             LEASES: {},
@@ -309,6 +315,29 @@ class FakeApiServer:
 
     def add_pod(self, pod: Obj) -> Obj:
         return self.create(PODS, pod)
+
+    def add_namespace(self, name: str, labels: dict[str, str] | None = None) -> Obj:
+        """Create namespace ``name`` with ``labels`` (plus the name label the API sets)."""
+        return self.create(NAMESPACES, {"metadata": {"name": name, "labels": dict(labels or {})}})
+
+    def label_namespace(self, name: str, labels: dict[str, str | None]) -> Obj:
+        """``kubectl label namespace``: set each label, remove those mapped to None."""
+
+        def relabel(namespace: Obj) -> None:
+            current = namespace["metadata"].setdefault("labels", {})
+            for key, value in labels.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+
+        return self.modify(NAMESPACES, "", name, relabel)
+
+    def delete_namespace(self, name: str) -> Obj:
+        return self.delete(NAMESPACES, "", name)
+
+    def namespace(self, name: str) -> Obj:
+        return self.get(NAMESPACES, "", name)
 
     def modify_node(self, name: str, change: Callable[[Obj], None]) -> Obj:
         return self.modify(NODES, "", name, change)
@@ -446,6 +475,8 @@ class FakeApiServer:
             if resource is PODS:
                 obj.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
                 obj.setdefault("status", {}).setdefault("phase", "Pending")
+            if resource is NAMESPACES:
+                _namespace_defaults(obj)
             store[key] = obj
             self._record(resource, "ADDED", copy.deepcopy(obj))
             return copy.deepcopy(obj)
@@ -470,6 +501,8 @@ class FakeApiServer:
             old = self.get(resource, namespace, name)
             new = copy.deepcopy(old)
             change(new)
+            if resource is NAMESPACES:
+                _namespace_defaults(new)
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             self._objects[resource][(namespace, name)] = new
             self._record(resource, "MODIFIED", copy.deepcopy(new), old)
@@ -681,6 +714,17 @@ class FakeApiServer:
         return None
 
 
+def _namespace_defaults(namespace: Obj) -> None:
+    """What the real namespace strategy enforces on create and update: the name label
+    (``kubernetes.io/metadata.name``, since 1.21, cannot be changed) and the phase."""
+    metadata = namespace["metadata"]
+    labels = metadata.get("labels") or {}
+    labels["kubernetes.io/metadata.name"] = metadata["name"]
+    metadata["labels"] = labels
+    namespace.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    namespace.setdefault("status", {}).setdefault("phase", "Active")
+
+
 def _as_watch_event(change: Change, namespace: str | None, selector: Selector) -> Obj | None:
     """The event a watcher with this namespace and selector sees for ``change``."""
     ns = change.obj["metadata"].get("namespace", "")
@@ -857,7 +901,12 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             match = _CORE.match(path)
             if match is not None:
                 plural, ns, name, sub = match.group("plural", "ns", "name", "sub")
-                resource = {"nodes": NODES, "pods": PODS, "events": EVENTS}.get(plural)
+                resource = {
+                    "nodes": NODES,
+                    "namespaces": NAMESPACES,
+                    "pods": PODS,
+                    "events": EVENTS,
+                }.get(plural)
                 if plural == "bindings" and ns and method == "POST" and not name:
                     body = self._body()
                     pod_name = (body.get("metadata") or {}).get("name", "")

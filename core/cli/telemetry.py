@@ -1,0 +1,364 @@
+"""``kubesage telemetry …``: what kubesage perceives through Prometheus, and its PCA.
+
+- ``snapshot``: one (or ``--count``) collection of the metric map's columns, summarised
+  per node as the features see them: which sources report, how many columns have data,
+  a few headline values; a snapshot served from the last good one because Prometheus
+  failed is marked ``STALE`` with the reason.
+- ``fit-pca``: a range of history → sliding-window features → PCA, saved as
+  safetensors; prints how much variance the kept components explain, and how many were
+  kept and why.
+
+Prometheus failures are one-line ``error:`` messages (exit 2) naming the URL and the
+cause, through the CLI's KubesageError handling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.table import Table
+
+from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.options import OutputFormat
+from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.telemetry.features import FeatureBuilder, NodeFeatures, NodeMetrics
+from kubesage.core.telemetry.metric_map import MetricMap, load_metric_map
+from kubesage.core.telemetry.pca import DEFAULT_COMPONENTS, PcaModel, fit_pca, save_pca
+from kubesage.core.telemetry.prometheus import PrometheusCollector, PrometheusUnavailableError
+from kubesage.core.telemetry.protocol import Snapshot
+
+telemetry_app = typer.Typer(
+    help="Perception: per-node features from Prometheus, and their PCA.", no_args_is_help=True
+)
+
+HEADLINE_COLUMNS = (
+    ("node_exporter.cpu_busy_fraction", "cpu", "{:.0%}"),
+    ("node_exporter.memory_used_fraction", "mem", "{:.0%}"),
+    ("dcgm.gpu_util_percent.mean", "gpu", "{:.0f}%"),
+    ("dcgm.fb_used_mib.sum", "gpu MiB", "{:,.0f}"),
+)
+"""Columns shown in the table when the metric map has them: (column, heading, format)."""
+VARIANCE_TARGETS = (0.5, 0.9, 0.95, 0.99)
+"""Explained-variance levels ``fit-pca`` reports the component count for."""
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_OS_ERROR = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)|(timed out)")
+
+
+class PrometheusUnreachableError(DependencyError):
+    """Prometheus did not answer the CLI (down, refused, timing out, or an error status)."""
+
+
+def parse_duration_s(text: str, option: str) -> float:
+    """``90s``, ``15m``, ``1h``, ``2d`` (Prometheus' units) in seconds; InputError naming
+    ``option`` otherwise."""
+    match = _DURATION.match(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise InputError(f"{option} '{text}' is not a positive duration like 15s, 30m, 1h or 2d")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _unreachable(url: str, exc: PrometheusUnavailableError) -> PrometheusUnreachableError:
+    """A short message: the URL and the cause (requests' messages run to several hundred
+    characters of pool internals)."""
+    text = str(exc)
+    found = _OS_ERROR.search(text)
+    if found is not None:
+        cause = (found.group(1) or found.group(2)).strip()
+    else:
+        cause = text.removeprefix(f"{url}: ").split(" (no earlier good snapshot")[0]
+        cause = cause if len(cause) <= 200 else cause[:197] + "..."
+    return PrometheusUnreachableError(f"cannot read Prometheus at {url}: {cause}")
+
+
+@contextmanager
+def _collector_logs_quiet() -> Iterator[None]:
+    """The commands report Prometheus failures themselves (one ``error:`` line, or the
+    stale mark with its reason): keep the collector's log lines off the terminal."""
+    logger = logging.getLogger(PrometheusCollector.__module__)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _check_url(url: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise InputError(f"--prometheus '{url}' must be an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+def _metric_map(path: Path | None, rate_window: str | None) -> MetricMap:
+    metric_map = load_metric_map(path)
+    if rate_window is not None:
+        parse_duration_s(rate_window, "--rate-window")
+        metric_map = metric_map.with_rate_window(rate_window)
+    return metric_map
+
+
+# --- snapshot ---------------------------------------------------------------------------
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class NodeSummary(_Out):
+    """One node's features at one snapshot."""
+
+    node: str
+    columns_seen: int
+    """Metric-map columns with a value (the rest are imputed and flagged missing)."""
+    sources_seen: dict[str, str]
+    """Per source of the map, ``seen/total`` columns."""
+    headline: dict[str, float | None]
+    features: list[float]
+    """The feature vector, in ``SnapshotReport.feature_names`` order."""
+
+
+class SnapshotReport(_Out):
+    """A snapshot as ``telemetry snapshot`` reports it."""
+
+    prometheus: str
+    taken_at: float
+    stale: bool
+    reason: str | None
+    columns: int
+    feature_names: list[str]
+    nodes: list[NodeSummary]
+
+
+def summarise(
+    url: str, metric_map: MetricMap, snapshot: Snapshot[NodeMetrics], builder: FeatureBuilder
+) -> SnapshotReport:
+    """Per-node feature summary of ``snapshot`` (marked stale when it is a fallback)."""
+    data = snapshot.data
+    features: NodeFeatures = builder.instant_features(data)
+    observed = np.isfinite(data.values)
+    sources: dict[str, list[int]] = {}
+    for metric in metric_map.metrics:
+        start = data.columns.index(metric.columns[0])
+        sources.setdefault(metric.source, []).extend(range(start, start + len(metric.columns)))
+    headline = [(c, h) for c, h, _ in HEADLINE_COLUMNS if c in data.columns]
+    nodes = []
+    for n, node in enumerate(data.nodes):
+        values = {h: float(data.values[n, data.columns.index(c)]) for c, h in headline}
+        nodes.append(
+            NodeSummary(
+                node=node,
+                columns_seen=int(observed[n].sum()),
+                sources_seen={
+                    source: f"{int(observed[n, idx].sum())}/{len(idx)}"
+                    for source, idx in sources.items()
+                },
+                headline={h: (v if math.isfinite(v) else None) for h, v in values.items()},
+                features=[float(x) for x in features.values[n]],
+            )
+        )
+    return SnapshotReport(
+        prometheus=url,
+        taken_at=snapshot.taken_at,
+        stale=snapshot.stale,
+        reason=snapshot.reason,
+        columns=len(data.columns),
+        feature_names=list(features.names),
+        nodes=nodes,
+    )
+
+
+def snapshots(
+    collector: PrometheusCollector,
+    count: int,
+    interval_s: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Snapshot[NodeMetrics]]:
+    """``count`` collections ``interval_s`` apart. The first must succeed (nothing to fall
+    back to: PrometheusUnreachableError); later ones fall back to the last good snapshot,
+    marked stale, as the collector does for the scheduler."""
+    for index in range(count):
+        if index:
+            sleep(interval_s)
+        try:
+            yield collector.collect()
+        except PrometheusUnavailableError as exc:
+            raise _unreachable(collector.url, exc) from exc
+
+
+def print_snapshot(report: SnapshotReport, console: Console) -> None:
+    """The table ``telemetry snapshot`` prints: one row per node, stale marked in the title."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.taken_at))
+    state = f"[bold red]STALE[/] ({report.reason})" if report.stale else "fresh"
+    console.print(
+        f"{report.prometheus} at {when}: {state}; {len(report.nodes)} node(s), "
+        f"{report.columns} columns → {len(report.feature_names)} features each"
+    )
+    table = Table(caption="columns with data / in the map, per source; cpu, mem, gpu: now")
+    table.add_column("node", no_wrap=True)
+    sources = list(report.nodes[0].sources_seen) if report.nodes else []
+    for source in sources:
+        table.add_column(source, justify="right")
+    formats = {h: f for _, h, f in HEADLINE_COLUMNS}
+    headings = list(report.nodes[0].headline) if report.nodes else []
+    for heading in headings:
+        table.add_column(heading, justify="right")
+    for node in report.nodes:
+        row = [node.node, *(node.sources_seen[s] for s in sources)]
+        row += [
+            "–" if node.headline[h] is None else formats[h].format(node.headline[h])
+            for h in headings
+        ]
+        table.add_row(*row)
+    console.print(table)
+    if not report.nodes:
+        console.print("no node reported any metric of the map")
+
+
+PrometheusOption = Annotated[
+    str, typer.Option("--prometheus", help="Prometheus base URL, e.g. http://prometheus:9090.")
+]
+MetricMapOption = Annotated[
+    Path | None,
+    typer.Option("--metric-map", help="Metric map YAML (default: configs/metric-map.yaml)."),
+]
+RateWindowOption = Annotated[
+    str | None,
+    typer.Option("--rate-window", help="Override the map's rate() window ($window), e.g. 1m."),
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each query.")
+]
+
+
+@telemetry_app.command("snapshot")
+@user_errors
+def snapshot_command(
+    prometheus: PrometheusOption,
+    metric_map: MetricMapOption = None,
+    rate_window: RateWindowOption = None,
+    output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.table,
+    count: Annotated[int, typer.Option("--count", min=1, help="Snapshots to take.")] = 1,
+    interval: Annotated[
+        str, typer.Option("--interval", help="Time between snapshots (with --count).")
+    ] = "15s",
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """Per-node feature summary of the metric map now (stale snapshots are marked)."""
+    url = _check_url(prometheus)
+    interval_s = parse_duration_s(interval, "--interval")
+    loaded = _metric_map(metric_map, rate_window)
+    builder = FeatureBuilder(loaded)
+    collector = PrometheusCollector(url, loaded, timeout_s=timeout)
+    reports = []
+    try:
+        with _collector_logs_quiet():
+            for snapshot in snapshots(collector, count, interval_s):
+                report = summarise(url, loaded, snapshot, builder)
+                if output_format is OutputFormat.json:
+                    reports.append(report.model_dump(mode="json"))
+                else:
+                    print_snapshot(report, Console())
+    finally:
+        collector.close()
+    if output_format is OutputFormat.json:
+        document: dict[str, Any] = reports[0] if count == 1 else {"snapshots": reports}
+        typer.echo(json.dumps(document))
+
+
+# --- fit-pca ----------------------------------------------------------------------------
+
+
+def components_for(model: PcaModel, share: float) -> int | None:
+    """Fewest kept components explaining at least ``share`` of the variance (None: the
+    kept ones do not reach it)."""
+    cumulative = np.cumsum(model.explained_variance_ratio)
+    reached = np.flatnonzero(cumulative >= share - 1e-12)
+    return int(reached[0]) + 1 if reached.size else None
+
+
+@telemetry_app.command("fit-pca")
+@user_errors
+def fit_pca_command(
+    prometheus: PrometheusOption,
+    range_: Annotated[
+        str, typer.Option("--range", help="History to fit on, ending now: 30m, 1h, 1d.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Model file to write (safetensors).")],
+    step: Annotated[str, typer.Option("--step", help="Resolution of the history.")] = "15s",
+    components: Annotated[
+        int, typer.Option("--components", min=1, help="Components to keep at most.")
+    ] = DEFAULT_COMPONENTS,
+    window: Annotated[
+        int, typer.Option("--window", min=1, help="Steps per feature window (sliding).")
+    ] = 4,
+    metric_map: MetricMapOption = None,
+    rate_window: RateWindowOption = None,
+    timeout: TimeoutOption = 30.0,
+) -> None:
+    """Fit PCA on a range of Prometheus history and save it; print what it kept and why."""
+    url = _check_url(prometheus)
+    range_s = parse_duration_s(range_, "--range")
+    step_s = parse_duration_s(step, "--step")
+    if step_s > range_s:
+        raise InputError(f"--step {step} is longer than --range {range_}")
+    loaded = _metric_map(metric_map, rate_window)
+    builder = FeatureBuilder(loaded)
+    collector = PrometheusCollector(url, loaded, timeout_s=timeout)
+    end = time.time()
+    try:
+        with (
+            _collector_logs_quiet(),
+            stderr.status(f"reading {range_} of history at {step} from {url}"),
+        ):
+            history = collector.history(end - range_s, end, step_s)
+    except PrometheusUnavailableError as exc:
+        raise _unreachable(url, exc) from exc
+    finally:
+        collector.close()
+    if not history.nodes:
+        raise InputError(
+            f"Prometheus at {url} has no series of the metric map in the last {range_}: "
+            "nothing to fit (are the exporters scraped? is --metric-map right?)"
+        )
+    if history.steps < window:
+        raise InputError(
+            f"--range {range_} at --step {step} gives {history.steps} steps, "
+            f"fewer than one --window of {window}"
+        )
+    rows = builder.training_matrix(history, window)
+    model = fit_pca(rows, builder.names, n_components=components)
+    path = save_pca(model, out)
+    why = (
+        f"limited by {model.limited_by}"
+        if model.limited_by
+        else f"as requested (--components {components})"
+    )
+    typer.echo(
+        f"history: {history.steps} steps × {len(history.nodes)} node(s); "
+        f"{rows.shape[0]} rows of {rows.shape[1]} features (windows of {window} steps)"
+    )
+    typer.echo(f"kept {model.n_components} of {components} requested components: {why}")
+    explained = float(model.explained_variance_ratio.sum())
+    first = float(model.explained_variance_ratio[0])
+    typer.echo(f"explained variance: first {first:.1%}, all {model.n_components} {explained:.1%}")
+    reach = [
+        f"{share:.0%} in {n}" if (n := components_for(model, share)) else f"{share:.0%} not reached"
+        for share in VARIANCE_TARGETS
+    ]
+    typer.echo("components to reach: " + ", ".join(reach))
+    typer.echo(f"saved {path}")
