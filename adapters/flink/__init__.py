@@ -1,1 +1,12 @@
-"""The flink adapter. Not built yet: tracked in issue 3; it registers no commands until then."""
+"""The Flink adapter: watch Flink's own signals over its REST API and act on them.
+
+- ``client``, ``rest_models``, ``errors``: a typed REST client (httpx + tenacity);
+- ``autoscaler``, ``rescale``, ``operator_patch``: backpressure-driven parallelism,
+  applied in place through the adaptive scheduler or as a FlinkDeployment patch;
+- ``stagger``, ``checkpoint_coordinator``: checkpoint phases across jobs and the
+  coordinator that triggers them;
+- ``state_tiering``: hot/cold state recommendations;
+- ``submit``, ``registry``, ``cli``: ``kubesage flink submit|autoscale|stagger|state``;
+- ``local_cluster``, ``sample_job``: a real local Flink session cluster and a job with
+  a known bottleneck, for the tests and benchmarks.
+"""

@@ -1,0 +1,133 @@
+"""A real Flink session cluster for the Flink adapter's tests, and recorded replies.
+
+``flink_cluster`` starts one LocalFlinkCluster per test session (Flink from the
+``.venv-flink`` that ``make services`` makes). Without Flink it skips with the reason,
+except under ``CI=true``, where a missing Flink is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import kubesage.adapters.flink
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.local_cluster import LocalFlinkCluster, find_flink_home
+from kubesage.core.errors import ConfigError
+
+RECORDED = Path(__file__).parent / "recorded"
+TASK_SLOTS = 6
+
+
+def recorded(name: str) -> dict[str, Any]:
+    """A recorded reply: ``method``, ``path``, ``status``, ``body``."""
+    document: dict[str, Any] = json.loads((RECORDED / f"{name}.json").read_text())
+    return document
+
+
+def replay(
+    routes: dict[tuple[str, str], dict[str, Any] | list[dict[str, Any]]],
+) -> httpx.MockTransport:
+    """A transport answering (method, path-without-query) with recorded replies.
+
+    A list of replies is served in order (the last one repeats); unknown requests get
+    Flink's own 404 body.
+    """
+    served: dict[tuple[str, str], int] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        key = (request.method, request.url.path)
+        entry = routes.get(key)
+        if entry is None:
+            return httpx.Response(404, json=recorded("job_not_found")["body"])
+        if isinstance(entry, list):
+            index = min(served.get(key, 0), len(entry) - 1)
+            served[key] = served.get(key, 0) + 1
+            entry = entry[index]
+        body = entry["body"]
+        if isinstance(body, str):
+            return httpx.Response(entry["status"], content=body.encode())
+        return httpx.Response(entry["status"], json=body)
+
+    return httpx.MockTransport(handler)
+
+
+def path_of(name: str) -> str:
+    return str(recorded(name)["path"]).split("?", 1)[0]
+
+
+@pytest.fixture
+def replay_client() -> Callable[..., FlinkClient]:
+    """Builds a FlinkClient over recorded replies (no backoff sleeps)."""
+
+    def build(*names: str, **extra: dict[str, Any] | list[dict[str, Any]]) -> FlinkClient:
+        routes: dict[tuple[str, str], dict[str, Any] | list[dict[str, Any]]] = {}
+        for name in names:
+            entry = recorded(name)
+            routes[(entry["method"], path_of(name))] = entry
+        for key, value in extra.items():
+            method, _, path = key.partition(" ")
+            routes[(method, path)] = value
+        return FlinkClient("http://flink.test", transport=replay(routes), backoff_s=0.0)
+
+    return build
+
+
+SAMPLE_JOB = Path(kubesage.adapters.flink.__file__).parent / "sample_job.py"
+"""Run by Flink's own Python (it imports pyflink), so it is passed as a path."""
+
+
+def submit_sample(
+    cluster: LocalFlinkCluster, client: FlinkClient, *, rate: float, capacity: float
+) -> str:
+    """Submits the sample job at parallelism 1 and waits until all its vertices run."""
+    job_id = cluster.submit_python(
+        SAMPLE_JOB, ["--rate", str(rate), "--capacity", str(capacity)], parallelism=1
+    )
+    wait_until(
+        lambda: (
+            (job := client.job(job_id)).state == "RUNNING"
+            and all(v.status == "RUNNING" for v in job.vertices)
+        ),
+        timeout_s=60,
+        what=f"job {job_id} RUNNING",
+    )
+    return job_id
+
+
+def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def vertex_ids(client: FlinkClient, job_id: str) -> dict[str, str]:
+    """Vertex name → id (names: 'Source: sequence -> pace', 'slow', 'sink: Writer')."""
+    return {vertex.name: vertex.id for vertex in client.job(job_id).vertices}
+
+
+@pytest.fixture(scope="session")
+def flink_cluster() -> Iterator[LocalFlinkCluster]:
+    try:
+        find_flink_home()
+    except ConfigError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Flink is required under CI: {exc}")
+        pytest.skip(str(exc))
+    with LocalFlinkCluster(task_slots=TASK_SLOTS) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def flink_client(flink_cluster: LocalFlinkCluster) -> Iterator[FlinkClient]:
+    with FlinkClient(flink_cluster.rest_url) as client:
+        yield client

@@ -1,0 +1,363 @@
+"""The autoscaler's decision rule and guard rails on constructed observations, and the
+control loop over recorded replies (malformed data must never end it)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+import httpx
+import numpy as np
+import pytest
+
+from kubesage.adapters.flink.autoscaler import (
+    Autoscaler,
+    AutoscalerSettings,
+    Observation,
+    ObservationCollector,
+    ScalingDecision,
+    VertexObservation,
+    run_autoscaler,
+)
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.core.errors import ConfigError
+from kubesage.core.forecast.forecaster import BaselineForecaster
+
+from .conftest import recorded
+
+SOURCE, SLOW, SINK = "src", "slow", "sink"
+
+
+def pipeline(
+    *,
+    rate: float = 40.0,
+    capacity: float = 20.0,
+    slow_parallelism: int = 1,
+    pending: float | None = None,
+    growth: float | None = None,
+    hash_input: bool = False,
+    max_parallelism: int = 128,
+    forecast: float | None = None,
+) -> tuple[VertexObservation, ...]:
+    """source → slow → sink; the slow vertex processes ``capacity`` rec/s per subtask.
+
+    When the source offers more than the slow vertex can take, the job is backpressured:
+    throughput is the slow vertex's capacity and the rest shows as backlog growth.
+    """
+    throughput = min(rate, capacity * slow_parallelism)
+    busy = 1000.0 * throughput / (capacity * slow_parallelism)
+    if growth is None and pending is not None:
+        growth = rate - throughput
+    return (
+        VertexObservation(
+            SOURCE,
+            "Source",
+            1,
+            max_parallelism,
+            records_in_per_s=0.0,
+            records_out_per_s=throughput,
+            busy_ms_per_s=100.0,
+            pending_records=pending,
+            pending_growth_per_s=growth,
+            forecast_records_per_s=forecast,
+        ),
+        VertexObservation(
+            SLOW,
+            "slow",
+            slow_parallelism,
+            max_parallelism,
+            inputs=(SOURCE,),
+            hash_input=hash_input,
+            records_in_per_s=throughput,
+            records_out_per_s=throughput,
+            busy_ms_per_s=busy,
+        ),
+        VertexObservation(
+            SINK,
+            "sink",
+            1,
+            max_parallelism,
+            inputs=(SLOW,),
+            records_in_per_s=throughput,
+            records_out_per_s=0.0,
+            busy_ms_per_s=5.0,
+        ),
+    )
+
+
+def observe(
+    vertices: tuple[VertexObservation, ...],
+    *,
+    time_s: float = 100.0,
+    running_since_s: float = 0.0,
+    state: str = "RUNNING",
+    slots_total: int = 16,
+    slots_free: int = 15,
+    window_s: float = 20.0,
+) -> Observation:
+    return Observation(
+        "job", time_s, state, running_since_s, window_s, vertices, slots_total, slots_free
+    )
+
+
+SETTINGS = AutoscalerSettings(exclude=frozenset({"Source"}), stable_observations=1)
+
+
+def slow_of(decision: ScalingDecision) -> int:
+    return next(v.proposed for v in decision.vertices if v.vertex_id == SLOW)
+
+
+@pytest.mark.parametrize(
+    ("rate", "capacity", "current", "expected"),
+    [
+        # ceil(rate / capacity / 0.8), from an unloaded or a backpressured start
+        (40.0, 20.0, 4, 3),  # scale-down is delayed, see below; here: utilisation 0.5 → 3
+        (100.0, 10.0, 4, 13),
+        (10.0, 20.0, 1, 1),
+        (64.0, 20.0, 8, 4),
+    ],
+)
+def test_parallelism_is_target_over_true_rate_and_utilisation(
+    rate: float, capacity: float, current: int, expected: int
+) -> None:
+    settings = replace(SETTINGS, scale_down_delay_s=0.0)
+    decision = Autoscaler(settings).decide(
+        observe(pipeline(rate=rate, capacity=capacity, slow_parallelism=current, pending=0.0))
+    )
+    slow = next(v for v in decision.vertices if v.vertex_id == SLOW)
+    assert slow.ideal == expected
+    assert slow.true_rate_per_subtask == pytest.approx(capacity)
+
+
+def test_backpressured_source_demand_comes_from_backlog_growth() -> None:
+    # at parallelism 1 the slow vertex passes 20 rec/s; the backlog grows by 20 rec/s
+    decision = Autoscaler(SETTINGS).decide(observe(pipeline(pending=0.0)))
+    assert decision.action == "rescale"
+    assert decision.changes == {SLOW: 3}
+    slow = next(v for v in decision.vertices if v.vertex_id == SLOW)
+    assert slow.target_records_per_s == pytest.approx(40.0)
+    assert any("scale up to 3" in reason for reason in slow.reasons)
+
+
+def test_backlog_adds_catch_up_rate() -> None:
+    settings = replace(SETTINGS, catch_up_s=100.0)
+    vertices = pipeline(rate=40.0, slow_parallelism=3, pending=2000.0, growth=0.0)
+    decision = Autoscaler(settings).decide(observe(vertices))
+    slow = next(v for v in decision.vertices if v.vertex_id == SLOW)
+    assert slow.target_records_per_s == pytest.approx(40.0 + 2000.0 / 100.0)
+
+
+def test_hash_input_aligns_to_a_divisor_of_max_parallelism() -> None:
+    vertices = pipeline(
+        rate=100.0, capacity=20.0, hash_input=True, max_parallelism=120, pending=0.0
+    )
+    decision = Autoscaler(SETTINGS).decide(observe(vertices))
+    # ceil(100 / 20 / 0.8) = 7 → 8, the next divisor of 120
+    assert slow_of(decision) == 8
+    slow = next(v for v in decision.vertices if v.vertex_id == SLOW)
+    assert any("divisor of max parallelism 120" in r for r in slow.reasons)
+
+
+def test_clamped_to_max_parallelism() -> None:
+    settings = replace(SETTINGS, max_parallelism=4)
+    decision = Autoscaler(settings).decide(
+        observe(pipeline(rate=400.0, capacity=20.0, pending=0.0))
+    )
+    assert slow_of(decision) == 4
+
+
+@pytest.mark.parametrize(
+    ("observation", "reason"),
+    [
+        (observe(pipeline(), state="RESTARTING"), "job is RESTARTING"),
+        (observe(pipeline(), time_s=10.0, running_since_s=0.0), "metrics count after 20 s"),
+        (observe(pipeline(), window_s=0.0), "no measurement window"),
+        (
+            observe(pipeline(), time_s=35.0, running_since_s=0.0, window_s=20.0),
+            "window starts 15 s after the (re)start",
+        ),
+        (
+            observe(tuple(replace(v, busy_ms_per_s=None) for v in pipeline())),
+            "metrics missing for slow",
+        ),
+        (
+            observe(tuple(replace(v, busy_ms_per_s=float("nan")) for v in pipeline())),
+            "metrics missing for slow",
+        ),
+        (
+            observe(tuple(replace(v, status="INITIALIZING") for v in pipeline())),
+            "not RUNNING yet",
+        ),
+    ],
+)
+def test_skips_say_why(observation: Observation, reason: str) -> None:
+    decision = Autoscaler(SETTINGS).decide(observation)
+    assert decision.action == "skip"
+    assert reason in decision.reasons[0]
+    assert decision.changes == {}
+
+
+def test_waits_for_stable_proposals() -> None:
+    autoscaler = Autoscaler(replace(SETTINGS, stable_observations=2))
+    first = autoscaler.decide(observe(pipeline(pending=0.0)))
+    assert first.action == "hold"
+    assert any("waiting for stable metrics" in r for v in first.vertices for r in v.reasons)
+    second = autoscaler.decide(observe(pipeline(pending=0.0), time_s=105.0))
+    assert second.changes == {SLOW: 3}
+
+
+def test_unstable_proposals_do_not_rescale() -> None:
+    autoscaler = Autoscaler(replace(SETTINGS, stable_observations=2))
+    autoscaler.decide(observe(pipeline(rate=40.0, pending=0.0)))
+    flip = autoscaler.decide(observe(pipeline(rate=80.0, pending=0.0), time_s=105.0))
+    assert flip.action == "hold"
+
+
+def test_utilisation_within_boundary_keeps_parallelism() -> None:
+    # 3 subtasks of 20 rec/s at 45 rec/s: utilisation 0.75, inside 0.7–0.9
+    decision = Autoscaler(SETTINGS).decide(
+        observe(pipeline(rate=45.0, slow_parallelism=3, pending=0.0))
+    )
+    assert decision.action == "hold"
+    slow = next(v for v in decision.vertices if v.vertex_id == SLOW)
+    assert any("within 0.70–0.90" in r for r in slow.reasons)
+
+
+def test_scale_down_is_delayed() -> None:
+    autoscaler = Autoscaler(replace(SETTINGS, scale_down_delay_s=300.0))
+    quiet = pipeline(rate=10.0, slow_parallelism=4, pending=0.0)
+    first = autoscaler.decide(observe(quiet, time_s=100.0))
+    assert first.action == "hold"
+    assert any("scale-down to 1 deferred" in r for v in first.vertices for r in v.reasons)
+    assert autoscaler.decide(observe(quiet, time_s=399.0)).action == "hold"
+    assert autoscaler.decide(observe(quiet, time_s=401.0)).changes == {SLOW: 1}
+
+
+def test_no_oscillation_after_a_rescale() -> None:
+    settings = replace(SETTINGS, scale_down_delay_s=0.0, oscillation_window_s=600.0)
+    autoscaler = Autoscaler(settings)
+    autoscaler.record_rescale(100.0, {SLOW: 1}, {SLOW: 4})
+    decision = autoscaler.decide(
+        observe(pipeline(rate=10.0, slow_parallelism=4, pending=0.0), time_s=200.0)
+    )
+    assert decision.action == "hold"
+    assert any("would reverse the rescale" in r for v in decision.vertices for r in v.reasons)
+    later = autoscaler.decide(
+        observe(pipeline(rate=10.0, slow_parallelism=4, pending=0.0), time_s=800.0)
+    )
+    assert later.changes == {SLOW: 1}
+
+
+def test_never_asks_for_more_slots_than_exist() -> None:
+    decision = Autoscaler(SETTINGS).decide(
+        observe(pipeline(rate=400.0, capacity=20.0, pending=0.0), slots_total=6, slots_free=5)
+    )
+    assert slow_of(decision) == 6
+    assert any("cluster has 6" in r for r in decision.reasons)
+
+
+def test_forecast_scales_ahead_of_observed_rate() -> None:
+    vertices = pipeline(rate=40.0, slow_parallelism=3, pending=0.0, forecast=80.0)
+    decision = Autoscaler(SETTINGS).decide(observe(vertices))
+    assert decision.changes == {SLOW: 5}  # ceil(80 / 20 / 0.8)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("target_utilisation", 0.0), ("stable_observations", 0), ("min_parallelism", 0)],
+)
+def test_bad_settings_name_the_field(field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=field):
+        AutoscalerSettings(**{field: value})  # type: ignore[arg-type]
+
+
+# -- the collector and the loop over recorded replies -------------------------------
+
+
+def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkClient]) -> None:
+    job = recorded("job_running")["body"]
+    jid = job["jid"]
+    source, slow, sink = (v["id"] for v in job["vertices"])
+    base = f"/jobs/{jid}/vertices"
+
+    def scaled(name: str, factor: float) -> dict[str, object]:
+        entry = recorded(name)
+        body = [
+            {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}} for m in entry["body"]
+        ]
+        return {**entry, "body": body}
+
+    clock = iter([1000.0, 1010.0])
+    client = replay_client(
+        "job_running",
+        "overview",
+        **{
+            f"GET {base}/{source}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_source"),
+                scaled("metrics_source", 1.5),
+            ],
+            f"GET {base}/{slow}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_slow"),
+                scaled("metrics_slow", 1.5),
+            ],
+            f"GET {base}/{sink}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_sink"),
+                scaled("metrics_sink", 1.5),
+            ],
+        },
+    )
+    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    first = collector.collect()
+    assert first.window_s == 0.0
+    second = collector.collect()
+    assert second.window_s == pytest.approx(10.0)
+    slow_values = {m["id"]: m for m in recorded("metrics_slow")["body"]}
+    observed = next(v for v in second.vertices if v.vertex_id == slow)
+    assert observed.records_in_per_s == pytest.approx(slow_values["numRecordsIn"]["sum"] * 0.5 / 10)
+    assert observed.inputs == (source,)
+    source_view = next(v for v in second.vertices if v.vertex_id == source)
+    assert source_view.pending_records is not None and source_view.pending_growth_per_s is not None
+
+
+def test_forecaster_feeds_source_demand() -> None:
+    observed = ObservationCollector(
+        FlinkClient("http://unused.test"), "job", forecaster=BaselineForecaster(kind="linear")
+    )
+    predictions = [observed._forecast("src", rate) for rate in np.linspace(10.0, 40.0, 40)]
+    assert predictions[0] is None
+    assert predictions[-1] is not None and predictions[-1] > 40.0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        httpx.Response(200, content=b"{not json"),
+        httpx.Response(200, json={"jid": "x"}),
+        httpx.Response(404, json=recorded("job_not_found")["body"]),
+        httpx.Response(503, json={"errors": ["leader changing"]}),
+    ],
+    ids=["bad-json", "missing-fields", "unknown-job", "unavailable"],
+)
+def test_loop_survives_malformed_replies(reply: httpx.Response) -> None:
+    client = FlinkClient(
+        "http://flink.test",
+        transport=httpx.MockTransport(lambda request: reply),
+        attempts=2,
+        backoff_s=0.0,
+    )
+    decisions: list[ScalingDecision] = []
+    stats = run_autoscaler(
+        client,
+        "0123456789abcdef0123456789abcdef",
+        dry_run=True,
+        on_decision=lambda decision, outcome: decisions.append(decision),
+        stop=threading.Event(),
+        interval_s=0.0,
+        max_ticks=3,
+    )
+    assert stats.ticks == 3 and stats.errors == 3 and decisions == []
+    assert stats.last_error
