@@ -1,0 +1,524 @@
+"""Drives checkpoints of many Flink jobs over REST on a staggered schedule.
+
+Flink schedules each job's checkpoints on its own (FLINK-9352 only randomises the
+first one); nothing keeps jobs apart. The :class:`CheckpointCoordinator` triggers
+``POST /jobs/<id>/checkpoints`` for every job at ``epoch + φ_i + k·T_i`` (a
+:class:`~kubesage.adapters.flink.stagger.StaggerPlan`), polls each request, and
+records when every checkpoint really started and ended from the job's checkpoint
+history (``trigger_timestamp`` and ``end_to_end_duration``), so the concurrency it
+achieved is measured by Flink, not assumed.
+
+A trigger that Flink reports ``COMPLETED`` without a ``checkpointId`` failed (its
+``failureCause`` says why). A ``FlinkError`` on any call is logged, counted and the
+loop goes on with the next due trigger: a flaky JobManager never stops the loop.
+A job whose previous checkpoint is still in flight skips that slot (Flink would queue
+it behind ``max-concurrent-checkpoints`` and shift its phase).
+
+Jobs the coordinator does not drive get submit-time configuration instead
+(:func:`submit_time_conf`). Flink 2.x has no key that sets a checkpoint phase: the
+``execution.checkpointing.*`` keys are interval, min-pause, timeout, mode,
+max-concurrent, unaligned, …, but no initial delay. What Flink does (2.3,
+``CheckpointCoordinatorConfiguration.getInitialTriggeringDelay``) is draw the first
+checkpoint's delay uniformly from ``[min-pause, interval]`` after the job turns
+RUNNING, then trigger every ``interval`` from that first trigger. So setting
+``min-pause = interval − w`` confines the first checkpoint, and with it the phase,
+to a window of width ``w`` that ends one interval after the job turns RUNNING; with
+``w ≥`` the checkpoint duration the min-pause never delays a later trigger, so the
+phase then holds. The phase is therefore realised to within ``w``, by when the job
+turns RUNNING — exactly only by the coordinator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.rest_models import (
+    CheckpointConfig,
+    CheckpointEntry,
+    CheckpointStats,
+    CheckpointTrigger,
+)
+from kubesage.adapters.flink.stagger import (
+    CheckpointProfile,
+    StaggerInputError,
+    StaggerPlan,
+    aligned_plan,
+    optimum_equal_intervals,
+    peak_concurrent,
+    plan_stagger,
+)
+
+log = logging.getLogger(__name__)
+
+PERIODIC_OFF_MS = 2**63 - 1
+"""What ``/checkpoints/config`` reports as the interval of a job without periodic checkpoints."""
+
+RESOLVE_EVERY_MS = 500
+"""How often to re-read a job's history for checkpoints it does not show yet."""
+DEFAULT_DURATION_MS = 1_000
+"""Stands in for the duration of a job that has no completed checkpoint yet."""
+
+Outcome = Literal["completed", "failed", "trigger-error", "skipped", "timed-out"]
+
+
+class CheckpointClient(Protocol):
+    """The part of :class:`~kubesage.adapters.flink.client.FlinkClient` the coordinator uses."""
+
+    def trigger_checkpoint(self, job_id: str) -> str: ...
+
+    def checkpoint_trigger_status(self, job_id: str, request_id: str) -> CheckpointTrigger: ...
+
+    def checkpoints(self, job_id: str) -> CheckpointStats: ...
+
+    def checkpoint_config(self, job_id: str) -> CheckpointConfig: ...
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One scheduled slot of one job and what became of it (times: epoch ms)."""
+
+    job_id: str
+    outcome: Outcome
+    scheduled_ms: int
+    triggered_ms: int | None = None
+    checkpoint_id: int | None = None
+    start_ms: int | None = None
+    """Flink's ``trigger_timestamp`` of the checkpoint."""
+    end_ms: int | None = None
+    """``trigger_timestamp + end_to_end_duration``."""
+    size_bytes: int | None = None
+    """``checkpointed_size``: bytes this checkpoint wrote."""
+    detail: str = ""
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.start_ms is None or self.end_ms is None:
+            return None
+        return self.end_ms - self.start_ms
+
+
+@dataclass
+class CoordinatorReport:
+    """Everything the coordinator did; counters for logs and metrics."""
+
+    records: list[CheckpointRecord] = field(default_factory=list)
+    flink_errors: int = 0
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for record in self.records if record.outcome == outcome)
+
+    def windows(self) -> list[tuple[int, int]]:
+        """``[start, end)`` of every completed checkpoint whose times Flink reported."""
+        return [
+            (r.start_ms, r.end_ms)
+            for r in self.records
+            if r.outcome == "completed" and r.start_ms is not None and r.end_ms is not None
+        ]
+
+    def peak_concurrent(self) -> int:
+        return peak_concurrent(self.windows())
+
+
+@dataclass
+class _Pending:
+    job_id: str
+    request_id: str
+    scheduled_ms: int
+    triggered_ms: int
+
+
+class CheckpointCoordinator:
+    """Triggers checkpoints of the plan's jobs at ``epoch_ms + phase + k·interval``.
+
+    ``epoch_ms`` defaults to the Unix epoch, so phases kept in the registry mean the
+    same to every coordinator; tests and benchmarks pass a near-future epoch.
+    """
+
+    def __init__(
+        self,
+        client: CheckpointClient,
+        plan: StaggerPlan,
+        *,
+        epoch_ms: int = 0,
+        poll_s: float = 0.05,
+        trigger_timeout_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        on_record: Callable[[CheckpointRecord], None] | None = None,
+    ) -> None:
+        if poll_s <= 0 or trigger_timeout_s <= 0:
+            raise StaggerInputError("poll_s and trigger_timeout_s must be positive")
+        self.client = client
+        self.plan = plan
+        self.epoch_ms = epoch_ms
+        self.poll_s = poll_s
+        self.trigger_timeout_ms = int(trigger_timeout_s * 1000)
+        self.clock = clock
+        self.on_record = on_record
+        self.report = CoordinatorReport()
+        self._pending: dict[str, _Pending] = {}
+        self._untimed: dict[str, list[int]] = {}
+        """Job → indices of completed records still waiting for their times."""
+        self._resolved_at: dict[str, int] = {}
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def run(
+        self,
+        *,
+        duration_s: float | None = None,
+        stop: threading.Event | None = None,
+        drain_s: float = 30.0,
+    ) -> CoordinatorReport:
+        """Trigger on schedule until ``duration_s`` has passed or ``stop`` is set.
+
+        Checkpoints still in flight at the end are awaited for up to ``drain_s``.
+        """
+        stop = stop or threading.Event()
+        started = self.now_ms()
+        until = started + int(duration_s * 1000) if duration_s is not None else None
+        due = {
+            job: self.epoch_ms + self.plan.first_trigger_ms(job, started - self.epoch_ms)
+            for job in sorted(self.plan.phases_ms)
+        }
+        while not stop.is_set():
+            now = self.now_ms()
+            if until is not None and now >= until:
+                break
+            for job in sorted(due, key=lambda j: (due[j], j)):
+                if due[job] <= now:
+                    self._trigger(job, due[job])
+                    due[job] += self.plan.intervals_ms[job]
+            self._poll()
+            self._resolve_due()
+            next_due = min(due.values(), default=now + 1000)
+            wait_ms = next_due - self.now_ms()
+            if self._busy:
+                wait_ms = min(wait_ms, int(self.poll_s * 1000))
+            if until is not None:
+                wait_ms = min(wait_ms, until - self.now_ms())
+            if wait_ms > 0:
+                stop.wait(wait_ms / 1000)
+        drain_until = self.now_ms() + int(drain_s * 1000)
+        while self._busy and self.now_ms() < drain_until:
+            self._poll()
+            self._resolve_due()
+            time.sleep(self.poll_s)
+        for pending in list(self._pending.values()):
+            self._finish(pending, "timed-out", detail="still in flight when the coordinator ended")
+        self._give_up_timing()
+        return self.report
+
+    def checkpoint_now(
+        self,
+        job_id: str,
+        *,
+        timeout_s: float = 60.0,
+        poll_s: float = 0.1,
+        timing_wait_s: float = 10.0,
+    ) -> CheckpointRecord:
+        """Trigger one checkpoint of ``job_id`` now and wait for its outcome and times.
+
+        ``timing_wait_s`` bounds the wait for the history to show a completed checkpoint.
+        """
+        before = len(self.report.records)
+        self._trigger(job_id, self.now_ms())
+        deadline = time.monotonic() + timeout_s
+        while self._pending and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            self._poll()
+        pending = self._pending.get(job_id)
+        if pending is not None:
+            self._finish(pending, "timed-out", detail=f"no outcome within {timeout_s:.0f} s")
+        timing_deadline = time.monotonic() + timing_wait_s
+        while self._busy and time.monotonic() < timing_deadline:
+            time.sleep(poll_s)
+            self._resolve_due()
+        self._give_up_timing()
+        return self.report.records[before]
+
+    def _trigger(self, job_id: str, scheduled_ms: int) -> None:
+        if job_id in self._pending:
+            self._record(
+                CheckpointRecord(
+                    job_id, "skipped", scheduled_ms, detail="the previous checkpoint is in flight"
+                )
+            )
+            return
+        triggered = self.now_ms()
+        try:
+            request_id = self.client.trigger_checkpoint(job_id)
+        except FlinkError as exc:
+            self._flink_error(job_id, "trigger", exc)
+            self._record(
+                CheckpointRecord(job_id, "trigger-error", scheduled_ms, triggered, detail=str(exc))
+            )
+            return
+        self._pending[job_id] = _Pending(job_id, request_id, scheduled_ms, triggered)
+
+    def _poll(self) -> None:
+        for pending in list(self._pending.values()):
+            try:
+                status = self.client.checkpoint_trigger_status(pending.job_id, pending.request_id)
+            except FlinkError as exc:
+                self._flink_error(pending.job_id, "trigger status", exc)
+                status = None
+            if status is not None and status.status == "COMPLETED":
+                if status.checkpoint_id is None:
+                    cause = status.failure_cause or "Flink gave no failure cause"
+                    self._finish(pending, "failed", detail=cause)
+                else:
+                    self._finish(pending, "completed", checkpoint_id=status.checkpoint_id)
+            elif self.now_ms() - pending.triggered_ms > self.trigger_timeout_ms:
+                self._finish(pending, "timed-out", detail="no answer within the trigger timeout")
+
+    def _finish(
+        self,
+        pending: _Pending,
+        outcome: Outcome,
+        *,
+        checkpoint_id: int | None = None,
+        detail: str = "",
+    ) -> None:
+        del self._pending[pending.job_id]
+        record = CheckpointRecord(
+            pending.job_id,
+            outcome,
+            pending.scheduled_ms,
+            pending.triggered_ms,
+            checkpoint_id,
+            detail=detail,
+        )
+        if checkpoint_id is None:
+            self._record(record)
+            return
+        # Timed from the history, which the REST cache may serve a few seconds late.
+        self.report.records.append(record)
+        self._untimed.setdefault(pending.job_id, []).append(len(self.report.records) - 1)
+        self._resolve(pending.job_id)
+
+    def _resolve(self, job_id: str) -> None:
+        """Fill in start, end and size of the job's completed checkpoints from its history."""
+        indices = self._untimed.get(job_id)
+        if not indices:
+            return
+        self._resolved_at[job_id] = self.now_ms()
+        try:
+            history = {e.id: e for e in self.client.checkpoints(job_id).history}
+        except FlinkError as exc:
+            self._flink_error(job_id, "checkpoint history", exc)
+            return
+        for index in list(indices):
+            record = self.report.records[index]
+            entry = history.get(record.checkpoint_id or -1)
+            if entry is None:
+                continue
+            timed = dataclasses.replace(
+                record,
+                start_ms=entry.trigger_timestamp_ms,
+                end_ms=entry.trigger_timestamp_ms + entry.end_to_end_duration_ms,
+                size_bytes=entry.checkpointed_size_bytes,
+            )
+            self.report.records[index] = timed
+            indices.remove(index)
+            self._emit(timed)
+
+    def _resolve_due(self) -> None:
+        for job_id, indices in self._untimed.items():
+            if indices and self.now_ms() - self._resolved_at.get(job_id, 0) >= RESOLVE_EVERY_MS:
+                self._resolve(job_id)
+
+    def _give_up_timing(self) -> None:
+        for indices in self._untimed.values():
+            for index in indices:
+                record = dataclasses.replace(
+                    self.report.records[index],
+                    detail="not in the checkpoint history (evicted, or the run ended first)",
+                )
+                self.report.records[index] = record
+                self._emit(record)
+            indices.clear()
+
+    @property
+    def _busy(self) -> bool:
+        return bool(self._pending) or any(self._untimed.values())
+
+    def _flink_error(self, job_id: str, what: str, exc: FlinkError) -> None:
+        self.report.flink_errors += 1
+        log.warning("job %s: %s failed, going on: %s", job_id, what, exc)
+
+    def _record(self, record: CheckpointRecord) -> None:
+        self.report.records.append(record)
+        self._emit(record)
+
+    def _emit(self, record: CheckpointRecord) -> None:
+        if self.on_record is not None:
+            self.on_record(record)
+
+
+def completed_entries(stats: CheckpointStats) -> list[CheckpointEntry]:
+    """Completed checkpoints (not savepoints) of a history, oldest first."""
+    done = [e for e in stats.history if e.status == "COMPLETED" and not e.is_savepoint]
+    return sorted(done, key=lambda e: e.trigger_timestamp_ms)
+
+
+def observed_profile(
+    job_id: str,
+    interval_ms: int,
+    entries: Sequence[CheckpointEntry],
+    *,
+    duration_quantile: float = 1.0,
+    default_duration_ms: int = DEFAULT_DURATION_MS,
+) -> CheckpointProfile:
+    """A job's profile from its completed checkpoints.
+
+    The duration is a high quantile (by default the longest seen): a plan built on a
+    typical duration would let the long ones overlap. The size is the median bytes a
+    checkpoint wrote. Without history, ``default_duration_ms`` and size 0 stand in.
+    """
+    if not 0 < duration_quantile <= 1:
+        raise StaggerInputError(f"duration_quantile must be in (0, 1], got {duration_quantile}")
+    durations = sorted(e.end_to_end_duration_ms for e in entries)
+    if not durations:
+        return CheckpointProfile(job_id, interval_ms, default_duration_ms, 0)
+    index = min(len(durations) - 1, max(0, round(duration_quantile * len(durations)) - 1))
+    size = int(statistics.median(e.checkpointed_size_bytes for e in entries))
+    return CheckpointProfile(job_id, interval_ms, durations[index], size)
+
+
+def periodic_interval_ms(client: CheckpointClient, job_id: str) -> int | None:
+    """The job's periodic checkpoint interval; None when Flink does not checkpoint it."""
+    interval = client.checkpoint_config(job_id).interval_ms
+    return None if interval <= 0 or interval >= PERIODIC_OFF_MS else interval
+
+
+def measure_profiles(
+    client: CheckpointClient,
+    job_ids: Iterable[str],
+    interval_ms: int,
+    *,
+    rounds: int = 2,
+    timeout_s: float = 60.0,
+    poll_s: float = 0.1,
+) -> list[CheckpointProfile]:
+    """Profiles measured by triggering ``rounds`` checkpoints per job, one job at a time.
+
+    One at a time, so no measured duration is inflated by another job's checkpoint.
+    A job whose probes all fail keeps the default duration (logged).
+    """
+    profiles = []
+    for job_id in job_ids:
+        coordinator = CheckpointCoordinator(client, single_job_plan(job_id, interval_ms))
+        records = [
+            coordinator.checkpoint_now(job_id, timeout_s=timeout_s, poll_s=poll_s)
+            for _ in range(rounds)
+        ]
+        for record in records:
+            if record.outcome != "completed" or record.duration_ms is None:
+                log.warning("job %s: probe checkpoint %s %s", job_id, record.outcome, record.detail)
+        profiles.append(profile_from_records(job_id, interval_ms, records))
+    return profiles
+
+
+def profile_from_records(
+    job_id: str, interval_ms: int, records: Iterable[CheckpointRecord]
+) -> CheckpointProfile:
+    """Like :func:`observed_profile`, from the coordinator's own records."""
+    timed = [r for r in records if r.outcome == "completed" and r.duration_ms is not None]
+    durations = sorted(r.duration_ms for r in timed if r.duration_ms is not None)
+    if not durations:
+        return CheckpointProfile(job_id, interval_ms, DEFAULT_DURATION_MS, 0)
+    size = int(statistics.median(r.size_bytes or 0 for r in timed))
+    return CheckpointProfile(job_id, interval_ms, durations[-1], size)
+
+
+def single_job_plan(job_id: str, interval_ms: int) -> StaggerPlan:
+    """A plan for one job at phase 0 (probing, or a coordinator for one job)."""
+    return StaggerPlan(
+        phases_ms={job_id: 0},
+        intervals_ms={job_id: interval_ms},
+        durations_ms={job_id: 0},
+        resolution_ms=1,
+        horizon_ms=interval_ms,
+        peak_concurrent=1,
+        peak_bytes=0,
+        lower_bound_concurrent=1,
+        lower_bound_bytes=0,
+        optimum_concurrent=1,
+        method="single",
+        exact_horizon=True,
+    )
+
+
+def submit_time_conf(interval_ms: int, phase_window_ms: int) -> dict[str, str]:
+    """``-D`` options for a job Flink checkpoints itself, with its phase in a window.
+
+    ``min-pause = interval − window`` makes Flink's random first delay fall in the last
+    ``window`` ms of the first interval after RUNNING (see the module docstring).
+    """
+    if interval_ms <= 0:
+        raise StaggerInputError(f"checkpoint interval must be positive, got {interval_ms} ms")
+    if not 0 < phase_window_ms <= interval_ms:
+        raise StaggerInputError(
+            f"phase window must be in (0, interval={interval_ms}] ms, got {phase_window_ms}"
+        )
+    return {
+        "execution.checkpointing.interval": f"{interval_ms} ms",
+        "execution.checkpointing.min-pause": f"{interval_ms - phase_window_ms} ms",
+    }
+
+
+@dataclass(frozen=True)
+class StaggerComparison:
+    """The same jobs checkpointed on the plan and all at once, measured by Flink."""
+
+    plan: StaggerPlan
+    staggered: CoordinatorReport
+    aligned: CoordinatorReport
+    optimum: int
+    """Least peak possible for the interval and the longest durations seen on the plan."""
+
+
+def run_schedule(
+    client: CheckpointClient, plan: StaggerPlan, *, periods: int, lead_ms: int = 500
+) -> CoordinatorReport:
+    """Drive ``plan`` for ``periods`` of its longest interval, from an epoch ``lead_ms`` ahead."""
+    epoch = int(time.time() * 1000) + lead_ms
+    coordinator = CheckpointCoordinator(client, plan, epoch_ms=epoch)
+    longest = max(plan.intervals_ms.values(), default=0)
+    return coordinator.run(duration_s=(lead_ms + periods * longest) / 1000)
+
+
+def compare_with_aligned(
+    client: CheckpointClient,
+    profiles: Sequence[CheckpointProfile],
+    *,
+    periods: int,
+    resolution_ms: int = 100,
+) -> StaggerComparison:
+    """Run the stagger plan, then every job at phase 0, each for ``periods`` intervals.
+
+    Equal intervals only: ``optimum`` is ``max(1, ⌈Σ d_i / T⌉)`` over the longest
+    duration each job showed while on the plan.
+    """
+    intervals = {p.interval_ms for p in profiles}
+    if len(intervals) != 1:
+        raise StaggerInputError("compare_with_aligned needs equal intervals")
+    interval = intervals.pop()
+    plan = plan_stagger(profiles, resolution_ms=resolution_ms)
+    staggered = run_schedule(client, plan, periods=periods)
+    aligned = run_schedule(client, aligned_plan(profiles), periods=periods)
+    longest: dict[str, int] = {}
+    for record in staggered.records:
+        if record.duration_ms is not None:
+            longest[record.job_id] = max(longest.get(record.job_id, 0), record.duration_ms)
+    durations = [min(interval, longest.get(p.job_id, p.duration_ms)) for p in profiles]
+    return StaggerComparison(plan, staggered, aligned, optimum_equal_intervals(interval, durations))

@@ -1,0 +1,339 @@
+"""``kubesage flink …``: submit (parallelism, checkpoint phase), autoscale, stagger checkpoints."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kubesage.adapters.flink.autoscaler import ScalingDecision, run_autoscaler
+from kubesage.adapters.flink.checkpoint_coordinator import (
+    CheckpointCoordinator,
+    CheckpointRecord,
+    completed_entries,
+    measure_profiles,
+    observed_profile,
+    periodic_interval_ms,
+)
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.errors import FlinkError, FlinkUnavailable
+from kubesage.adapters.flink.registry import JobRegistry
+from kubesage.adapters.flink.stagger import (
+    DEFAULT_RESOLUTION_MS,
+    CheckpointProfile,
+    StaggerPlan,
+    aligned_plan,
+    plan_stagger,
+)
+from kubesage.adapters.flink.state_tiering import observe_state, recommend
+from kubesage.adapters.flink.submit import SubmitRequest, submit
+from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.errors import InputError
+
+flink_app = typer.Typer(
+    help="Flink: submit with chosen parallelism and checkpoint phase, autoscale, stagger.",
+    no_args_is_help=True,
+)
+
+JobManager = Annotated[
+    str, typer.Option("--jobmanager", help="Flink REST URL, e.g. http://127.0.0.1:8081.")
+]
+RegistryPath = Annotated[
+    Path | None,
+    typer.Option("--registry", help="Job registry file (default: user cache dir)."),
+]
+DurationS = Annotated[
+    float | None,
+    typer.Option("--duration-s", min=0.0, help="Stop after this many seconds (default: Ctrl-C)."),
+]
+
+
+@contextmanager
+def connect(url: str) -> Iterator[FlinkClient]:
+    """A client on ``url`` that has answered once; a clear error when nothing answers."""
+    with FlinkClient(url) as client:
+        try:
+            client.overview()
+        except FlinkUnavailable as exc:
+            raise FlinkUnavailable(
+                f"no Flink JobManager answers at {url} ({exc}); check --jobmanager and that "
+                "the cluster is up"
+            ) from exc
+        except FlinkError as exc:
+            raise FlinkError(f"{url} does not look like a Flink REST endpoint: {exc}") from exc
+        yield client
+
+
+@contextmanager
+def stop_after(duration_s: float | None) -> Iterator[threading.Event]:
+    """An event set after ``duration_s`` (never if None) or on Ctrl-C."""
+    stop = threading.Event()
+    timer = threading.Timer(duration_s, stop.set) if duration_s is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield stop
+    except KeyboardInterrupt:
+        stop.set()
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+@flink_app.command(
+    "submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+@user_errors
+def submit_command(
+    ctx: typer.Context,
+    jobmanager: JobManager = "http://127.0.0.1:8081",
+    name: Annotated[
+        str | None, typer.Option("--name", help="Job identity across runs (history).")
+    ] = None,
+    parallelism: Annotated[
+        int | None, typer.Option("--parallelism", min=1, help="Initial parallelism.")
+    ] = None,
+    forecast_rate: Annotated[
+        float | None, typer.Option("--forecast-rate", help="Expected input, records/s.")
+    ] = None,
+    subtask_rate: Annotated[
+        float | None,
+        typer.Option("--subtask-rate", help="Records/s one subtask of the bottleneck handles."),
+    ] = None,
+    checkpoint_interval_s: Annotated[
+        float | None, typer.Option("--checkpoint-interval-s", help="Checkpoint interval.")
+    ] = None,
+    drive: Annotated[
+        bool,
+        typer.Option(
+            "--drive/--no-drive",
+            help="Let `kubesage flink stagger` trigger its checkpoints (exact phase), "
+            "or let Flink (phase within a window).",
+        ),
+    ] = True,
+    flink_home: Annotated[
+        Path | None, typer.Option("--flink-home", help="Flink distribution (has bin/flink).")
+    ] = None,
+    registry: RegistryPath = None,
+) -> None:
+    """Run `flink run -d` (arguments after `--`) with a chosen parallelism and checkpoint phase."""
+    request = SubmitRequest(
+        flink_args=tuple(ctx.args),
+        jobmanager=jobmanager,
+        name=name,
+        parallelism=parallelism,
+        forecast_rate=forecast_rate,
+        subtask_rate=subtask_rate,
+        checkpoint_interval_ms=round(checkpoint_interval_s * 1000)
+        if checkpoint_interval_s
+        else None,
+        driven=drive,
+        flink_home=flink_home,
+    )
+    outcome = submit(request, JobRegistry(registry))
+    for reason in outcome.reasons:
+        stderr.print(reason, highlight=False)
+    typer.echo(outcome.job_id)
+
+
+def print_decision(decision: ScalingDecision, outcome: object | None) -> None:
+    """The decision, its reasons per vertex, and what the rescale did (if one ran)."""
+    typer.echo(f"[{decision.job_id}] {decision.describe()}")
+    if outcome is not None:
+        describe = getattr(outcome, "describe", None)
+        typer.echo(f"  outcome: {describe() if callable(describe) else outcome}")
+
+
+@flink_app.command("autoscale")
+@user_errors
+def autoscale_command(
+    jobmanager: JobManager,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Decide and print; do not rescale.")
+    ] = False,
+    job: Annotated[
+        str | None, typer.Option("--job", help="Only this job (default: every running job).")
+    ] = None,
+    duration_s: DurationS = None,
+) -> None:
+    """Run the backpressure-driven autoscaler, printing each decision with its reasons."""
+    with connect(jobmanager) as client, stop_after(duration_s) as stop:
+        stats = run_autoscaler(client, job, dry_run=dry_run, on_decision=print_decision, stop=stop)
+    typer.echo(
+        f"{stats.decisions} decision(s), {stats.rescales} rescale(s), "
+        f"{stats.failed_rescales} failed, {stats.errors} Flink error(s)"
+    )
+
+
+@flink_app.command("stagger")
+@user_errors
+def stagger_command(
+    jobmanager: JobManager,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Plan and print; trigger nothing.")
+    ] = False,
+    job: Annotated[
+        list[str] | None, typer.Option("--job", help="Only these jobs (repeatable).")
+    ] = None,
+    interval_s: Annotated[
+        float | None,
+        typer.Option("--interval-s", help="Interval for jobs with none registered."),
+    ] = None,
+    resolution_ms: Annotated[
+        int, typer.Option("--resolution-ms", min=1, help="Planning grid.")
+    ] = DEFAULT_RESOLUTION_MS,
+    probe_rounds: Annotated[
+        int,
+        typer.Option("--probe-rounds", min=0, help="Probe checkpoints per job with no history."),
+    ] = 2,
+    duration_s: DurationS = None,
+    registry: RegistryPath = None,
+) -> None:
+    """Plan checkpoint phases across jobs and trigger checkpoints on that plan."""
+    jobs_registry = JobRegistry(registry)
+    with connect(jobmanager) as client:
+        profiles = stagger_profiles(
+            client,
+            jobs_registry,
+            job_ids=job,
+            interval_ms=round(interval_s * 1000) if interval_s else None,
+            probe_rounds=0 if dry_run else probe_rounds,
+        )
+        if not profiles:
+            raise InputError(
+                "no job to stagger: none running without periodic checkpoints and with a "
+                "known interval (submit with `kubesage flink submit --checkpoint-interval-s`, "
+                "or pass --interval-s)"
+            )
+        plan = plan_stagger(profiles, resolution_ms=resolution_ms)
+        print_plan(plan, profiles)
+        if dry_run:
+            return
+        for profile in profiles:
+            jobs_registry.update(
+                profile.job_id,
+                phase_ms=plan.phases_ms[profile.job_id],
+                checkpoint_duration_ms=profile.duration_ms,
+                checkpoint_size_bytes=profile.size_bytes,
+            )
+        coordinator = CheckpointCoordinator(client, plan, on_record=print_record)
+        with stop_after(duration_s) as stop:
+            report = coordinator.run(stop=stop)
+        typer.echo(
+            f"measured peak concurrent checkpoints: {report.peak_concurrent()} "
+            f"(plan {plan.peak_concurrent}); completed {report.count('completed')}, "
+            f"failed {report.count('failed')}, skipped {report.count('skipped')}, "
+            f"Flink errors {report.flink_errors}"
+        )
+
+
+@flink_app.command("state")
+@user_errors
+def state_command(
+    jobmanager: JobManager,
+    job: Annotated[
+        list[str] | None, typer.Option("--job", help="Only these jobs (repeatable).")
+    ] = None,
+    remote_dir: Annotated[
+        str | None, typer.Option("--remote-dir", help="Remote DFS dir for ForSt primary state.")
+    ] = None,
+    local_dir: Annotated[
+        str | None, typer.Option("--local-dir", help="Local disk dir for state or its cache.")
+    ] = None,
+) -> None:
+    """Recommend a hot/cold state setup (backend, cache, TTL) per job, as config.yaml lines."""
+    with connect(jobmanager) as client:
+        job_ids = job or sorted(j.job_id for j in client.jobs() if j.state == "RUNNING")
+        for job_id in job_ids:
+            observation = observe_state(client, job_id)
+            if not observation.samples:
+                stderr.print(f"job {job_id}: no completed checkpoint yet; skipped")
+                continue
+            advice = recommend(observation, remote_dir=remote_dir, local_dir=local_dir)
+            typer.echo(advice.snippet())
+
+
+def stagger_profiles(
+    client: FlinkClient,
+    registry: JobRegistry,
+    *,
+    job_ids: list[str] | None,
+    interval_ms: int | None,
+    probe_rounds: int,
+) -> list[CheckpointProfile]:
+    """Profiles of the jobs the coordinator can drive; says why each other job is left out."""
+    candidates = job_ids or sorted(j.job_id for j in client.jobs() if j.state == "RUNNING")
+    profiles: list[CheckpointProfile] = []
+    to_probe: list[tuple[str, int]] = []
+    for job_id in candidates:
+        periodic = periodic_interval_ms(client, job_id)
+        if periodic is not None:
+            stderr.print(
+                f"job {job_id}: Flink checkpoints it every {periodic} ms itself; not driven "
+                "(resubmit with `kubesage flink submit --drive`)",
+                highlight=False,
+            )
+            continue
+        run = registry.find(job_id)
+        interval = (run.checkpoint_interval_ms if run else None) or interval_ms
+        if interval is None:
+            stderr.print(f"job {job_id}: no checkpoint interval known; skipped", highlight=False)
+            continue
+        entries = completed_entries(client.checkpoints(job_id))
+        if entries or probe_rounds == 0:
+            if not entries:
+                stderr.print(
+                    f"job {job_id}: no completed checkpoint yet; assuming the default duration",
+                    highlight=False,
+                )
+            profiles.append(observed_profile(job_id, interval, entries))
+        else:
+            to_probe.append((job_id, interval))
+    for job_id, interval in to_probe:
+        profiles += measure_profiles(client, [job_id], interval, rounds=probe_rounds)
+    return profiles
+
+
+def print_plan(plan: StaggerPlan, profiles: list[CheckpointProfile]) -> None:
+    aligned = aligned_plan(profiles, resolution_ms=plan.resolution_ms)
+    typer.echo(f"{'job':34} {'interval_ms':>11} {'duration_ms':>11} {'bytes':>12} {'phase_ms':>9}")
+    for profile in sorted(profiles, key=lambda p: p.job_id):
+        typer.echo(
+            f"{profile.job_id:34} {plan.intervals_ms[profile.job_id]:>11} "
+            f"{plan.durations_ms[profile.job_id]:>11} {profile.size_bytes:>12} "
+            f"{plan.phases_ms[profile.job_id]:>9}"
+        )
+    optimum = "unproven" if plan.optimum_concurrent is None else str(plan.optimum_concurrent)
+    typer.echo(
+        f"plan ({plan.method}): peak {plan.peak_concurrent} concurrent, {plan.peak_bytes} bytes; "
+        f"optimum {optimum}, lower bound {plan.lower_bound_concurrent}; "
+        f"all at once: {aligned.peak_concurrent} concurrent, {aligned.peak_bytes} bytes"
+    )
+    for note in plan.notes:
+        typer.echo(f"  note: {note}")
+
+
+def print_record(record: CheckpointRecord) -> None:
+    timing = (
+        f" {record.start_ms}–{record.end_ms} ({record.duration_ms} ms, {record.size_bytes} B)"
+        if record.duration_ms is not None
+        else ""
+    )
+    checkpoint = f" #{record.checkpoint_id}" if record.checkpoint_id is not None else ""
+    detail = f": {record.detail}" if record.detail else ""
+    typer.echo(f"{record.job_id} {record.outcome}{checkpoint}{timing}{detail}")
+
+
+@dataclass(frozen=True)
+class FlinkAdapter:
+    name: str = "flink"
+    cli: typer.Typer = flink_app
+
+
+ADAPTER = FlinkAdapter()

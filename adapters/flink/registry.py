@@ -1,0 +1,148 @@
+"""The local registry of Flink jobs kubesage submitted: one YAML file in the user cache.
+
+``kubesage flink submit`` records every run (job, JobManager, parallelism, checkpoint
+interval, phase and whether the coordinator drives it); later submissions of the same
+job read it to start at the parallelism the previous run ended at, and the stagger
+command reads the intervals of the jobs it drives. The file is small and local on
+purpose: it is history for one user, not cluster state (the JobManager is the truth
+for that). Writes are atomic (temp file + rename) under an advisory lock, so two
+commands never interleave their updates.
+
+File: ``$KUBESAGE_CACHE_DIR/flink-jobs.yaml`` (else ``$XDG_CACHE_HOME/kubesage`` or
+``~/.cache/kubesage``)::
+
+    apiVersion: kubesage/v1
+    kind: FlinkJobRegistry
+    runs:
+      - job_id: 9aded9ac8efe51c3ef64efea868b2721
+        job_key: clicks-enrich
+        jobmanager: http://flink-jm:8081
+        submitted_at_ms: 1796005191615
+        parallelism: 4
+        …
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kubesage.core.errors import ConfigError
+from kubesage.core.traces.fetch import default_cache_dir
+
+REGISTRY_FILE = "flink-jobs.yaml"
+
+
+class RunRecord(BaseModel):
+    """One submission of a job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str = Field(min_length=1)
+    job_key: str = Field(min_length=1)
+    """Identity of the job across runs (``--name``, else the program file)."""
+    jobmanager: str
+    submitted_at_ms: int
+    parallelism: int | None = Field(None, ge=1)
+    """Parallelism it was submitted with (None: Flink's default)."""
+    final_parallelism: int | None = Field(None, ge=1)
+    """Highest vertex parallelism last seen at the JobManager (after any autoscaling)."""
+    checkpoint_interval_ms: int | None = Field(None, gt=0)
+    phase_ms: int | None = Field(None, ge=0)
+    """Phase of its checkpoints since the Unix epoch, modulo the interval."""
+    phase_window_ms: int | None = Field(None, gt=0)
+    """Width of the window the phase lands in (jobs Flink checkpoints itself)."""
+    driven: bool = False
+    """True: Flink does not checkpoint it periodically; the coordinator triggers it."""
+    checkpoint_duration_ms: int | None = Field(None, ge=0)
+    checkpoint_size_bytes: int | None = Field(None, ge=0)
+    running_since_ms: int | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class RegistryDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    apiVersion: Literal["kubesage/v1"] = "kubesage/v1"  # noqa: N815 - the YAML key
+    kind: Literal["FlinkJobRegistry"] = "FlinkJobRegistry"
+    runs: list[RunRecord] = Field(default_factory=list)
+
+
+def default_registry_path() -> Path:
+    return default_cache_dir() / REGISTRY_FILE
+
+
+class JobRegistry:
+    """Reads and updates the registry file at ``path`` (created on first write)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_registry_path()
+
+    def load(self) -> RegistryDocument:
+        """The whole file; a missing file is an empty registry."""
+        if not self.path.exists():
+            return RegistryDocument()
+        try:
+            data: Any = yaml.safe_load(self.path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read the job registry: {exc}", path=self.path) from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"not valid YAML: {exc}", path=self.path) from exc
+        try:
+            return RegistryDocument.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise ConfigError(first["msg"], path=self.path, field=field) from exc
+
+    def runs(self, *, job_key: str | None = None, jobmanager: str | None = None) -> list[RunRecord]:
+        """Runs, oldest first, optionally of one job and/or one JobManager."""
+        return [
+            run
+            for run in self.load().runs
+            if (job_key is None or run.job_key == job_key)
+            and (jobmanager is None or run.jobmanager == jobmanager)
+        ]
+
+    def find(self, job_id: str) -> RunRecord | None:
+        return next((run for run in reversed(self.load().runs) if run.job_id == job_id), None)
+
+    def add(self, run: RunRecord) -> None:
+        with self._locked() as document:
+            document.runs = [r for r in document.runs if r.job_id != run.job_id] + [run]
+
+    def update(self, job_id: str, **changes: Any) -> RunRecord | None:
+        """Set fields of the run of ``job_id`` (validated); None if it is not registered."""
+        with self._locked() as document:
+            for index, run in enumerate(document.runs):
+                if run.job_id == job_id:
+                    updated = RunRecord.model_validate(run.model_dump() | changes)
+                    document.runs[index] = updated
+                    return updated
+        return None
+
+    @contextmanager
+    def _locked(self) -> Iterator[RegistryDocument]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_suffix(".lock")
+        with lock_path.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            document = self.load()
+            yield document
+            text = yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False)
+            handle, temp = tempfile.mkstemp(dir=self.path.parent, prefix=".flink-jobs-")
+            try:
+                with os.fdopen(handle, "w") as out:
+                    out.write(text)
+                os.replace(temp, self.path)
+            except BaseException:
+                Path(temp).unlink(missing_ok=True)
+                raise

@@ -1,0 +1,281 @@
+"""Hot/cold state: a per-job state-backend and TTL recommendation from checkpoint metrics.
+
+What Flink tells us over REST, per completed checkpoint: ``state_size`` (the whole
+state) and ``checkpointed_size`` (what that checkpoint wrote — with incremental
+checkpoints, only what changed since the last one). From their history:
+
+- size per subtask = latest ``state_size`` ÷ parallelism;
+- growth = least-squares slope of ``state_size`` over time (bytes/hour);
+- hot fraction = median ``checkpointed_size / state_size`` (incremental backends only):
+  the share of the state rewritten per interval, an upper estimate of the hot set;
+- read latency: the p99 of the keyed-state ``…GetLatency`` metrics when the job runs
+  with ``state.latency-track.keyed-state-enabled`` (absent otherwise).
+
+Rules (thresholds are the named constants below):
+
+- up to ``HEAP_MAX_BYTES`` per subtask → ``hashmap`` (heap): fastest, fits in memory;
+- above it, with a hot fraction under ``COLD_MAJORITY`` and at least
+  ``DISAGGREGATED_MIN_BYTES`` per subtask → ``forst`` with its primary storage on a
+  remote file system and a local cache sized to the hot set (×``CACHE_HEADROOM``):
+  cold state lives remotely, the local disk only holds what is touched;
+- otherwise → ``rocksdb`` on local disk; with incremental checkpoints in both cases;
+- state growing by more than ``GROWTH_ALERT`` of itself per hour → a state TTL:
+  ``4 × interval / hot fraction`` when the hot fraction is known (keys untouched for
+  four turnovers are cold), else the age of the oldest state at the current growth
+  rate (state ÷ growth), at least ``MIN_TTL_MS``.
+
+Every key emitted exists in Flink 2.3 (checked against its ``*Options`` classes):
+``state.backend.type``, ``execution.checkpointing.incremental``,
+``state.backend.forst.primary-dir``, ``state.backend.forst.cache.dir``,
+``state.backend.forst.cache.size-based-limit``, ``state.backend.rocksdb.memory.managed``,
+``state.backend.rocksdb.localdir``, ``state.latency-track.keyed-state-enabled``,
+``table.exec.state.ttl`` (Table/SQL jobs; DataStream jobs set ``StateTtlConfig`` in code).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import yaml
+
+from kubesage.adapters.flink.checkpoint_coordinator import (
+    completed_entries,
+    periodic_interval_ms,
+)
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.errors import FlinkError
+from kubesage.core.errors import InputError
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+GIB = 1 << 30
+HEAP_MAX_BYTES = 256 * MIB
+DISAGGREGATED_MIN_BYTES = 2 * GIB
+COLD_MAJORITY = 0.25
+CACHE_HEADROOM = 1.5
+GROWTH_ALERT = 0.10
+MIN_TTL_MS = 3_600_000
+HIGH_READ_LATENCY_MS = 1.0
+
+Tier = Literal["heap", "local-disk", "disaggregated"]
+
+
+@dataclass(frozen=True)
+class StateSample:
+    """One completed checkpoint: when, whole state, bytes it wrote."""
+
+    time_ms: int
+    state_bytes: int
+    checkpointed_bytes: int
+
+
+@dataclass(frozen=True)
+class StateObservation:
+    job_id: str
+    samples: tuple[StateSample, ...]
+    parallelism: int = 1
+    interval_ms: int | None = None
+    state_backend: str = ""
+    read_latency_p99_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.parallelism < 1:
+            raise InputError(f"job {self.job_id}: parallelism must be ≥ 1")
+
+    @property
+    def incremental(self) -> bool:
+        """Some checkpoint wrote less than the whole state: the backend is incremental."""
+        return any(s.checkpointed_bytes < s.state_bytes for s in self.samples)
+
+
+@dataclass(frozen=True)
+class TieringRecommendation:
+    job_id: str
+    tier: Tier
+    state_bytes: int
+    bytes_per_subtask: int
+    hot_fraction: float | None
+    growth_bytes_per_hour: float
+    ttl_ms: int | None
+    config: dict[str, str]
+    reasons: tuple[str, ...]
+
+    def snippet(self) -> str:
+        """The config as ``config.yaml`` lines, the reasons as comments above them."""
+        header = "".join(f"# {reason}\n" for reason in self.reasons)
+        return f"# job {self.job_id}: {self.tier} state\n{header}" + yaml.safe_dump(
+            self.config, sort_keys=False
+        )
+
+
+def growth_per_hour(samples: Sequence[StateSample]) -> float:
+    """Least-squares slope of state size over time, bytes/hour (0 with < 2 samples)."""
+    if len(samples) < 2:
+        return 0.0
+    hours = np.array([s.time_ms for s in samples], dtype=np.float64) / 3.6e6
+    sizes = np.array([s.state_bytes for s in samples], dtype=np.float64)
+    if float(np.ptp(hours)) == 0.0:
+        return 0.0
+    slope = np.polyfit(hours - hours.mean(), sizes, 1)[0]
+    return float(slope)
+
+
+def hot_fraction(samples: Sequence[StateSample]) -> float | None:
+    """Median share of the state a checkpoint rewrote; None unless incremental."""
+    ratios = [
+        s.checkpointed_bytes / s.state_bytes
+        for s in samples
+        if s.state_bytes > 0 and s.checkpointed_bytes < s.state_bytes
+    ]
+    return float(statistics.median(ratios)) if ratios else None
+
+
+def recommend(
+    observation: StateObservation,
+    *,
+    remote_dir: str | None = None,
+    local_dir: str | None = None,
+) -> TieringRecommendation:
+    """The tier, TTL and config for one job, with the reasons (rules: module docstring)."""
+    samples = sorted(observation.samples, key=lambda s: s.time_ms)
+    if not samples:
+        raise InputError(f"job {observation.job_id}: no completed checkpoint to judge its state by")
+    state = samples[-1].state_bytes
+    per_subtask = state // observation.parallelism
+    hot = hot_fraction(samples)
+    growth = growth_per_hour(samples)
+    reasons = [
+        f"state {_size(state)} over {observation.parallelism} subtask(s) = "
+        f"{_size(per_subtask)} each, from {len(samples)} checkpoint(s)"
+    ]
+    config: dict[str, str] = {}
+    if hot is None:
+        reasons.append(
+            "hot fraction unknown: checkpoints are full, not incremental"
+            if not observation.incremental
+            else "hot fraction unknown"
+        )
+    else:
+        reasons.append(f"each checkpoint rewrites {hot:.0%} of the state (hot set ≤ that)")
+    tier: Tier
+    if per_subtask <= HEAP_MAX_BYTES:
+        tier = "heap"
+        config["state.backend.type"] = "hashmap"
+        reasons.append(f"≤ {_size(HEAP_MAX_BYTES)} per subtask: the heap backend is fastest")
+    elif hot is not None and hot < COLD_MAJORITY and per_subtask >= DISAGGREGATED_MIN_BYTES:
+        tier = "disaggregated"
+        cache = math.ceil(per_subtask * hot * CACHE_HEADROOM / MIB)
+        config["state.backend.type"] = "forst"
+        config["execution.checkpointing.incremental"] = "true"
+        if remote_dir:
+            config["state.backend.forst.primary-dir"] = remote_dir
+        else:
+            reasons.append("set state.backend.forst.primary-dir to a remote file system (DFS)")
+        if local_dir:
+            config["state.backend.forst.cache.dir"] = local_dir
+        config["state.backend.forst.cache.size-based-limit"] = f"{cache}mb"
+        reasons.append(
+            f"{1 - hot:.0%} of the state is cold and ≥ {_size(DISAGGREGATED_MIN_BYTES)} per "
+            f"subtask: ForSt keeps it remote, with a local cache of {cache} MiB "
+            f"(hot set × {CACHE_HEADROOM})"
+        )
+    else:
+        tier = "local-disk"
+        config["state.backend.type"] = "rocksdb"
+        config["execution.checkpointing.incremental"] = "true"
+        config["state.backend.rocksdb.memory.managed"] = "true"
+        if local_dir:
+            config["state.backend.rocksdb.localdir"] = local_dir
+        reasons.append(
+            f"> {_size(HEAP_MAX_BYTES)} per subtask and mostly hot or not yet large: "
+            "RocksDB on local disk with incremental checkpoints"
+        )
+    latency = observation.read_latency_p99_ms
+    if latency is None:
+        config["state.latency-track.keyed-state-enabled"] = "true"
+        reasons.append("no state access latency metrics: enable latency tracking to see them")
+    elif latency > HIGH_READ_LATENCY_MS and tier != "heap":
+        reasons.append(
+            f"p99 state read {latency:.2f} ms > {HIGH_READ_LATENCY_MS} ms: give the "
+            "cache more memory (taskmanager.memory.managed.fraction)"
+        )
+    ttl = _ttl_ms(state, growth, hot, observation.interval_ms)
+    if ttl is not None:
+        config["table.exec.state.ttl"] = f"{ttl} ms"
+        reasons.append(
+            f"state grows {_size(int(growth))}/h ({growth / max(state, 1):.0%} of itself): "
+            f"expire keys idle > {ttl / 3.6e6:.1f} h (StateTtlConfig in DataStream code)"
+        )
+    return TieringRecommendation(
+        job_id=observation.job_id,
+        tier=tier,
+        state_bytes=state,
+        bytes_per_subtask=per_subtask,
+        hot_fraction=hot,
+        growth_bytes_per_hour=growth,
+        ttl_ms=ttl,
+        config=config,
+        reasons=tuple(reasons),
+    )
+
+
+def _ttl_ms(state: int, growth: float, hot: float | None, interval_ms: int | None) -> int | None:
+    if state <= 0 or growth <= GROWTH_ALERT * state:
+        return None
+    # Four turnovers of the hot set, else the age of the oldest state at this growth.
+    ttl = 4 * interval_ms / hot if hot and interval_ms else state / growth * 3.6e6
+    return max(MIN_TTL_MS, math.ceil(ttl))
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1024)):
+        if abs(count) >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+def observe_state(client: FlinkClient, job_id: str) -> StateObservation:
+    """Checkpoint history, parallelism, backend and (if tracked) read latency of a job."""
+    entries = completed_entries(client.checkpoints(job_id))
+    detail = client.job(job_id)
+    backend = ""
+    interval = None
+    try:
+        backend = client.checkpoint_config(job_id).state_backend
+        interval = periodic_interval_ms(client, job_id)
+    except FlinkError as exc:
+        log.info("job %s: no checkpoint config (%s)", job_id, exc)
+    return StateObservation(
+        job_id=job_id,
+        samples=tuple(
+            StateSample(e.trigger_timestamp_ms, e.state_size_bytes, e.checkpointed_size_bytes)
+            for e in entries
+        ),
+        parallelism=max((v.parallelism for v in detail.vertices), default=1),
+        interval_ms=interval,
+        state_backend=backend,
+        read_latency_p99_ms=_read_latency_p99(client, job_id, [v.id for v in detail.vertices]),
+    )
+
+
+def _read_latency_p99(client: FlinkClient, job_id: str, vertex_ids: list[str]) -> float | None:
+    """Worst p99 of the keyed-state get-latency metrics (ns → ms); None when not tracked."""
+    worst: float | None = None
+    for vertex_id in vertex_ids:
+        try:
+            names = [n for n in client.metric_names(job_id, vertex_id) if "GetLatency_p99" in n]
+            metrics = client.subtask_metrics(job_id, vertex_id, names)
+        except FlinkError as exc:
+            log.info("job %s vertex %s: no state latency metrics (%s)", job_id, vertex_id, exc)
+            continue
+        for metric in metrics.values():
+            value = metric.max / 1e6
+            worst = value if worst is None else max(worst, value)
+    return worst

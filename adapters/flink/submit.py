@@ -1,0 +1,419 @@
+"""``kubesage flink submit``: choose parallelism and checkpoint phase, run ``flink run``, register.
+
+Initial parallelism, first match wins:
+
+1. ``-p``/``--parallelism`` in the user's own ``flink run`` arguments (theirs, untouched);
+2. ``--parallelism``;
+3. a forecast: ``⌈forecast_rate / (subtask_rate · target_utilisation)⌉``;
+4. history: the parallelism the job's latest run ended at (refreshed from the
+   JobManager, so a run the autoscaler resized counts at its final size);
+5. none: Flink's default (``parallelism.default``).
+
+Checkpoints: with an interval (``--checkpoint-interval-s``, else the job's last run),
+the new job's phase is placed beside the phases of the registered jobs still running
+on that JobManager (:func:`~kubesage.adapters.flink.stagger.best_phase`). A *driven*
+job is submitted without periodic checkpoints; ``kubesage flink stagger`` triggers it
+at its phase. Otherwise Flink checkpoints it and the phase is realised through
+``min-pause`` to within a window (see
+:mod:`~kubesage.adapters.flink.checkpoint_coordinator`): the registry records where
+that window landed once the job is RUNNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from kubesage.adapters.flink.checkpoint_coordinator import (
+    DEFAULT_DURATION_MS,
+    periodic_interval_ms,
+    submit_time_conf,
+)
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.local_cluster import find_flink_home
+from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.adapters.flink.stagger import CheckpointProfile, best_phase
+from kubesage.core.errors import InputError
+
+log = logging.getLogger(__name__)
+
+JOB_ID = re.compile(r"JobID\s+([0-9a-f]{32})")
+TARGET_UTILISATION = 0.8
+DEFAULT_PHASE_RESOLUTION_MS = 100
+
+Runner = Callable[[Sequence[str], dict[str, str]], "subprocess.CompletedProcess[str]"]
+
+
+class FlinkSubmitError(FlinkError):
+    """``flink run`` failed or printed no job id (its output's tail is in the message)."""
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """What the user asked for; ``flink_args`` are theirs, after ``--``."""
+
+    flink_args: tuple[str, ...]
+    jobmanager: str
+    name: str | None = None
+    parallelism: int | None = None
+    forecast_rate: float | None = None
+    """Records/s the job is expected to receive."""
+    subtask_rate: float | None = None
+    """Records/s one subtask of its bottleneck handles."""
+    checkpoint_interval_ms: int | None = None
+    driven: bool = True
+    flink_home: Path | None = None
+    wait_running_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.flink_args:
+            raise InputError("give the `flink run` arguments after '--' (e.g. -py job.py)")
+        if self.parallelism is not None and self.parallelism < 1:
+            raise InputError(f"--parallelism must be ≥ 1, got {self.parallelism}")
+        if (self.forecast_rate is None) != (self.subtask_rate is None):
+            raise InputError("--forecast-rate and --subtask-rate go together")
+        for option, value in (
+            ("--forecast-rate", self.forecast_rate),
+            ("--subtask-rate", self.subtask_rate),
+        ):
+            if value is not None and not value > 0:
+                raise InputError(f"{option} must be positive, got {value}")
+        if self.checkpoint_interval_ms is not None and self.checkpoint_interval_ms <= 0:
+            raise InputError("--checkpoint-interval-s must be positive")
+        parts = urlsplit(self.jobmanager)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(
+                f"--jobmanager must be an http(s) URL like http://host:8081, got "
+                f"'{self.jobmanager}'"
+            )
+
+
+@dataclass(frozen=True)
+class ParallelismChoice:
+    parallelism: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    interval_ms: int | None
+    phase_ms: int | None
+    phase_window_ms: int | None
+    duration_ms: int
+    conf: dict[str, str]
+    reason: str
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    job_id: str
+    command: list[str]
+    run: RunRecord
+    reasons: list[str] = field(default_factory=list)
+
+
+def job_key(request: SubmitRequest) -> str:
+    """``--name``, else the program: the ``-py`` file, the ``-c`` class or the jar."""
+    if request.name:
+        return request.name
+    args = list(request.flink_args)
+    for flag in ("-py", "--python", "-c", "--class", "-pym", "--pyModule"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            return Path(args[args.index(flag) + 1]).name
+    jars = [a for a in args if a.endswith(".jar")]
+    if jars:
+        return Path(jars[0]).name
+    raise InputError("cannot tell which program this is: pass --name")
+
+
+def user_parallelism(flink_args: Sequence[str]) -> int | None:
+    """The ``-p N`` / ``--parallelism N`` / ``-p=N`` of the user's own arguments."""
+    args = list(flink_args)
+    for index, arg in enumerate(args):
+        value = None
+        if arg in ("-p", "--parallelism") and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith(("-p=", "--parallelism=")):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                raise InputError(f"{arg} {value}: the parallelism is not an integer") from None
+    return None
+
+
+def choose_parallelism(request: SubmitRequest, history: Sequence[RunRecord]) -> ParallelismChoice:
+    """The initial parallelism and why (rules in the module docstring)."""
+    theirs = user_parallelism(request.flink_args)
+    if theirs is not None:
+        return ParallelismChoice(None, f"parallelism {theirs} from your own flink run arguments")
+    if request.parallelism is not None:
+        return ParallelismChoice(request.parallelism, "parallelism from --parallelism")
+    if request.forecast_rate is not None and request.subtask_rate is not None:
+        needed = request.forecast_rate / (request.subtask_rate * TARGET_UTILISATION)
+        chosen = max(1, math.ceil(needed - 1e-9))
+        return ParallelismChoice(
+            chosen,
+            f"parallelism {chosen} = ⌈{request.forecast_rate:g} rec/s forecast ÷ "
+            f"({request.subtask_rate:g} rec/s per subtask × {TARGET_UTILISATION:.0%} target)⌉",
+        )
+    for run in reversed(history):
+        final = run.final_parallelism or run.parallelism
+        if final is not None:
+            return ParallelismChoice(
+                final,
+                f"parallelism {final}: where run {run.job_id[:8]} of this job "
+                f"{'ended' if run.final_parallelism else 'started'}",
+            )
+    return ParallelismChoice(None, "no history or forecast: Flink's default parallelism")
+
+
+def choose_checkpointing(
+    request: SubmitRequest,
+    history: Sequence[RunRecord],
+    running: Sequence[RunRecord],
+    *,
+    resolution_ms: int = DEFAULT_PHASE_RESOLUTION_MS,
+) -> CheckpointChoice:
+    """Interval, phase and ``-D`` options for the new job beside the ``running`` ones."""
+    interval = request.checkpoint_interval_ms
+    source = "--checkpoint-interval-s"
+    if interval is None:
+        interval = next(
+            (r.checkpoint_interval_ms for r in reversed(history) if r.checkpoint_interval_ms),
+            None,
+        )
+        source = "the job's last run"
+    if interval is None:
+        return CheckpointChoice(
+            None, None, None, 0, {}, "no checkpoint interval given or known: left to the job"
+        )
+    duration = next(
+        (
+            r.checkpoint_duration_ms
+            for r in reversed(history)
+            if r.checkpoint_duration_ms is not None
+        ),
+        DEFAULT_DURATION_MS,
+    )
+    duration = min(duration, interval)
+    fixed = [
+        (
+            CheckpointProfile(
+                r.job_id,
+                r.checkpoint_interval_ms,
+                min(r.checkpoint_duration_ms or DEFAULT_DURATION_MS, r.checkpoint_interval_ms),
+                r.checkpoint_size_bytes or 0,
+            ),
+            r.phase_ms,
+        )
+        for r in running
+        if r.checkpoint_interval_ms and r.phase_ms is not None
+    ]
+    new = CheckpointProfile("new", interval, duration)
+    phase, peak, _ = best_phase(fixed, new, resolution_ms=resolution_ms)
+    where = f"phase {phase} ms of {interval} ms ({source}) beside {len(fixed)} running job(s)"
+    if request.driven:
+        return CheckpointChoice(
+            interval,
+            phase,
+            None,
+            duration,
+            {},
+            f"{where}, peak {peak} concurrent; driven by `kubesage flink stagger` "
+            "(no periodic checkpoints from Flink)",
+        )
+    window = min(interval, max(resolution_ms, 2 * duration))
+    return CheckpointChoice(
+        interval,
+        phase,
+        window,
+        duration,
+        submit_time_conf(interval, window),
+        f"{where}; Flink checkpoints it, first checkpoint confined to a {window} ms window "
+        "by min-pause (Flink has no phase option)",
+    )
+
+
+def flink_run_command(
+    flink_home: Path,
+    jobmanager: str,
+    parallelism: int | None,
+    conf: dict[str, str],
+    flink_args: Sequence[str],
+) -> list[str]:
+    """``bin/flink run -d -m host:port [-p N] -Dk=v … <user args>`` (user args last)."""
+    parts = urlsplit(jobmanager)
+    port = parts.port or (443 if parts.scheme == "https" else 8081)
+    # Through bash: a wheel's copy of bin/flink may have lost its executable bit.
+    script = str(flink_home / "bin" / "flink")
+    command = ["bash", script, "run", "-d", "-m", f"{parts.hostname}:{port}"]
+    if parallelism is not None:
+        command += ["-p", str(parallelism)]
+    command += [f"-D{key}={value}" for key, value in conf.items()]
+    return [*command, *flink_args]
+
+
+def parse_job_id(output: str) -> str:
+    """The job id from ``flink run``'s "Job has been submitted with JobID <id>"."""
+    match = JOB_ID.search(output)
+    if match is None:
+        raise FlinkSubmitError(f"flink run printed no JobID:\n{output[-3000:]}")
+    return match.group(1)
+
+
+def run_flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(command), env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def flink_environment(flink_home: Path) -> dict[str, str]:
+    """The caller's environment, with the Flink venv's ``bin`` first on PATH if there is one."""
+    env = dict(os.environ)
+    venv_bin = flink_home.parents[2] / "bin" if len(flink_home.parents) > 2 else None
+    if venv_bin is not None and (venv_bin / "python").exists():
+        env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def resolve_flink_home(explicit: Path | None) -> Path:
+    """``--flink-home``, else ``$FLINK_HOME``, else the Flink venv (``make services``)."""
+    home = explicit or (Path(os.environ["FLINK_HOME"]) if os.environ.get("FLINK_HOME") else None)
+    if home is None:
+        return find_flink_home()
+    if not (home / "bin" / "flink").is_file():
+        raise InputError(f"no bin/flink under the Flink home '{home}'")
+    return home
+
+
+def submit(
+    request: SubmitRequest,
+    registry: JobRegistry,
+    *,
+    runner: Runner = run_flink,
+    client_factory: Callable[[str], FlinkClient] = FlinkClient,
+    clock: Callable[[], float] = time.time,
+) -> SubmitOutcome:
+    """Choose, run ``flink run``, register the job; raises FlinkSubmitError on failure."""
+    key = job_key(request)
+    history = registry.runs(job_key=key, jobmanager=request.jobmanager)
+    reasons: list[str] = []
+    with client_factory(request.jobmanager) as client:
+        running = _refresh(client, registry, request.jobmanager, reasons)
+        history = registry.runs(job_key=key, jobmanager=request.jobmanager)
+        parallelism = choose_parallelism(request, history)
+        checkpointing = choose_checkpointing(request, history, running)
+        reasons += [parallelism.reason, checkpointing.reason]
+        flink_home = resolve_flink_home(request.flink_home)
+        command = flink_run_command(
+            flink_home,
+            request.jobmanager,
+            parallelism.parallelism,
+            checkpointing.conf,
+            request.flink_args,
+        )
+        done = runner(command, flink_environment(flink_home))
+        output = (done.stdout or "") + (done.stderr or "")
+        if done.returncode != 0:
+            raise FlinkSubmitError(f"flink run exited {done.returncode}:\n{output[-3000:]}")
+        job_id = parse_job_id(output)
+        run = RunRecord(
+            job_id=job_id,
+            job_key=key,
+            jobmanager=request.jobmanager,
+            submitted_at_ms=int(clock() * 1000),
+            parallelism=parallelism.parallelism,
+            checkpoint_interval_ms=checkpointing.interval_ms,
+            phase_ms=checkpointing.phase_ms,
+            phase_window_ms=checkpointing.phase_window_ms,
+            driven=request.driven and checkpointing.interval_ms is not None,
+            checkpoint_duration_ms=checkpointing.duration_ms or None,
+            reasons=reasons,
+        )
+        registry.add(run)
+        run = _after_running(client, registry, run, request.wait_running_s, reasons)
+    return SubmitOutcome(job_id, command, run, reasons)
+
+
+def _refresh(
+    client: FlinkClient, registry: JobRegistry, jobmanager: str, reasons: list[str]
+) -> list[RunRecord]:
+    """Update registered runs' final parallelism; the registered runs still RUNNING."""
+    try:
+        states = {job.job_id: job.state for job in client.jobs()}
+    except FlinkError as exc:
+        reasons.append(f"JobManager not reachable for history ({exc}); using the registry only")
+        return []
+    running = []
+    for run in registry.runs(jobmanager=jobmanager):
+        if run.job_id not in states:
+            continue
+        try:
+            detail = client.job(run.job_id)
+        except FlinkError as exc:
+            log.info("job %s: no detail (%s)", run.job_id, exc)
+            continue
+        final = max((v.parallelism for v in detail.vertices), default=None)
+        if final is not None and final != run.final_parallelism:
+            run = registry.update(run.job_id, final_parallelism=final) or run
+        if states[run.job_id] == "RUNNING":
+            running.append(run)
+    return running
+
+
+def _after_running(
+    client: FlinkClient,
+    registry: JobRegistry,
+    run: RunRecord,
+    wait_s: float,
+    reasons: list[str],
+) -> RunRecord:
+    """Wait for RUNNING; record when, where a Flink-checkpointed phase landed, and drive."""
+    deadline = time.monotonic() + wait_s
+    since = None
+    while time.monotonic() < deadline:
+        try:
+            detail = client.job(run.job_id)
+        except FlinkError as exc:
+            log.info("job %s: waiting for RUNNING (%s)", run.job_id, exc)
+            detail = None
+        if detail is not None and detail.state == "RUNNING" and detail.running_since_ms:
+            since = detail.running_since_ms
+            break
+        time.sleep(0.5)
+    if since is None:
+        reasons.append(f"job not RUNNING within {wait_s:.0f} s: phase not confirmed")
+        return run
+    changes: dict[str, object] = {"running_since_ms": since}
+    try:
+        periodic = periodic_interval_ms(client, run.job_id)
+    except FlinkError as exc:
+        periodic = None
+        log.info("job %s: no checkpoint config (%s)", run.job_id, exc)
+    if run.driven and periodic is not None:
+        changes["driven"] = False
+        reasons.append(
+            f"the job enables periodic checkpoints itself (every {periodic} ms): "
+            "the coordinator will not drive it"
+        )
+    if not run.driven and run.checkpoint_interval_ms and run.phase_window_ms:
+        # First checkpoint in [since + T − w, since + T]: the phase window's start.
+        interval = run.checkpoint_interval_ms
+        changes["phase_ms"] = (since + interval - run.phase_window_ms) % interval
+        reasons.append(
+            f"RUNNING at {since}: phase lands in [{changes['phase_ms']}, "
+            f"{changes['phase_ms']} + {run.phase_window_ms}) ms mod {interval} ms"
+        )
+    changes["reasons"] = reasons
+    return registry.update(run.job_id, **changes) or run

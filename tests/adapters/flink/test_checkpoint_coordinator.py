@@ -1,0 +1,195 @@
+"""The checkpoint coordinator over recorded Flink replies: outcomes, errors, profiles, conf."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kubesage.adapters.flink.checkpoint_coordinator import (
+    CheckpointCoordinator,
+    CheckpointRecord,
+    CoordinatorReport,
+    completed_entries,
+    measure_profiles,
+    observed_profile,
+    periodic_interval_ms,
+    profile_from_records,
+    single_job_plan,
+    submit_time_conf,
+)
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.stagger import (
+    CheckpointProfile,
+    StaggerInputError,
+    plan_stagger,
+)
+
+from .conftest import path_of, recorded
+
+JOB = "fdb4749fec8f525bb194110b606c1048"
+TRIGGER = f"POST /jobs/{JOB}/checkpoints"
+STATUS = f"GET {path_of('checkpoint_trigger_completed')}"
+HISTORY = f"GET /jobs/{JOB}/checkpoints"
+
+Build = Callable[..., FlinkClient]
+
+
+def completed_as(checkpoint_id: int) -> dict[str, Any]:
+    """The recorded COMPLETED trigger reply, pointing at a checkpoint of the recorded history."""
+    reply = copy.deepcopy(recorded("checkpoint_trigger_completed"))
+    reply["body"]["operation"]["checkpointId"] = checkpoint_id
+    return reply
+
+
+def one_job_coordinator(client: FlinkClient, **kwargs: Any) -> CheckpointCoordinator:
+    return CheckpointCoordinator(client, single_job_plan(JOB, 10_000), poll_s=0.001, **kwargs)
+
+
+def test_a_completed_checkpoint_is_timed_from_the_history(replay_client: Build) -> None:
+    client = replay_client(
+        "checkpoint_trigger",
+        "checkpoints",
+        **{STATUS: [recorded("checkpoint_trigger_in_progress"), completed_as(4)]},
+    )
+    record = one_job_coordinator(client).checkpoint_now(JOB, poll_s=0.001)
+    assert record.outcome == "completed"
+    assert record.checkpoint_id == 4
+    # Checkpoint 4 of the recorded history: triggered at …375102, 198 ms end to end.
+    assert (record.start_ms, record.end_ms) == (1796005375102, 1796005375300)
+    assert record.duration_ms == 198
+    assert record.size_bytes == 39726
+
+
+def test_completed_without_checkpoint_id_is_a_failure_with_its_cause(
+    replay_client: Build,
+) -> None:
+    # The failed reply was recorded for another request id: served for ours.
+    failed = recorded("checkpoint_trigger_failed")
+    client = replay_client("checkpoint_trigger", "checkpoints", **{STATUS: failed})
+    record = one_job_coordinator(client).checkpoint_now(JOB, poll_s=0.001)
+    assert record.outcome == "failed"
+    assert record.checkpoint_id is None
+    assert "Not all required tasks are currently running" in record.detail
+
+
+def test_a_checkpoint_missing_from_the_history_is_kept_without_times(
+    replay_client: Build,
+) -> None:
+    client = replay_client("checkpoint_trigger", "checkpoints", **{STATUS: completed_as(99)})
+    record = one_job_coordinator(client).checkpoint_now(JOB, poll_s=0.001, timing_wait_s=0.05)
+    assert record.outcome == "completed"
+    assert record.start_ms is None and "not in the checkpoint history" in record.detail
+
+
+def test_a_history_that_lags_is_read_again(replay_client: Build) -> None:
+    # Flink's REST cache serves the older history first, then the one with checkpoint 9.
+    lagging = [recorded("checkpoints"), recorded("checkpoints_after_restart")]
+    client = replay_client("checkpoint_trigger", **{STATUS: completed_as(9), HISTORY: lagging})
+    seen: list[CheckpointRecord] = []
+    coordinator = one_job_coordinator(client, on_record=seen.append)
+    record = coordinator.checkpoint_now(JOB, poll_s=0.01)
+    assert (record.start_ms, record.duration_ms) == (1796005401858, 168)
+    assert seen == [record]
+
+
+def test_flink_errors_are_counted_and_never_stop_the_loop(replay_client: Build) -> None:
+    # Unknown job: every trigger is a 404 (Flink's recorded body); the loop goes on.
+    client = replay_client()
+    plan = plan_stagger([CheckpointProfile(JOB, 100, 10), CheckpointProfile("other", 100, 10)])
+    seen: list[CheckpointRecord] = []
+    coordinator = CheckpointCoordinator(client, plan, poll_s=0.005, on_record=seen.append)
+    report = coordinator.run(duration_s=0.45)
+    assert report.count("trigger-error") >= 4
+    assert report.flink_errors == report.count("trigger-error")
+    assert {r.job_id for r in seen} == {JOB, "other"}
+    assert all("not found" in r.detail for r in seen)
+
+
+def test_the_loop_triggers_on_the_plan_and_skips_a_slot_still_in_flight(
+    replay_client: Build,
+) -> None:
+    client = replay_client(
+        "checkpoint_trigger", "checkpoints", **{STATUS: recorded("checkpoint_trigger_in_progress")}
+    )
+    coordinator = CheckpointCoordinator(
+        client, single_job_plan(JOB, 100), poll_s=0.005, trigger_timeout_s=10
+    )
+    report = coordinator.run(duration_s=0.35, drain_s=0.05)
+    outcomes = [r.outcome for r in report.records]
+    assert outcomes.count("skipped") >= 2
+    assert outcomes[-1] == "timed-out"
+    scheduled = [r.scheduled_ms for r in report.records if r.outcome == "skipped"]
+    assert all(b - a == 100 for a, b in itertools.pairwise(scheduled))
+
+
+def test_stop_event_ends_the_loop(replay_client: Build) -> None:
+    stop = threading.Event()
+    stop.set()
+    report = one_job_coordinator(replay_client()).run(stop=stop)
+    assert report.records == []
+
+
+def test_profiles_from_history_take_the_longest_duration_and_median_size(
+    replay_client: Build,
+) -> None:
+    client = replay_client("checkpoints_after_restart")
+    stats = client.checkpoints(JOB)
+    entries = completed_entries(stats)
+    assert [e.id for e in entries] == sorted(e.id for e in entries)
+    assert all(e.status == "COMPLETED" for e in entries)  # checkpoint 11 FAILED is left out
+    profile = observed_profile(JOB, 10_000, entries)
+    assert profile.duration_ms == max(e.end_to_end_duration_ms for e in entries)
+    assert observed_profile(JOB, 10_000, []).duration_ms == 1_000
+    with pytest.raises(StaggerInputError):
+        observed_profile(JOB, 10_000, entries, duration_quantile=0)
+
+
+def test_measure_profiles_probe_each_job(replay_client: Build) -> None:
+    client = replay_client("checkpoint_trigger", "checkpoints", **{STATUS: completed_as(3)})
+    [profile] = measure_profiles(client, [JOB], 5_000, rounds=2, poll_s=0.001)
+    assert profile == CheckpointProfile(JOB, 5_000, 299, 33660)
+
+
+def test_profile_from_records_without_timings_uses_the_default() -> None:
+    record = CheckpointRecord(JOB, "failed", 0, detail="x")
+    assert profile_from_records(JOB, 5_000, [record]).duration_ms == 1_000
+
+
+def test_periodic_interval(replay_client: Build) -> None:
+    assert periodic_interval_ms(replay_client("checkpoint_config"), JOB) == 10_000
+    off = copy.deepcopy(recorded("checkpoint_config"))
+    off["body"]["interval"] = 2**63 - 1
+    client = replay_client(**{f"GET /jobs/{JOB}/checkpoints/config": off})
+    assert periodic_interval_ms(client, JOB) is None
+    with pytest.raises(FlinkError):
+        periodic_interval_ms(replay_client(), JOB)
+
+
+def test_report_windows_and_peak() -> None:
+    report = CoordinatorReport(
+        [
+            CheckpointRecord("a", "completed", 0, 0, 1, 0, 10),
+            CheckpointRecord("b", "completed", 0, 0, 1, 5, 15),
+            CheckpointRecord("c", "completed", 0, 0, 1, 10, 20),
+            CheckpointRecord("d", "failed", 0),
+        ]
+    )
+    assert report.windows() == [(0, 10), (5, 15), (10, 20)]
+    assert report.peak_concurrent() == 2
+
+
+def test_submit_time_conf_confines_the_first_checkpoint() -> None:
+    assert submit_time_conf(60_000, 5_000) == {
+        "execution.checkpointing.interval": "60000 ms",
+        "execution.checkpointing.min-pause": "55000 ms",
+    }
+    with pytest.raises(StaggerInputError, match="phase window"):
+        submit_time_conf(60_000, 0)
+    with pytest.raises(StaggerInputError, match="interval"):
+        submit_time_conf(0, 10)

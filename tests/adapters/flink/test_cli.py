@@ -1,0 +1,161 @@
+"""``kubesage flink …``: errors, the stagger plan and state advice over recorded replies."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kubesage.adapters.flink import cli
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.local_cluster import free_port
+from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.core.adapter import Adapter
+
+from .conftest import recorded
+
+JOB = "fdb4749fec8f525bb194110b606c1048"
+runner = CliRunner()
+
+
+def kubesage(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubesage.core.cli", "flink", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_adapter_is_registered_as_flink() -> None:
+    assert isinstance(cli.ADAPTER, Adapter)
+    assert cli.ADAPTER.name == "flink"
+    names = {command.name for command in cli.ADAPTER.cli.registered_commands}
+    assert {"submit", "autoscale", "stagger", "state"} <= names
+
+
+def test_an_unreachable_jobmanager_is_a_clear_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = kubesage("stagger", "--jobmanager", url)
+    assert done.returncode == 2, done.stderr
+    assert f"no Flink JobManager answers at {url}" in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["autoscale", "state"])
+def test_every_command_names_the_unreachable_jobmanager(command: str) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = runner.invoke(cli.flink_app, [command, "--jobmanager", url])
+    assert done.exit_code == 2
+    assert f"no Flink JobManager answers at {url}" in " ".join(done.output.split())
+
+
+def test_submit_needs_the_flink_run_arguments() -> None:
+    done = kubesage("submit", "--jobmanager", "http://127.0.0.1:8081")
+    assert done.returncode == 2
+    assert "after '--'" in done.stderr
+
+
+@pytest.fixture
+def recorded_jobmanager(
+    monkeypatch: pytest.MonkeyPatch, replay_client: Callable[..., FlinkClient]
+) -> None:
+    """The CLI's client answers from recorded replies of a job without periodic checkpoints."""
+    config = copy.deepcopy(recorded("checkpoint_config"))
+    config["body"]["interval"] = 2**63 - 1
+    routes = {f"GET /jobs/{JOB}/checkpoints/config": config}
+
+    completed = copy.deepcopy(recorded("checkpoint_trigger_completed"))
+    completed["body"]["operation"]["checkpointId"] = 5  # one of the recorded history
+    routes[f"GET {completed['path']}"] = completed
+
+    def client(url: str, **kwargs: object) -> FlinkClient:
+        names = ("overview", "jobs_overview", "checkpoints", "job_running", "checkpoint_trigger")
+        return replay_client(*names, **routes)
+
+    monkeypatch.setattr(cli, "FlinkClient", client)
+
+
+def register_driven_job(registry: Path, interval_ms: int = 10_000) -> None:
+    JobRegistry(registry).add(
+        RunRecord(
+            job_id=JOB,
+            job_key="sample",
+            jobmanager="http://flink.test",
+            submitted_at_ms=1,
+            checkpoint_interval_ms=interval_ms,
+            driven=True,
+        )
+    )
+
+
+@pytest.mark.usefixtures("recorded_jobmanager")
+def test_stagger_dry_run_prints_the_plan(tmp_path: Path) -> None:
+    registry = tmp_path / "flink-jobs.yaml"
+    register_driven_job(registry)
+    done = runner.invoke(
+        cli.flink_app,
+        ["stagger", "--jobmanager", "http://flink.test", "--dry-run", "--registry", str(registry)],
+    )
+    assert done.exit_code == 0, done.output
+    # The longest recorded checkpoint took 318 ms: 400 ms on the 100 ms grid.
+    assert f"{JOB:34} {10_000:>11} {400:>11}" in done.output
+    assert "plan (wrap-around): peak 1 concurrent" in done.output
+    assert "optimum 1" in done.output
+
+
+@pytest.mark.usefixtures("recorded_jobmanager")
+def test_stagger_drives_checkpoints_and_records_the_phase(tmp_path: Path) -> None:
+    registry = tmp_path / "flink-jobs.yaml"
+    # Phases count from the Unix epoch: with a 1 s interval, one slot falls in any 1 s.
+    register_driven_job(registry, interval_ms=1_000)
+    done = runner.invoke(
+        cli.flink_app,
+        [
+            "stagger",
+            "--jobmanager",
+            "http://flink.test",
+            "--duration-s",
+            "1",
+            "--registry",
+            str(registry),
+        ],
+    )
+    assert done.exit_code == 0, done.output
+    assert f"{JOB} completed #5 1796005385102–1796005385157 (55 ms, 38715 B)" in done.output
+    assert "measured peak concurrent checkpoints: 1 (plan 1); completed 1" in done.output
+    stored = JobRegistry(registry).find(JOB)
+    assert stored is not None and stored.phase_ms == 0
+    assert stored.checkpoint_duration_ms == 318
+
+
+@pytest.mark.usefixtures("recorded_jobmanager")
+def test_stagger_without_an_interval_says_what_to_do(tmp_path: Path) -> None:
+    done = runner.invoke(
+        cli.flink_app,
+        [
+            "stagger",
+            "--jobmanager",
+            "http://flink.test",
+            "--dry-run",
+            "--registry",
+            str(tmp_path / "empty.yaml"),
+        ],
+    )
+    assert done.exit_code == 2
+    assert "no checkpoint interval known" in done.output
+    assert "--interval-s" in done.output
+
+
+@pytest.mark.usefixtures("recorded_jobmanager")
+def test_state_prints_a_config_snippet_with_reasons() -> None:
+    done = runner.invoke(cli.flink_app, ["state", "--jobmanager", "http://flink.test"])
+    assert done.exit_code == 0, done.output
+    assert f"# job {JOB}: heap state" in done.output
+    assert "state.backend.type: hashmap" in done.output

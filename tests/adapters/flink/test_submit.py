@@ -1,0 +1,245 @@
+"""``kubesage flink submit``'s choices, the flink run command, and the job registry."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.adapters.flink.submit import (
+    FlinkSubmitError,
+    SubmitRequest,
+    choose_checkpointing,
+    choose_parallelism,
+    flink_run_command,
+    job_key,
+    parse_job_id,
+    submit,
+    user_parallelism,
+)
+from kubesage.core.errors import ConfigError, InputError
+
+JOB = "fdb4749fec8f525bb194110b606c1048"
+JM = "http://127.0.0.1:8081"
+# The line `flink run -d` prints (Flink 2.3).
+FLINK_OUTPUT = "Job has been submitted with JobID fdb4749fec8f525bb194110b606c1048\n"
+
+
+def request(*args: str, **kwargs: object) -> SubmitRequest:
+    return SubmitRequest(flink_args=args or ("-py", "jobs/enrich.py"), jobmanager=JM, **kwargs)  # type: ignore[arg-type]
+
+
+def run(job_id: str, **kwargs: object) -> RunRecord:
+    fields: dict[str, object] = {
+        "job_id": job_id,
+        "job_key": "enrich.py",
+        "jobmanager": JM,
+        "submitted_at_ms": 1,
+    }
+    return RunRecord.model_validate(fields | kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "key"),
+    [
+        (("-py", "jobs/enrich.py", "--rate", "5"), None, "enrich.py"),
+        (("-c", "com.example.Enrich", "app.jar"), None, "com.example.Enrich"),
+        (("app.jar",), None, "app.jar"),
+        (("-py", "x.py"), "clicks", "clicks"),
+    ],
+)
+def test_job_key(args: tuple[str, ...], name: str | None, key: str) -> None:
+    assert job_key(request(*args, name=name)) == key
+
+
+def test_job_key_needs_a_program_or_a_name() -> None:
+    with pytest.raises(InputError, match="--name"):
+        job_key(request("--detached"))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [(("-p", "4", "-py", "a.py"), 4), (("--parallelism=3",), 3), (("-py", "a.py"), None)],
+)
+def test_user_parallelism(args: tuple[str, ...], expected: int | None) -> None:
+    assert user_parallelism(args) == expected
+
+
+def test_user_parallelism_must_be_an_integer() -> None:
+    with pytest.raises(InputError, match="not an integer"):
+        user_parallelism(["-p", "many"])
+
+
+def test_parallelism_rules_in_order() -> None:
+    history = [run("a", parallelism=2, final_parallelism=6), run("b", parallelism=3)]
+    theirs = choose_parallelism(request("-p", "4", "-py", "a.py", parallelism=9), history)
+    assert theirs.parallelism is None and "your own" in theirs.reason
+    assert choose_parallelism(request(parallelism=9), history).parallelism == 9
+    forecast = choose_parallelism(request(forecast_rate=100.0, subtask_rate=20.0), history)
+    assert forecast.parallelism == 7  # ⌈100 / (20 × 0.8)⌉
+    assert choose_parallelism(request(), history).parallelism == 3  # the latest run
+    assert choose_parallelism(request(), history[:1]).parallelism == 6  # where it ended
+    assert choose_parallelism(request(), []).parallelism is None
+
+
+def test_checkpointing_driven_job_goes_beside_the_running_ones() -> None:
+    running = [
+        run("a", checkpoint_interval_ms=10_000, phase_ms=0, checkpoint_duration_ms=4_000),
+        run("b", checkpoint_interval_ms=10_000, phase_ms=5_000, checkpoint_duration_ms=4_000),
+    ]
+    history = [run("old", checkpoint_interval_ms=10_000, checkpoint_duration_ms=1_000)]
+    choice = choose_checkpointing(request(), history, running)
+    assert choice.interval_ms == 10_000 and choice.conf == {}
+    assert choice.phase_ms is not None
+    # The free gaps are [4000, 5000) and [9000, 10000): a 1 s checkpoint fits in either.
+    assert choice.phase_ms in (4_000, 9_000)
+    assert "peak 1 concurrent" in choice.reason
+
+
+def test_checkpointing_for_a_job_flink_checkpoints_itself() -> None:
+    choice = choose_checkpointing(
+        request(checkpoint_interval_ms=60_000, driven=False),
+        [run("old", checkpoint_duration_ms=2_000)],
+        [],
+    )
+    assert choice.phase_window_ms == 4_000
+    assert choice.conf == {
+        "execution.checkpointing.interval": "60000 ms",
+        "execution.checkpointing.min-pause": "56000 ms",
+    }
+
+
+def test_no_interval_leaves_checkpointing_alone() -> None:
+    choice = choose_checkpointing(request(), [], [])
+    assert choice.interval_ms is None and choice.conf == {}
+
+
+def test_flink_run_command_puts_the_users_arguments_last(tmp_path: Path) -> None:
+    command = flink_run_command(
+        tmp_path, "http://jm:8081", 4, {"k": "v"}, ["-py", "a.py", "-Dk=mine"]
+    )
+    assert command == [
+        "bash",
+        str(tmp_path / "bin" / "flink"),
+        "run",
+        "-d",
+        "-m",
+        "jm:8081",
+        "-p",
+        "4",
+        "-Dk=v",
+        "-py",
+        "a.py",
+        "-Dk=mine",
+    ]
+
+
+def test_parse_job_id() -> None:
+    assert parse_job_id("log line\n" + FLINK_OUTPUT) == JOB
+    with pytest.raises(FlinkSubmitError, match="no JobID"):
+        parse_job_id("org.apache.flink.client.program.ProgramInvocationException: boom")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"flink_args": ()}, "after '--'"),
+        ({"parallelism": 0}, "--parallelism"),
+        ({"forecast_rate": 10.0}, "go together"),
+        ({"forecast_rate": -1.0, "subtask_rate": 1.0}, "--forecast-rate must be positive"),
+        ({"checkpoint_interval_ms": 0}, "--checkpoint-interval-s"),
+        ({"jobmanager": "jm:8081"}, "http"),
+    ],
+)
+def test_bad_requests(kwargs: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {"flink_args": ("-py", "a.py"), "jobmanager": JM} | kwargs
+    with pytest.raises(InputError, match=message):
+        SubmitRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_registry_round_trip_and_update(tmp_path: Path) -> None:
+    registry = JobRegistry(tmp_path / "sub" / "flink-jobs.yaml")
+    assert registry.runs() == []
+    registry.add(run("a", parallelism=2))
+    registry.add(run("b", job_key="other"))
+    assert [r.job_id for r in registry.runs(job_key="enrich.py")] == ["a"]
+    updated = registry.update("a", final_parallelism=5)
+    assert updated is not None and registry.find("a") == updated
+    assert registry.update("missing", final_parallelism=5) is None
+    text = (tmp_path / "sub" / "flink-jobs.yaml").read_text()
+    assert text.startswith("apiVersion: kubesage/v1\nkind: FlinkJobRegistry\n")
+
+
+def test_registry_rejects_unknown_keys_naming_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "flink-jobs.yaml"
+    path.write_text(
+        "apiVersion: kubesage/v1\nkind: FlinkJobRegistry\nruns:\n"
+        f"  - {{job_id: a, job_key: k, jobmanager: {JM}, submitted_at_ms: 1, color: red}}\n"
+    )
+    with pytest.raises(ConfigError, match=r"flink-jobs.yaml: field 'runs.0.color'"):
+        JobRegistry(path).load()
+    path.write_text("runs: [")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        JobRegistry(path).load()
+
+
+def test_submit_runs_flink_and_registers_the_job(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    flink_home = tmp_path / "flink"
+    (flink_home / "bin").mkdir(parents=True)
+    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+    commands: list[list[str]] = []
+
+    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        commands.append(list(command))
+        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT, "")
+
+    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
+    registry.add(run("earlier", parallelism=2, final_parallelism=3))
+
+    def client(url: str) -> FlinkClient:
+        return replay_client("jobs_overview", "job_running", "checkpoint_config")
+
+    outcome = submit(
+        request(checkpoint_interval_ms=10_000, flink_home=flink_home, wait_running_s=5),
+        registry,
+        runner=flink,
+        client_factory=client,
+    )
+    assert outcome.job_id == JOB
+    assert commands[0][commands[0].index("-p") + 1] == "3"
+    stored = registry.find(JOB)
+    assert stored is not None and stored.running_since_ms
+    # The recorded job enables checkpoints itself (every 10 s): not driven, and said so.
+    assert stored.driven is False
+    assert any("periodic checkpoints itself" in reason for reason in outcome.reasons)
+
+
+def test_a_failing_flink_run_is_an_error_with_its_output(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    flink_home = tmp_path / "flink"
+    (flink_home / "bin").mkdir(parents=True)
+    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+
+    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(list(command), 1, "", "Could not connect to jm")
+
+    with pytest.raises(FlinkSubmitError, match="Could not connect"):
+        submit(
+            request(flink_home=flink_home),
+            JobRegistry(tmp_path / "r.yaml"),
+            runner=flink,
+            client_factory=lambda url: replay_client(),
+        )
+    assert JobRegistry(tmp_path / "r.yaml").runs() == []
+
+
+def test_an_unreadable_registry_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the job registry"):
+        JobRegistry(tmp_path).load()
