@@ -11,24 +11,28 @@ scheduler for pods that name it, under a Lease so only one replica schedules.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
+import signal
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import uvicorn
+import uvloop
 
 from kubesage.core.cli.errors import user_errors
 from kubesage.core.errors import InputError
 from kubesage.core.k8s import metrics
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.k8s.extender import Extender, assume_and_bind
+from kubesage.core.k8s.http_server import HttpServer
 from kubesage.core.k8s.logging import configure_logging, log_event
 from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
 from kubesage.core.k8s.server import HealthCheck, MutateHandler, create_app
@@ -37,6 +41,9 @@ from kubesage.core.policy.registry import make_policy, policy_names
 from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
 from kubesage.core.traces.synthetic import synthetic_workload
 from kubesage.core.types import PodRequest
+
+if TYPE_CHECKING:
+    from kubesage.core.k8s.webhook import NamespaceLabels
 
 log = logging.getLogger("kubesage.serve")
 
@@ -74,10 +81,17 @@ def _policy(name: str, workload: list[PodRequest]) -> Policy:
     return make_policy(name, PolicyContext(seed=0, workload=tuple(workload)))
 
 
-def _webhook(source: PolicySource, service: Service) -> None:
-    from kubesage.core.k8s.webhook import AdmissionWebhook
+def _webhook(
+    source: PolicySource,
+    service: Service,
+    namespace_labels: NamespaceLabels | None = None,
+) -> None:
+    """Mount the webhook; ``namespace_labels`` defaults to the namespace name alone."""
+    from kubesage.core.k8s.webhook import AdmissionWebhook, name_only_namespace_labels
 
-    webhook = AdmissionWebhook(source)
+    webhook = AdmissionWebhook(
+        source, namespace_labels=namespace_labels or name_only_namespace_labels
+    )
     service.mutate = webhook.handle
     service.stoppers.append(webhook.close)
 
@@ -117,6 +131,7 @@ def live_service(
     """ClusterSync + Binder on the API server, API policies, and the secondary scheduler."""
     from kubesage.core.k8s.binder import Binder
     from kubesage.core.k8s.informer import ClusterSync
+    from kubesage.core.k8s.namespaces import NamespaceCache
     from kubesage.core.k8s.policy_source import ApiPolicySource
 
     # The typical pods FGD measures fragmentation against: openb's request mix.
@@ -139,7 +154,11 @@ def live_service(
     )
     sync.start()
     service.stoppers.append(sync.stop)
-    _webhook(ApiPolicySource(api), service)
+    # namespaceSelector needs the namespace's labels; an AdmissionReview names it only.
+    namespaces = NamespaceCache(api)
+    namespaces.start()
+    service.stoppers.append(namespaces.stop)
+    _webhook(ApiPolicySource(api), service, namespace_labels=namespaces)
     if scheduler_name:
         # Its own policy instance: policy caches are not shared across threads.
         _secondary(api, sync, binder, _policy(policy_name, workload), scheduler_name, service)
@@ -259,6 +278,7 @@ def serve(
     for path in (tls_cert, tls_key):
         if path is not None and not path.is_file():
             raise InputError(f"{path}: no such file")
+    ssl_context = _tls_context(tls_cert, tls_key)
     if policy not in policy_names():
         raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
     api = None
@@ -284,14 +304,7 @@ def serve(
     # re-scanning it on every full collection (latency spikes on a large cluster).
     gc.collect()
     gc.freeze()
-    config = uvicorn.Config(
-        app,
-        log_config=None,
-        access_log=False,
-        ssl_certfile=str(tls_cert) if tls_cert else None,
-        ssl_keyfile=str(tls_key) if tls_key else None,
-        timeout_graceful_shutdown=5,
-    )
+    server = HttpServer(app, ssl_context=ssl_context)
     log_event(
         log,
         logging.INFO,
@@ -302,7 +315,29 @@ def serve(
         serves=service.description,
     )
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(_serve_until_signalled(server, sock))
     finally:
         service.stop()
         sock.close()
+        log_event(log, logging.INFO, "stopped", port=actual_port)
+
+
+def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """The server's TLS context, or None for plain HTTP."""
+    if cert is None or key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(cert), str(key))
+    except (ssl.SSLError, OSError) as exc:
+        raise InputError(f"cannot load --tls-cert {cert} / --tls-key {key}: {exc}") from exc
+    return context
+
+
+async def _serve_until_signalled(server: HttpServer, sock: socket.socket) -> None:
+    """Serve until SIGTERM or SIGINT, then finish the requests in flight."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, server.stop)
+    await server.serve(sock)

@@ -276,6 +276,17 @@ class _Candidates:
     """Positions of the candidates the state does not know."""
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """Candidate names already mapped against one node set of the state."""
+
+    node_set: Sequence[str]
+    """The state's ``node_names`` the mapping was made against (compared by identity)."""
+    names: list[str]
+    index: IntArray
+    unknown: IntArray
+
+
 class Extender:
     """filter, prioritize and bind over a cluster state and a scheduling policy."""
 
@@ -296,6 +307,8 @@ class Extender:
         self._pods_lock = threading.Lock()
         self._entry_table: npt.NDArray[np.object_] = np.array([], dtype=object)
         self._entries_of: Sequence[str] | None = None
+        self._passed: _Lookup | None = None
+        """The names filter last passed, mapped: prioritize usually asks about exactly those."""
 
     # -- filter ----------------------------------------------------------------------
 
@@ -304,7 +317,8 @@ class Extender:
         args = parse_extender_args(body)
         request = self._request(args.pod)
         with self.view.locked() as (state, _):
-            candidates = _candidates(state, args)
+            node_set = state.node_names
+            candidates = _candidates(state, args, None)
             if isinstance(request, UnsupportedPodError):
                 passed = np.ones(len(candidates.names), dtype=bool)
                 failed: dict[str, str] = {}
@@ -325,7 +339,10 @@ class Extender:
         if candidates.items is not None:
             result["Nodes"] = {"items": list(compress(candidates.items, keep))}
         else:
-            result["NodeNames"] = list(compress(candidates.names, keep))
+            passing = list(compress(candidates.names, keep))
+            result["NodeNames"] = passing
+            index = candidates.index[passed]
+            self._passed = _Lookup(node_set, passing, index, np.flatnonzero(index < 0))
         DECISIONS.labels("filter", "feasible" if any(keep) else "no_fit").inc()
         return 200, orjson.dumps(result)
 
@@ -336,7 +353,7 @@ class Extender:
         args = parse_extender_args(body)
         request = self._request(args.pod)
         with self.view.locked() as (state, _):
-            candidates = _candidates(state, args)
+            candidates = _candidates(state, args, self._passed)
             if isinstance(request, UnsupportedPodError):
                 scores = np.zeros(len(candidates.names), dtype=np.int64)
                 self._fallback("prioritize", "unsupported_pod", request)
@@ -476,6 +493,14 @@ def _text(value: object) -> str:
 
 def scale_scores(raw: npt.NDArray[np.float64]) -> IntArray:
     """Min-max scale to integers 0..10; the best is always 10, all-equal scores all 10."""
+    if raw.size and np.isfinite(raw).all():  # the usual case: no NaN bookkeeping
+        low, high = raw.min(), raw.max()
+        if high <= low:
+            return np.full(raw.size, MAX_EXTENDER_PRIORITY, dtype=np.int64)
+        fast: IntArray = np.rint((raw - low) / (high - low) * MAX_EXTENDER_PRIORITY).astype(
+            np.int64
+        )
+        return fast
     finite = np.where(np.isfinite(raw), raw, np.nan)
     if np.isnan(finite).all():
         return np.full(raw.size, MAX_EXTENDER_PRIORITY, dtype=np.int64)
@@ -547,10 +572,21 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
-def _candidates(state: ClusterState, args: ExtenderArgs) -> _Candidates:
+def _candidates(state: ClusterState, args: ExtenderArgs, known: _Lookup | None) -> _Candidates:
+    """The candidates mapped to state indices; ``known``: a mapping that may be reused.
+
+    kube-scheduler sends prioritize the nodes that passed every filter, its extenders'
+    included, in the order filter returned them — with kubesage as the only (or last)
+    extender, exactly the list filter passed. Comparing the two lists (cache-hot
+    strings) is several times cheaper than looking every name up again, and the
+    mapping holds while the state's node set is the same object; any other list is
+    looked up afresh.
+    """
     items: list[dict[str, Any]] | None = None
     if args.node_names is not None:
         names = args.node_names
+        if known is not None and known.node_set is state.node_names and known.names == names:
+            return _Candidates(names=names, index=known.index, items=None, unknown=known.unknown)
     elif args.nodes is not None:
         items = args.nodes.items
         names = [_item_name(item, position) for position, item in enumerate(items)]
@@ -601,22 +637,29 @@ def _filter(
     if failing.size == 0:
         return passed, {}, {}
     nodes = index[failing]
-    reasons = np.full(failing.size, -1, dtype=np.int64)
     checks = _checks(state, request, nodes)
-    for number, check in enumerate(checks):
-        reasons[(reasons < 0) & check.fails] = number
-    # Feasible by parts but not together cannot happen; name it rather than crash.
-    texts = [check.reason for check in checks] + ["does not fit (kubesage)"]
-    unresolvable_flags = [check.unresolvable for check in checks] + [False]
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    reason_of = np.full(index.size, -2, dtype=np.int64)
-    reason_of[failing] = reasons
-    for number in np.unique(reasons).tolist():
-        target = unresolvable if unresolvable_flags[number] else failed
-        names = compress(candidates.names, (reason_of == number).tolist())
-        target.update(dict.fromkeys(names, texts[number]))
-    return passed, failed, unresolvable
+    # Each failing node's first failing check; one that fails none (feasible by parts
+    # but not together cannot happen) gets the last, generic reason rather than a crash.
+    fails = np.array([check.fails for check in checks] + [np.ones(failing.size, dtype=bool)])
+    reasons = fails.argmax(axis=0)
+    texts = np.array([check.reason for check in checks] + ["does not fit (kubesage)"], dtype=object)
+    permanent = np.array([check.unresolvable for check in checks] + [False])
+    failing_names = list(compress(candidates.names, (~passed).tolist()))
+    permanent_of = permanent[reasons]
+    if not permanent_of.any():
+        return passed, dict(zip(failing_names, texts[reasons].tolist(), strict=True)), {}
+    return (
+        passed,
+        _reasons(failing_names, ~permanent_of, texts[reasons]),
+        _reasons(failing_names, permanent_of, texts[reasons]),
+    )
+
+
+def _reasons(
+    names: list[str], selected: BoolArray, texts: npt.NDArray[np.object_]
+) -> dict[str, str]:
+    """``{name: reason}`` for the selected failing nodes."""
+    return dict(zip(compress(names, selected.tolist()), texts[selected].tolist(), strict=True))
 
 
 def _checks(state: ClusterState, request: PodRequest, nodes: IntArray) -> list[_Check]:

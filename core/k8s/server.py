@@ -8,10 +8,14 @@ Routes (all JSON unless noted):
 - ``GET /healthz``: 200 when the cluster state is ready, 503 with the reason if not;
 - ``GET /metrics``: Prometheus text format (:mod:`kubesage.core.k8s.metrics`).
 
-A Starlette app with no per-route validation layer: the handlers take the raw body
-and answer bytes (orjson), which keeps the extender's hot path short. Filter and
-prioritize run on the event loop (pure CPU, sub-millisecond); bind and mutate may
-wait on the API server, so they run in the thread pool.
+:class:`App` is the part that does not depend on an HTTP server: an exact-path route
+table, the body-size limit, the mapping of errors to statuses, and the metrics. The
+lean HTTP/1.1 server of :mod:`kubesage.core.k8s.http_server` calls it directly — a
+dict lookup and a handler call per request, no framework layer — and it is also a
+plain ASGI 3 app, so any ASGI server (or Starlette's test client) can run it.
+
+Filter and prioritize run on the event loop (pure CPU, sub-millisecond); bind and
+mutate may wait on the API server, so they run in the thread pool.
 
 Errors never escape as a crash: a body over ``max_body_bytes`` is 413, malformed
 input is 400 with a message, a dependency that is down (the cluster state not
@@ -20,17 +24,14 @@ synced yet) is 503, and anything unexpected is a logged, counted 500.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.k8s import metrics
@@ -49,9 +50,148 @@ MutateHandler = Callable[[bytes], tuple[int, dict[str, Any]]]
 HealthCheck = Callable[[], tuple[bool, str]]
 """Whether the service can decide now, and a sentence saying what it decides on."""
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
 
 class BodyTooLargeError(InputError):
     """A request body over the configured limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A complete HTTP response: status, body, content type and any extra headers."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One route: what answers it and how it runs."""
+
+    name: str
+    """Label in the latency, error and fallback metrics."""
+    method: str
+    answer: Callable[[bytes], Reply]
+    """Body in, reply out; may raise (see :meth:`App.run`)."""
+    threaded: bool
+    """Runs in the thread pool (it may block on I/O) instead of on the event loop."""
+    timed: bool = True
+    """Observed in the latency histogram (the API endpoints, not health or metrics)."""
+
+
+class App:
+    """Routing, the body limit, error statuses and metrics; no HTTP server of its own."""
+
+    def __init__(self, endpoints: dict[str, Endpoint], *, max_body_bytes: int = MAX_BODY_BYTES):
+        self.endpoints = endpoints
+        self.max_body_bytes = max_body_bytes
+        # Each endpoint's latency series, looked up once rather than on every request.
+        self._latency = {
+            endpoint.name: metrics.LATENCY.labels(endpoint.name)
+            for endpoint in endpoints.values()
+            if endpoint.timed
+        }
+
+    def find(self, method: str, path: str) -> Endpoint | Reply:
+        """The endpoint for ``method path``, or the 404/405 reply (HEAD counts as GET)."""
+        endpoint = self.endpoints.get(path)
+        if endpoint is None:
+            return error_reply(404, f"no route {path}")
+        if endpoint.method != method and not (method == "HEAD" and endpoint.method == "GET"):
+            return Reply(
+                405,
+                _error_body(f"{path} answers {endpoint.method} only, not {method}"),
+                headers=(("allow", endpoint.method),),
+            )
+        return endpoint
+
+    def run(self, endpoint: Endpoint, body: bytes, started: float) -> Reply:
+        """Answer one request; never raises (failures become 4xx/5xx replies).
+
+        ``started`` is ``time.perf_counter()`` when the request's headers were read.
+        """
+        try:
+            reply = endpoint.answer(body)
+        except Exception as exc:  # turned into a 4xx/5xx, never a crash
+            reply = Reply(*_error_response(endpoint.name, exc))
+        if endpoint.timed:
+            self._latency[endpoint.name].observe(time.perf_counter() - started)
+        return reply
+
+    def too_large(self, endpoint: Endpoint, declared: int | None, started: float) -> Reply:
+        """The 413 for a body over the limit (``declared``: its Content-Length, if given)."""
+        limit = self.max_body_bytes
+        message = (
+            f"request body of {declared} bytes is over the {limit}-byte limit"
+            if declared is not None
+            else f"request body is over the {limit}-byte limit"
+        )
+        reply = Reply(*_error_response(endpoint.name, BodyTooLargeError(message)))
+        if endpoint.timed:
+            self._latency[endpoint.name].observe(time.perf_counter() - started)
+        return reply
+
+    # -- ASGI ------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The same routes as a plain ASGI 3 app."""
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        found = self.find(scope["method"], scope["path"])
+        if isinstance(found, Reply):
+            reply = found
+        else:
+            body = await self._read_body(scope, receive)
+            if body is None:
+                reply = self.too_large(found, _declared_length(scope), started)
+            elif found.threaded:
+                loop = asyncio.get_running_loop()
+                reply = await loop.run_in_executor(None, self.run, found, body, started)
+            else:
+                reply = self.run(found, body, started)
+        headers = [
+            (b"content-type", reply.content_type.encode("latin-1")),
+            (b"content-length", str(len(reply.body)).encode("ascii")),
+            *((name.encode("latin-1"), value.encode("latin-1")) for name, value in reply.headers),
+        ]
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        body_out = b"" if scope["method"] == "HEAD" else reply.body
+        await send({"type": "http.response.body", "body": body_out})
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The request body, or None when it is over the limit."""
+        declared = _declared_length(scope)
+        if declared is not None and declared > self.max_body_bytes:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
 
 
 def create_app(
@@ -61,7 +201,7 @@ def create_app(
     health: HealthCheck | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     bind_waits_on_io: bool = True,
-) -> Starlette:
+) -> App:
     """The app; ``mutate`` is the webhook handler (``/mutate`` answers 404 without one).
 
     ``bind_waits_on_io``: binding calls the API server, so it runs in the thread pool;
@@ -69,80 +209,65 @@ def create_app(
     (a thread hop costs more than the bind, and two threads contend for the GIL).
     """
 
-    def endpoint(
-        name: str, handler: Handler, *, threaded: bool
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def run(request: Request) -> Response:
-            started = time.perf_counter()
-            try:
-                body = await _read_body(request, max_body_bytes)
-                if threaded:
-                    status, content = await run_in_threadpool(handler, body)
-                else:
-                    status, content = handler(body)
-            except Exception as exc:  # turned into a 4xx/5xx below, never a crash
-                status, content = _error_response(name, exc)
-            metrics.LATENCY.labels(name).observe(time.perf_counter() - started)
-            return Response(content, status_code=status, media_type=JSON)
+    def wrap(handler: Handler) -> Callable[[bytes], Reply]:
+        def answer(body: bytes) -> Reply:
+            status, content = handler(body)
+            return Reply(status, content)
 
-        return run
+        return answer
 
-    def mutate_bytes(body: bytes) -> tuple[int, bytes]:
+    def mutate_reply(body: bytes) -> Reply:
         if mutate is None:
-            return 404, orjson.dumps({"error": "the admission webhook is not enabled"})
+            return Reply(404, orjson.dumps({"error": "the admission webhook is not enabled"}))
         status, document = mutate(body)
-        return status, orjson.dumps(document)
+        return Reply(status, orjson.dumps(document))
 
-    async def healthz(request: Request) -> Response:
+    def healthz(_: bytes) -> Reply:
         try:
             ready, detail = health() if health is not None else (True, "ready")
         except DependencyError as exc:
             ready, detail = False, str(exc)
-        return Response(
-            orjson.dumps({"status": "ok" if ready else "unavailable", "detail": detail}),
-            status_code=200 if ready else 503,
-            media_type=JSON,
-        )
+        document = {"status": "ok" if ready else "unavailable", "detail": detail}
+        return Reply(200 if ready else 503, orjson.dumps(document))
 
-    async def metrics_endpoint(request: Request) -> Response:
+    def metrics_reply(_: bytes) -> Reply:
         content, content_type = metrics.render()
-        return Response(content, media_type=content_type)
+        return Reply(200, content, content_type)
 
-    routes = [
-        Route(
-            "/scheduler/filter",
-            endpoint("filter", extender.filter, threaded=False),
-            methods=["POST"],
-        ),
-        Route(
-            "/scheduler/prioritize",
-            endpoint("prioritize", extender.prioritize, threaded=False),
-            methods=["POST"],
-        ),
-        Route(
-            "/scheduler/bind",
-            endpoint("bind", extender.bind, threaded=bind_waits_on_io),
-            methods=["POST"],
-        ),
-        Route("/mutate", endpoint("mutate", mutate_bytes, threaded=True), methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
+    endpoints = [
+        Endpoint("filter", "POST", wrap(extender.filter), threaded=False),
+        Endpoint("prioritize", "POST", wrap(extender.prioritize), threaded=False),
+        Endpoint("bind", "POST", wrap(extender.bind), threaded=bind_waits_on_io),
+        Endpoint("mutate", "POST", mutate_reply, threaded=True),
+        Endpoint("healthz", "GET", healthz, threaded=False, timed=False),
+        Endpoint("metrics", "GET", metrics_reply, threaded=False, timed=False),
     ]
-    return Starlette(routes=routes)
+    paths = {
+        "filter": "/scheduler/filter",
+        "prioritize": "/scheduler/prioritize",
+        "bind": "/scheduler/bind",
+        "mutate": "/mutate",
+        "healthz": "/healthz",
+        "metrics": "/metrics",
+    }
+    return App({paths[e.name]: e for e in endpoints}, max_body_bytes=max_body_bytes)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLargeError(f"request body of {declared} bytes is over the {limit}-byte limit")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError(f"request body is over the {limit}-byte limit")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _declared_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            text = bytes(value).strip()
+            return int(text) if text.isdigit() else None
+    return None
+
+
+def _error_body(message: str) -> bytes:
+    # "Error" is what kube-scheduler reads from an extender; "error" what people read.
+    return orjson.dumps({"error": message, "Error": message})
+
+
+def error_reply(status: int, message: str) -> Reply:
+    return Reply(status, _error_body(message))
 
 
 def _error_response(endpoint: str, exc: Exception) -> tuple[int, bytes]:
@@ -156,12 +281,11 @@ def _error_response(endpoint: str, exc: Exception) -> tuple[int, bytes]:
         metrics.FALLBACKS.labels(endpoint, "dependency_down").inc()
     else:
         status, kind = 500, "internal"
-        log.exception("unexpected error in %s", endpoint)
+        log.exception("unexpected error in %s", endpoint, exc_info=exc)
     metrics.ERRORS.labels(endpoint, kind).inc()
     message = str(exc) if status != 500 else f"internal error: {type(exc).__name__}"
     if status != 500:
         log_event(
             log, logging.INFO, "request_failed", endpoint=endpoint, status=status, error=message
         )
-    # "Error" is what kube-scheduler reads from an extender; "error" what people read.
-    return status, orjson.dumps({"error": message, "Error": message})
+    return status, _error_body(message)

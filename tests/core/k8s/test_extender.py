@@ -28,6 +28,7 @@ from kubesage.core.k8s.extender import (
 )
 from kubesage.core.k8s.translate import node_spec, pod_request
 from kubesage.core.policy import PolicyContext, make_policy
+from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.traces.synthetic import synthetic_workload
 from tests.core.k8s import v1_container, v1_node, v1_pod
 
@@ -314,3 +315,17 @@ def test_every_failed_node_has_a_named_reason(
     reasons = {**result.failed_nodes, **result.failed_and_unresolvable_nodes}
     assert sorted(reasons) == sorted(set(NAMES) - set(expected))
     assert "does not fit (kubesage)" not in reasons.values()
+
+
+def test_prioritize_maps_names_afresh_when_the_node_set_changed() -> None:
+    """prioritize may reuse filter's name → index mapping only for the same node set."""
+    extender, cluster = make_extender()
+    pod = gpu_pod("remap-0", gpus="1")
+    passing = filter_result(extender, args(pod)).node_names
+    assert passing
+    before = priorities(extender, args(pod, passing))
+    # The same nodes in reverse order: every name now sits at another index.
+    with cluster.locked() as (state, _):
+        cluster.state = ClusterState(list(reversed(state.nodes)))
+    assert priorities(extender, args(pod, passing)) == before
+    assert priorities(extender, args(pod, list(reversed(passing)))) == before

@@ -2,18 +2,18 @@
 
 Three kinds of input: arbitrary bytes, arbitrary JSON, and real requests with one
 part replaced by arbitrary JSON (the shapes a buggy client or a version skew would
-send). The app runs in-process through Starlette's test client, so a crash in a
-handler shows up as a 500 here.
+send). The app runs behind the lean HTTP server that ``kubesage serve`` uses, over a
+real socket; a crash in a handler would show up as a 500 here.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,11 +24,8 @@ from kubesage.core.k8s.server import create_app
 from kubesage.core.k8s.webhook import AdmissionWebhook
 from tests.core.k8s import v1_container, v1_pod
 from tests.core.k8s.test_extender import NAMES, make_extender
+from tests.core.k8s.test_http_server import running
 from tests.core.k8s.test_server import admission_review
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # Starlette's test client asks for httpx2
-    from starlette.testclient import TestClient
 
 ENDPOINTS = ("/scheduler/filter", "/scheduler/prioritize", "/scheduler/bind", "/mutate")
 FUZZ = settings(
@@ -57,16 +54,19 @@ quantities = st.sampled_from(
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
+def client() -> Iterator[httpx.Client]:
+    """The production path: the app behind the lean HTTP server, over a real socket."""
     extender, _ = make_extender()
     webhook = AdmissionWebhook(FilePolicySource(default_policy_dir()))
     app = create_app(extender, mutate=webhook.handle, max_body_bytes=256 * 1024)
-    with TestClient(app, raise_server_exceptions=False) as test_client:
-        yield test_client
-    webhook.close()
+    try:
+        with running(app) as port, httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            yield http
+    finally:
+        webhook.close()
 
 
-def check(client: TestClient, path: str, body: bytes) -> None:
+def check(client: httpx.Client, path: str, body: bytes) -> None:
     response = client.post(path, content=body)
     assert response.status_code in (200, 400, 413), (path, body[:300], response.text[:300])
     document = response.json()
@@ -76,13 +76,13 @@ def check(client: TestClient, path: str, body: bytes) -> None:
 
 @FUZZ
 @given(path=st.sampled_from(ENDPOINTS), body=st.binary(max_size=300))
-def test_arbitrary_bytes(client: TestClient, path: str, body: bytes) -> None:
+def test_arbitrary_bytes(client: httpx.Client, path: str, body: bytes) -> None:
     check(client, path, body)
 
 
 @FUZZ
 @given(path=st.sampled_from(ENDPOINTS), document=json_values)
-def test_arbitrary_json(client: TestClient, path: str, document: Any) -> None:
+def test_arbitrary_json(client: httpx.Client, path: str, document: Any) -> None:
     check(client, path, json.dumps(document).encode())
 
 
@@ -124,7 +124,7 @@ PATHS = {endpoint: paths_of(document) for endpoint, document in REAL.items()}
 @FUZZ
 @given(data=st.data(), endpoint=st.sampled_from(ENDPOINTS), replacement=json_values)
 def test_real_request_with_one_part_replaced(
-    client: TestClient, data: st.DataObject, endpoint: str, replacement: Any
+    client: httpx.Client, data: st.DataObject, endpoint: str, replacement: Any
 ) -> None:
     document = copy.deepcopy(REAL[endpoint])
     path = data.draw(st.sampled_from(PATHS[endpoint]))
@@ -147,7 +147,7 @@ def test_real_request_with_one_part_replaced(
     names=st.lists(st.sampled_from([*NAMES, "unknown-node", ""]), max_size=8),
 )
 def test_pod_resources_and_annotations(
-    client: TestClient,
+    client: httpx.Client,
     endpoint: str,
     requests: dict[str, str],
     milli: str | None,
