@@ -1,6 +1,7 @@
 """ClusterSync: the live cluster as a :class:`ClusterState`, kept in sync by list + watch.
 
-Two threads, one for nodes and one for pods, do what client-go's reflector does:
+Two reflectors (:class:`~kubesage.core.k8s.watch_stream.ListWatch`), one for nodes
+and one for pods, each on its own thread, do what client-go's reflector does:
 list (remembering the list's ``resourceVersion``), then watch from it with bookmarks;
 a watch that ends (server timeout) resumes from the last version seen; a ``410 Gone``
 (the version was compacted away; sent as an ``ERROR`` event or as an HTTP status)
@@ -37,24 +38,21 @@ with the reason.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
-import urllib3
 from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 
-from kubesage.core.errors import CapacityError, DependencyError, InputError
+from kubesage.core.errors import CapacityError, DependencyError
 from kubesage.core.k8s import metrics
 from kubesage.core.k8s.binder import parse_gpu_indices
 from kubesage.core.k8s.translate import TranslateError, node_spec, pod_request
-from kubesage.core.k8s.watch_stream import describe, json_lines, shutdown
+from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
 from kubesage.core.policy.gpu_choice import best_mig_slot, lowest_index_gpus
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.telemetry.protocol import Snapshot
@@ -74,31 +72,11 @@ class ClusterNotReadyError(DependencyError):
     """The state is not available yet (first list not done, or no nodes)."""
 
 
-class _ExpiredError(Exception):
-    """The watch's resourceVersion is too old (410): relist."""
-
-
 @dataclass
 class _Assumed:
     request: PodRequest
     placement: Placement
     expires_at: float
-
-
-@dataclass
-class _Loop:
-    """One reflector: what it lists and watches, and where it stands."""
-
-    kind: str
-    list_call: Callable[..., Any]
-    apply: Callable[[str, Obj], bool]
-    """Applies one event; returns whether waiters should look again."""
-    replace: Callable[[list[Obj]], None]
-    error: str | None = None
-    listed: bool = False
-    version: str | None = None
-    """The resourceVersion reached (list, then each event and bookmark); None: relist."""
-    response: Any = None
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -119,7 +97,7 @@ def _bound_node(pod: Mapping[str, Any]) -> str | None:
     return str(node) if node else None
 
 
-class ClusterSync:
+class ClusterSync(ReflectedCache):
     """List + watch of nodes and pods into a ClusterState (see the module docstring).
 
     Also a :class:`~kubesage.core.telemetry.protocol.Collector` of ClusterState.
@@ -131,32 +109,20 @@ class ClusterSync:
         self,
         api: k8s_client.ApiClient,
         *,
-        resync_s: float = 300.0,
-        watch_timeout_s: float = 300.0,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
         assume_ttl_s: float = 30.0,
-        request_timeout_s: float = 30.0,
         rack_label: str = DEFAULT_RACK_LABEL,
         clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[WatchOptions],
     ) -> None:
-        if resync_s <= 0 or watch_timeout_s <= 0:
-            raise InputError("ClusterSync: resync_s and watch_timeout_s must be positive")
+        """``options``: how the reflectors pace their calls (:class:`WatchOptions`)."""
         # Any: called with _preload_content=False (raw JSON), which the generated
         # signatures do not describe.
         self._core: Any = k8s_client.CoreV1Api(api)
-        self.resync_s = resync_s
-        self.watch_timeout_s = watch_timeout_s
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
         self.assume_ttl_s = assume_ttl_s
-        self.request_timeout_s = request_timeout_s
         self.rack_label = rack_label
         self._clock = clock
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
         self._nodes: dict[str, Obj] = {}
         self._specs: dict[str, NodeSpec] = {}
         self._pods: dict[str, Obj] = {}
@@ -170,81 +136,28 @@ class ClusterSync:
         self.generation = 0
         """Bumped on every change a scheduler must see (not on node heartbeats); waiters
         use :meth:`wait_for_change`."""
-        self.failures = 0
-        """List/watch attempts that failed (the Collector protocol's counter)."""
-        self.relists = 0
-        """Full lists done (initial, after 410, resync)."""
         self.rebuilds = 0
         """Times the ClusterState was rebuilt (node set or node spec changed)."""
         self.untranslatable = 0
         """Node or pod objects the core could not read (skipped; logged)."""
-        self._loops = [
-            _Loop("nodes", self._core.list_node, self._apply_node, self._replace_nodes),
-            _Loop(
-                "pods",
-                self._list_pods,
-                self._apply_pod,
-                self._replace_pods,
-            ),
-        ]
+        self._reflectors = Reflectors("ClusterSync", self._changed, clock=clock, options=options)
+        self._watch("nodes", self._core.list_node, self._replace_nodes, self._apply_node)
+        self._watch("pods", self._list_pods, self._replace_pods, self._apply_pod)
 
-    # -- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the node and pod reflectors (returns at once; see :attr:`ready`)."""
-        if self._threads:
-            return
-        self._stop.clear()
-        for loop in self._loops:
-            thread = threading.Thread(
-                target=self._run, args=(loop,), name=f"clustersync-{loop.kind}", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the reflectors and close their watch connections."""
-        self._stop.set()
-        for loop in self._loops:
-            shutdown(loop.response)
-        with self._changed:
-            self._changed.notify_all()
-        for thread in self._threads:
-            thread.join(timeout_s)
-        self._threads = []
-
-    def __enter__(self) -> ClusterSync:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    # -- lifecycle (start, stop and `with` come from ReflectedCache) ---------------------
 
     @property
     def ready(self) -> bool:
         """True once nodes and pods have both been listed."""
-        return all(loop.listed for loop in self._loops)
+        return self._reflectors.listed
 
     def wait_until_ready(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while not self.ready and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-        return self.ready
+        return self._reflectors.wait(lambda: self.ready, timeout_s)
 
     def wait_for_change(self, since: int, timeout_s: float) -> int:
         """Block until :attr:`generation` differs from ``since`` (or timeout); return it."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while self.generation == since and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._changed.wait(left)
-            return self.generation
+        self._reflectors.wait(lambda: self.generation != since, timeout_s)
+        return self.generation
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -268,7 +181,8 @@ class ClusterSync:
     def collect(self) -> Snapshot[ClusterState]:
         """A copy of the state; stale (with the reason) while list/watch is failing."""
         with self._lock:
-            errors = [f"{loop.kind}: {loop.error}" for loop in self._loops if loop.error]
+            loops = self._reflectors.loops.items()
+            errors = [f"{kind}: {loop.error}" for kind, loop in loops if loop.error]
             state = self._state
             if state is None:
                 if self._last_good is None:
@@ -361,94 +275,36 @@ class ClusterSync:
     def _list_pods(self, **kwargs: Any) -> Any:
         return self._core.list_pod_for_all_namespaces(field_selector=POD_FIELD_SELECTOR, **kwargs)
 
-    def _run(self, loop: _Loop) -> None:
-        backoff = self.backoff_s
-        resync_at = 0.0
-        while not self._stop.is_set():
-            try:
-                if loop.version is None or self._clock() >= resync_at:
-                    self._relist(loop)
-                    resync_at = self._clock() + self.resync_s
-                self._watch(loop, resync_at)
-                backoff = self.backoff_s
-            except _ExpiredError:
-                log.info("%s watch: resourceVersion expired; relisting", loop.kind)
-                loop.version = None
-            except Exception as exc:  # a reflector never dies: log, count, back off
-                if self._stop.is_set():
-                    break
-                if not isinstance(exc, ApiException | urllib3.exceptions.HTTPError | OSError):
-                    log.exception("%s list/watch: unexpected error", loop.kind)
-                with self._lock:
-                    self.failures += 1
-                    loop.error = describe(exc)
-                metrics.COLLECTOR_FAILURES.labels(self.name).inc()
-                log.warning(
-                    "%s list/watch failed (%s); retrying in %.1fs", loop.kind, loop.error, backoff
-                )
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.max_backoff_s)
-            finally:
-                loop.response = None
+    def _watch(
+        self,
+        kind: str,
+        list_call: Callable[..., Any],
+        replace: Callable[[list[Obj]], None],
+        apply: Callable[[str, Obj], bool],
+    ) -> None:
+        """A reflector of ``kind`` into the caches (``apply`` says whether to wake)."""
 
-    def _relist(self, loop: _Loop) -> None:
-        response = loop.list_call(_preload_content=False, _request_timeout=self.request_timeout_s)
-        body = json.loads(response.data)
-        items = body.get("items") or []
-        with self._changed:
-            loop.replace(items)
-            loop.listed = True
-            loop.error = None
-            loop.version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-            self.relists += 1
+        def on_list(items: list[Obj]) -> None:
+            replace(items)
             self._bump()
 
-    def _watch(self, loop: _Loop, resync_at: float) -> None:
-        """Watch from ``loop.version`` until the server ends the stream; ``loop.version``
-        follows every event and bookmark, so a broken stream resumes where it broke."""
-        timeout_s = max(1, int(min(self.watch_timeout_s, resync_at - self._clock())))
-        response = loop.list_call(
-            watch=True,
-            resource_version=loop.version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_s,
-            _preload_content=False,
-            _request_timeout=(self.request_timeout_s, timeout_s + self.request_timeout_s),
+        def on_event(event: str, obj: Obj) -> None:
+            if apply(event, obj):
+                self._bump()
+
+        self._reflectors.add(
+            kind,
+            list_call,
+            thread_name=f"clustersync-{kind}",
+            on_list=on_list,
+            on_event=on_event,
+            on_failure=metrics.COLLECTOR_FAILURES.labels(self.name).inc,
         )
-        loop.response = response
-        with self._lock:
-            loop.error = None  # connected again: the cache is current from here on
-        if self._stop.is_set():
-            shutdown(response)
-            return
-        try:
-            for line in json_lines(response):
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _ExpiredError()
-                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                version = (obj.get("metadata") or {}).get("resourceVersion")
-                with self._changed:
-                    if kind in ("ADDED", "MODIFIED", "DELETED") and loop.apply(kind, obj):
-                        self._bump()
-                    if version:
-                        loop.version = str(version)
-        except ApiException as exc:
-            if exc.status == 410:
-                raise _ExpiredError() from exc
-            raise
-        finally:
-            response.release_conn()
 
     @property
     def resource_versions(self) -> dict[str, str | None]:
         """The resourceVersion each reflector has reached (``nodes``, ``pods``)."""
-        return {loop.kind: loop.version for loop in self._loops}
+        return {kind: loop.version for kind, loop in self._reflectors.loops.items()}
 
     def _bump(self) -> None:
         self.generation += 1

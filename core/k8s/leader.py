@@ -246,37 +246,39 @@ class LeaderElector:
                 "leaseTransitions": 0,
             },
         }
-        try:
-            response = self._api.create_namespaced_lease(
+        return self._commit(
+            "creating",
+            lambda: self._api.create_namespaced_lease(
                 self.namespace, body, _preload_content=False, _request_timeout=self._time_left()
-            )
-            created: Obj = json.loads(response.data)
-        except ApiException as exc:
-            if exc.status != 409:
-                log.warning("creating lease %s failed: HTTP %s", self.lease_name, exc.status)
-            return False
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            log.warning("creating lease %s failed: %s", self.lease_name, exc)
-            return False
-        self._hold(created)
-        return True
+            ),
+        )
 
     def _write(self, lease: Obj) -> bool:
-        try:
-            response = self._api.replace_namespaced_lease(
+        return self._commit(
+            "updating",
+            lambda: self._api.replace_namespaced_lease(
                 self.lease_name,
                 self.namespace,
                 lease,
                 _preload_content=False,
                 _request_timeout=self._time_left(),
-            )
-            written: Obj = json.loads(response.data)
+            ),
+        )
+
+    def _commit(self, action: str, call: Callable[[], Any]) -> bool:
+        """Send a Lease create or update; hold what the server returns.
+
+        False when it fails: a 409 (another replica wrote first) quietly, anything else
+        logged; the caller retries at its next tick either way.
+        """
+        try:
+            written: Obj = json.loads(call().data)
         except ApiException as exc:
             if exc.status != 409:
-                log.warning("updating lease %s failed: HTTP %s", self.lease_name, exc.status)
+                log.warning("%s lease %s failed: HTTP %s", action, self.lease_name, exc.status)
             return False
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            log.warning("updating lease %s failed: %s", self.lease_name, exc)
+            log.warning("%s lease %s failed: %s", action, self.lease_name, exc)
             return False
         self._hold(written)
         return True

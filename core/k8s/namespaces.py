@@ -12,7 +12,8 @@ created immediately before its first pods (``kubectl create namespace`` then ``a
 first pods of every new namespace with the name-only fallback and miss relabels for up
 to N seconds, while costing a full LIST of all namespaces every N seconds per replica.
 A watch delivers both within milliseconds for one idle connection. It is the same
-reflector as :mod:`kubesage.core.k8s.informer`: list (remembering the list's
+reflector as :mod:`kubesage.core.k8s.informer`
+(:class:`~kubesage.core.k8s.watch_stream.ListWatch`): list (remembering the list's
 ``resourceVersion``), watch from it with bookmarks, resume from the last version seen
 when a watch ends, relist on ``410 Expired`` and every ``resync_s``, and back off
 exponentially on any other failure.
@@ -33,22 +34,19 @@ Fallbacks, each counted in ``kubesage_fallbacks_total{component="namespace_cache
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Unpack
 
-import urllib3
 from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 
 from kubesage.core.errors import InputError
 from kubesage.core.k8s import metrics
 from kubesage.core.k8s.scheduling_policy import NAMESPACE_NAME_LABEL
-from kubesage.core.k8s.watch_stream import describe, json_lines, shutdown
+from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
 from kubesage.core.k8s.webhook import name_only_namespace_labels
 
 log = logging.getLogger(__name__)
@@ -59,10 +57,6 @@ DEFAULT_MAX_NAMESPACES = 20_000
 """Namespaces cached at most (Kubernetes' scalability envelope is 10,000 namespaces)."""
 
 Labels = Mapping[str, str]
-
-
-class _ExpiredError(Exception):
-    """The watch's resourceVersion was compacted away (410): relist."""
 
 
 def _labels_of(namespace: Mapping[str, Any]) -> tuple[str, Labels] | None:
@@ -85,7 +79,7 @@ def _labels_of(namespace: Mapping[str, Any]) -> tuple[str, Labels] | None:
     return name, MappingProxyType(labels)
 
 
-class NamespaceCache:
+class NamespaceCache(ReflectedCache):
     """Namespace name → labels by list + watch (see the module docstring).
 
     Call it with a namespace name for its labels (the webhook's ``namespace_labels``).
@@ -95,84 +89,48 @@ class NamespaceCache:
         self,
         api: k8s_client.ApiClient,
         *,
-        resync_s: float = 300.0,
-        watch_timeout_s: float = 300.0,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
-        request_timeout_s: float = 30.0,
         max_namespaces: int = DEFAULT_MAX_NAMESPACES,
         clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[WatchOptions],
     ) -> None:
-        if resync_s <= 0 or watch_timeout_s <= 0:
-            raise InputError("NamespaceCache: resync_s and watch_timeout_s must be positive")
+        """``options``: how the reflector paces its calls (:class:`WatchOptions`)."""
         if max_namespaces < 1:
             raise InputError(f"NamespaceCache: max_namespaces must be ≥ 1, got {max_namespaces}")
-        # Any: called with _preload_content=False (raw JSON), which the generated
-        # signatures do not describe.
-        self._core: Any = k8s_client.CoreV1Api(api)
-        self.resync_s = resync_s
-        self.watch_timeout_s = watch_timeout_s
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.request_timeout_s = request_timeout_s
         self.max_namespaces = max_namespaces
-        self._clock = clock
         self._lock = threading.Condition(threading.Lock())
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._response: Any = None
         self._labels: dict[str, Labels] = {}
-        self._version: str | None = None
-        self.listed = False
-        """True once a list has succeeded (lookups before it are all "unknown")."""
-        self.error: str | None = None
-        """Why the last list/watch call failed; None once one succeeds again."""
-        self.failures = 0
-        """List/watch calls that failed (each counted as an ``api_error`` fallback)."""
-        self.relists = 0
-        """Full lists done (initial, after 410, resync)."""
         self.overflow = 0
         """Namespaces not cached because ``max_namespaces`` were already held."""
         self.generation = 0
         """Bumped on every change to the cached labels (tests and waiters poll it)."""
+        # Any: called with _preload_content=False (raw JSON), which the generated
+        # signatures do not describe.
+        core: Any = k8s_client.CoreV1Api(api)
+        self._reflectors = Reflectors("NamespaceCache", self._lock, clock=clock, options=options)
+        self._reflector = self._reflectors.add(
+            "namespaces",
+            core.list_namespace,
+            thread_name="namespace-cache",
+            on_list=self._replace,
+            on_event=self._apply,
+            on_failure=metrics.FALLBACKS.labels(COMPONENT, "api_error").inc,
+        )
 
-    # -- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the list + watch thread (returns at once; see :meth:`wait_until_synced`)."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="namespace-cache", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread and close its watch connection."""
-        self._stop.set()
-        shutdown(self._response)
-        with self._lock:
-            self._lock.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-
-    def __enter__(self) -> NamespaceCache:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    # -- lifecycle (start, stop and `with` come from ReflectedCache) ---------------------
 
     def wait_until_synced(self, timeout_s: float) -> bool:
         """Block until the first list has succeeded (or timeout); return whether it has."""
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            while not self.listed and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._lock.wait(left)
-            return self.listed
+        return self._reflectors.wait(lambda: self.listed, timeout_s)
+
+    @property
+    def listed(self) -> bool:
+        """True once a list has succeeded (lookups before it are all "unknown")."""
+        return self._reflector.listed
+
+    @property
+    def error(self) -> str | None:
+        """Why the last list/watch call failed; None once one succeeds again."""
+        return self._reflector.error
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -204,46 +162,10 @@ class NamespaceCache:
 
     # -- reflector ---------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        backoff = self.backoff_s
-        resync_at = 0.0
-        while not self._stop.is_set():
-            try:
-                if self._version is None or self._clock() >= resync_at:
-                    self._relist()
-                    resync_at = self._clock() + self.resync_s
-                self._watch(resync_at)
-                backoff = self.backoff_s
-            except _ExpiredError:
-                log.info("namespace watch: resourceVersion expired; relisting")
-                self._version = None
-            except Exception as exc:  # the cache never dies: log, count, keep the labels
-                if self._stop.is_set():
-                    break
-                if not isinstance(exc, ApiException | urllib3.exceptions.HTTPError | OSError):
-                    log.exception("namespace list/watch: unexpected error")
-                with self._lock:
-                    self.failures += 1
-                    self.error = describe(exc)
-                metrics.FALLBACKS.labels(COMPONENT, "api_error").inc()
-                log.warning(
-                    "namespace list/watch failed (%s); keeping %d namespaces' last labels, "
-                    "retrying in %.1fs",
-                    self.error,
-                    len(self),
-                    backoff,
-                )
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.max_backoff_s)
-            finally:
-                self._response = None
-
-    def _relist(self) -> None:
-        response = self._core.list_namespace(
-            _preload_content=False, _request_timeout=self.request_timeout_s
-        )
-        body = json.loads(response.data)
-        entries = [entry for item in body.get("items") or [] if (entry := _labels_of(item))]
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        """A list's namespaces replace the cache, the first ``max_namespaces`` by name
+        (called holding the lock)."""
+        entries = [entry for item in items if (entry := _labels_of(item))]
         entries.sort(key=lambda entry: entry[0])
         kept = dict(entries[: self.max_namespaces])
         dropped = len(entries) - len(kept)
@@ -253,69 +175,26 @@ class NamespaceCache:
                 dropped,
                 self.max_namespaces,
             )
-        with self._lock:
-            self._labels = kept
-            self.overflow = dropped
-            self.listed = True
-            self.error = None
-            self._version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-            self.relists += 1
-            self.generation += 1
-            self._lock.notify_all()
-
-    def _watch(self, resync_at: float) -> None:
-        """Watch from the last version seen until the server ends the stream."""
-        timeout_s = max(1, int(min(self.watch_timeout_s, resync_at - self._clock())))
-        response = self._core.list_namespace(
-            watch=True,
-            resource_version=self._version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_s,
-            _preload_content=False,
-            _request_timeout=(self.request_timeout_s, timeout_s + self.request_timeout_s),
-        )
-        self._response = response
-        with self._lock:
-            self.error = None  # connected again: the watch resumes where it broke
-        if self._stop.is_set():
-            shutdown(response)
-            return
-        try:
-            for line in json_lines(response):
-                event = json.loads(line)
-                kind = event.get("type")
-                obj = event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _ExpiredError()
-                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._apply(kind, obj)
-                version = (obj.get("metadata") or {}).get("resourceVersion")
-                if version:
-                    self._version = str(version)
-        except ApiException as exc:
-            if exc.status == 410:
-                raise _ExpiredError() from exc
-            raise
-        finally:
-            response.release_conn()
+        self._labels = kept
+        self.overflow = dropped
+        self.generation += 1
+        self._lock.notify_all()
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Apply one watch event (called holding the lock)."""
         entry = _labels_of(obj)
         if entry is None:
             return
         name, labels = entry
-        with self._lock:
-            if kind == "DELETED":
-                self._labels.pop(name, None)
-            elif name in self._labels or len(self._labels) < self.max_namespaces:
-                self._labels[name] = labels
-            else:
-                self.overflow += 1
-                log.warning(
-                    "namespace %s not cached: the cap of %d is reached", name, self.max_namespaces
-                )
-                return
-            self.generation += 1
-            self._lock.notify_all()
+        if kind == "DELETED":
+            self._labels.pop(name, None)
+        elif name in self._labels or len(self._labels) < self.max_namespaces:
+            self._labels[name] = labels
+        else:
+            self.overflow += 1
+            log.warning(
+                "namespace %s not cached: the cap of %d is reached", name, self.max_namespaces
+            )
+            return
+        self.generation += 1
+        self._lock.notify_all()

@@ -110,12 +110,14 @@ def test_resource_version_expired_relists(fake: FakeApiServer) -> None:
         fake.add_pod(running_pod("b", "n1", cpu="2"))  # made while disconnected
         wait_until(lambda: free(sync)["n1"][0] == 13_000, what="both pods after relist")
         assert sync.relists > relists  # 410 on resuming: relisted, not stuck
-        resumed = [
-            r.query["resourceVersion"][0]
-            for r in fake.requests_to("GET", r"^/api/v1/pods$")
-            if r.query.get("watch") == ["true"]
-        ]
-        assert len(resumed) >= 3  # first watch, the refused resume, the watch after relisting
+
+        def pod_watches() -> int:
+            requests = fake.requests_to("GET", r"^/api/v1/pods$")
+            return sum(r.query.get("watch") == ["true"] for r in requests)
+
+        # the first watch, the refused resume, the watch after relisting (which the
+        # reflector sends just after the relist that the wait above saw)
+        wait_until(lambda: pod_watches() >= 3, what="a watch after relisting")
 
 
 def test_dropped_watch_resumes_without_relist(fake: FakeApiServer) -> None:
@@ -139,6 +141,7 @@ def test_api_errors_back_off_then_recover_and_mark_stale(fake: FakeApiServer) ->
         assert sync.failures >= 2
         assert not sync.collect().stale
 
+        fake.wait_for_watches(2)  # a watch still connecting would miss the fault and the drop
         fake.fail("GET", r"^/api/v1/pods$", 500, times=1_000)
         fake.drop_watches()
         wait_until(lambda: "pods: HTTP 500" in (sync.collect().reason or ""), what="stale")

@@ -155,6 +155,7 @@ def test_api_down_keeps_the_last_good_labels_and_counts_the_fallbacks(
     fake: FakeApiServer, webhook: AdmissionWebhook, cache: NamespaceCache
 ) -> None:
     api_errors, stale = fallbacks("api_error"), fallbacks("stale_labels")
+    fake.wait_for_watches(1)  # a watch still connecting would miss both the fault and the drop
     fake.fail("GET", r"^/api/v1/namespaces$", 503, times=10**6, message="etcd unavailable")
     fake.drop_watches()
     wait_until(lambda: cache.stale and cache.failures >= 2, what="the cache to see the outage")
