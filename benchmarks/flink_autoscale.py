@@ -23,42 +23,45 @@ import logging
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, format_table
+from _common import format_table
 
 from kubesage.adapters.flink.autoscaler import (
     Autoscaler,
     AutoscalerSettings,
     Observation,
     ObservationCollector,
-    VertexObservation,
 )
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 from kubesage.adapters.flink.rescale import rescale_in_place
+from kubesage.adapters.flink.sample_runs import SAMPLE_JOB
 
-SAMPLE_JOB = REPO / "adapters" / "flink" / "sample_job.py"
 SOURCE, SLOW = "Source: sequence -> pace", "slow"
 TICK_S = 5.0
 
 
-@dataclass(frozen=True)
-class OperatorDefaults:
-    """The Flink Kubernetes Operator autoscaler's defaults (job.autoscaler.*)."""
-
-    stabilization_s: float = 300.0
-    metrics_window_s: float = 900.0
-    target_utilisation: float = 0.7
-    utilisation_boundary: float = 0.3
-    catch_up_s: float = 300.0
-    scale_down_interval_s: float = 3600.0
+OPERATOR_DEFAULTS = AutoscalerSettings(
+    target_utilisation=0.7,
+    utilisation_boundary=0.3,
+    settle_s=300.0,
+    catch_up_s=300.0,
+    scale_down_delay_s=3600.0,
+)
+"""The Flink Kubernetes Operator autoscaler's defaults (``job.autoscaler.*``), in
+kubesage's terms: stabilization.interval 5 min (``settle_s``), target.utilization 0.7
+± 0.3, catch-up.duration 5 min, scale-down.interval 1 h."""
+OPERATOR_METRICS_WINDOW_S = 900.0
+"""``job.autoscaler.metrics.window``: 15 min of metrics before its first decision."""
 
 
 def operator_decision(
-    windows: list[Observation], defaults: OperatorDefaults, max_parallelism: int
+    windows: list[Observation],
+    max_parallelism: int,
+    defaults: AutoscalerSettings = OPERATOR_DEFAULTS,
+    metrics_window_s: float = OPERATOR_METRICS_WINDOW_S,
 ) -> dict[str, Any]:
     """The operator's parallelism for the slow vertex from the windows before any rescale.
 
@@ -68,15 +71,15 @@ def operator_decision(
     within target ± boundary. The lag is the backlog when it decides: it has grown at the
     measured rate through the stabilization interval and the metrics window.
     """
-    slow = [_vertex(w, SLOW) for w in windows]
-    source = [_vertex(w, SOURCE) for w in windows]
+    slow = [w.vertex(SLOW) for w in windows]
+    source = [w.vertex(SOURCE) for w in windows]
     parallelism = slow[0].parallelism
     true_rate = statistics.fmean(
         (v.records_in_per_s or 0.0) / ((v.busy_ms_per_s or 1000.0) / 1000.0) for v in slow
     )
     growth = statistics.fmean(v.pending_growth_per_s or 0.0 for v in source)
     demand = statistics.fmean((v.records_out_per_s or 0.0) for v in source) + growth
-    decided_at_s = defaults.stabilization_s + defaults.metrics_window_s
+    decided_at_s = defaults.settle_s + metrics_window_s
     lag = growth * decided_at_s
     target_capacity = (demand + lag / defaults.catch_up_s) / defaults.target_utilisation
     utilisation = demand / true_rate
@@ -91,21 +94,6 @@ def operator_decision(
         "operator_lag_at_decision": round(lag),
         "operator_true_rate": round(true_rate, 2),
     }
-
-
-def _vertex(observation: Observation, name: str) -> VertexObservation:
-    return next(v for v in observation.vertices if v.name == name)
-
-
-def calm(observation: Observation, rate: float) -> bool:
-    source = _vertex(observation, SOURCE)
-    return (
-        observation.window_s >= 15.0
-        and source.pending_records is not None
-        and source.pending_records < 2 * rate
-        and source.backpressured_ms_per_s is not None
-        and source.backpressured_ms_per_s <= 100.0
-    )
 
 
 def run(rate: float, capacity: float, slots: int, deadline_s: float) -> dict[str, Any]:
@@ -143,13 +131,13 @@ def run(rate: float, capacity: float, slots: int, deadline_s: float) -> dict[str
                 if outcome.succeeded:
                     autoscaler.record_rescale(time.time(), old, decision.changes)
                 calm_windows = 0
-            elif rescales and calm(observation, rate):
+            elif rescales and observation.drained(SOURCE, max_pending_records=2 * rate):
                 calm_windows += 1
                 if calm_windows == 2:
                     converged_s = observation.time_s
             time.sleep(TICK_S)
-        final = _vertex(last, SLOW) if last is not None else None
-        source = _vertex(last, SOURCE) if last is not None else None
+        final = last.vertex(SLOW) if last is not None else None
+        source = last.vertex(SOURCE) if last is not None else None
         max_parallelism = final.max_parallelism if final is not None else 128
         client.cancel(job_id)
     assert job_running_s is not None
@@ -169,7 +157,7 @@ def run(rate: float, capacity: float, slots: int, deadline_s: float) -> dict[str
         "slow_busy_ms_per_s_after": _round(final.busy_ms_per_s if final else None),
     }
     if before_rescale:
-        result |= operator_decision(before_rescale, OperatorDefaults(), max_parallelism)
+        result |= operator_decision(before_rescale, max_parallelism)
     return result
 
 

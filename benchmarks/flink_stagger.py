@@ -3,8 +3,9 @@
 Starts a local Flink session cluster (the Flink venv, ``make services``), submits
 ``--jobs`` copies of the sample job through ``kubesage flink submit``'s code path
 (a Python operator under backpressure with unaligned checkpoints, so a checkpoint
-lasts hundreds of ms), probes each job's checkpoint duration one job at a time, then
-gives all jobs one interval and checkpoints them for ``--periods`` intervals
+lasts hundreds of ms; Flink's periodic checkpoints off, ``--checkpoint-interval-ms 0``,
+so only the coordinator checkpoints them), probes each job's checkpoint duration one
+job at a time, then gives all jobs one interval and checkpoints them for ``--periods`` intervals
 
 - *with* the plan: kubesage's coordinator triggers each job at its phase;
 - *without*: every job at the same instants (what jobs started together on the same
@@ -12,9 +13,9 @@ gives all jobs one interval and checkpoints them for ``--periods`` intervals
 
 Two intervals: ``roomy`` (3 × the sum of the probed durations: the optimum is 1) and
 ``tight`` (0.75 × that sum: for the probed durations no schedule avoids overlaps,
-``plan_optimum`` = ⌈Σd/T⌉ = 2). ``optimum`` is ``max(1, ⌈Σ d_i / T⌉)`` over the
-longest duration each job showed while on the plan, which can differ from the probed
-ones. Concurrency is measured from Flink's checkpoint history.
+``plan_optimum`` = ⌈Σd/T⌉ = 2), both at least 500 ms. ``optimum`` is
+``max(1, ⌈Σ d_i / T⌉)`` over the longest duration each job showed while on the plan,
+which can differ from the probed ones. Concurrency is measured from Flink's checkpoint history.
 
     python benchmarks/flink_stagger.py [--jobs 3] [--periods 4] [--format table|json]
 """
@@ -23,59 +24,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import sys
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import httpx
-from _common import REPO, format_table
+from _common import format_table
 
 from kubesage.adapters.flink.checkpoint_coordinator import (
     StaggerComparison,
     compare_with_aligned,
+    equal_interval,
     measure_profiles,
 )
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 from kubesage.adapters.flink.registry import JobRegistry
-from kubesage.adapters.flink.stagger import CheckpointProfile
-from kubesage.adapters.flink.submit import SubmitRequest, submit
+from kubesage.adapters.flink.sample_runs import sample_copies
 
-SAMPLE_JOB = REPO / "adapters" / "flink" / "sample_job.py"
-SAMPLE_ARGS = ("--rate", "1000", "--capacity", "4", "--checkpoint-interval-ms", "2000000000")
+log = logging.getLogger("flink_stagger")
+
 SCENARIOS = {"roomy": 3.0, "tight": 0.75}
 """Interval as a multiple of the sum of the probed checkpoint durations."""
-
-
-def submit_jobs(cluster: LocalFlinkCluster, registry: JobRegistry, count: int) -> list[str]:
-    os.environ["FLINK_CONF_DIR"] = str(cluster.conf_dir)
-    python = str(cluster.python)
-    job_ids = []
-    for index in range(count):
-        request = SubmitRequest(
-            flink_args=(
-                "-pyexec",
-                python,
-                "-pyclientexec",
-                python,
-                "-py",
-                str(SAMPLE_JOB),
-                *SAMPLE_ARGS,
-                "--name",
-                f"stagger-{index}",
-            ),
-            jobmanager=cluster.rest_url,
-            name=f"stagger-{index}",
-            parallelism=1,
-            checkpoint_interval_ms=10_000,
-            flink_home=cluster.flink_home,
-        )
-        job_ids.append(submit(request, registry).job_id)
-        print(f"submitted stagger-{index}: {job_ids[-1]}", file=sys.stderr)
-    return job_ids
+MIN_INTERVAL_MS = 500
+"""Checkpoints requested over REST last 100–300 ms here: a higher floor would make the
+tight interval roomy."""
 
 
 def scenario(result: StaggerComparison) -> dict[str, Any]:
@@ -101,6 +74,8 @@ def main() -> int:
     parser.add_argument("--periods", type=int, default=4)
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.jobs < 2 or args.periods < 2:
         parser.error("--jobs and --periods must be ≥ 2")
     results: dict[str, dict[str, Any]] = {}
@@ -110,22 +85,13 @@ def main() -> int:
         FlinkClient(cluster.rest_url) as client,
     ):
         registry = JobRegistry(Path(scratch) / "flink-jobs.yaml")
-        job_ids = submit_jobs(cluster, registry, args.jobs)
-        try:
+        with sample_copies(cluster, registry, args.jobs) as job_ids:
             probed = measure_profiles(client, job_ids, 10_000, rounds=3)
-            total_ms = sum(p.duration_ms for p in probed)
             for name, factor in SCENARIOS.items():
-                interval = max(1_000, math.ceil(factor * total_ms / 100) * 100)
-                profiles = [
-                    CheckpointProfile(p.job_id, interval, p.duration_ms, p.size_bytes)
-                    for p in probed
-                ]
-                print(f"scenario {name}: interval {interval} ms", file=sys.stderr)
+                profiles = equal_interval(probed, factor, minimum_ms=MIN_INTERVAL_MS, step_ms=100)
+                log.info("scenario %s: interval %d ms", name, profiles[0].interval_ms)
                 comparison = compare_with_aligned(client, profiles, periods=args.periods)
                 results[name] = scenario(comparison)
-        finally:
-            for job_id in job_ids:
-                httpx.patch(f"{cluster.rest_url}/jobs/{job_id}", params={"mode": "cancel"})
     main_result = results["roomy"]
     document = {
         "jobs": args.jobs,

@@ -7,6 +7,7 @@
   coordinator that triggers them;
 - ``state_tiering``: hot/cold state recommendations;
 - ``submit``, ``registry``, ``cli``: ``kubesage flink submit|autoscale|stagger|state``;
-- ``local_cluster``, ``sample_job``: a real local Flink session cluster and a job with
-  a known bottleneck, for the tests and benchmarks.
+- ``local_cluster``, ``sample_job``, ``sample_runs``: a real local Flink session
+  cluster, a job with a known bottleneck, and registered copies of it, for the tests
+  and benchmarks.
 """

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.errors import FlinkError, FlinkNotFound
 from kubesage.adapters.flink.rest_models import JobDetail
 from kubesage.core.errors import ConfigError
 
@@ -155,6 +155,35 @@ class Observation:
     vertices: tuple[VertexObservation, ...]
     slots_total: int
     slots_free: int
+
+    def vertex(self, name: str) -> VertexObservation:
+        """The vertex with this name or id (FlinkNotFound naming the job when none has)."""
+        for vertex in self.vertices:
+            if name in (vertex.name, vertex.vertex_id):
+                return vertex
+        raise FlinkNotFound(f"job {self.job_id} has no vertex '{name}'")
+
+    def drained(
+        self,
+        source: str,
+        *,
+        max_pending_records: float,
+        min_window_s: float = 15.0,
+        max_backpressured_ms_per_s: float = 100.0,
+    ) -> bool:
+        """Whether ``source`` has caught up: its backlog below ``max_pending_records`` and
+        it is not backpressured (Flink's "ok" level: ≤ 100 ms/s), over a full window.
+
+        What "the job keeps up" means after a rescale: unknown metrics count as not drained.
+        """
+        vertex = self.vertex(source)
+        return (
+            self.window_s >= min_window_s
+            and vertex.pending_records is not None
+            and vertex.pending_records < max_pending_records
+            and vertex.backpressured_ms_per_s is not None
+            and vertex.backpressured_ms_per_s <= max_backpressured_ms_per_s
+        )
 
 
 @dataclass(frozen=True)

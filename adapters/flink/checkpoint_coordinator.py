@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import statistics
 import threading
 import time
@@ -207,14 +208,12 @@ class CheckpointCoordinator:
                 wait_ms = min(wait_ms, until - self.now_ms())
             if wait_ms > 0:
                 stop.wait(wait_ms / 1000)
-        drain_until = self.now_ms() + int(drain_s * 1000)
-        while self._busy and self.now_ms() < drain_until:
-            self._poll()
-            self._resolve_due()
-            time.sleep(self.poll_s)
-        for pending in list(self._pending.values()):
-            self._finish(pending, "timed-out", detail="still in flight when the coordinator ended")
-        self._give_up_timing()
+        self._settle(
+            outcome_s=drain_s,
+            timing_s=drain_s,
+            poll_s=self.poll_s,
+            detail="still in flight when the coordinator ended",
+        )
         return self.report
 
     def checkpoint_now(
@@ -231,19 +230,30 @@ class CheckpointCoordinator:
         """
         before = len(self.report.records)
         self._trigger(job_id, self.now_ms())
-        deadline = time.monotonic() + timeout_s
+        self._settle(
+            outcome_s=timeout_s,
+            timing_s=timing_wait_s,
+            poll_s=poll_s,
+            detail=f"no outcome within {timeout_s:.0f} s",
+        )
+        return self.report.records[before]
+
+    def _settle(self, *, outcome_s: float, timing_s: float, poll_s: float, detail: str) -> None:
+        """Wait for the triggers in flight (≤ ``outcome_s``), then for the history to time
+        their checkpoints (≤ ``timing_s`` more); close what is still open with ``detail``.
+        """
+        deadline = time.monotonic() + outcome_s
         while self._pending and time.monotonic() < deadline:
             time.sleep(poll_s)
             self._poll()
-        pending = self._pending.get(job_id)
-        if pending is not None:
-            self._finish(pending, "timed-out", detail=f"no outcome within {timeout_s:.0f} s")
-        timing_deadline = time.monotonic() + timing_wait_s
-        while self._busy and time.monotonic() < timing_deadline:
+            self._resolve_due()
+        for pending in list(self._pending.values()):
+            self._finish(pending, "timed-out", detail=detail)
+        deadline = time.monotonic() + timing_s
+        while self._busy and time.monotonic() < deadline:
             time.sleep(poll_s)
             self._resolve_due()
         self._give_up_timing()
-        return self.report.records[before]
 
     def _trigger(self, job_id: str, scheduled_ms: int) -> None:
         if job_id in self._pending:
@@ -370,6 +380,58 @@ def completed_entries(stats: CheckpointStats) -> list[CheckpointEntry]:
     return sorted(done, key=lambda e: e.trigger_timestamp_ms)
 
 
+def history_windows(
+    client: CheckpointClient,
+    job_ids: Iterable[str],
+    *,
+    since_ms: int = 0,
+    until_ms: int | None = None,
+) -> list[tuple[int, int]]:
+    """``[trigger, trigger + end-to-end duration)`` of the jobs' completed checkpoints.
+
+    Only checkpoints triggered in ``[since_ms, until_ms)`` count. Flink keeps a bounded
+    history per job (``web.checkpoints.history``, 10 by default), so read it soon after
+    the run it should cover.
+    """
+    windows = []
+    for job_id in job_ids:
+        for entry in completed_entries(client.checkpoints(job_id)):
+            start = entry.trigger_timestamp_ms
+            if start >= since_ms and (until_ms is None or start < until_ms):
+                windows.append((start, start + entry.end_to_end_duration_ms))
+    return windows
+
+
+def history_peak_concurrent(
+    client: CheckpointClient,
+    job_ids: Iterable[str],
+    *,
+    since_ms: int = 0,
+    until_ms: int | None = None,
+) -> int:
+    """Most checkpoints of these jobs in flight at once, measured by Flink's own history.
+
+    Whoever triggered them (a coordinator, Flink's scheduler, a user): this is what the
+    shared checkpoint storage saw.
+    """
+    return peak_concurrent(history_windows(client, job_ids, since_ms=since_ms, until_ms=until_ms))
+
+
+def equal_interval(
+    profiles: Sequence[CheckpointProfile], factor: float, *, minimum_ms: int, step_ms: int
+) -> list[CheckpointProfile]:
+    """The profiles with one shared interval: ``factor`` × the sum of their durations.
+
+    Rounded up to ``step_ms`` and at least ``minimum_ms``. ``factor ≥ 1`` leaves room to
+    run every checkpoint alone (optimum 1); below 1 no schedule avoids overlaps.
+    """
+    if factor <= 0 or minimum_ms <= 0 or step_ms <= 0:
+        raise StaggerInputError("factor, minimum_ms and step_ms must be positive")
+    total_ms = sum(p.duration_ms for p in profiles)
+    interval = max(minimum_ms, math.ceil(factor * total_ms / step_ms) * step_ms)
+    return [dataclasses.replace(p, interval_ms=interval) for p in profiles]
+
+
 def observed_profile(
     job_id: str,
     interval_ms: int,
@@ -456,6 +518,18 @@ def single_job_plan(job_id: str, interval_ms: int) -> StaggerPlan:
         method="single",
         exact_horizon=True,
     )
+
+
+def driven_conf() -> dict[str, str]:
+    """``-D`` options for a job the coordinator drives: checkpointing on (exactly-once, so
+    a requested checkpoint honours the job's unaligned setting) but never periodic.
+
+    Leaving checkpointing off instead makes Flink run requested checkpoints
+    at-least-once and aligned; ``PERIODIC_OFF_MS`` is Flink's own "no periodic
+    checkpoints" interval (checked on Flink 2.3: ``/checkpoints/config`` then reports
+    ``exactly_once`` and that interval).
+    """
+    return {"execution.checkpointing.interval": f"{PERIODIC_OFF_MS} ms"}
 
 
 def submit_time_conf(interval_ms: int, phase_window_ms: int) -> dict[str, str]:

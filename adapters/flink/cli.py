@@ -16,6 +16,7 @@ from kubesage.adapters.flink.checkpoint_coordinator import (
     CheckpointCoordinator,
     CheckpointRecord,
     completed_entries,
+    history_peak_concurrent,
     measure_profiles,
     observed_profile,
     periodic_interval_ms,
@@ -46,6 +47,13 @@ JobManager = Annotated[
 RegistryPath = Annotated[
     Path | None,
     typer.Option("--registry", help="Job registry file (default: user cache dir)."),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Decide and print what it would do; change nothing.")
+]
+Jobs = Annotated[
+    list[str] | None,
+    typer.Option("--job", help="Only these jobs (repeatable; default: every running job)."),
 ]
 DurationS = Annotated[
     float | None,
@@ -154,9 +162,7 @@ def print_decision(decision: ScalingDecision, outcome: object | None) -> None:
 @user_errors
 def autoscale_command(
     jobmanager: JobManager,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Decide and print; do not rescale.")
-    ] = False,
+    dry_run: DryRun = False,
     job: Annotated[
         str | None, typer.Option("--job", help="Only this job (default: every running job).")
     ] = None,
@@ -175,12 +181,8 @@ def autoscale_command(
 @user_errors
 def stagger_command(
     jobmanager: JobManager,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Plan and print; trigger nothing.")
-    ] = False,
-    job: Annotated[
-        list[str] | None, typer.Option("--job", help="Only these jobs (repeatable).")
-    ] = None,
+    dry_run: DryRun = False,
+    job: Jobs = None,
     interval_s: Annotated[
         float | None,
         typer.Option("--interval-s", help="Interval for jobs with none registered."),
@@ -223,6 +225,7 @@ def stagger_command(
                 checkpoint_size_bytes=profile.size_bytes,
             )
         coordinator = CheckpointCoordinator(client, plan, on_record=print_record)
+        started_ms = coordinator.now_ms()
         with stop_after(duration_s) as stop:
             report = coordinator.run(stop=stop)
         typer.echo(
@@ -231,15 +234,20 @@ def stagger_command(
             f"failed {report.count('failed')}, skipped {report.count('skipped')}, "
             f"Flink errors {report.flink_errors}"
         )
+        try:
+            seen = str(history_peak_concurrent(client, plan.phases_ms, since_ms=started_ms))
+        except FlinkError as exc:
+            seen = f"unknown ({exc})"
+        typer.echo(
+            f"peak concurrent checkpoints of these jobs in Flink's checkpoint history: {seen}"
+        )
 
 
 @flink_app.command("state")
 @user_errors
 def state_command(
     jobmanager: JobManager,
-    job: Annotated[
-        list[str] | None, typer.Option("--job", help="Only these jobs (repeatable).")
-    ] = None,
+    job: Jobs = None,
     remote_dir: Annotated[
         str | None, typer.Option("--remote-dir", help="Remote DFS dir for ForSt primary state.")
     ] = None,
@@ -249,14 +257,17 @@ def state_command(
 ) -> None:
     """Recommend a hot/cold state setup (backend, cache, TTL) per job, as config.yaml lines."""
     with connect(jobmanager) as client:
-        job_ids = job or sorted(j.job_id for j in client.jobs() if j.state == "RUNNING")
-        for job_id in job_ids:
+        for job_id in job or running_job_ids(client):
             observation = observe_state(client, job_id)
             if not observation.samples:
                 stderr.print(f"job {job_id}: no completed checkpoint yet; skipped")
                 continue
             advice = recommend(observation, remote_dir=remote_dir, local_dir=local_dir)
             typer.echo(advice.snippet())
+
+
+def running_job_ids(client: FlinkClient) -> list[str]:
+    return sorted(j.job_id for j in client.jobs() if j.state == "RUNNING")
 
 
 def stagger_profiles(
@@ -268,7 +279,7 @@ def stagger_profiles(
     probe_rounds: int,
 ) -> list[CheckpointProfile]:
     """Profiles of the jobs the coordinator can drive; says why each other job is left out."""
-    candidates = job_ids or sorted(j.job_id for j in client.jobs() if j.state == "RUNNING")
+    candidates = job_ids or running_job_ids(client)
     profiles: list[CheckpointProfile] = []
     to_probe: list[tuple[str, int]] = []
     for job_id in candidates:

@@ -191,6 +191,15 @@ class LocalFlinkCluster:
         for jar in jars:
             (self.lib_dir / jar.name).symlink_to(jar)
 
+    def flink_env(self) -> dict[str, str]:
+        """What ``bin/flink`` needs to find this cluster's config (``FLINK_CONF_DIR``)."""
+        return {"FLINK_CONF_DIR": str(self.conf_dir)}
+
+    def python_args(self) -> tuple[str, ...]:
+        """``flink run`` options that run a PyFlink job with the Flink venv's Python."""
+        python = str(self.python)
+        return ("-pyexec", python, "-pyclientexec", python)
+
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env["FLINK_CONF_DIR"] = str(self.conf_dir)
@@ -281,10 +290,7 @@ class LocalFlinkCluster:
             f"127.0.0.1:{self.rest_port}",
             "-p",
             str(parallelism),
-            "-pyexec",
-            str(self.python),
-            "-pyclientexec",
-            str(self.python),
+            *self.python_args(),
         ]
         for key, value in (conf or {}).items():
             command.append(f"-D{key}={value}")

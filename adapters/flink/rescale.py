@@ -90,31 +90,33 @@ def rescale_in_place(
         old = previous.get(vertex_id)
         lower = min(old.lower, upper) if old is not None else 1
         updated[vertex_id] = ParallelismBounds(lower=max(lower, 1), upper=upper)
+
+    def outcome(
+        parallelism: dict[str, int], message: str, *errors: str, succeeded: bool = False
+    ) -> RescaleOutcome:
+        return RescaleOutcome(
+            succeeded=succeeded,
+            requested=requested,
+            previous=previous,
+            parallelism=parallelism,
+            restored=not succeeded and not errors,
+            message=message,
+            elapsed_s=clock() - started,
+            errors=errors,
+        )
+
     try:
         client.set_resource_requirements(job_id, updated)
     except FlinkUnavailable:
         raise
     except FlinkError as exc:
-        return RescaleOutcome(
-            succeeded=False,
-            requested=requested,
-            previous=previous,
-            parallelism=before,
-            restored=False,
-            message=f"Flink refused the rescale: {exc}; the job keeps its parallelism",
-            elapsed_s=clock() - started,
-            errors=(str(exc),),
+        return outcome(
+            before, f"Flink refused the rescale: {exc}; the job keeps its parallelism", str(exc)
         )
     reached, now = _wait(client, job_id, requested, timeout_s, poll_s, clock, sleep)
     if reached:
-        return RescaleOutcome(
-            succeeded=True,
-            requested=requested,
-            previous=previous,
-            parallelism=now,
-            restored=False,
-            message=f"RUNNING at the new parallelism after {clock() - started:.1f} s",
-            elapsed_s=clock() - started,
+        return outcome(
+            now, f"RUNNING at the new parallelism after {clock() - started:.1f} s", succeeded=True
         )
     log.warning(
         "job %s did not reach %s within %.0f s (at %s); restoring",
@@ -131,16 +133,9 @@ def rescale_in_place(
     back = {vertex_id: before[vertex_id] for vertex_id in requested if vertex_id in before}
     restored, after = _wait(client, job_id, back, timeout_s, poll_s, clock, sleep)
     state = "RUNNING at its previous parallelism" if restored else f"at {after}"
-    return RescaleOutcome(
-        succeeded=False,
-        requested=requested,
-        previous=previous,
-        parallelism=after,
-        restored=not errors,
-        message=(
-            f"the job did not reach {requested} within {timeout_s:.0f} s (it got to {now}); "
-            f"previous requirements restored, job {state}"
-        ),
-        elapsed_s=clock() - started,
-        errors=tuple(errors),
+    return outcome(
+        after,
+        f"the job did not reach {requested} within {timeout_s:.0f} s (it got to {now}); "
+        f"previous requirements restored, job {state}",
+        *errors,
     )

@@ -182,33 +182,9 @@ def plan_stagger(
         raise StaggerInputError(f"duplicate job ids in checkpoint profiles: {sorted(ids)}")
     if not profiles:
         return StaggerPlan({}, {}, {}, resolution_ms, 0, 0, 0, 0, 0, 0, "wrap-around", True)
-    jobs = sorted(profiles, key=lambda p: p.job_id)
-    notes: list[str] = []
-    periods = [max(1, round(p.interval_ms / resolution_ms)) for p in jobs]
-    for p, period in zip(jobs, periods, strict=True):
-        if period * resolution_ms != p.interval_ms:
-            notes.append(
-                f"job {p.job_id}: interval {p.interval_ms} ms rounded to "
-                f"{period * resolution_ms} ms on the {resolution_ms} ms grid"
-            )
-    lengths = []
-    for p, period in zip(jobs, periods, strict=True):
-        slots = max(1, -(-p.duration_ms // resolution_ms))
-        if slots > period:
-            notes.append(
-                f"job {p.job_id}: duration {p.duration_ms} ms exceeds its interval; "
-                "it is always checkpointing"
-            )
-            slots = period
-        lengths.append(slots)
-    weights = np.array([float(p.size_bytes) for p in jobs])
-    hyper = math.lcm(*periods)
-    horizon = min(hyper, MAX_HORIZON_SLOTS)
-    exact_horizon = horizon == hyper
-    if not exact_horizon:
-        notes.append(
-            f"hyperperiod of {hyper} slots evaluated over its first {horizon} only (bounded)"
-        )
+    grid = _Grid.of(profiles, resolution_ms)
+    periods, lengths, weights = grid.periods, grid.lengths, grid.weights
+    horizon, exact_horizon, notes = grid.horizon, grid.exact_horizon, list(grid.notes)
     lower = lower_bound_concurrent(periods, lengths)
     lower_bytes = math.ceil(
         max(
@@ -227,15 +203,9 @@ def plan_stagger(
         count = layout.peaks(phases)[0]
         optimum = count if (finished and exact_horizon) or count == lower else None
     phases = _improve_bytes(layout, phases)
-    count, peak_bytes = layout.peaks(phases)
-    return StaggerPlan(
-        phases_ms={p.job_id: phase * resolution_ms for p, phase in zip(jobs, phases, strict=True)},
-        intervals_ms={p.job_id: t * resolution_ms for p, t in zip(jobs, periods, strict=True)},
-        durations_ms={p.job_id: d * resolution_ms for p, d in zip(jobs, lengths, strict=True)},
-        resolution_ms=resolution_ms,
-        horizon_ms=horizon * resolution_ms,
-        peak_concurrent=count,
-        peak_bytes=round(peak_bytes),
+    return grid.plan(
+        layout,
+        phases,
         lower_bound_concurrent=lower,
         lower_bound_bytes=lower_bytes,
         optimum_concurrent=optimum,
@@ -281,31 +251,94 @@ def best_phase(
 
 def aligned_plan(profiles: Sequence[CheckpointProfile], *, resolution_ms: int = 1) -> StaggerPlan:
     """Every job at phase 0: what uncoordinated jobs started together do (the baseline)."""
-    jobs = sorted(profiles, key=lambda p: p.job_id)
-    periods = [max(1, round(p.interval_ms / resolution_ms)) for p in jobs]
-    lengths = [
-        min(t, max(1, -(-p.duration_ms // resolution_ms)))
-        for p, t in zip(jobs, periods, strict=True)
-    ]
-    weights = np.array([float(p.size_bytes) for p in jobs])
-    horizon = min(math.lcm(*periods), MAX_HORIZON_SLOTS) if jobs else 0
-    count, peak_bytes = (
-        _Layout(periods, lengths, weights, horizon).peaks([0] * len(jobs)) if jobs else (0, 0.0)
-    )
-    return StaggerPlan(
-        phases_ms={p.job_id: 0 for p in jobs},
-        intervals_ms={p.job_id: t * resolution_ms for p, t in zip(jobs, periods, strict=True)},
-        durations_ms={p.job_id: d * resolution_ms for p, d in zip(jobs, lengths, strict=True)},
-        resolution_ms=resolution_ms,
-        horizon_ms=horizon * resolution_ms,
-        peak_concurrent=count,
-        peak_bytes=round(peak_bytes),
-        lower_bound_concurrent=lower_bound_concurrent(periods, lengths),
+    grid = _Grid.of(profiles, resolution_ms)
+    return grid.plan(
+        _Layout(grid.periods, grid.lengths, grid.weights, grid.horizon),
+        [0] * len(grid.jobs),
+        lower_bound_concurrent=lower_bound_concurrent(grid.periods, grid.lengths),
         lower_bound_bytes=0,
         optimum_concurrent=None,
         method="aligned",
         exact_horizon=True,
     )
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Profiles on the planning grid: interval and duration in slots, sorted by job id."""
+
+    jobs: list[CheckpointProfile]
+    periods: list[int]
+    lengths: list[int]
+    """Durations rounded up to whole slots (at least one, at most the period)."""
+    weights: FloatArray
+    resolution_ms: int
+    horizon: int
+    exact_horizon: bool
+    notes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, profiles: Sequence[CheckpointProfile], resolution_ms: int) -> _Grid:
+        jobs = sorted(profiles, key=lambda p: p.job_id)
+        notes: list[str] = []
+        periods = [max(1, round(p.interval_ms / resolution_ms)) for p in jobs]
+        for p, period in zip(jobs, periods, strict=True):
+            if period * resolution_ms != p.interval_ms:
+                notes.append(
+                    f"job {p.job_id}: interval {p.interval_ms} ms rounded to "
+                    f"{period * resolution_ms} ms on the {resolution_ms} ms grid"
+                )
+        lengths = []
+        for p, period in zip(jobs, periods, strict=True):
+            slots = max(1, -(-p.duration_ms // resolution_ms))
+            if slots > period:
+                notes.append(
+                    f"job {p.job_id}: duration {p.duration_ms} ms exceeds its interval; "
+                    "it is always checkpointing"
+                )
+                slots = period
+            lengths.append(slots)
+        hyper = math.lcm(*periods) if jobs else 0
+        horizon = min(hyper, MAX_HORIZON_SLOTS)
+        if horizon != hyper:
+            notes.append(
+                f"hyperperiod of {hyper} slots evaluated over its first {horizon} only (bounded)"
+            )
+        weights = np.array([float(p.size_bytes) for p in jobs])
+        return cls(
+            jobs, periods, lengths, weights, resolution_ms, horizon, horizon == hyper, tuple(notes)
+        )
+
+    def plan(
+        self,
+        layout: _Layout,
+        phases: Sequence[int],
+        *,
+        lower_bound_concurrent: int,
+        lower_bound_bytes: int,
+        optimum_concurrent: int | None,
+        method: str,
+        exact_horizon: bool,
+        notes: tuple[str, ...] = (),
+    ) -> StaggerPlan:
+        """The plan for ``phases`` (in slots), with its peaks measured on ``layout``."""
+        count, peak_bytes = layout.peaks(list(phases)) if self.jobs else (0, 0.0)
+        slot = self.resolution_ms
+        return StaggerPlan(
+            phases_ms={p.job_id: f * slot for p, f in zip(self.jobs, phases, strict=True)},
+            intervals_ms={p.job_id: t * slot for p, t in zip(self.jobs, self.periods, strict=True)},
+            durations_ms={p.job_id: d * slot for p, d in zip(self.jobs, self.lengths, strict=True)},
+            resolution_ms=slot,
+            horizon_ms=self.horizon * slot,
+            peak_concurrent=count,
+            peak_bytes=round(peak_bytes),
+            lower_bound_concurrent=lower_bound_concurrent,
+            lower_bound_bytes=lower_bound_bytes,
+            optimum_concurrent=optimum_concurrent,
+            method=method,
+            exact_horizon=exact_horizon,
+            notes=notes,
+        )
 
 
 def _wrap_around(period: int, lengths: Sequence[int]) -> list[int]:

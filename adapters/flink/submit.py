@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from kubesage.adapters.flink.checkpoint_coordinator import (
     DEFAULT_DURATION_MS,
+    driven_conf,
     periodic_interval_ms,
     submit_time_conf,
 )
@@ -229,7 +230,7 @@ def choose_checkpointing(
             phase,
             None,
             duration,
-            {},
+            driven_conf(),
             f"{where}, peak {peak} concurrent; driven by `kubesage flink stagger` "
             "(no periodic checkpoints from Flink)",
         )

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-import kubesage.adapters.flink
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.local_cluster import LocalFlinkCluster, find_flink_home
+from kubesage.adapters.flink.sample_runs import SAMPLE_JOB
 from kubesage.core.errors import ConfigError
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -78,10 +78,6 @@ def replay_client() -> Callable[..., FlinkClient]:
         return FlinkClient("http://flink.test", transport=replay(routes), backoff_s=0.0)
 
     return build
-
-
-SAMPLE_JOB = Path(kubesage.adapters.flink.__file__).parent / "sample_job.py"
-"""Run by Flink's own Python (it imports pyflink), so it is passed as a path."""
 
 
 def submit_sample(

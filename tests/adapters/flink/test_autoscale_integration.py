@@ -13,9 +13,7 @@ import time
 from kubesage.adapters.flink.autoscaler import (
     Autoscaler,
     AutoscalerSettings,
-    Observation,
     ObservationCollector,
-    VertexObservation,
 )
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
@@ -28,22 +26,6 @@ SOURCE = "Source: sequence -> pace"
 SETTINGS = AutoscalerSettings(exclude=frozenset({SOURCE}))
 TICK_S = 5.0
 DEADLINE_S = 240.0
-
-
-def vertex(observation: Observation, name: str) -> VertexObservation:
-    return next(v for v in observation.vertices if v.name == name)
-
-
-def calm(observation: Observation) -> bool:
-    """Backlog drained and the source not backpressured (Flink's 'ok': ≤ 100 ms/s)."""
-    source = vertex(observation, SOURCE)
-    return (
-        observation.window_s >= 15.0
-        and source.pending_records is not None
-        and source.pending_records < 2 * RATE
-        and source.backpressured_ms_per_s is not None
-        and source.backpressured_ms_per_s <= 100.0
-    )
 
 
 def test_autoscaler_reaches_ideal_parallelism(
@@ -70,7 +52,7 @@ def test_autoscaler_reaches_ideal_parallelism(
                 autoscaler.record_rescale(time.time(), old, decision.changes)
                 rescales.append(decision.changes)
                 calm_windows = 0
-            elif rescales and calm(observation):
+            elif rescales and observation.drained(SOURCE, max_pending_records=2 * RATE):
                 calm_windows += 1
             time.sleep(TICK_S)
         slow = next(v for v in flink_client.job(job_id).vertices if v.name == "slow")

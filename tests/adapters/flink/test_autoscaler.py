@@ -21,6 +21,7 @@ from kubesage.adapters.flink.autoscaler import (
     run_autoscaler,
 )
 from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.errors import FlinkNotFound
 from kubesage.core.errors import ConfigError
 from kubesage.core.forecast.forecaster import BaselineForecaster
 
@@ -361,3 +362,25 @@ def test_loop_survives_malformed_replies(reply: httpx.Response) -> None:
     )
     assert stats.ticks == 3 and stats.errors == 3 and decisions == []
     assert stats.last_error
+
+
+def test_vertex_lookup_by_name_or_id() -> None:
+    observation = observe(pipeline())
+    assert observation.vertex("slow") is observation.vertex(SLOW)
+    assert observation.vertex("Source").vertex_id == SOURCE
+    with pytest.raises(FlinkNotFound, match="job job has no vertex 'nope'"):
+        observation.vertex("nope")
+
+
+def test_drained_needs_a_small_backlog_no_backpressure_and_a_full_window() -> None:
+    def source_state(pending: float | None, backpressured: float | None) -> Observation:
+        vertices = pipeline(slow_parallelism=3, pending=pending)
+        source = replace(vertices[0], backpressured_ms_per_s=backpressured)
+        return observe((source, *vertices[1:]))
+
+    assert source_state(10.0, 50.0).drained("Source", max_pending_records=80.0)
+    assert not source_state(500.0, 50.0).drained("Source", max_pending_records=80.0)
+    assert not source_state(10.0, 600.0).drained("Source", max_pending_records=80.0)
+    assert not source_state(None, 50.0).drained("Source", max_pending_records=80.0)
+    short = replace(source_state(10.0, 50.0), window_s=5.0)
+    assert not short.drained("Source", max_pending_records=80.0)

@@ -15,6 +15,9 @@ from kubesage.adapters.flink.checkpoint_coordinator import (
     CheckpointRecord,
     CoordinatorReport,
     completed_entries,
+    equal_interval,
+    history_peak_concurrent,
+    history_windows,
     measure_profiles,
     observed_profile,
     periodic_interval_ms,
@@ -193,3 +196,31 @@ def test_submit_time_conf_confines_the_first_checkpoint() -> None:
         submit_time_conf(60_000, 0)
     with pytest.raises(StaggerInputError, match="interval"):
         submit_time_conf(0, 10)
+
+
+def test_history_peak_concurrent_counts_overlaps_across_jobs(replay_client: Build) -> None:
+    other = "0" * 32
+    same_history = recorded("checkpoints_after_restart")
+    client = replay_client(
+        "checkpoints_after_restart", **{f"GET /jobs/{other}/checkpoints": same_history}
+    )
+    assert history_peak_concurrent(client, [JOB]) == 1  # 10 s apart, ≤ 250 ms each
+    assert history_peak_concurrent(client, [JOB, other]) == 2  # the same instants
+    # Only completed checkpoints triggered in [since, until) count.
+    first, second = 1796005451117, 1796005461117
+    windows = history_windows(client, [JOB], since_ms=first, until_ms=second + 1)
+    assert windows == [(first, first + 97), (second, second + 109)]
+    assert history_peak_concurrent(client, [JOB, other], since_ms=1796005481118) == 0
+
+
+def test_equal_interval_leaves_room_for_factor_times_the_durations() -> None:
+    probed = [CheckpointProfile("a", 10_000, 300, 5), CheckpointProfile("b", 10_000, 450)]
+    roomy = equal_interval(probed, 3.0, minimum_ms=1_000, step_ms=100)
+    assert {p.interval_ms for p in roomy} == {2_300}  # 3 × 750 ms, rounded up to 100 ms
+    assert [(p.job_id, p.duration_ms, p.size_bytes) for p in roomy] == [
+        ("a", 300, 5),
+        ("b", 450, 0),
+    ]
+    assert equal_interval(probed, 0.5, minimum_ms=1_000, step_ms=100)[0].interval_ms == 1_000
+    with pytest.raises(StaggerInputError):
+        equal_interval(probed, 0.0, minimum_ms=1_000, step_ms=100)

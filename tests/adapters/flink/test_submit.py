@@ -93,7 +93,9 @@ def test_checkpointing_driven_job_goes_beside_the_running_ones() -> None:
     ]
     history = [run("old", checkpoint_interval_ms=10_000, checkpoint_duration_ms=1_000)]
     choice = choose_checkpointing(request(), history, running)
-    assert choice.interval_ms == 10_000 and choice.conf == {}
+    # Checkpointing on but never periodic: the coordinator triggers it, exactly-once.
+    assert choice.interval_ms == 10_000
+    assert choice.conf == {"execution.checkpointing.interval": f"{2**63 - 1} ms"}
     assert choice.phase_ms is not None
     # The free gaps are [4000, 5000) and [9000, 10000): a 1 s checkpoint fits in either.
     assert choice.phase_ms in (4_000, 9_000)
