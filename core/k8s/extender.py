@@ -9,9 +9,12 @@ spelling is accepted on input too.
 The handlers work on a whole request at once: the pod is translated once (and kept
 by uid and resourceVersion, so prioritize and bind reuse filter's work), the
 candidate names are mapped to ClusterState indices through its name → index dict,
-and the fit check and the policy's scores are numpy over every candidate. Responses
-are plain dicts serialised by orjson — no per-node pydantic objects in the hot path;
-the models describe and test the wire format.
+and the fit check and the policy's scores are numpy over the candidates only —
+never over the whole cluster. Prioritize reuses what filter found for the same pod
+and the same names (the index mapping, and the fit while none of those nodes has
+changed since: their ``node_version`` stamps are compared). Responses are plain
+dicts serialised by orjson — no per-node pydantic objects in the hot path; the
+models describe and test the wire format.
 
 What the handlers decide, and their fallbacks:
 
@@ -40,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from itertools import compress, repeat
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +66,11 @@ POD_CACHE_SIZE = 4096
 """Translated pods kept by (uid, resourceVersion) for prioritize and bind."""
 
 _SCORES = range(MAX_EXTENDER_PRIORITY + 1)
+# The hot path's metric children, looked up once (labels() costs a dict lookup and a lock).
+_FILTER_FEASIBLE = DECISIONS.labels("filter", "feasible")
+_FILTER_NO_FIT = DECISIONS.labels("filter", "no_fit")
+_PRIORITIZE_SCORED = DECISIONS.labels("prioritize", "scored")
+_UNKNOWN_NODES = FALLBACKS.labels("extender", "unknown_node")
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -213,7 +221,7 @@ def assume_and_bind(view: AssumingView, binder: PodBinder, policy: Policy) -> Bi
         if target.request is not None and isinstance(policy, ScoringPolicy):
             with view.locked() as (state, _):
                 node = state.node_index.get(target.node)
-                if node is None or not state.feasible(target.request)[node]:
+                if node is None or not state.feasible(target.request, np.array([node]))[0]:
                     raise BindRefusedError(
                         f"pod {target.namespace}/{target.name} no longer fits on {target.node}"
                     )
@@ -277,14 +285,34 @@ class _Candidates:
 
 
 @dataclass(frozen=True)
-class _Lookup:
-    """Candidate names already mapped against one node set of the state."""
+class _Passed:
+    """What filter last passed (NodeNames mode): prioritize usually asks about exactly
+    those names, for the same pod, with nothing changed in between."""
 
     node_set: Sequence[str]
     """The state's ``node_names`` the mapping was made against (compared by identity)."""
     names: list[str]
     index: IntArray
     unknown: IntArray
+    state: ClusterState
+    """The state the fit was decided on (compared by identity)."""
+    pod: tuple[str, str]
+    """The pod's (uid, resourceVersion); its uid is never empty when ``request`` is set."""
+    request: PodRequest | None
+    """The translated pod; None when the fit may not be reused (unsupported pod, no uid)."""
+    stamps: IntArray
+    """``node_version`` of the known passed nodes when filter decided."""
+
+    def still_fits(self, state: ClusterState, pod: tuple[str, str]) -> PodRequest | None:
+        """The pod's request when every passed node still fits it: same pod, same state
+        object, and none of those nodes changed since (their stamps are the same; every
+        allocate, release and cordon renews a node's stamp). None otherwise."""
+        if self.request is None or pod != self.pod or state is not self.state:
+            return None
+        known = self.index[self.index >= 0]
+        if not np.array_equal(state.node_version[known], self.stamps):
+            return None
+        return self.request
 
 
 class Extender:
@@ -307,17 +335,17 @@ class Extender:
         self._pods_lock = threading.Lock()
         self._entry_table: npt.NDArray[np.object_] = np.array([], dtype=object)
         self._entries_of: Sequence[str] | None = None
-        self._passed: _Lookup | None = None
-        """The names filter last passed, mapped: prioritize usually asks about exactly those."""
+        self._passed: _Passed | None = None
+        """What filter last passed: prioritize usually asks about exactly those names."""
 
     # -- filter ----------------------------------------------------------------------
 
     def filter(self, body: bytes) -> Response:
         """ExtenderArgs → ExtenderFilterResult."""
-        args = parse_extender_args(body)
-        request = self._request(args.pod)
+        args = _parse_args(body)
+        pod = _pod_key(args.pod)
+        request = self._request(args.pod, pod)
         with self.view.locked() as (state, _):
-            node_set = state.node_names
             candidates = _candidates(state, args, None)
             if isinstance(request, UnsupportedPodError):
                 passed = np.ones(len(candidates.names), dtype=bool)
@@ -326,8 +354,11 @@ class Extender:
                 self._fallback("filter", "unsupported_pod", request)
             else:
                 passed, failed, unresolvable = _filter(state, request, candidates)
+            memo: _Passed | None = None
+            if candidates.items is None:  # NodeNames mode: keep the outcome for prioritize
+                memo = self._passed = _passed(state, candidates, passed, pod, request)
         if candidates.unknown.size:
-            FALLBACKS.labels("extender", "unknown_node").inc(candidates.unknown.size)
+            _UNKNOWN_NODES.inc(candidates.unknown.size)
         result: dict[str, Any] = {
             "Nodes": None,
             "NodeNames": None,
@@ -335,32 +366,40 @@ class Extender:
             "FailedAndUnresolvableNodes": unresolvable,
             "Error": "",
         }
-        keep = passed.tolist()
         if candidates.items is not None:
-            result["Nodes"] = {"items": list(compress(candidates.items, keep))}
-        else:
-            passing = list(compress(candidates.names, keep))
-            result["NodeNames"] = passing
-            index = candidates.index[passed]
-            self._passed = _Lookup(node_set, passing, index, np.flatnonzero(index < 0))
-        DECISIONS.labels("filter", "feasible" if any(keep) else "no_fit").inc()
+            result["Nodes"] = {"items": list(compress(candidates.items, passed.tolist()))}
+        if memo is not None:
+            result["NodeNames"] = memo.names
+        (_FILTER_FEASIBLE if passed.any() else _FILTER_NO_FIT).inc()
         return 200, orjson.dumps(result)
 
     # -- prioritize --------------------------------------------------------------------
 
     def prioritize(self, body: bytes) -> Response:
         """ExtenderArgs → HostPriorityList (scores 0..10)."""
-        args = parse_extender_args(body)
-        request = self._request(args.pod)
+        args = _parse_args(body)
+        pod = _pod_key(args.pod)
+        passed = self._passed
         with self.view.locked() as (state, _):
-            candidates = _candidates(state, args, self._passed)
+            candidates = _candidates(state, args, passed)
+            known = candidates.index >= 0
+            request: PodRequest | UnsupportedPodError | None = None
+            if passed is not None and candidates.index is passed.index:
+                request = passed.still_fits(state, pod)  # every known candidate fits
+            if request is not None:
+                fits = known
+            else:
+                request = self._request(args.pod, pod)
+                fits = known.copy()
+                if not isinstance(request, UnsupportedPodError):
+                    fits[known] = state.feasible(request, candidates.index[known])
             if isinstance(request, UnsupportedPodError):
                 scores = np.zeros(len(candidates.names), dtype=np.int64)
                 self._fallback("prioritize", "unsupported_pod", request)
             else:
-                scores = self._scores(state, request, candidates.index)
+                scores = self._scores(state, request, candidates.index, fits)
             entries = self._entries(state, candidates, scores)
-        DECISIONS.labels("prioritize", "scored").inc()
+        _PRIORITIZE_SCORED.inc()
         return 200, b"[" + b",".join(entries) + b"]"
 
     def _entries(
@@ -388,12 +427,12 @@ class Extender:
             entries[position] = b'{"Host":' + host + b',"Score":%d}' % scores[position]
         return entries
 
-    def _scores(self, state: ClusterState, request: PodRequest, index: IntArray) -> IntArray:
+    def _scores(
+        self, state: ClusterState, request: PodRequest, index: IntArray, fits: BoolArray
+    ) -> IntArray:
+        """Scores 0..10 of the candidates that fit (``fits``); 0 for the others."""
         scores = np.zeros(index.size, dtype=np.int64)
-        known = index >= 0
-        feasible = np.zeros(index.size, dtype=bool)
-        feasible[known] = state.feasible(request)[index[known]]
-        positions = np.flatnonzero(feasible)
+        positions = np.flatnonzero(fits)
         if positions.size == 0:
             return scores
         nodes = index[positions]
@@ -445,14 +484,11 @@ class Extender:
 
     # -- pods ------------------------------------------------------------------------
 
-    def _request(self, pod: dict[str, Any]) -> PodRequest | UnsupportedPodError:
-        """The pod's request, translated once per (uid, resourceVersion)."""
-        metadata = pod.get("metadata")
-        uid = version = ""
-        if isinstance(metadata, dict):
-            uid = _text(metadata.get("uid"))
-            version = _text(metadata.get("resourceVersion"))
-        key = (uid, version)
+    def _request(
+        self, pod: dict[str, Any], key: tuple[str, str]
+    ) -> PodRequest | UnsupportedPodError:
+        """The pod's request, translated once per (uid, resourceVersion) = ``key``."""
+        uid = key[0]
         if uid:
             with self._pods_lock:
                 cached = self._pods.get(key)
@@ -491,6 +527,37 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _pod_key(pod: dict[str, Any]) -> tuple[str, str]:
+    """The pod's (uid, resourceVersion), empty strings where missing."""
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict):
+        return "", ""
+    return _text(metadata.get("uid")), _text(metadata.get("resourceVersion"))
+
+
+def _passed(
+    state: ClusterState,
+    candidates: _Candidates,
+    passed: BoolArray,
+    pod: tuple[str, str],
+    request: PodRequest | UnsupportedPodError,
+) -> _Passed:
+    """Filter's outcome kept for prioritize; the fit is reusable only for a pod with a
+    uid that the core models."""
+    index = candidates.index[passed]
+    reusable = isinstance(request, PodRequest) and bool(pod[0])
+    return _Passed(
+        node_set=state.node_names,
+        names=list(compress(candidates.names, passed.tolist())),
+        index=index,
+        unknown=np.flatnonzero(index < 0),
+        state=state,
+        pod=pod,
+        request=request if reusable and isinstance(request, PodRequest) else None,
+        stamps=state.node_version[index[index >= 0]],
+    )
+
+
 def scale_scores(raw: npt.NDArray[np.float64]) -> IntArray:
     """Min-max scale to integers 0..10; the best is always 10, all-equal scores all 10."""
     if raw.size and np.isfinite(raw).all():  # the usual case: no NaN bookkeeping
@@ -515,11 +582,22 @@ def scale_scores(raw: npt.NDArray[np.float64]) -> IntArray:
 # -- helpers -------------------------------------------------------------------------
 
 
-def parse_extender_args(body: bytes) -> ExtenderArgs:
+class _Args(NamedTuple):
+    """ExtenderArgs as the handlers read it (the wire model is :class:`ExtenderArgs`)."""
+
+    pod: dict[str, Any]
+    node_names: list[Any] | None
+    """As sent; entries are checked in :func:`_candidates`."""
+    items: list[dict[str, Any]] | None
+    """``Nodes.items`` when NodeNames is absent."""
+
+
+def _parse_args(body: bytes) -> _Args:
     """Read ExtenderArgs fast: orjson and a shape check instead of model validation.
 
-    Validating 10,000 node names through pydantic costs ~1.5 ms a request; the checks
-    here reject the same malformed shapes (names are checked in :func:`_candidates`).
+    Validating 10,000 node names through pydantic costs ~1.5 ms a request, and even
+    ``model_construct`` costs more than this tuple; the checks here reject the same
+    malformed shapes as the model (names are checked in :func:`_candidates`).
     """
     try:
         document = orjson.loads(body)
@@ -534,15 +612,14 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         raise ExtenderRequestError("ExtenderArgs.Pod: expected a v1 Pod object")
     names = _go_field(document, "NodeNames")
     nodes = _go_field(document, "Nodes")
-    node_list: NodeList | None = None
+    items = None
     if names is not None and not isinstance(names, list):
         raise ExtenderRequestError("ExtenderArgs.NodeNames: expected a list of node names")
     if names is None and nodes is not None:
         items = nodes.get("items") if isinstance(nodes, dict) else None
         if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
             raise ExtenderRequestError("ExtenderArgs.Nodes.items: expected a list of v1 Nodes")
-        node_list = NodeList.model_construct(items=items)
-    return ExtenderArgs.model_construct(pod=pod, nodes=node_list, node_names=names)
+    return _Args(pod, names, items)
 
 
 def _go_field(document: dict[str, Any], name: str) -> Any:
@@ -572,7 +649,7 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
-def _candidates(state: ClusterState, args: ExtenderArgs, known: _Lookup | None) -> _Candidates:
+def _candidates(state: ClusterState, args: _Args, known: _Passed | None) -> _Candidates:
     """The candidates mapped to state indices; ``known``: a mapping that may be reused.
 
     kube-scheduler sends prioritize the nodes that passed every filter, its extenders'
@@ -587,8 +664,8 @@ def _candidates(state: ClusterState, args: ExtenderArgs, known: _Lookup | None) 
         names = args.node_names
         if known is not None and known.node_set is state.node_names and known.names == names:
             return _Candidates(names=names, index=known.index, items=None, unknown=known.unknown)
-    elif args.nodes is not None:
-        items = args.nodes.items
+    elif args.items is not None:
+        items = args.items
         names = [_item_name(item, position) for position, item in enumerate(items)]
     else:
         raise ExtenderRequestError("ExtenderArgs: neither NodeNames nor Nodes is set")
@@ -632,7 +709,7 @@ def _filter(
     index = candidates.index
     known = index >= 0
     passed = ~known  # unknown nodes pass through untouched
-    passed[known] = state.feasible(request)[index[known]]
+    passed[known] = state.feasible(request, index[known])
     failing = np.flatnonzero(~passed)
     if failing.size == 0:
         return passed, {}, {}

@@ -13,6 +13,8 @@ scores of each recent shape are cached per node, stamped with the node's version
 whose stamp is out of date — never the rest of the cluster: a scheduler extender
 asked about 500 candidates of 10,000 nodes pays for at most those 500. That keeps
 FGD's cost per placement near the number of nodes touched, not the cluster size.
+A node's fragmentation before the placement does not depend on the shape at all, so
+it is cached once per node (same stamps) and shared by every shape.
 """
 
 from __future__ import annotations
@@ -49,6 +51,15 @@ class _ShapeScores:
     gpu: npt.NDArray[np.int8]
 
 
+@dataclass
+class _Fragments:
+    """Each node's fragmentation as of its stamp (shape-independent)."""
+
+    lineage: int
+    stamp: IntArray
+    value: FloatArray
+
+
 def fgd_score(fragment_before: FloatArray, fragment_after: FloatArray) -> FloatArray:
     """``floor(100 · sigmoid((before − after) / 1000))``; equal fragments score exactly 50."""
     # Rounding the difference keeps float noise from turning "no change" into 49.
@@ -68,12 +79,14 @@ class FgdPolicy(ScoringPolicy):
         self.typical = typical_pods(context.workload, coverage=coverage)
         self._measure: FragmentationMeasure | None = None
         self._cache: OrderedDict[ShapeKey, _ShapeScores] = OrderedDict()
+        self._fragments: _Fragments | None = None
 
     def measure(self, state: ClusterState) -> FragmentationMeasure:
         """The fragmentation measure bound to ``state``'s GPU models."""
         if self._measure is None or self._measure.gpu_models != state.gpu_models:
             self._measure = FragmentationMeasure(self.typical, state.gpu_models)
             self._cache.clear()
+            self._fragments = None
         return self._measure
 
     def score(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
@@ -107,20 +120,48 @@ class FgdPolicy(ScoringPolicy):
         nodes = np.asarray(nodes, dtype=np.int64)
         dirty = nodes[entry.stamp[nodes] != state.node_version[nodes]]
         if dirty.size:
-            score, gpu = self._compute(measure, state, request, dirty)
+            before = self._fragments_before(measure, state, dirty)
+            score, gpu = self._compute(measure, state, request, dirty, before)
             entry.score[dirty] = score
             entry.gpu[dirty] = gpu
             entry.stamp[dirty] = state.node_version[dirty]
         return entry
 
+    def _fragments_before(
+        self, measure: FragmentationMeasure, state: ClusterState, nodes: IntArray
+    ) -> FloatArray:
+        """The current fragmentation of ``nodes``, computed only where out of date."""
+        cache = self._fragments
+        if cache is None or cache.lineage != state.lineage:
+            cache = self._fragments = _Fragments(
+                lineage=state.lineage,
+                stamp=np.full(state.num_nodes, -1, dtype=np.int64),
+                value=np.zeros(state.num_nodes, dtype=np.float64),
+            )
+        stamps = state.node_version[nodes]
+        stale = nodes[cache.stamp[nodes] != stamps]
+        if stale.size:
+            cache.value[stale] = measure.node_fragment(
+                state.cpu_free_milli[stale],
+                state.gpu_free_milli[stale],
+                state.gpu_model_index[stale],
+            )
+            cache.stamp[stale] = state.node_version[stale]
+        return cache.value[nodes]
+
     @staticmethod
     def _compute(
-        measure: FragmentationMeasure, state: ClusterState, request: PodRequest, nodes: IntArray
+        measure: FragmentationMeasure,
+        state: ClusterState,
+        request: PodRequest,
+        nodes: IntArray,
+        before: FloatArray,
     ) -> tuple[FloatArray, IntArray]:
+        """The shape's scores on ``nodes`` (and the GPU a share goes to), given each
+        node's current fragmentation ``before``."""
         cpu = state.cpu_free_milli[nodes]
         gpu = state.gpu_free_milli[nodes]
         model = state.gpu_model_index[nodes]
-        before = measure.node_fragment(cpu, gpu, model)
         if request.is_gpu_sharing:
             count, width = gpu.shape
             # One hypothetical state per (node, GPU): the share taken from that GPU only.

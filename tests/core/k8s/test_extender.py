@@ -329,3 +329,126 @@ def test_prioritize_maps_names_afresh_when_the_node_set_changed() -> None:
         cluster.state = ClusterState(list(reversed(state.nodes)))
     assert priorities(extender, args(pod, passing)) == before
     assert priorities(extender, args(pod, list(reversed(passing)))) == before
+
+
+# -- prioritize reusing filter's outcome -------------------------------------------------
+
+
+def fresh_priorities(cluster: EmbeddedCluster, body: bytes) -> dict[str, int]:
+    """What an extender that never ran filter answers (its own policy, nothing cached)."""
+    policy = make_policy("fgd", PolicyContext(seed=0, workload=tuple(cluster.workload)))
+    return priorities(Extender(cluster, policy), body)
+
+
+def test_prioritize_sees_a_change_to_a_passed_node_after_filter() -> None:
+    """A pod accounted on a node between filter and prioritize (the watch, another
+    scheduler) renews that node's stamp: filter's fit is not reused for it. (Reused,
+    the full node would be scored and shift the min-max scale: h100-b would get 6.)"""
+    extender, cluster = make_extender()
+    pod = gpu_pod("reuse-0", gpus="2", cpu="2", memory="8Gi")
+    passing = filter_result(extender, args(pod)).node_names
+    assert passing == ["h100-a", "h100-b", "h100-small"]
+    with cluster.locked() as (state, _):
+        other = pod_request(gpu_pod("elsewhere", gpus="8", cpu="2", memory="8Gi"))
+        node = state.node_index["h100-a"]
+        state.allocate(other, state.placement(node, range(8), other))
+    scores = priorities(extender, args(pod, passing))
+    assert scores == {"h100-a": 0, "h100-b": 0, "h100-small": MAX_EXTENDER_PRIORITY}
+    assert scores == fresh_priorities(cluster, args(pod, passing))
+
+
+def test_prioritize_for_another_pod_or_version_does_not_reuse_filters_fit() -> None:
+    extender, cluster = make_extender()
+    small = gpu_pod("reuse-1", gpus="1", cpu="1", memory="1Gi")
+    passing = filter_result(extender, args(small)).node_names
+    assert {"h100-a", "h100-small"} <= set(passing)
+    # Another pod (another uid) asked about filter's names: its own fit decides.
+    big = gpu_pod("reuse-2", gpus="8")
+    scores = priorities(extender, args(big, passing))
+    assert scores["h100-small"] == 0
+    assert scores == fresh_priorities(cluster, args(big, passing))
+    # The same uid at a new resourceVersion asking for more: translated and fitted again.
+    bigger = gpu_pod("reuse-1", gpus="8")
+    bigger["metadata"] = {**small["metadata"], "resourceVersion": "99999"}
+    scores = priorities(extender, args(bigger, passing))
+    assert scores["h100-small"] == 0
+    assert scores == fresh_priorities(cluster, args(bigger, passing))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["1", "2", "4", "8", "share"]),
+            st.booleans(),  # bind the best node between filter and prioritize?
+            st.booleans(),  # prioritize with filter's exact list, or every name?
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_prioritize_answers_as_an_extender_without_caches_would(
+    steps: list[tuple[str, bool, bool]],
+) -> None:
+    """Whatever happens between filter and prioritize, the answer is the one computed
+    from scratch on the state as it is then."""
+    extender, cluster = make_extender()
+    for number, (gpus, bind_between, exact) in enumerate(steps):
+        annotations = {"kubesage.io/gpu-milli": "300"} if gpus == "share" else {}
+        count = "1" if gpus == "share" else gpus
+        pod = v1_pod(
+            f"seq-{number}",
+            containers=[
+                v1_container(
+                    requests={"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": count},
+                    limits={"nvidia.com/gpu": count},
+                )
+            ],
+            annotations=annotations,
+        )
+        passing = filter_result(extender, args(pod)).node_names
+        assert passing is not None
+        if not passing:
+            continue
+        names = passing if exact else NAMES
+        if bind_between:
+            scores = priorities(extender, args(pod, names))
+            assert bind(extender, pod, max(scores, key=scores.__getitem__)) == ""
+        assert priorities(extender, args(pod, names)) == fresh_priorities(cluster, args(pod, names))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    fill_seed=st.integers(0, 2**16),
+    fill=st.floats(0.0, 0.9),
+    cpu=st.integers(0, 70_000),
+    gpu=st.sampled_from(["", "1", "4", "8", "share", "mig-3g.40gb", "mig-1g.10gb"]),
+    picks=st.lists(st.integers(0, 49), min_size=1, max_size=12),
+)
+def test_fit_over_candidates_is_the_cluster_mask_at_those_nodes(
+    fill_seed: int, fill: float, cpu: int, gpu: str, picks: list[int]
+) -> None:
+    """The candidates-only fit check (a dozen of 50 nodes) agrees with the core's."""
+    nodes = [
+        node_spec({**node, "metadata": {**node["metadata"], "name": f"{name}-{copy}"}})
+        for copy in range(10)
+        for node, name in zip(NODES, NAMES, strict=True)
+    ]
+    cluster = EmbeddedCluster(nodes, synthetic_workload(500, seed=0), "fifty nodes")
+    policy = make_policy("bestfit", PolicyContext(seed=0, workload=tuple(cluster.workload)))
+    cluster.fill(policy, fill, seed=fill_seed)
+    requests = {"cpu": f"{cpu}m", "memory": "8Gi"}
+    annotations = {}
+    if gpu.startswith("mig-"):
+        requests[f"nvidia.com/{gpu}"] = "1"
+    elif gpu == "share":
+        requests["nvidia.com/gpu"] = "1"
+        annotations["kubesage.io/gpu-milli"] = "300"
+    elif gpu:
+        requests["nvidia.com/gpu"] = gpu
+    request = pod_request(
+        v1_pod("p", containers=[v1_container(requests=requests)], annotations=annotations)
+    )
+    index = np.array(picks, dtype=np.int64)
+    expected = cluster.state.feasible(request)[index]
+    assert cluster.state.feasible(request, index).tolist() == expected.tolist()
