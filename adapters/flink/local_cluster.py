@@ -174,6 +174,18 @@ class LocalFlinkCluster:
                 "classloader.parent-first-patterns.additional": "pemja.",
                 "python.executable": python,
                 "python.client.executable": python,
+                # A TaskManager that dies is dropped from the JobManager's view within
+                # 15 s (default 50 s), so a replacement is the only one it lists.
+                "heartbeat.interval": "3 s",
+                "heartbeat.timeout": "15 s",
+                # A JVM crash report goes beside the logs, not into the caller's cwd
+                # (added to the shipped options: they carry Java 17's --add-opens).
+                "env.java.opts.all": " ".join(
+                    (
+                        str(conf.get("env.java.opts.all", "")),
+                        f"-XX:ErrorFile={self._workdir / 'log'}/hs_err_pid%p.log",
+                    )
+                ).strip(),
             }
         )
         conf.update(self.extra_conf)
@@ -231,9 +243,9 @@ class LocalFlinkCluster:
         log.info("local Flink cluster up at %s (conf %s)", self.rest_url, self.conf_dir)
         return self
 
-    def _run_script(self, script: str) -> None:
+    def _run_script(self, script: str, *args: str) -> None:
         done = subprocess.run(
-            ["bash", str(self.flink_home / "bin" / script)],
+            ["bash", str(self.flink_home / "bin" / script), *args],
             env=self._environment(),
             capture_output=True,
             text=True,
@@ -271,6 +283,56 @@ class LocalFlinkCluster:
             f"Flink REST at {self.rest_url} did not report a TaskManager within "
             f"{self.startup_timeout_s:.0f} s ({last_error}); logs in {self.log_dir}"
         )
+
+    def _taskmanager_ids(self) -> set[str]:
+        """Ids of the TaskManagers the JobManager lists (empty when REST does not answer)."""
+        try:
+            reply = httpx.get(f"{self.rest_url}/taskmanagers", timeout=5.0)
+            listed = reply.json().get("taskmanagers", []) if reply.status_code == 200 else []
+        except (httpx.HTTPError, ValueError):
+            return set()
+        return {str(entry.get("id")) for entry in listed if isinstance(entry, dict)}
+
+    def taskmanager_pids(self) -> list[int]:
+        """Live TaskManager JVMs of this cluster (from its pid files)."""
+        assert self._workdir is not None
+        pids = set()
+        for pid_file in (self._workdir / "pid").glob("*taskexecutor*.pid"):
+            pids |= {int(word) for word in pid_file.read_text().split() if word.isdigit()}
+        alive = []
+        for pid in sorted(pids):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, 0)
+                alive.append(pid)
+        return alive
+
+    def ensure_taskmanager(self, timeout_s: float = 90.0) -> bool:
+        """Start a new TaskManager when none is running; True when one was started.
+
+        PyFlink's thread mode runs CPython inside the TaskManager's JVM, and cancelling a
+        job whose Python operator is mid-call can crash that JVM (SIGSEGV in
+        ``take_gil``; the report lands in the log dir). The JobManager and its REST API
+        survive; a fresh TaskManager restores the cluster's slots. A dead JVM is seen
+        from the pid files at once (the JobManager only notices on a lost heartbeat);
+        this returns once the JobManager lists the new TaskManager and not the old.
+        """
+        if self._workdir is None:
+            raise FlinkClusterError("the cluster is not started")
+        if self.taskmanager_pids():
+            return False
+        log.warning("the TaskManager of %s is gone; starting a new one", self.rest_url)
+        known = self._taskmanager_ids()
+        self._run_script("taskmanager.sh", "start")
+        deadline = time.monotonic() + timeout_s
+        # Registered, and the dead one dropped (after the heartbeat timeout).
+        while not (listed := self._taskmanager_ids()) or listed & known:
+            if time.monotonic() > deadline:
+                raise FlinkClusterError(
+                    f"no new TaskManager alone in the JobManager's view within "
+                    f"{timeout_s:.0f} s (listed: {sorted(listed)}); logs in {self.log_dir}"
+                )
+            time.sleep(0.5)
+        return True
 
     def submit_python(
         self,

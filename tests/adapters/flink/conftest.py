@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,25 @@ def flink_cluster() -> Iterator[LocalFlinkCluster]:
         pytest.skip(str(exc))
     with LocalFlinkCluster(task_slots=TASK_SLOTS) as cluster:
         yield cluster
+
+
+@pytest.fixture(autouse=True)
+def _live_taskmanager(request: pytest.FixtureRequest) -> None:
+    """Before each test on the real cluster: a TaskManager is registered.
+
+    A PyFlink thread-mode crash when an earlier test cancelled its job takes the
+    TaskManager down (see ``LocalFlinkCluster.ensure_taskmanager``); a new one is
+    started, and the test run says so rather than failing every later test.
+    """
+    if "flink_cluster" not in request.fixturenames:
+        return
+    cluster: LocalFlinkCluster = request.getfixturevalue("flink_cluster")
+    if cluster.ensure_taskmanager():
+        warnings.warn(
+            f"the Flink TaskManager had died (JVM crash report in {cluster.log_dir}); "
+            "a new one was started",
+            stacklevel=1,
+        )
 
 
 @pytest.fixture(scope="session")
