@@ -54,6 +54,21 @@ def gpu_pod(name: str, gpus: str = "4", cpu: str = "8", memory: str = "64Gi") ->
     )
 
 
+def pod_asking(gpu: str, *, cpu_milli: int, memory: str) -> dict[str, Any]:
+    """Pod "p" asking for ``gpu``: "" (none), a count, "share" (0.3 of one GPU) or a
+    MIG resource "mig-<profile>"."""
+    requests = {"cpu": f"{cpu_milli}m", "memory": memory}
+    annotations = {}
+    if gpu.startswith("mig-"):
+        requests[f"nvidia.com/{gpu}"] = "1"
+    elif gpu == "share":
+        requests["nvidia.com/gpu"] = "1"
+        annotations["kubesage.io/gpu-milli"] = "300"
+    elif gpu:
+        requests["nvidia.com/gpu"] = gpu
+    return v1_pod("p", containers=[v1_container(requests=requests)], annotations=annotations)
+
+
 def make_extender(policy: str = "fgd") -> tuple[Extender, EmbeddedCluster]:
     cluster = EmbeddedCluster(
         [node_spec(node) for node in NODES], synthetic_workload(500, seed=0), "test cluster"
@@ -298,16 +313,7 @@ def test_every_failed_node_has_a_named_reason(
 ) -> None:
     extender, cluster = make_extender("bestfit")
     cluster.fill(extender.policy, fill, seed=fill_seed)
-    requests = {"cpu": f"{cpu}m", "memory": f"{memory_gib}Gi"}
-    annotations = {}
-    if gpu.startswith("mig-"):
-        requests[f"nvidia.com/{gpu}"] = "1"
-    elif gpu == "share":
-        requests["nvidia.com/gpu"] = "1"
-        annotations["kubesage.io/gpu-milli"] = "300"
-    elif gpu:
-        requests["nvidia.com/gpu"] = gpu
-    pod = v1_pod("p", containers=[v1_container(requests=requests)], annotations=annotations)
+    pod = pod_asking(gpu, cpu_milli=cpu, memory=f"{memory_gib}Gi")
     result = filter_result(extender, args(pod))
     feasible = cluster.state.feasible(pod_request(pod))
     expected = [name for name in NAMES if feasible[cluster.state.node_index[name]]]
@@ -437,18 +443,7 @@ def test_fit_over_candidates_is_the_cluster_mask_at_those_nodes(
     cluster = EmbeddedCluster(nodes, synthetic_workload(500, seed=0), "fifty nodes")
     policy = make_policy("bestfit", PolicyContext(seed=0, workload=tuple(cluster.workload)))
     cluster.fill(policy, fill, seed=fill_seed)
-    requests = {"cpu": f"{cpu}m", "memory": "8Gi"}
-    annotations = {}
-    if gpu.startswith("mig-"):
-        requests[f"nvidia.com/{gpu}"] = "1"
-    elif gpu == "share":
-        requests["nvidia.com/gpu"] = "1"
-        annotations["kubesage.io/gpu-milli"] = "300"
-    elif gpu:
-        requests["nvidia.com/gpu"] = gpu
-    request = pod_request(
-        v1_pod("p", containers=[v1_container(requests=requests)], annotations=annotations)
-    )
+    request = pod_request(pod_asking(gpu, cpu_milli=cpu, memory="8Gi"))
     index = np.array(picks, dtype=np.int64)
     expected = cluster.state.feasible(request)[index]
     assert cluster.state.feasible(request, index).tolist() == expected.tolist()
