@@ -18,7 +18,7 @@ from kubesage.core.errors import KubesageError
 from kubesage.core.k8s.extender import BindFunction, BindRefusedError, BindTarget, LockedState
 from kubesage.core.k8s.logging import log_event
 from kubesage.core.policy.base import Policy, ScoringPolicy
-from kubesage.core.policy.gpu_choice import best_mig_slot, lowest_index_gpus
+from kubesage.core.policy.gpu_choice import placement_on
 from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
@@ -99,7 +99,7 @@ class EmbeddedCluster(LockedState):
                 node = state.node_index.get(target.node)
                 if node is None:
                     raise BindRefusedError(f"node '{target.node}' is not in the embedded cluster")
-                if not state.feasible(target.request)[node]:
+                if not state.feasible(target.request, np.array([node]))[0]:
                     raise BindRefusedError(f"{where} does not fit on {target.node} any more")
                 placement = _placement(policy, state, node, target.request)
                 try:
@@ -123,7 +123,4 @@ def _placement(policy: Policy, state: ClusterState, node: int, request: PodReque
     if isinstance(policy, ScoringPolicy):
         return policy.placement_on(state, node, request)
     # A policy without its own GPU choice (ppo) binds like the FGD simulator: lowest index.
-    if request.mig is not None:
-        gpu, start = best_mig_slot(state, node, request)
-        return state.placement(node, (gpu,), request, mig_start=start)
-    return state.placement(node, lowest_index_gpus(state, node, request), request)
+    return placement_on(state, node, request)

@@ -45,6 +45,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from kubesage.core.errors import ConfigError
+from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, ZONE_LABEL
 
 GROUP = "kubesage.io"
 VERSION = "v1alpha1"
@@ -62,8 +63,6 @@ FLINK_CHECKPOINT_GROUP_ANNOTATION = "kubesage.io/flink-checkpoint-group"
 SPARK_LOCALITY_ANNOTATION = "kubesage.io/spark-locality"
 SPARK_APP_LABEL = "spark-app-selector"
 """Label Spark on Kubernetes puts on a driver and its executors (the application id)."""
-DEFAULT_RACK_LABEL = "kubesage.io/rack"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"

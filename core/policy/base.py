@@ -19,7 +19,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from kubesage.core.policy.gpu_choice import best_mig_slot, lowest_index_gpus
+from kubesage.core.policy.gpu_choice import lowest_index_gpus, placement_on
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Decision, Placement, PodRequest
 
@@ -76,10 +76,7 @@ class ScoringPolicy(ABC):
 
     def placement_on(self, state: ClusterState, node: int, request: PodRequest) -> Placement:
         """``request`` on ``node``: the MIG slot that costs least, or this policy's GPUs."""
-        if request.mig is not None:
-            gpu, mig_start = best_mig_slot(state, node, request)
-            return state.placement(node, (gpu,), request, mig_start=mig_start)
-        return state.placement(node, self.choose_gpus(state, node, request), request)
+        return placement_on(state, node, request, self.choose_gpus)
 
     def tie_rank(self, state: ClusterState) -> IntArray:
         """A fixed random rank per node; among equal scores the lowest rank wins."""

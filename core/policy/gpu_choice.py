@@ -8,11 +8,13 @@ policy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
+from kubesage.core.types import GPU_MILLI_PER_GPU, Placement, PodRequest
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -93,3 +95,16 @@ def best_mig_slot(state: ClusterState, node: int, request: PodRequest) -> tuple[
     if not np.isfinite(losses[gpu, slot]):
         raise ValueError(f"no free {request.mig.profile} slot on node {node}")
     return int(gpu), int(request.mig.starts[int(slot)])
+
+
+GpuChooser = Callable[[ClusterState, int, PodRequest], tuple[int, ...]]
+
+
+def placement_on(
+    state: ClusterState, node: int, request: PodRequest, choose: GpuChooser = lowest_index_gpus
+) -> Placement:
+    """``request`` on ``node``: the MIG slot that costs least, or the GPUs ``choose`` picks."""
+    if request.mig is not None:
+        gpu, mig_start = best_mig_slot(state, node, request)
+        return state.placement(node, (gpu,), request, mig_start=mig_start)
+    return state.placement(node, choose(state, node, request), request)
