@@ -43,7 +43,7 @@ import numpy as np
 
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError, FlinkNotFound
-from kubesage.adapters.flink.rest_models import JobDetail
+from kubesage.adapters.flink.rest_models import JobVertex, PlanInput
 from kubesage.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -583,15 +583,17 @@ class ObservationCollector:
                 self._samples.pop(0)
         first = self._samples[0] if len(self._samples) > 1 else None
         window = now - first.time_s if first is not None else 0.0
+        inputs = job.inputs()
         vertices = tuple(
-            self._vertex(job, vertex.id, first, counters, meters, window) for vertex in job.vertices
+            self._vertex(vertex, inputs[vertex.id], first, counters, meters, window)
+            for vertex in job.vertices
         )
         return Observation(
             job_id=self.job_id,
             time_s=now,
             job_state=job.state,
             running_since_s=job.running_since_ms / 1000.0,
-            window_s=window if first is not None else 0.0,
+            window_s=window,
             vertices=vertices,
             slots_total=overview.slots_total,
             slots_free=overview.slots_available,
@@ -630,15 +632,14 @@ class ObservationCollector:
 
     def _vertex(
         self,
-        job: JobDetail,
-        vertex_id: str,
+        vertex: JobVertex,
+        edges: tuple[PlanInput, ...],
         first: _Sample | None,
         counters: Mapping[str, Mapping[str, float]],
         meters: Mapping[str, Mapping[str, float]],
         window: float,
     ) -> VertexObservation:
-        vertex = job.vertex(vertex_id)
-        edges = job.inputs()[vertex_id]
+        vertex_id = vertex.id
         base = VertexObservation(
             vertex_id=vertex_id,
             name=vertex.name,

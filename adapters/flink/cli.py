@@ -164,7 +164,10 @@ def autoscale_command(
     jobmanager: JobManager,
     dry_run: DryRun = False,
     job: Annotated[
-        str | None, typer.Option("--job", help="Only this job (default: every running job).")
+        str | None,
+        typer.Option(
+            "--job", help="The job to scale (default: the only running job; waits while several)."
+        ),
     ] = None,
     duration_s: DurationS = None,
 ) -> None:
