@@ -127,6 +127,10 @@ class FgdPolicy(ScoringPolicy):
             entry.stamp[dirty] = state.node_version[dirty]
         return entry
 
+    def fragments(self, state: ClusterState, nodes: IntArray) -> FloatArray:
+        """The current fragmentation of ``nodes`` (from the per-node cache scoring fills)."""
+        return self._fragments_before(self.measure(state), state, nodes)
+
     def _fragments_before(
         self, measure: FragmentationMeasure, state: ClusterState, nodes: IntArray
     ) -> FloatArray:

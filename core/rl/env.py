@@ -101,7 +101,6 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         )
         self.state = ClusterState(self.nodes)
         self.ranker = FgdPolicy(PolicyContext(workload=self.workloads[0]))
-        self.measure = self.ranker.measure(self.state)
         self._pods: list[PodRequest] = []
         self._events: list[tuple[float, EventKind, int]] = []
         self._event = 0
@@ -124,7 +123,6 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
             episode_seed = int(options["policy_seed"])
         self.state = ClusterState(self.nodes)
         self.ranker = FgdPolicy(PolicyContext(seed=episode_seed, workload=workload))
-        self.measure = self.ranker.measure(self.state)
         if self.mode == "fgd":
             self._pods = fgd_arrivals(
                 workload, gpu_capacity_milli=self.capacity, seed=episode_seed, tune=self.tune
@@ -168,14 +166,8 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
     # -- internals --------------------------------------------------------------------
 
     def _fragment(self, node: int) -> float:
-        s = self.state
-        return float(
-            self.measure.node_fragment(
-                s.cpu_free_milli[node : node + 1],
-                s.gpu_free_milli[node : node + 1],
-                s.gpu_model_index[node : node + 1],
-            )[0]
-        )
+        # FGD's per-node cache: scoring this step's candidates already computed it.
+        return float(self.ranker.fragments(self.state, np.array([node], dtype=np.int64))[0])
 
     def _advance(self) -> None:
         """Apply departures and fail pods that fit nowhere, up to the next decision."""
