@@ -20,11 +20,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from kubesage.core.errors import InputError, ModelError
 from kubesage.core.telemetry.features import FloatArray, NodeFeatures
@@ -154,26 +153,17 @@ def save_pca(model: PcaModel, path: Path | str) -> Path:
     return path
 
 
-def _read_header(path: Path) -> dict[str, Any]:
-    with path.open("rb") as handle:
-        size = int.from_bytes(handle.read(8), "little")
-        if not 0 < size <= 100_000_000:
-            raise ValueError(f"header length {size} is implausible")
-        raw = json.loads(handle.read(size))
-    header = json.loads(raw["__metadata__"]["kubesage"])
-    if not isinstance(header, dict):
-        raise ValueError("the kubesage header is not an object")
-    return header
-
-
 def load_pca(path: Path | str) -> PcaModel:
     """Read a model written by :func:`save_pca`; ModelError for anything else."""
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: no such PCA model file")
     try:
-        tensors = load_file(str(path))
-        header = _read_header(path)
+        with safe_open(str(path), framework="numpy") as handle:
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
+            header = json.loads((handle.metadata() or {})["kubesage"])
+        if not isinstance(header, dict):
+            raise ValueError("the kubesage header is not an object")
     except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{path}: not a kubesage PCA file ({exc})") from exc
     if header.get("format") != FORMAT or header.get("version") != VERSION:
