@@ -300,8 +300,10 @@ class _Passed:
     """The pod's (uid, resourceVersion); its uid is never empty when ``request`` is set."""
     request: PodRequest | None
     """The translated pod; None when the fit may not be reused (unsupported pod, no uid)."""
+    known: IntArray
+    """The passed nodes the state knows (``index`` without the unknown ones)."""
     stamps: IntArray
-    """``node_version`` of the known passed nodes when filter decided."""
+    """``node_version`` of the ``known`` nodes when filter decided."""
 
     def still_fits(self, state: ClusterState, pod: tuple[str, str]) -> PodRequest | None:
         """The pod's request when every passed node still fits it: same pod, same state
@@ -309,8 +311,7 @@ class _Passed:
         allocate, release and cordon renews a node's stamp). None otherwise."""
         if self.request is None or pod != self.pod or state is not self.state:
             return None
-        known = self.index[self.index >= 0]
-        if not np.array_equal(state.node_version[known], self.stamps):
+        if not np.array_equal(state.node_version[self.known], self.stamps):
             return None
         return self.request
 
@@ -545,6 +546,7 @@ def _passed(
     """Filter's outcome kept for prioritize; the fit is reusable only for a pod with a
     uid that the core models."""
     index = candidates.index[passed]
+    known = index[index >= 0]
     reusable = isinstance(request, PodRequest) and bool(pod[0])
     return _Passed(
         node_set=state.node_names,
@@ -554,7 +556,8 @@ def _passed(
         state=state,
         pod=pod,
         request=request if reusable and isinstance(request, PodRequest) else None,
-        stamps=state.node_version[index[index >= 0]],
+        known=known,
+        stamps=state.node_version[known],
     )
 
 
