@@ -36,7 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubesage.core.errors import ConfigError
-from kubesage.core.traces.fetch import default_cache_dir
+from kubesage.core.paths import cache_dir
 
 REGISTRY_FILE = "flink-jobs.yaml"
 
@@ -77,7 +77,7 @@ class RegistryDocument(BaseModel):
 
 
 def default_registry_path() -> Path:
-    return default_cache_dir() / REGISTRY_FILE
+    return cache_dir() / REGISTRY_FILE
 
 
 class JobRegistry:

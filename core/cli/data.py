@@ -9,7 +9,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.traces.fetch import DATASETS, default_cache_dir, fetch_dataset
+from kubesage.core.paths import cache_dir as default_cache_dir
+from kubesage.core.traces.fetch import DATASETS, fetch_dataset
 
 data_app = typer.Typer(help="Public trace data: download and verify.", no_args_is_help=True)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -13,28 +12,26 @@ from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
+from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import MODEL_NAMES
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 
 forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
 
-_RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smh])$")
-
 
 def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:
     """The first test step for ``train_until``: a timestamp, or ``+12h``/``+90m``/``+600s``
     after the data's first timestamp. Returns the step and the absolute timestamp."""
-    match = _RELATIVE.match(train_until.strip())
-    if match:
-        amount, unit = float(match.group(1)), match.group(2)
-        timestamp = panel.start_s + amount * {"s": 1, "m": 60, "h": 3600}[unit]
+    text = train_until.strip()
+    if text.startswith("+"):
+        timestamp = panel.start_s + parse_duration_s(text[1:], "--train-until")
     else:
         try:
             timestamp = float(train_until)
         except ValueError:
             raise InputError(
-                f"--train-until '{train_until}' is neither a timestamp nor +N[s|m|h]"
+                f"--train-until '{train_until}' is neither a timestamp nor +DURATION (e.g. +12h)"
             ) from None
     step = panel.step_of(timestamp)
     if not 0 < step < panel.steps:

@@ -32,6 +32,7 @@ from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
+from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.telemetry.features import FeatureBuilder, NodeFeatures, NodeMetrics
 from kubesage.core.telemetry.metric_map import MetricMap, load_metric_map
@@ -53,22 +54,11 @@ HEADLINE_COLUMNS = (
 VARIANCE_TARGETS = (0.5, 0.9, 0.95, 0.99)
 """Explained-variance levels ``fit-pca`` reports the component count for."""
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _OS_ERROR = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)|(timed out)")
 
 
 class PrometheusUnreachableError(DependencyError):
     """Prometheus did not answer the CLI (down, refused, timing out, or an error status)."""
-
-
-def parse_duration_s(text: str, option: str) -> float:
-    """``90s``, ``15m``, ``1h``, ``2d`` (Prometheus' units) in seconds; InputError naming
-    ``option`` otherwise."""
-    match = _DURATION.match(text.strip())
-    if match is None or float(match.group(1)) <= 0:
-        raise InputError(f"{option} '{text}' is not a positive duration like 15s, 30m, 1h or 2d")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
 def _unreachable(url: str, exc: PrometheusUnavailableError) -> PrometheusUnreachableError:

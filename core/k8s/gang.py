@@ -27,7 +27,6 @@ nothing is bound before the whole gang has a place.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kubesage.core.durations import DurationError, parse_duration_s
 from kubesage.core.errors import CapacityError, InputError
 from kubesage.core.k8s.translate import GANG_ANNOTATION
 from kubesage.core.policy.base import Policy
@@ -63,9 +63,8 @@ WAITING_TIME_KEYS = (
 DEFAULT_WAITING_TIME_S = 120.0
 """Koordinator's default gang waiting time."""
 MAX_MIN_AVAILABLE = 10_000
-
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?)(h|ms|m|s)")
-_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+MAX_WAIT_S = 7 * 24 * 3600.0
+"""The longest gang wait an annotation may ask for (a week)."""
 
 
 class GangAnnotationError(InputError):
@@ -84,23 +83,6 @@ class GangSpec:
     """How long to wait (for members or for room) before reporting and waiting afresh."""
     named: bool
     """False for a pod that is a gang of one only because it names no gang."""
-
-
-def parse_duration(text: str, where: str) -> float:
-    """Seconds in a Go duration (``"1m30s"``, ``"90s"``, ``"1.5h"``) or a plain number."""
-    stripped = text.strip()
-    try:
-        value = float(stripped)
-    except ValueError:
-        parts = _DURATION_PART.findall(stripped)
-        if not parts or "".join(n + u for n, u in parts) != stripped:
-            raise GangAnnotationError(
-                f"{where}: '{text[:40]}' is not a duration (e.g. 90s, 2m, 1h30m)"
-            ) from None
-        value = sum(float(number) * _UNIT_S[unit] for number, unit in parts)
-    if not value > 0 or value > 7 * 24 * 3600:
-        raise GangAnnotationError(f"{where}: duration {text[:40]!r} is not in (0s, 168h]")
-    return value
 
 
 def _first(maps: Sequence[Mapping[str, str]], keys: Sequence[str]) -> tuple[str, str] | None:
@@ -136,7 +118,12 @@ def gang_of(pod: Mapping[str, Any]) -> GangSpec:
     waiting = DEFAULT_WAITING_TIME_S
     found_wait = _first((annotations,), WAITING_TIME_KEYS)
     if found_wait is not None:
-        waiting = parse_duration(found_wait[1], f"{where}: annotation {found_wait[0]}")
+        try:
+            waiting = parse_duration_s(
+                found_wait[1], f"{where}: annotation {found_wait[0]}", maximum_s=MAX_WAIT_S
+            )
+        except DurationError as exc:
+            raise GangAnnotationError(str(exc)) from None
     return GangSpec(f"{namespace}/{found[1]}", minimum, waiting, named=True)
 
 

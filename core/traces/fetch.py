@@ -10,7 +10,6 @@ matches, so the cache never holds a partial or wrong file.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from kubesage.core import paths
 from kubesage.core.errors import FetchError, InputError
 
 CLUSTERDATA_COMMIT = "7a6c496"
@@ -98,14 +98,6 @@ ProgressCallback = Callable[[str, int, int], None]
 """Called as ``(file_name, bytes_done, bytes_total)`` while downloading."""
 
 
-def default_cache_dir() -> Path:
-    """``$KUBESAGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/kubesage``, else ``~/.cache/kubesage``."""
-    if explicit := os.environ.get("KUBESAGE_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kubesage"
-
-
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -133,7 +125,7 @@ def fetch_dataset(
     dataset = DATASETS.get(name)
     if dataset is None:
         raise InputError(f"unknown data set '{name}'; known: {', '.join(sorted(DATASETS))}")
-    target = (cache_dir or default_cache_dir()) / dataset.name
+    target = (cache_dir or paths.cache_dir()) / dataset.name
     target.mkdir(parents=True, exist_ok=True)
     url_base = base_url or dataset.base_url
     if not url_base.endswith("/"):

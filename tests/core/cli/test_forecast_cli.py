@@ -87,7 +87,8 @@ def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--train-until", "soon"], "neither a timestamp nor +N"),
+        (["--train-until", "soon"], "neither a timestamp nor +DURATION"),
+        (["--train-until", "+12y"], "not a duration"),
         (["--train-until", "+100h"], "outside the data"),
         (["--train-until", "+2h", "--horizons", "0,5"], "positive step counts"),
         (["--train-until", "+2h", "--models", "prophet"], "unknown model(s) ['prophet']"),

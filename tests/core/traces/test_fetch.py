@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from kubesage.core.cli.main import app
 from kubesage.core.errors import FetchError, InputError
+from kubesage.core.paths import cache_dir as default_cache_dir
 from kubesage.core.traces import fetch as fetch_module
-from kubesage.core.traces.fetch import Dataset, RemoteFile, default_cache_dir, fetch_dataset
+from kubesage.core.traces.fetch import Dataset, RemoteFile, fetch_dataset
 
 FILES = {
     "alpha.csv": b"sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,0,\n",

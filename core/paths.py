@@ -1,0 +1,50 @@
+"""Where kubesage's own files are: the user cache, and the configuration shipped in the package.
+
+Shipped configuration (the PPO model, the metric map, example topologies, scheduling
+policies, the simulate defaults) lives in the repository's ``configs/`` folder, which
+installs as the ``kubesage.configs`` package: :func:`shipped_file` finds a file there
+through :mod:`importlib.resources`, so an editable checkout and a wheel installed
+anywhere read the same files, and no module walks up from its own location.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from kubesage.core.errors import ConfigError
+
+SHIPPED_PACKAGE = "kubesage.configs"
+"""The package that holds the repository's ``configs/`` folder once installed."""
+
+
+def cache_dir() -> Path:
+    """``$KUBESAGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/kubesage``, else ``~/.cache/kubesage``."""
+    if explicit := os.environ.get("KUBESAGE_CACHE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kubesage"
+
+
+def shipped_file(relative: str) -> Path:
+    """The shipped file at ``relative`` (``/``-separated, under ``configs/``).
+
+    Raises ConfigError naming the file when the installation does not have it.
+    """
+    root = resources.files(SHIPPED_PACKAGE)
+    target = root.joinpath(*relative.split("/"))
+    path = Path(str(target))
+    if not path.exists():
+        raise ConfigError(
+            f"the installed kubesage package has no shipped file '{relative}' (looked in {root})"
+        )
+    return path
+
+
+def shipped_dir(relative: str) -> Path:
+    """The shipped folder at ``relative`` (for listing, e.g. ``topologies``)."""
+    path = shipped_file(relative)
+    if not path.is_dir():
+        raise ConfigError(f"shipped path '{relative}' is not a folder")
+    return path
