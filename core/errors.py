@@ -11,11 +11,18 @@ message and exit code 2). Third-party failures are translated at the boundary wi
     ├── InputError                bad input from a user or a file; fix the input
     │   ├── ConfigError           a YAML config: unknown key, bad value (names file and field path)
     │   ├── TraceFormatError      a trace file: names file, line and field
-    │   └── RequestError          a scheduling request that can never be valid
+    │   ├── RequestError          a scheduling request that can never be valid
+    │   ├── ModelError            a learned model file: missing, unreadable, other schema, non-finite
+    │   └── UnknownPolicyError    a policy name that is not registered (lists the known ones)
     ├── CapacityError             an allocate/release that would break ClusterState's invariants
-    ├── DependencyError           something outside us failed; callers degrade to a fallback
-    │   └── FetchError            download or checksum failure in ``kubesage data fetch``
-    └── UnknownPolicyError        a policy name that is not registered (lists the known ones)
+    └── DependencyError           something outside us failed; callers degrade to a fallback
+        └── FetchError            download or checksum failure in ``kubesage data fetch``
+
+Boundaries add their own leaves under these (for example ``DurationError`` and the
+Kubernetes layer's ``TranslateError`` under InputError, ``BindError`` and the Flink
+adapter's ``FlinkError`` under DependencyError); ``tests/core/test_errors.py`` checks
+that this drawing matches the classes here and that every error class in the package
+derives from KubesageError.
 """
 
 from __future__ import annotations
