@@ -11,7 +11,7 @@ FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint bench services clean
+.PHONY: run test test-fast lint bench services clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,20 +40,28 @@ services: $(FLINK_STAMP)
 run: $(STAMP)
 	$(BIN)/kubesage simulate
 
-## test: lint, type-check, then the whole test suite
+## test: lint, type-check, then the whole test suite (slow tests included; what CI runs)
 test: lint services
 	$(BIN)/python -m pytest
 
-## lint: ruff and mypy (mypy reads a strict editable install, restored afterwards)
+## test-fast: the tests not marked slow (those over ~20 s), without lint, for iteration
+test-fast: $(STAMP) services
+	$(BIN)/python -m pytest -m "not slow"
+
+## lint: ruff, the import-linter layer contracts (pyproject.toml), and mypy (mypy reads
+## a strict editable install, restored afterwards)
 lint: $(STAMP)
 	$(BIN)/ruff check core adapters tests benchmarks
 	$(BIN)/ruff format --check core adapters tests benchmarks
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pip install --quiet -e . --config-settings editable_mode=strict
 	$(BIN)/mypy -p kubesage.core -p kubesage.adapters; status=$$?; \
 	  $(BIN)/python -m pip install --quiet -e '.[dev]'; exit $$status
 
 ## bench: quality and speed tables beside their baselines (about an hour on 2 cores;
-## the Flink ones start a real Flink cluster, which make services installs)
+## the Flink ones start a real Flink cluster, which make services installs). Every script
+## takes --tiny (or KUBESAGE_BENCH_TINY=1): seconds, figures meaningless; make test runs
+## them so (tests/benchmarks).
 bench: $(STAMP) services
 	$(BIN)/python benchmarks/fgd_reproduction.py
 	$(BIN)/python benchmarks/placement_speed.py

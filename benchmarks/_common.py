@@ -1,12 +1,51 @@
-"""Shared helpers for the benchmark scripts: locating the shared traces, printing tables."""
+"""Shared helpers for the benchmark scripts: the tiny size, the shared traces, tables.
+
+Every script takes ``--tiny`` (or reads ``KUBESAGE_BENCH_TINY=1`` from the
+environment): the same code at a size that runs in seconds, so a test
+(``tests/benchmarks``) runs every benchmark in ``make test`` and they cannot rot
+unseen. Tiny figures mean nothing; options given explicitly still win over the tiny
+defaults. With ``--format json`` the last line of stdout is one compact JSON object;
+progress goes to stderr.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TINY_ENV = "KUBESAGE_BENCH_TINY"
+"""Environment variable that turns ``--tiny`` on for every script (``1``, ``true``, ``yes``)."""
+
+
+def tiny_from_environment() -> bool:
+    """Whether ``$KUBESAGE_BENCH_TINY`` asks for the tiny size."""
+    return os.environ.get(TINY_ENV, "").strip().lower() in {"1", "true", "yes"}
+
+
+def parse_args(
+    parser: argparse.ArgumentParser,
+    tiny: Mapping[str, object],
+    argv: Sequence[str] | None = None,
+) -> argparse.Namespace:
+    """Add ``--tiny`` to ``parser`` and parse; with it, ``tiny`` replaces the defaults.
+
+    ``tiny`` maps option destinations to their tiny values; an option given on the
+    command line keeps its value.
+    """
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        default=tiny_from_environment(),
+        help=f"Run at a tiny size, to check that the script works (also ${TINY_ENV}=1).",
+    )
+    args = parser.parse_args(argv)
+    if args.tiny:
+        parser.set_defaults(**tiny)
+        args = parser.parse_args(argv)
+    return args
 
 
 def shared_data_dir(explicit: Path | None = None) -> Path:

@@ -19,8 +19,16 @@ first, never Guaranteed ones); compaction empties partly used GPUs every 5 min,
 at most 4 pods a round, while under 5 % of GPUs are empty. Printed: large-task
 schedulability and pods migrated as a share of the pods placed.
 
+JSON: ``{"large_task_schedulable_pct": {"without", "with", "with_compaction"},
+"pods_migrated_pct", "compression_factor", "scenarios": {"<scenario>": {"<mode>":
+{"large_task_schedulable_pct", "pods_migrated_pct", "large_tasks"}}}}`` (the
+headline figures are the openb replay's). ``--tiny``: one seed, the first 100 openb
+nodes and 1,000 pods, 4 MIG nodes and 200 MIG requests (figures meaningless).
+
     python benchmarks/defrag.py [--data-dir DIR] [--seeds 42-44] [--peak-load 0.95]
-                                [--mig-peak-load 1.0] [--format table|json]
+                                [--mig-peak-load 1.0] [--node-limit N] [--pod-limit N]
+                                [--mig-nodes 32] [--mig-requests 4000] [--tiny]
+                                [--format table|json]
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, shared_data_dir
+from _common import format_table, parse_args, shared_data_dir
 
 from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter
 from kubesage.adapters.gpu_training.mig_workload import mig_cluster, mig_workload
@@ -48,6 +56,7 @@ from kubesage.core.types import NodeSpec, PodRequest
 
 MODES = ("off", "on_demand", "with_compaction")
 COMPACTION_INTERVAL_S = 300.0
+TINY = {"seeds": "42", "node_limit": 100, "pod_limit": 1_000, "mig_nodes": 4, "mig_requests": 200}
 
 IsLarge = Callable[[PodRequest, float], bool]
 """Whether a pod counts as a large task, given the GPU requested before it arrived."""
@@ -111,12 +120,20 @@ def main() -> int:
     parser.add_argument("--seeds", default="42-44")
     parser.add_argument("--peak-load", type=float, default=0.95)
     parser.add_argument("--mig-peak-load", type=float, default=1.0)
+    parser.add_argument("--node-limit", type=int, default=0, help="First N openb nodes (0: all).")
+    parser.add_argument("--pod-limit", type=int, default=0, help="First N openb pods (0: all).")
+    parser.add_argument("--mig-nodes", type=int, default=32, help="Nodes of the MIG cluster.")
+    parser.add_argument("--mig-requests", type=int, default=4_000, help="Drawn MIG requests.")
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
+    args = parse_args(parser, TINY)
     seeds = parse_seeds(args.seeds)
     openb = shared_data_dir(args.data_dir) / "openb"
     nodes = read_nodes(openb / "openb_node_list_gpu_node.csv")
     pods = read_pods(openb / "openb_pod_list_default.csv")
+    if args.node_limit:
+        nodes = nodes[: args.node_limit]
+    if args.pod_limit:
+        pods = pods[: args.pod_limit]
     capacity = ClusterState(nodes).gpu_capacity_milli_total
     replayed, factor = compress_to_peak_load(pods, capacity, args.peak_load)
 
@@ -132,8 +149,8 @@ def main() -> int:
         )
 
     def mig_mix(seed: int, mode: str) -> dict[str, float]:
-        cluster = mig_cluster(32)
-        drawn = mig_workload(4_000, seed=seed)
+        cluster = mig_cluster(args.mig_nodes)
+        drawn = mig_workload(args.mig_requests, seed=seed)
         mig_capacity = ClusterState(cluster).gpu_capacity_milli_total
         timed, _ = compress_to_peak_load(drawn, mig_capacity, args.mig_peak_load)
         return simulate(

@@ -5,7 +5,9 @@ PCIe, NVLink, NIC and uplink edge) recorded at one timestamp, weights and cached
 GPU bandwidths recomputed. Median of repeated rounds at successive timestamps, so
 sliding-window buckets expire as they would live.
 
-    python benchmarks/drtg.py [--repeats 5] [--format table|json]
+JSON: ``{"update_s_1k", "update_s_10k"}`` (seconds). ``--tiny``: one round each.
+
+    python benchmarks/drtg.py [--repeats 5] [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import statistics
 import time
 
 import numpy as np
-from _common import format_table
+from _common import format_table, parse_args
 
 from kubesage.core.config import parse_config
 from kubesage.core.topology.graph import DRTG
@@ -25,6 +27,7 @@ from kubesage.core.topology.spec import TOPOLOGY_KIND, TopologySpec
 
 NODES_PER_RACK = 32
 RACKS_PER_ZONE = 16
+TINY = {"repeats": 1}
 
 
 def topology(nodes: int) -> TopologySpec:
@@ -65,7 +68,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
+    args = parse_args(parser, TINY)
     rng = np.random.default_rng(0)
     results = {}
     rows = []

@@ -44,7 +44,13 @@ Reference: kube-scheduler's scheduler_perf ``SchedulingBasic`` at 5,000 nodes
 reaches about 680 pods/s (the whole scheduler, no extender). Targets: p99 ≤ 10 ms
 and ≥ 1,000 pods/s at 10,000 nodes.
 
-    python benchmarks/extender.py [--nodes 5000 --nodes 10000] [--pods 2000] [--format json]
+JSON: ``{"nodes": {"<size>": {"<mode>": {the figures above, "names_per_request",
+"pods", "unschedulable"}}}, "fgd_cold_score_ms": {"<size>": {"<shape>"}},
+"reference", "targets_10000_nodes", "cpus", "load_average_1m_at_end", "fill"}``.
+``--tiny``: 200 nodes, 20 warm-up and 50 measured pods.
+
+    python benchmarks/extender.py [--nodes 5000 --nodes 10000] [--pods 2000] [--warmup 300]
+                                  [--tiny] [--format json]
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from _common import REPO, format_table
+from _common import REPO, format_table, parse_args
 
 from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION
 from kubesage.core.policy import PolicyContext
@@ -80,6 +86,9 @@ TARGET_P99_MS = 10.0
 TARGET_PODS_PER_S = 1_000.0
 FILL = 0.5
 WARMUP_PODS = 300
+TINY = {"pods": 50, "warmup": 20}
+TINY_NODES = 200
+"""The cluster size at ``--tiny`` (``--nodes`` appends, so it is not a tiny default)."""
 COLD_SHAPES = {
     "cpu-only": PodRequest(name="cold-cpu", cpu_milli=8_000, memory_mib=30_517),
     "half-gpu": PodRequest(
@@ -383,12 +392,16 @@ def main() -> int:
     )
     parser.add_argument("--nodes", type=int, action="append", help="Cluster sizes (repeatable).")
     parser.add_argument("--pods", type=int, default=2_000, help="Measured pods per run.")
+    parser.add_argument(
+        "--warmup", type=int, default=WARMUP_PODS, help="Warm-up pods before the measured ones."
+    )
     parser.add_argument("--mode", choices=["default", "all"], action="append")
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
-    sizes = args.nodes or [5_000, 10_000]
+    args = parse_args(parser, TINY)
+    sizes = args.nodes or ([TINY_NODES] if args.tiny else [5_000, 10_000])
     modes = args.mode or ["default", "all"]
-    workload = synthetic_workload(WARMUP_PODS + args.pods, seed=7)
+    warmup_pods = args.warmup
+    workload = synthetic_workload(warmup_pods + args.pods, seed=7)
     results: dict[str, dict[str, dict[str, float]]] = {}
     cold: dict[str, dict[str, float]] = {}
     for size in sizes:
@@ -400,16 +413,16 @@ def main() -> int:
             for mode_number, mode in enumerate(modes):
                 window = feasible_nodes_to_find(size) if mode == "default" else size
                 # Fresh pods (new UIDs) per mode: the server keeps bound pods.
-                offset = mode_number * (2 * WARMUP_PODS + args.pods)
+                offset = mode_number * (2 * warmup_pods + args.pods)
                 pods = [v1_pod(offset + i, request) for i, request in enumerate(workload)]
-                measured = pods[WARMUP_PODS:]
+                measured = pods[warmup_pods:]
                 # One pod of every shape the measured pods have, then the warm-up pods.
                 firsts = {shape(pod): pod for pod in reversed(measured)}
                 warmup = [
                     {**pod, "metadata": {**pod["metadata"], "name": f"warm-{number}",
                                          "uid": f"warm-{offset}-{number}"}}
                     for number, pod in enumerate(firsts.values())
-                ] + pods[:WARMUP_PODS]  # fmt: skip
+                ] + pods[:warmup_pods]  # fmt: skip
                 figures = measure(port, node_names, window, warmup, measured)
                 results[str(size)][mode] = figures
                 print(f"{size} nodes, {mode}: {figures}", file=sys.stderr, flush=True)
@@ -442,7 +455,7 @@ def main() -> int:
             )
     print(
         "kubesage extender over HTTP: filter + prioritize per pod, one cycle at a time "
-        f"({args.pods:,} pods after {WARMUP_PODS} warm-up, cluster {FILL:.0%} GPU-allocated)"
+        f"({args.pods:,} pods after {warmup_pods} warm-up, cluster {FILL:.0%} GPU-allocated)"
     )
     print(
         format_table(

@@ -5,8 +5,13 @@ paper's protocol (requests inflated to 130 % of GPU capacity, arrivals only) and
 prints our mean GPU allocation ratio at 100 % and 130 % arrived workload beside
 the published means (``published_allocation_ratio.csv``), with the difference.
 
+JSON: ``{"seeds": [...], "traces": {"<trace>": {"<policy>": {"ours_at_100",
+"ours_at_130", "published_at_100", "published_at_130", "delta_at_130"}}}}``.
+``--tiny`` runs one trace and seed on the first 100 nodes (figures meaningless).
+
     python benchmarks/fgd_reproduction.py [--data-dir DIR] [--seeds 42-51] [--jobs N]
-                                          [--traces default,cpu050,...] [--format table|json]
+                                          [--traces default,cpu050,...] [--node-limit N]
+                                          [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import format_table, shared_data_dir
+from _common import format_table, parse_args, shared_data_dir
 
 from kubesage.core.policy import PAPER_POLICIES
 from kubesage.core.sim.runner import RunSpec, default_jobs, run_many
@@ -34,6 +39,7 @@ PUBLISHED_NAMES = {
     "bestfit": "BestFit",
     "fgd": "FGD",
 }
+TINY = {"seeds": "42", "traces": "default", "node_limit": 100}
 
 
 def published(data: Path) -> dict[tuple[str, str], tuple[float, float]]:
@@ -55,8 +61,9 @@ def main() -> int:
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--traces", default="")
+    parser.add_argument("--node-limit", type=int, default=0, help="First N nodes (0: all).")
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
+    args = parse_args(parser, TINY)
     data = shared_data_dir(args.data_dir)
     seeds = parse_seeds(args.seeds)
     openb = data / "openb"
@@ -65,6 +72,8 @@ def main() -> int:
     )
     reference = published(data)
     nodes = read_nodes(openb / "openb_node_list_gpu_node.csv")
+    if args.node_limit:
+        nodes = nodes[: args.node_limit]
     rows = []
     document: dict[str, dict[str, dict[str, float | None]]] = {}
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """Flink autoscaling on a real cluster: kubesage beside the Flink Kubernetes Operator's rule.
 
 A local Flink 2.3 session cluster (``LocalFlinkCluster``, ``make services``) runs the
-sample job (``adapters/flink/sample_job.py``): a source offering ``--rate`` rec/s and an
+sample job (``flink_support/sample_job.py``): a source offering ``--rate`` rec/s and an
 operator that handles ``--capacity`` rec/s per subtask, starting at parallelism 1. The
 kubesage autoscaler observes it every 5 s and rescales in place until the backlog has
 drained and nothing is backpressured.
@@ -12,7 +12,9 @@ Beside it, the Flink Kubernetes Operator autoscaler's rule with its documented d
 slept: its first decision comes after stabilization + one full window, and by then the
 backlog has grown at the measured rate for that long.
 
-    python benchmarks/flink_autoscale.py [--rate 40] [--capacity 20] [--format table|json]
+``--tiny``: half a minute of observation (``--deadline-s 30``).
+
+    python benchmarks/flink_autoscale.py [--rate 40] [--capacity 20] [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -26,18 +28,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import format_table
+from _common import format_table, parse_args
+from flink_support.cluster import LocalFlinkCluster
+from flink_support.samples import SAMPLE_JOB
 
-from kubesage.adapters.flink.autoscaler import (
-    Autoscaler,
-    AutoscalerSettings,
-    Observation,
-    ObservationCollector,
-)
+from kubesage.adapters.flink.autoscaler import Autoscaler, AutoscalerSettings
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
+from kubesage.adapters.flink.collector import ObservationCollector
+from kubesage.adapters.flink.observation import Observation
 from kubesage.adapters.flink.rescale import rescale_in_place
-from kubesage.adapters.flink.sample_runs import SAMPLE_JOB
 
 SOURCE, SLOW = "Source: sequence -> pace", "slow"
 TICK_S = 5.0
@@ -176,7 +175,8 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=6)
     parser.add_argument("--deadline-s", type=float, default=300.0)
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
+    # Tiny: observe for half a minute (the job runs and is observed; no decision is needed).
+    args = parse_args(parser, {"deadline_s": 30.0})
     logging.basicConfig(level=logging.WARNING)
     if not SAMPLE_JOB.is_file():
         raise SystemExit(f"error: {Path(SAMPLE_JOB).name} not found")

@@ -17,7 +17,9 @@ Two intervals: ``roomy`` (3 × the sum of the probed durations: the optimum is 1
 ``max(1, ⌈Σ d_i / T⌉)`` over the longest duration each job showed while on the plan,
 which can differ from the probed ones. Concurrency is measured from Flink's checkpoint history.
 
-    python benchmarks/flink_stagger.py [--jobs 3] [--periods 4] [--format table|json]
+``--tiny``: two jobs, two intervals per run.
+
+    python benchmarks/flink_stagger.py [--jobs 3] [--periods 4] [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -29,18 +31,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import format_table
+from _common import format_table, parse_args
+from flink_support.cluster import LocalFlinkCluster
+from flink_support.samples import sample_copies
+from flink_support.stagger_harness import StaggerComparison, compare_with_aligned, equal_interval
 
-from kubesage.adapters.flink.checkpoint_coordinator import (
-    StaggerComparison,
-    compare_with_aligned,
-    equal_interval,
-    measure_profiles,
-)
+from kubesage.adapters.flink.checkpoint_history import measure_profiles
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 from kubesage.adapters.flink.registry import JobRegistry
-from kubesage.adapters.flink.sample_runs import sample_copies
 
 log = logging.getLogger("flink_stagger")
 
@@ -73,7 +71,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--periods", type=int, default=4)
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
+    args = parse_args(parser, {"jobs": 2, "periods": 2})  # tiny: the smallest allowed
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.jobs < 2 or args.periods < 2:

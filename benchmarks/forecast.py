@@ -4,8 +4,12 @@ Trains every model on the first 12 hours of ``../shared/data/genai`` and scores 
 on the last 4, at horizons 1, 5 and 15 steps (57 s each): WAPE (headline = mean of
 the per-metric WAPEs), sMAPE, the burst subset, WAPE per metric, and training time.
 
+JSON: the ``kubesage forecast eval --format json`` document (``"models": {"<model>":
+{"<horizon>": {"wape", "smape", "per_metric", "burst"}}}`` and the rest) plus
+``"train_seconds": {"<model>"}``. ``--tiny``: one epoch on the first hour.
+
     python benchmarks/forecast.py [--data-dir DIR] [--train-until +12h] [--epochs 30]
-                                  [--seed 0] [--format table|json]
+                                  [--seed 0] [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import format_table, shared_data_dir
+from _common import format_table, parse_args, shared_data_dir
 
 from kubesage.core.cli.forecast import cut_off_step
 from kubesage.core.forecast.evaluate import evaluate
@@ -23,6 +27,7 @@ from kubesage.core.forecast.panel import describe, read_panel
 from kubesage.core.forecast.training import TrainConfig
 
 HORIZONS = (1, 5, 15)
+TINY = {"train_until": "+1h", "epochs": 1}
 
 
 def main() -> int:
@@ -34,7 +39,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
+    args = parse_args(parser, TINY)
     panel = read_panel(shared_data_dir(args.data_dir) / "genai")
     print(describe(panel), file=sys.stderr)
     step, timestamp = cut_off_step(panel, args.train_until)

@@ -9,7 +9,12 @@ of its memory taken, seeds 0–4) and jobs of 16, 64, 128 and 256 executors (4 c
 16 GiB): our placement, the Kubernetes default scheduler's spread, and random
 placement. Printed: medians of expected cross-rack bytes (GB) and ours ÷ spread.
 
-    python benchmarks/spark_locality.py [--event-log PATH] [--scale 10000] [--format table|json]
+JSON: ``{"<topology>": {"cross_rack_bytes": {"ours", "spread", "random"},
+"ours_over_spread_median", "ours_over_spread_worst"}}``. ``--tiny``: one seed, and
+the local Spark job over 20,000 lineitem rows.
+
+    python benchmarks/spark_locality.py [--event-log PATH] [--scale 10000] [--seeds 0-4]
+                                        [--job-rows N] [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, format_table
+from _common import format_table, parse_args
 
 from kubesage.adapters.spark import tpch_job
 from kubesage.adapters.spark.cli import find_spark_submit
@@ -34,17 +40,21 @@ from kubesage.adapters.spark.placement import (
     spread_placement,
 )
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile
+from kubesage.core.sim.settings import parse_seeds
 from kubesage.core.state import ClusterState
+from kubesage.core.topology.examples import example_paths
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import PodRequest
 
-SEEDS = range(5)
 EXECUTORS = (16, 64, 128, 256)
 GB = 1e9
+TINY = {"seeds": "0", "job_rows": 20_000}
 
 
-def run_tpch_job(log_dir: Path) -> Path:
-    """Run the TPC-H-like job on local Spark; the path of its event log."""
+def run_tpch_job(log_dir: Path, rows: int | None = None) -> Path:
+    """Run the TPC-H-like job on local Spark (``rows`` lineitem rows, default the job's
+    own); the path of its event log."""
+    job_args = [] if rows is None else ["--scale", str(rows)]
     done = subprocess.run(
         [
             find_spark_submit(),
@@ -55,6 +65,7 @@ def run_tpch_job(log_dir: Path) -> Path:
             "--conf", "spark.eventLog.enabled=true",
             "--conf", f"spark.eventLog.dir={log_dir.resolve().as_uri()}",
             tpch_job.__file__,
+            *job_args,
         ],
         capture_output=True,
         text=True,
@@ -80,20 +91,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--event-log", type=Path)
     parser.add_argument("--scale", type=float, default=10_000.0)
+    parser.add_argument("--seeds", default="0-4", help="Background-load seeds.")
+    parser.add_argument("--job-rows", type=int, help="Lineitem rows of the local Spark job.")
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    args = parser.parse_args()
+    args = parse_args(parser, TINY)
+    seeds = parse_seeds(args.seeds)
     with tempfile.TemporaryDirectory() as scratch:
-        log = args.event_log or run_tpch_job(Path(scratch))
+        if args.event_log is None:
+            print("running the TPC-H-like job on local Spark...", file=sys.stderr, flush=True)
+        log = args.event_log or run_tpch_job(Path(scratch), args.job_rows)
         app = read_event_log(log)
     profile = ShuffleProfile.from_application(app, scale=args.scale)
     document: dict[str, dict[str, dict[str, float]]] = {}
     rows = []
-    for path in sorted((REPO / "configs" / "topologies").glob("*.yaml")):
+    for name, path in example_paths().items():
         drtg = DRTG.from_yaml(path)
         if len(drtg.rack_names) < 3:
+            print(f"{name}: skipped, fewer than 3 racks", file=sys.stderr)
             continue
         results: dict[str, list[float]] = {"ours": [], "spread": [], "random": []}
-        for seed in SEEDS:
+        for seed in seeds:
             state = background(drtg, seed)
             for executors in EXECUTORS:
                 shape = ExecutorShape(executors, 4, 16_384)
@@ -111,19 +128,17 @@ def main() -> int:
         medians = {k: round(statistics.median(v) / GB, 3) for k, v in results.items()}
         ratios = [o / s for o, s in zip(results["ours"], results["spread"], strict=True) if s]
         ratio, worst = statistics.median(ratios), max(ratios)
-        document[path.stem] = {
+        document[name] = {
             "cross_rack_bytes": medians,
             "ours_over_spread_median": round(ratio, 3),
             "ours_over_spread_worst": round(worst, 3),
         }
-        rows.append(
-            [path.stem, medians["ours"], medians["spread"], medians["random"], ratio, worst]
-        )
+        rows.append([name, medians["ours"], medians["spread"], medians["random"], ratio, worst])
     if args.format == "json":
         print(json.dumps(document))
         return 0
     print(
-        f"Expected cross-rack bytes (GB), medians over seeds 0-4 and jobs of "
+        f"Expected cross-rack bytes (GB), medians over seeds {args.seeds} and jobs of "
         f"{'/'.join(map(str, EXECUTORS))} executors; stage shapes from '{app.name}' "
         f"({app.total_shuffle_bytes:,} shuffle bytes) × {args.scale:,.0f}"
     )

@@ -1,7 +1,8 @@
 """The numpy array types the core's hot paths pass around, named once.
 
 ``IntArray`` holds indices, counts and milli-/MiB amounts (int64); ``FloatArray``
-scores and measurements (float64); ``BoolArray`` masks over nodes or GPUs.
+scores and measurements (float64); ``Float32Array`` network inputs (what torch
+takes); ``BoolArray`` masks over nodes or GPUs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+Float32Array = npt.NDArray[np.float32]
 BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["BoolArray", "FloatArray", "IntArray"]
+__all__ = ["BoolArray", "Float32Array", "FloatArray", "IntArray"]

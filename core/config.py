@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kubesage.core.errors import ConfigError
+from kubesage.core.field_errors import config_error, yaml_error
 
 API_VERSION = "kubesage.io/v1alpha1"
 
@@ -25,10 +26,6 @@ class StrictModel(BaseModel):
     """Base for configuration models: unknown keys are errors, instances are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in loc)
 
 
 def parse_config(
@@ -53,11 +50,7 @@ def parse_config(
     try:
         return model.model_validate(document.get("spec") or {})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = "spec." + _field_path(first["loc"]) if first["loc"] else "spec"
-        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        message = message.removeprefix("Value error, ")
-        raise ConfigError(message, path=source, field=field) from None
+        raise config_error(exc, path=source, prefix="spec") from None
 
 
 def load_config(path: Path | str, model: type[ModelT], *, kind: str) -> ModelT:
@@ -70,5 +63,5 @@ def load_config(path: Path | str, model: type[ModelT], *, kind: str) -> ModelT:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", path=path) from exc
+        raise yaml_error(exc, path=path) from exc
     return parse_config(document, model, kind=kind, source=path)

@@ -12,7 +12,7 @@ message and exit code 2). Third-party failures are translated at the boundary wi
     │   ├── ConfigError           a YAML config: unknown key, bad value (names file and field path)
     │   ├── TraceFormatError      a trace file: names file, line and field
     │   ├── RequestError          a scheduling request that can never be valid
-    │   ├── ModelError            a learned model file: missing, unreadable, other schema, non-finite
+    │   ├── ModelError            a model file: missing, unreadable, other schema, non-finite
     │   └── UnknownPolicyError    a policy name that is not registered (lists the known ones)
     ├── CapacityError             an allocate/release that would break ClusterState's invariants
     └── DependencyError           something outside us failed; callers degrade to a fallback

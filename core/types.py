@@ -172,6 +172,11 @@ class Placement(_Frozen):
         return tuple(index for index, _ in self.gpu_milli_by_index)
 
 
+Migration = tuple[str, Placement]
+"""A running pod (by name) and where it moves to (the simulator's defragmenter and the
+GPU adapter's defrag planner both speak it)."""
+
+
 class Decision(_Frozen):
     """A policy's answer for one request."""
 

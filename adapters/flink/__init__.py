@@ -1,13 +1,20 @@
 """The Flink adapter: watch Flink's own signals over its REST API and act on them.
 
 - ``client``, ``rest_models``, ``errors``: a typed REST client (httpx + tenacity);
-- ``autoscaler``, ``rescale``, ``operator_patch``: backpressure-driven parallelism,
-  applied in place through the adaptive scheduler or as a FlinkDeployment patch;
-- ``stagger``, ``checkpoint_coordinator``: checkpoint phases across jobs and the
-  coordinator that triggers them;
+- ``observation``, ``collector``, ``autoscaler``, ``autoscale_loop``: what is measured
+  of a job, the REST collector that measures it, the pure scaling decision with its
+  guard rails, and the control loop;
+- ``rescale``, ``operator_patch``: a decision applied in place through the adaptive
+  scheduler, or as a FlinkDeployment patch;
+- ``stagger``, ``stagger_search``: checkpoint phases across jobs (closed form, exact
+  search); ``checkpoint_coordinator``, ``checkpoint_history``, ``checkpoint_settings``:
+  the coordinator that triggers them, what Flink's history says about them, and the
+  settings of jobs Flink checkpoints itself;
 - ``state_tiering``: hot/cold state recommendations;
-- ``submit``, ``registry``, ``cli``: ``kubesage flink submit|autoscale|stagger|state``;
-- ``local_cluster``, ``sample_job``, ``sample_runs``: a real local Flink session
-  cluster, a job with a known bottleneck, and registered copies of it, for the tests
-  and benchmarks.
+- ``submit``, ``registry``, ``flink_home``, ``cli``:
+  ``kubesage flink submit|autoscale|stagger|state``.
+
+A real local Flink cluster, a sample job with a known bottleneck and the experiments
+built on them are test and benchmark code: ``benchmarks/flink_support`` in the
+repository, not part of this package.
 """

@@ -15,57 +15,32 @@ A job whose previous checkpoint is still in flight skips that slot (Flink would 
 it behind ``max-concurrent-checkpoints`` and shift its phase).
 
 Jobs the coordinator does not drive get submit-time configuration instead
-(:func:`submit_time_conf`). Flink 2.x has no key that sets a checkpoint phase: the
-``execution.checkpointing.*`` keys are interval, min-pause, timeout, mode,
-max-concurrent, unaligned, …, but no initial delay. What Flink does (2.3,
-``CheckpointCoordinatorConfiguration.getInitialTriggeringDelay``) is draw the first
-checkpoint's delay uniformly from ``[min-pause, interval]`` after the job turns
-RUNNING, then trigger every ``interval`` from that first trigger. So setting
-``min-pause = interval − w`` confines the first checkpoint, and with it the phase,
-to a window of width ``w`` that ends one interval after the job turns RUNNING; with
-``w ≥`` the checkpoint duration the min-pause never delays a later trigger, so the
-phase then holds. The phase is therefore realised to within ``w``, by when the job
-turns RUNNING — exactly only by the coordinator.
+(:mod:`~kubesage.adapters.flink.checkpoint_settings`); what a job's checkpoints look
+like is read from its history (:mod:`~kubesage.adapters.flink.checkpoint_history`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.errors import FlinkError, StaggerInputError
 from kubesage.adapters.flink.rest_models import (
     CheckpointConfig,
-    CheckpointEntry,
     CheckpointStats,
     CheckpointTrigger,
 )
-from kubesage.adapters.flink.stagger import (
-    CheckpointProfile,
-    StaggerInputError,
-    StaggerPlan,
-    aligned_plan,
-    optimum_equal_intervals,
-    peak_concurrent,
-    plan_stagger,
-)
+from kubesage.adapters.flink.stagger import StaggerPlan, peak_concurrent
 
 log = logging.getLogger(__name__)
 
-PERIODIC_OFF_MS = 2**63 - 1
-"""What ``/checkpoints/config`` reports as the interval of a job without periodic checkpoints."""
-
 RESOLVE_EVERY_MS = 500
 """How often to re-read a job's history for checkpoints it does not show yet."""
-DEFAULT_DURATION_MS = 1_000
-"""Stands in for the duration of a job that has no completed checkpoint yet."""
 
 Outcome = Literal["completed", "failed", "trigger-error", "skipped", "timed-out"]
 
@@ -374,134 +349,6 @@ class CheckpointCoordinator:
             self.on_record(record)
 
 
-def completed_entries(stats: CheckpointStats) -> list[CheckpointEntry]:
-    """Completed checkpoints (not savepoints) of a history, oldest first."""
-    done = [e for e in stats.history if e.status == "COMPLETED" and not e.is_savepoint]
-    return sorted(done, key=lambda e: e.trigger_timestamp_ms)
-
-
-def history_windows(
-    client: CheckpointClient,
-    job_ids: Iterable[str],
-    *,
-    since_ms: int = 0,
-    until_ms: int | None = None,
-) -> list[tuple[int, int]]:
-    """``[trigger, trigger + end-to-end duration)`` of the jobs' completed checkpoints.
-
-    Only checkpoints triggered in ``[since_ms, until_ms)`` count. Flink keeps a bounded
-    history per job (``web.checkpoints.history``, 10 by default), so read it soon after
-    the run it should cover.
-    """
-    windows = []
-    for job_id in job_ids:
-        for entry in completed_entries(client.checkpoints(job_id)):
-            start = entry.trigger_timestamp_ms
-            if start >= since_ms and (until_ms is None or start < until_ms):
-                windows.append((start, start + entry.end_to_end_duration_ms))
-    return windows
-
-
-def history_peak_concurrent(
-    client: CheckpointClient,
-    job_ids: Iterable[str],
-    *,
-    since_ms: int = 0,
-    until_ms: int | None = None,
-) -> int:
-    """Most checkpoints of these jobs in flight at once, measured by Flink's own history.
-
-    Whoever triggered them (a coordinator, Flink's scheduler, a user): this is what the
-    shared checkpoint storage saw.
-    """
-    return peak_concurrent(history_windows(client, job_ids, since_ms=since_ms, until_ms=until_ms))
-
-
-def equal_interval(
-    profiles: Sequence[CheckpointProfile], factor: float, *, minimum_ms: int, step_ms: int
-) -> list[CheckpointProfile]:
-    """The profiles with one shared interval: ``factor`` × the sum of their durations.
-
-    Rounded up to ``step_ms`` and at least ``minimum_ms``. ``factor ≥ 1`` leaves room to
-    run every checkpoint alone (optimum 1); below 1 no schedule avoids overlaps.
-    """
-    if factor <= 0 or minimum_ms <= 0 or step_ms <= 0:
-        raise StaggerInputError("factor, minimum_ms and step_ms must be positive")
-    total_ms = sum(p.duration_ms for p in profiles)
-    interval = max(minimum_ms, math.ceil(factor * total_ms / step_ms) * step_ms)
-    return [dataclasses.replace(p, interval_ms=interval) for p in profiles]
-
-
-def observed_profile(
-    job_id: str,
-    interval_ms: int,
-    entries: Sequence[CheckpointEntry],
-    *,
-    duration_quantile: float = 1.0,
-    default_duration_ms: int = DEFAULT_DURATION_MS,
-) -> CheckpointProfile:
-    """A job's profile from its completed checkpoints.
-
-    The duration is a high quantile (by default the longest seen): a plan built on a
-    typical duration would let the long ones overlap. The size is the median bytes a
-    checkpoint wrote. Without history, ``default_duration_ms`` and size 0 stand in.
-    """
-    if not 0 < duration_quantile <= 1:
-        raise StaggerInputError(f"duration_quantile must be in (0, 1], got {duration_quantile}")
-    durations = sorted(e.end_to_end_duration_ms for e in entries)
-    if not durations:
-        return CheckpointProfile(job_id, interval_ms, default_duration_ms, 0)
-    index = min(len(durations) - 1, max(0, round(duration_quantile * len(durations)) - 1))
-    size = int(statistics.median(e.checkpointed_size_bytes for e in entries))
-    return CheckpointProfile(job_id, interval_ms, durations[index], size)
-
-
-def periodic_interval_ms(client: CheckpointClient, job_id: str) -> int | None:
-    """The job's periodic checkpoint interval; None when Flink does not checkpoint it."""
-    interval = client.checkpoint_config(job_id).interval_ms
-    return None if interval <= 0 or interval >= PERIODIC_OFF_MS else interval
-
-
-def measure_profiles(
-    client: CheckpointClient,
-    job_ids: Iterable[str],
-    interval_ms: int,
-    *,
-    rounds: int = 2,
-    timeout_s: float = 60.0,
-    poll_s: float = 0.1,
-) -> list[CheckpointProfile]:
-    """Profiles measured by triggering ``rounds`` checkpoints per job, one job at a time.
-
-    One at a time, so no measured duration is inflated by another job's checkpoint.
-    A job whose probes all fail keeps the default duration (logged).
-    """
-    profiles = []
-    for job_id in job_ids:
-        coordinator = CheckpointCoordinator(client, single_job_plan(job_id, interval_ms))
-        records = [
-            coordinator.checkpoint_now(job_id, timeout_s=timeout_s, poll_s=poll_s)
-            for _ in range(rounds)
-        ]
-        for record in records:
-            if record.outcome != "completed" or record.duration_ms is None:
-                log.warning("job %s: probe checkpoint %s %s", job_id, record.outcome, record.detail)
-        profiles.append(profile_from_records(job_id, interval_ms, records))
-    return profiles
-
-
-def profile_from_records(
-    job_id: str, interval_ms: int, records: Iterable[CheckpointRecord]
-) -> CheckpointProfile:
-    """Like :func:`observed_profile`, from the coordinator's own records."""
-    timed = [r for r in records if r.outcome == "completed" and r.duration_ms is not None]
-    durations = sorted(r.duration_ms for r in timed if r.duration_ms is not None)
-    if not durations:
-        return CheckpointProfile(job_id, interval_ms, DEFAULT_DURATION_MS, 0)
-    size = int(statistics.median(r.size_bytes or 0 for r in timed))
-    return CheckpointProfile(job_id, interval_ms, durations[-1], size)
-
-
 def single_job_plan(job_id: str, interval_ms: int) -> StaggerPlan:
     """A plan for one job at phase 0 (probing, or a coordinator for one job)."""
     return StaggerPlan(
@@ -518,81 +365,3 @@ def single_job_plan(job_id: str, interval_ms: int) -> StaggerPlan:
         method="single",
         exact_horizon=True,
     )
-
-
-def driven_conf() -> dict[str, str]:
-    """``-D`` options for a job the coordinator drives: checkpointing on (exactly-once, so
-    a requested checkpoint honours the job's unaligned setting) but never periodic.
-
-    Leaving checkpointing off instead makes Flink run requested checkpoints
-    at-least-once and aligned; ``PERIODIC_OFF_MS`` is Flink's own "no periodic
-    checkpoints" interval (checked on Flink 2.3: ``/checkpoints/config`` then reports
-    ``exactly_once`` and that interval).
-    """
-    return {"execution.checkpointing.interval": f"{PERIODIC_OFF_MS} ms"}
-
-
-def submit_time_conf(interval_ms: int, phase_window_ms: int) -> dict[str, str]:
-    """``-D`` options for a job Flink checkpoints itself, with its phase in a window.
-
-    ``min-pause = interval − window`` makes Flink's random first delay fall in the last
-    ``window`` ms of the first interval after RUNNING (see the module docstring).
-    """
-    if interval_ms <= 0:
-        raise StaggerInputError(f"checkpoint interval must be positive, got {interval_ms} ms")
-    if not 0 < phase_window_ms <= interval_ms:
-        raise StaggerInputError(
-            f"phase window must be in (0, interval={interval_ms}] ms, got {phase_window_ms}"
-        )
-    return {
-        "execution.checkpointing.interval": f"{interval_ms} ms",
-        "execution.checkpointing.min-pause": f"{interval_ms - phase_window_ms} ms",
-    }
-
-
-@dataclass(frozen=True)
-class StaggerComparison:
-    """The same jobs checkpointed on the plan and all at once, measured by Flink."""
-
-    plan: StaggerPlan
-    staggered: CoordinatorReport
-    aligned: CoordinatorReport
-    optimum: int
-    """Least peak possible for the interval and the longest durations seen on the plan."""
-
-
-def run_schedule(
-    client: CheckpointClient, plan: StaggerPlan, *, periods: int, lead_ms: int = 500
-) -> CoordinatorReport:
-    """Drive ``plan`` for ``periods`` of its longest interval, from an epoch ``lead_ms`` ahead."""
-    epoch = int(time.time() * 1000) + lead_ms
-    coordinator = CheckpointCoordinator(client, plan, epoch_ms=epoch)
-    longest = max(plan.intervals_ms.values(), default=0)
-    return coordinator.run(duration_s=(lead_ms + periods * longest) / 1000)
-
-
-def compare_with_aligned(
-    client: CheckpointClient,
-    profiles: Sequence[CheckpointProfile],
-    *,
-    periods: int,
-    resolution_ms: int = 100,
-) -> StaggerComparison:
-    """Run the stagger plan, then every job at phase 0, each for ``periods`` intervals.
-
-    Equal intervals only: ``optimum`` is ``max(1, ⌈Σ d_i / T⌉)`` over the longest
-    duration each job showed while on the plan.
-    """
-    intervals = {p.interval_ms for p in profiles}
-    if len(intervals) != 1:
-        raise StaggerInputError("compare_with_aligned needs equal intervals")
-    interval = intervals.pop()
-    plan = plan_stagger(profiles, resolution_ms=resolution_ms)
-    staggered = run_schedule(client, plan, periods=periods)
-    aligned = run_schedule(client, aligned_plan(profiles), periods=periods)
-    longest: dict[str, int] = {}
-    for record in staggered.records:
-        if record.duration_ms is not None:
-            longest[record.job_id] = max(longest.get(record.job_id, 0), record.duration_ms)
-    durations = [min(interval, longest.get(p.job_id, p.duration_ms)) for p in profiles]
-    return StaggerComparison(plan, staggered, aligned, optimum_equal_intervals(interval, durations))

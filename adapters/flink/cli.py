@@ -11,16 +11,19 @@ from typing import Annotated
 
 import typer
 
-from kubesage.adapters.flink.autoscaler import ScalingDecision, run_autoscaler
+from kubesage.adapters.flink.autoscale_loop import run_autoscaler
+from kubesage.adapters.flink.autoscaler import ScalingDecision
 from kubesage.adapters.flink.checkpoint_coordinator import (
     CheckpointCoordinator,
     CheckpointRecord,
+)
+from kubesage.adapters.flink.checkpoint_history import (
     completed_entries,
     history_peak_concurrent,
     measure_profiles,
     observed_profile,
-    periodic_interval_ms,
 )
+from kubesage.adapters.flink.checkpoint_settings import periodic_interval_ms
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError, FlinkUnavailable
 from kubesage.adapters.flink.registry import JobRegistry

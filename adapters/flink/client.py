@@ -42,6 +42,7 @@ from kubesage.adapters.flink.rest_models import (
     ParallelismBounds,
     ResourceRequirement,
 )
+from kubesage.core.field_errors import first_problem
 
 log = logging.getLogger(__name__)
 
@@ -277,12 +278,9 @@ def _require(data: Any, key: str, path: str) -> Any:
 
 
 def _response_error(exc: ValidationError, path: str, prefix: str = "") -> FlinkError:
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"])
-    if prefix:
-        field = f"{prefix}.{field}" if field else prefix
-    message = "missing" if first["type"] == "missing" else first["msg"]
-    return FlinkResponseError(message, endpoint=path, field=field or None)
+    """The first invalid field of a reply, in the project's wording (``field_errors``)."""
+    problem = first_problem(exc, prefix)
+    return FlinkResponseError(problem.message, endpoint=path, field=problem.field or None)
 
 
 def _validate(model: type[Model], data: Any, path: str, prefix: str = "") -> Model:

@@ -1,4 +1,5 @@
-"""Errors of the Flink adapter, translated at the REST boundary.
+"""Errors of the Flink adapter: Flink's failures translated at the REST boundary, and
+checkpoint profiles that cannot be planned.
 
 ::
 
@@ -8,7 +9,10 @@
         ├── FlinkNotFound           404: unknown job, vertex or trigger request
         ├── FlinkResponseError      a reply we cannot use: bad JSON, missing or mistyped field,
         │                           or a 4xx other than 404 (names the endpoint and the field)
-        └── FlinkRescaleError       a rescale Flink refused or that did not reach RUNNING
+        ├── FlinkRescaleError       a rescale Flink refused or that did not reach RUNNING
+        └── FlinkSubmitError        ``flink run`` failed (kubesage.adapters.flink.submit)
+    InputError (kubesage.core.errors)
+    └── StaggerInputError           a checkpoint profile or plan input that cannot be planned
 
 Callers of the control loop catch ``FlinkError``, log and count it, and try again on the
 next tick: a flaky JobManager never kills the loop.
@@ -16,7 +20,7 @@ next tick: a flaky JobManager never kills the loop.
 
 from __future__ import annotations
 
-from kubesage.core.errors import DependencyError
+from kubesage.core.errors import DependencyError, InputError
 
 
 class FlinkError(DependencyError):
@@ -46,3 +50,7 @@ class FlinkResponseError(FlinkError):
 
 class FlinkRescaleError(FlinkError):
     """A rescale that Flink refused or that did not finish; the job keeps its old parallelism."""
+
+
+class StaggerInputError(InputError):
+    """A checkpoint profile that cannot be planned (names the job and the field)."""

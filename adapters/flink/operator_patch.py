@@ -104,7 +104,7 @@ def apply_patch(
 
     Returns the patched object as the API server returned it.
     """
-    from kubernetes.client.exceptions import ApiException
+    from kubesage.core.k8s.apiclient import ApiException
 
     patch = deployment_patch(parallelism, existing=existing)
     validate_patch(patch)

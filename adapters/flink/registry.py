@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubesage.core.errors import ConfigError
+from kubesage.core.field_errors import config_error, yaml_error
 from kubesage.core.paths import cache_dir
 
 REGISTRY_FILE = "flink-jobs.yaml"
@@ -95,13 +96,11 @@ class JobRegistry:
         except OSError as exc:
             raise ConfigError(f"cannot read the job registry: {exc}", path=self.path) from exc
         except yaml.YAMLError as exc:
-            raise ConfigError(f"not valid YAML: {exc}", path=self.path) from exc
+            raise yaml_error(exc, path=self.path) from exc
         try:
             return RegistryDocument.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"])
-            raise ConfigError(first["msg"], path=self.path, field=field) from exc
+            raise config_error(exc, path=self.path) from exc
 
     def runs(self, *, job_key: str | None = None, jobmanager: str | None = None) -> list[RunRecord]:
         """Runs, oldest first, optionally of one job and/or one JobManager."""

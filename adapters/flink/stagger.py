@@ -29,18 +29,18 @@ circle is covered at most once per lap, i.e. at most ``k`` times; and because ea
 and ``optimum_concurrent`` is exact.
 
 Unequal intervals: the peak count is found by an exact depth-first branch and bound
-over the grid phases (job 0 fixed at phase 0: shifting every phase by the same amount
-changes nothing), visiting each job's phases best first, within a budget of
-``DEFAULT_NODE_BUDGET`` search nodes. When the search finishes, the count is the exact
-optimum on the grid; when the budget runs out, the best plan found is kept and
+over the grid phases (:mod:`~kubesage.adapters.flink.stagger_search`), within a
+budget of ``DEFAULT_NODE_BUDGET`` search nodes. When the search finishes, the count is
+the exact optimum on the grid; when the budget runs out, the best plan found is kept and
 ``optimum_concurrent`` is only set if that plan meets the lower bound
 ``max(1, ⌈Σ d_i / T_i⌉)`` (peak ≥ mean over the hyperperiod). A hyperperiod longer than
 ``MAX_HORIZON_SLOTS`` is evaluated over its first ``MAX_HORIZON_SLOTS`` slots only
 (``exact_horizon`` is then false).
 
-The bytes step is a local search (each job in turn moved to its best phase that keeps
-the peak count, until nothing improves); it is not proven optimal — its lower bound
-``max(max_i b_i, Σ_i b_i·d_i / T_i)`` is reported beside it.
+The bytes step is a local search, also in ``stagger_search`` (each job in turn moved
+to its best phase that keeps the peak count, until nothing improves); it is not
+proven optimal — its lower bound ``max(max_i b_i, Σ_i b_i·d_i / T_i)`` is reported
+beside it.
 """
 
 from __future__ import annotations
@@ -50,21 +50,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
-from kubesage.core.errors import InputError
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
+from kubesage.adapters.flink.errors import StaggerInputError
+from kubesage.adapters.flink.stagger_search import PhaseLayout, branch_and_bound, improve_bytes
+from kubesage.core.arrays import FloatArray
 
 DEFAULT_RESOLUTION_MS = 100
 MAX_HORIZON_SLOTS = 1 << 20
 DEFAULT_NODE_BUDGET = 20_000
-MAX_BYTES_ROUNDS = 6
-
-
-class StaggerInputError(InputError):
-    """A checkpoint profile that cannot be planned (names the job and the field)."""
 
 
 @dataclass(frozen=True)
@@ -192,17 +185,17 @@ def plan_stagger(
             sum(w * d / t for w, d, t in zip(weights, lengths, periods, strict=True)),
         )
     )
-    layout = _Layout(periods, lengths, weights, horizon)
+    layout = PhaseLayout(periods, lengths, weights, horizon)
     if len(set(periods)) == 1:
         phases = _wrap_around(periods[0], lengths)
         method = "wrap-around"
         optimum: int | None = optimum_equal_intervals(periods[0], lengths)
     else:
-        phases, finished = _branch_and_bound(layout, node_budget)
+        phases, finished = branch_and_bound(layout, node_budget, lower)
         method = "branch-and-bound" if finished and exact_horizon else "bounded-search"
         count = layout.peaks(phases)[0]
         optimum = count if (finished and exact_horizon) or count == lower else None
-    phases = _improve_bytes(layout, phases)
+    phases = improve_bytes(layout, phases)
     return grid.plan(
         layout,
         phases,
@@ -236,7 +229,7 @@ def best_phase(
         for p, t in zip(jobs, periods, strict=True)
     ]
     weights = np.array([float(p.size_bytes) for p in jobs])
-    layout = _Layout(periods, lengths, weights, min(math.lcm(*periods), MAX_HORIZON_SLOTS))
+    layout = PhaseLayout(periods, lengths, weights, min(math.lcm(*periods), MAX_HORIZON_SLOTS))
     phases: list[int | None] = [
         (phase // resolution_ms) % t for (_, phase), t in zip(fixed, periods, strict=False)
     ]
@@ -253,7 +246,7 @@ def aligned_plan(profiles: Sequence[CheckpointProfile], *, resolution_ms: int = 
     """Every job at phase 0: what uncoordinated jobs started together do (the baseline)."""
     grid = _Grid.of(profiles, resolution_ms)
     return grid.plan(
-        _Layout(grid.periods, grid.lengths, grid.weights, grid.horizon),
+        PhaseLayout(grid.periods, grid.lengths, grid.weights, grid.horizon),
         [0] * len(grid.jobs),
         lower_bound_concurrent=lower_bound_concurrent(grid.periods, grid.lengths),
         lower_bound_bytes=0,
@@ -311,7 +304,7 @@ class _Grid:
 
     def plan(
         self,
-        layout: _Layout,
+        layout: PhaseLayout,
         phases: Sequence[int],
         *,
         lower_bound_concurrent: int,
@@ -352,140 +345,6 @@ def _wrap_around(period: int, lengths: Sequence[int]) -> list[int]:
         phases.append(start % period)
         gap = slack * (index + 1) // count - slack * index // count
         start += length + gap
-    return phases
-
-
-class _Layout:
-    """Load profiles over the horizon; evaluates one job's every phase at once (numpy)."""
-
-    def __init__(
-        self, periods: Sequence[int], lengths: Sequence[int], weights: FloatArray, horizon: int
-    ) -> None:
-        self.periods = list(periods)
-        self.lengths = list(lengths)
-        self.weights = weights
-        self.horizon = horizon
-        self._time = np.arange(horizon, dtype=np.int64)
-
-    def mask(self, job: int, phase: int) -> npt.NDArray[np.bool_]:
-        return bool_mask(self._time, phase, self.periods[job], self.lengths[job])
-
-    def profiles(self, phases: Sequence[int | None]) -> tuple[IntArray, FloatArray]:
-        count = np.zeros(self.horizon, dtype=np.int64)
-        load = np.zeros(self.horizon, dtype=np.float64)
-        for job, phase in enumerate(phases):
-            if phase is not None:
-                mask = self.mask(job, phase)
-                count += mask
-                load += self.weights[job] * mask
-        return count, load
-
-    def peaks(self, phases: Sequence[int]) -> tuple[int, float]:
-        count, load = self.profiles(phases)
-        return int(count.max()), float(load.max())
-
-    def candidate_peaks(
-        self, job: int, profile: npt.NDArray[np.float64], weight: float
-    ) -> FloatArray:
-        """Peak of ``profile`` plus job ``job`` at each phase ``0 … T-1``."""
-        period, length = self.periods[job], self.lengths[job]
-        padded = np.zeros(-(-self.horizon // period) * period, dtype=np.float64)
-        padded[: self.horizon] = profile
-        column_max = padded.reshape(-1, period).max(axis=0)
-        inside = circular_window_max(column_max, length) + weight
-        if length == period:
-            return inside
-        outside = np.roll(circular_window_max(column_max, period - length), -length)
-        return np.maximum(inside, outside)
-
-
-def bool_mask(time: IntArray, phase: int, period: int, length: int) -> npt.NDArray[np.bool_]:
-    """True where a job with that phase, period and checkpoint length is in flight."""
-    result: npt.NDArray[np.bool_] = (time - phase) % period < length
-    return result
-
-
-def circular_window_max(values: FloatArray, width: int) -> FloatArray:
-    """``out[s] = max(values[(s + j) % n] for j < width)``, by doubling (O(n log width))."""
-    n = len(values)
-    if not 1 <= width <= n:
-        raise StaggerInputError(f"window width {width} outside [1, {n}]")
-    doubled = np.concatenate([values, values])
-    span, level = 1, doubled
-    while span * 2 <= width:
-        level = np.maximum(level[:-span], level[span:])
-        span *= 2
-    # Two overlapping power-of-two windows cover any width (sparse-table query).
-    result: FloatArray = np.maximum(level[:n], level[width - span : width - span + n])
-    return result
-
-
-def _branch_and_bound(layout: _Layout, node_budget: int) -> tuple[list[int], bool]:
-    """Least peak count over grid phases; (phases, finished within the budget)."""
-    jobs = len(layout.periods)
-    order = sorted(range(jobs), key=lambda j: (-layout.lengths[j] / layout.periods[j], j))
-    best_phases = _greedy(layout, order)
-    best = layout.peaks(best_phases)[0]
-    lower = lower_bound_concurrent(layout.periods, layout.lengths)
-    nodes = 0
-    phases: list[int | None] = [None] * jobs
-    profile = np.zeros(layout.horizon, dtype=np.float64)
-
-    def search(depth: int, profile: FloatArray, current: int) -> bool:
-        nonlocal best, best_phases, nodes
-        if best <= lower:
-            return True
-        if depth == jobs:
-            best, best_phases = current, [p if p is not None else 0 for p in phases]
-            return True
-        job = order[depth]
-        peaks = layout.candidate_peaks(job, profile, 1.0) if depth else np.array([current + 1.0])
-        for phase in np.argsort(peaks, kind="stable"):
-            if peaks[phase] >= best:
-                break
-            nodes += 1
-            if nodes > node_budget:
-                return False
-            phases[job] = int(phase)
-            if not search(depth + 1, profile + layout.mask(job, int(phase)), int(peaks[phase])):
-                return False
-            phases[job] = None
-        return True
-
-    finished = search(0, profile, 0)
-    return best_phases, finished
-
-
-def _greedy(layout: _Layout, order: Sequence[int]) -> list[int]:
-    """Each job, in ``order``, at its phase of least resulting peak count (smallest phase)."""
-    phases: list[int | None] = [None] * len(layout.periods)
-    profile = np.zeros(layout.horizon, dtype=np.float64)
-    for job in order:
-        phase = int(np.argmin(layout.candidate_peaks(job, profile, 1.0)))
-        phases[job] = phase
-        profile += layout.mask(job, phase)
-    return [p if p is not None else 0 for p in phases]
-
-
-def _improve_bytes(layout: _Layout, phases: list[int]) -> list[int]:
-    """Move jobs one at a time to lower the peak bytes without raising the peak count."""
-    phases = list(phases)
-    target_count, best_bytes = layout.peaks(phases)
-    for _ in range(MAX_BYTES_ROUNDS):
-        improved = False
-        for job in range(len(phases)):
-            others: list[int | None] = [p if j != job else None for j, p in enumerate(phases)]
-            count, load = layout.profiles(others)
-            counts = layout.candidate_peaks(job, count.astype(np.float64), 1.0)
-            loads = layout.candidate_peaks(job, load, float(layout.weights[job]))
-            allowed = np.where(counts <= target_count, loads, np.inf)
-            phase = int(np.argmin(allowed))
-            if allowed[phase] < best_bytes - 1e-9:
-                phases[job] = phase
-                best_bytes = float(allowed[phase])
-                improved = True
-        if not improved:
-            break
     return phases
 
 

@@ -44,10 +44,8 @@ from typing import Literal
 import numpy as np
 import yaml
 
-from kubesage.adapters.flink.checkpoint_coordinator import (
-    completed_entries,
-    periodic_interval_ms,
-)
+from kubesage.adapters.flink.checkpoint_history import completed_entries
+from kubesage.adapters.flink.checkpoint_settings import periodic_interval_ms
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.core.errors import InputError

@@ -15,7 +15,7 @@ on that JobManager (:func:`~kubesage.adapters.flink.stagger.best_phase`). A *dri
 job is submitted without periodic checkpoints; ``kubesage flink stagger`` triggers it
 at its phase. Otherwise Flink checkpoints it and the phase is realised through
 ``min-pause`` to within a window (see
-:mod:`~kubesage.adapters.flink.checkpoint_coordinator`): the registry records where
+:mod:`~kubesage.adapters.flink.checkpoint_settings`): the registry records where
 that window landed once the job is RUNNING.
 """
 
@@ -32,15 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kubesage.adapters.flink.checkpoint_coordinator import (
-    DEFAULT_DURATION_MS,
+from kubesage.adapters.flink.checkpoint_history import DEFAULT_DURATION_MS
+from kubesage.adapters.flink.checkpoint_settings import (
     driven_conf,
     periodic_interval_ms,
     submit_time_conf,
 )
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError
-from kubesage.adapters.flink.local_cluster import find_flink_home
+from kubesage.adapters.flink.flink_home import find_flink_home
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.adapters.flink.stagger import CheckpointProfile, best_phase
 from kubesage.core.errors import InputError
@@ -289,7 +289,8 @@ def flink_environment(flink_home: Path) -> dict[str, str]:
 
 
 def resolve_flink_home(explicit: Path | None) -> Path:
-    """``--flink-home``, else ``$FLINK_HOME``, else the Flink venv (``make services``)."""
+    """``--flink-home``, else ``$FLINK_HOME``, else the Flink venv (``make services``; see
+    :mod:`~kubesage.adapters.flink.flink_home`)."""
     home = explicit or (Path(os.environ["FLINK_HOME"]) if os.environ.get("FLINK_HOME") else None)
     if home is None:
         return find_flink_home()

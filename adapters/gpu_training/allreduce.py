@@ -20,13 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.errors import InputError
 from kubesage.core.topology.graph import DRTG
-
-BoolArray = npt.NDArray[np.bool_]
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,13 @@ from kubesage.adapters.gpu_training.launcher import (
 from kubesage.adapters.gpu_training.mig import catalogue
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
+from kubesage.core.topology.examples import example_topology, topology_file
 from kubesage.core.topology.graph import DRTG
 
 gpu_app = typer.Typer(help="GPU training: placement-aware launches.", no_args_is_help=True)
 
-DEFAULT_TOPOLOGY = (
-    Path(__file__).resolve().parents[2] / "configs" / "topologies" / "dgx-h100-pod.yaml"
-)
+DEFAULT_TOPOLOGY = "dgx-h100-pod"
+"""The shipped example topology a launch places on when no --topology is given."""
 
 
 @gpu_app.command(
@@ -40,7 +40,10 @@ def launch(
     name: Annotated[str, typer.Option("--name", help="Job name (a DNS label).")] = "train",
     topology: Annotated[
         Path | None,
-        typer.Option("--topology", help="Topology YAML (default: the example DGX H100 pod)."),
+        typer.Option(
+            "--topology",
+            help="Topology YAML or a shipped example's name (default: dgx-h100-pod).",
+        ),
     ] = None,
     target: Annotated[str, typer.Option("--target", help="kubernetes or torchrun.")] = "kubernetes",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and why.")] = False,
@@ -52,10 +55,7 @@ def launch(
     command = list(ctx.args)
     if not command:
         raise InputError("give the training command after --, e.g. -- python train.py")
-    if topology is None:
-        if not DEFAULT_TOPOLOGY.is_file():
-            raise InputError("no --topology given and the example topology is not installed")
-        topology = DEFAULT_TOPOLOGY
+    topology = topology_file(topology) if topology else example_topology(DEFAULT_TOPOLOGY)
     drtg = DRTG.from_yaml(topology)
     if mig is not None:
         model = drtg.spec.node_templates[drtg.node_template[0]].gpu_model or ""

@@ -33,16 +33,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import CapacityError
 from kubesage.core.policy.base import Policy
-from kubesage.core.sim.engine import Migration
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import (
     GPU_MILLI_PER_GPU,
     MIG_COMPUTE_SLICES,
     MIG_MEMORY_SLICES,
+    Migration,
     Placement,
     PodRequest,
 )
@@ -120,7 +120,7 @@ class Defragmenter:
         return None
 
     @staticmethod
-    def _candidate_nodes(state: ClusterState, request: PodRequest) -> npt.NDArray[np.int64]:
+    def _candidate_nodes(state: ClusterState, request: PodRequest) -> IntArray:
         """Nodes that could host ``request`` once emptied enough (vectorised pruning)."""
         possible = (
             state.gpu_model_mask(request.gpu_models)
@@ -143,7 +143,7 @@ class Defragmenter:
 
     def _index(
         self, state: ClusterState, running: Mapping[str, Running]
-    ) -> tuple[dict[int, list[Running]], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    ) -> tuple[dict[int, list[Running]], FloatArray, IntArray]:
         """One pass over the running pods: pods by node, move cost and pod count per GPU."""
         by_node: dict[int, list[Running]] = {}
         nodes: list[int] = []
@@ -166,11 +166,11 @@ class Defragmenter:
     def _cheapest_nodes(
         self,
         state: ClusterState,
-        gpu_cost: npt.NDArray[np.float64],
-        count: npt.NDArray[np.int64],
-        nodes: npt.NDArray[np.int64],
+        gpu_cost: FloatArray,
+        count: IntArray,
+        nodes: IntArray,
         request: PodRequest,
-    ) -> npt.NDArray[np.int64]:
+    ) -> IntArray:
         """The ``max_trials`` nodes where emptying ``k`` GPUs costs least (vectorised).
 
         The pod count per node is an upper bound (a pod on two chosen GPUs counts
@@ -193,7 +193,7 @@ class Defragmenter:
     def _candidates(
         self,
         state: ClusterState,
-        nodes: npt.NDArray[np.int64],
+        nodes: IntArray,
         by_node: Mapping[int, list[Running]],
         request: PodRequest,
     ) -> Iterator[_Candidate]:

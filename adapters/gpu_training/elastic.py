@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
 
 Phase = Literal["train", "validation", "idle"]
@@ -51,7 +51,7 @@ class Segment:
         return self.end_s - self.start_s
 
 
-def _rolling_median(values: npt.NDArray[np.float64], window: int) -> npt.NDArray[np.float64]:
+def _rolling_median(values: FloatArray, window: int) -> FloatArray:
     if window <= 1 or values.size == 0:
         return values
     padded = np.pad(values, (window // 2, window - 1 - window // 2), mode="edge")

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 from kubesage.adapters.gpu_training.mig import MIG_CONFIG_LABEL, MigInstance, layout_errors
 from kubesage.core.errors import InputError
-from kubesage.core.sim.engine import Migration
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.types import Placement, PodRequest
+from kubesage.core.types import Migration, Placement, PodRequest
 
 Layout = tuple[MigInstance, ...]
 

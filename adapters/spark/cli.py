@@ -25,6 +25,7 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL
+from kubesage.core.topology.examples import topology_file
 from kubesage.core.topology.graph import DRTG
 
 spark_app = typer.Typer(
@@ -32,7 +33,8 @@ spark_app = typer.Typer(
     no_args_is_help=True,
 )
 
-DEFAULT_TOPOLOGY = Path(__file__).resolve().parents[2] / "configs" / "topologies" / "cpu-racks.yaml"
+DEFAULT_TOPOLOGY = Path("cpu-racks")
+"""The shipped example topology (a name, resolved by ``topology_file``) used without --topology."""
 DEFAULT_PROFILE = ShuffleProfile((1 << 30,), input_bytes=1 << 30)
 """Without an event log: one all-to-all shuffle as large as the input (only the
 relative figures matter)."""
@@ -51,7 +53,11 @@ Locality = Annotated[
     ),
 ]
 TopologyPath = Annotated[
-    Path, typer.Option("--topology", help="Topology YAML (kubesage topology discover).")
+    Path,
+    typer.Option(
+        "--topology",
+        help="Topology YAML (kubesage topology discover) or a shipped example's name.",
+    ),
 ]
 RackLabel = Annotated[str, typer.Option("--rack-label", help="Node label naming the rack.")]
 LocalDir = Annotated[
@@ -93,7 +99,7 @@ def plan(
     max_node_share: float,
 ) -> SparkSettings:
     """Place, write conf + templates + plan into ``out``, print the reasons."""
-    drtg = DRTG.from_yaml(topology)
+    drtg = DRTG.from_yaml(topology_file(topology))
     shape = ExecutorShape(executors, cores, memory)
     if event_log is not None:
         app = read_event_log(event_log)

@@ -23,17 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile, TrafficEstimate, estimate
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import CapacityError, InputError
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import PodRequest
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)

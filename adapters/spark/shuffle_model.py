@@ -23,13 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from kubesage.adapters.spark.eventlog import SparkApplication
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import InputError
 from kubesage.core.topology.graph import DRTG
-
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -106,7 +104,7 @@ def estimate(
     nodes = np.asarray(executor_nodes, dtype=np.int64)
     count = len(nodes)
 
-    def same_share(groups: npt.NDArray[np.int64]) -> float:
+    def same_share(groups: IntArray) -> float:
         shares = np.bincount(groups) / count
         return float((shares**2).sum())
 

@@ -29,13 +29,14 @@ import uvloop
 
 from kubesage.core.cli.errors import user_errors
 from kubesage.core.errors import InputError
-from kubesage.core.k8s import metrics
+from kubesage.core.k8s.binding import assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
-from kubesage.core.k8s.extender import Extender, assume_and_bind
+from kubesage.core.k8s.extender import Extender
 from kubesage.core.k8s.http_server import HttpServer
-from kubesage.core.k8s.logging import configure_logging, log_event
 from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
 from kubesage.core.k8s.server import HealthCheck, MutateHandler, create_app
+from kubesage.core.observability import metrics
+from kubesage.core.observability.logging import configure_logging, log_event
 from kubesage.core.policy.base import Policy, PolicyContext
 from kubesage.core.policy.registry import make_policy, policy_names
 from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS

@@ -34,11 +34,11 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.perception import Snapshot
 from kubesage.core.telemetry.features import FeatureBuilder, NodeFeatures, NodeMetrics
 from kubesage.core.telemetry.metric_map import MetricMap, load_metric_map
 from kubesage.core.telemetry.pca import DEFAULT_COMPONENTS, PcaModel, fit_pca, save_pca
 from kubesage.core.telemetry.prometheus import PrometheusCollector, PrometheusUnavailableError
-from kubesage.core.telemetry.protocol import Snapshot
 
 telemetry_app = typer.Typer(
     help="Perception: per-node features from Prometheus, and their PCA.", no_args_is_help=True

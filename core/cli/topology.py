@@ -13,6 +13,7 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.config import API_VERSION, load_config
 from kubesage.core.errors import InputError
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, topology_from_nodes
+from kubesage.core.topology.examples import topology_file
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.topology.spec import TOPOLOGY_KIND, TopologySpec
 
@@ -81,9 +82,20 @@ def discover(
 
 @topology_app.command("show")
 @user_errors
-def show(path: Annotated[Path, typer.Argument(help="A Topology YAML file.")]) -> None:
-    """Summarise a Topology: zones, racks, nodes, GPUs and graph size."""
-    graph = DRTG.from_yaml(path)
+def show(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A Topology YAML file, or a shipped example's name (e.g. dgx-h100-pod)."
+        ),
+    ],
+) -> None:
+    """Summarise a Topology: zones, racks, nodes, GPUs and graph size.
+
+    A name with no such file names an example shipped in the package (the files of
+    configs/topologies; an unknown name lists them).
+    """
+    graph = DRTG.from_yaml(topology_file(path))
     typer.echo(
         f"{len(graph.zone_names)} zone(s), {len(graph.rack_names)} rack(s), "
         f"{graph.num_nodes} node(s), {graph.num_gpus} GPU(s), {graph.num_edges} edges"

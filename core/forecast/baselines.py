@@ -8,11 +8,9 @@ forecasts ``(B, H, N, M)``.
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.forecast.windows import Windows
-
-FloatArray = npt.NDArray[np.float64]
 
 MOVING_AVERAGE_STEPS = 12
 RIDGE_LAMBDA = 1.0

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import MODEL_NAMES, baselines
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
@@ -32,8 +32,6 @@ from kubesage.core.forecast.training import (
     train,
 )
 from kubesage.core.forecast.windows import Normaliser, Windows, make_windows
-
-FloatArray = npt.NDArray[np.float64]
 
 NeuralKind = Literal["stgcn", "lstm"]
 BaselineKind = Literal["last_value", "moving_average", "linear"]

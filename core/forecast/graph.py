@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import IntArray
 from kubesage.core.forecast.panel import MetricPanel
 
 DEFAULT_NEIGHBOURS = 8
@@ -19,7 +19,7 @@ DEFAULT_NEIGHBOURS = 8
 
 @dataclass(frozen=True)
 class EntityGraph:
-    edge_index: npt.NDArray[np.int64]  # (2, E), source → target
+    edge_index: IntArray  # (2, E), source → target
     description: str
 
 
@@ -53,7 +53,7 @@ def correlation_graph(
     )
 
 
-def given_graph(edge_index: npt.NDArray[np.int64], source: str) -> EntityGraph:
+def given_graph(edge_index: IntArray, source: str) -> EntityGraph:
     """Wrap an edge list from the topology graph."""
     return EntityGraph(
         edge_index=np.asarray(edge_index, dtype=np.int64), description=f"topology: {source}"

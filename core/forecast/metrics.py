@@ -16,10 +16,8 @@ Burst: a target cell whose truth jumped from the step before by more than
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
+from kubesage.core.arrays import BoolArray, FloatArray
 
 BURST_SIGMAS = 2.0
 

@@ -29,13 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.errors import InputError, TraceFormatError
 from kubesage.core.traces.csv_files import check_header, open_text
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 REQUIRED_COLUMNS = ("value", "timestamp_anon", "container_ip")
 DEFAULT_ABSENT_AS_ZERO = ("qps",)
@@ -134,7 +131,7 @@ def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int, bool]:
 
 def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
     """The median gap between one entity's consecutive distinct timestamps (robust to jitter)."""
-    gaps: list[npt.NDArray[np.float64]] = []
+    gaps: list[FloatArray] = []
     for rows in rows_by_metric.values():
         by_entity: dict[str, list[float]] = {}
         for entity, timestamp, _ in rows:

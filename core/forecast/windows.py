@@ -13,12 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kubesage.core.arrays import BoolArray, FloatArray, IntArray
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.panel import MetricPanel
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
-IntArray = npt.NDArray[np.int64]
 
 MIN_STD = 1e-6
 

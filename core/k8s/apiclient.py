@@ -7,6 +7,11 @@ service account. With none of them, :func:`load_api_client` returns ``None`` and
 caller runs without a cluster (``kubesage serve`` then uses its embedded simulated
 cluster). A configuration that exists but cannot be read is an error, not a silent
 fallback: a typo in a kubeconfig must not turn a live scheduler into a simulator.
+
+This module is also the one place that imports the ``kubernetes`` client package (an
+import-linter contract holds every other module to it): the rest of kubesage takes the
+API classes and :class:`ApiException` from here, so a client upgrade or a switch of
+client touches one file.
 """
 
 from __future__ import annotations
@@ -16,11 +21,35 @@ import os
 from pathlib import Path
 
 import yaml
-from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.client import (
+    ApiClient,
+    Configuration,
+    CoordinationV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    V1Binding,
+    V1ObjectMeta,
+    V1ObjectReference,
+)
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kubesage.core.errors import ConfigError
+
+__all__ = [
+    "SERVICE_HOST_ENV",
+    "ApiClient",
+    "ApiException",
+    "CoordinationV1Api",
+    "CoreV1Api",
+    "CustomObjectsApi",
+    "V1Binding",
+    "V1ObjectMeta",
+    "V1ObjectReference",
+    "kubeconfig_candidates",
+    "load_api_client",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +66,7 @@ def kubeconfig_candidates(kubeconfig: str | None = None) -> list[Path]:
     return [*paths, Path("~/.kube/config").expanduser()]
 
 
-def load_api_client(
-    kubeconfig: str | None = None, context: str | None = None
-) -> k8s_client.ApiClient | None:
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> ApiClient | None:
     """An ApiClient for the configured cluster, or ``None`` when nothing is configured.
 
     Raises ConfigError when ``kubeconfig`` is given but missing, or when a kubeconfig
@@ -50,7 +77,7 @@ def load_api_client(
     for path in kubeconfig_candidates(kubeconfig):
         if not path.is_file():
             continue
-        configuration = k8s_client.Configuration()
+        configuration = Configuration()
         try:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=str(path),
@@ -61,9 +88,9 @@ def load_api_client(
         except (ConfigException, yaml.YAMLError, ValueError, OSError, TypeError, KeyError) as exc:
             raise ConfigError(f"cannot load kubeconfig: {exc}", path=path) from exc
         log.info("using kubeconfig %s (context %s)", path, context or "current")
-        return k8s_client.ApiClient(configuration)
+        return ApiClient(configuration)
     if os.environ.get(SERVICE_HOST_ENV):
-        configuration = k8s_client.Configuration()
+        configuration = Configuration()
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
@@ -71,6 +98,6 @@ def load_api_client(
         except ConfigException as exc:
             raise ConfigError(f"cannot load the in-cluster configuration: {exc}") from exc
         log.info("using the in-cluster service account")
-        return k8s_client.ApiClient(configuration)
+        return ApiClient(configuration)
     log.info("no kubeconfig and not in a cluster: no Kubernetes API")
     return None

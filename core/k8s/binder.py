@@ -27,8 +27,6 @@ from collections import OrderedDict
 from typing import Any
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -38,6 +36,14 @@ from tenacity import (
 )
 
 from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.k8s.apiclient import (
+    ApiClient,
+    ApiException,
+    CoreV1Api,
+    V1Binding,
+    V1ObjectMeta,
+    V1ObjectReference,
+)
 from kubesage.core.types import Placement
 
 log = logging.getLogger(__name__)
@@ -109,7 +115,7 @@ class Binder:
 
     def __init__(
         self,
-        api: k8s_client.ApiClient,
+        api: ApiClient,
         *,
         attempts: int = 5,
         backoff_s: float = 0.2,
@@ -120,7 +126,7 @@ class Binder:
             raise InputError(f"Binder attempts must be at least 1, got {attempts}")
         # Any: called with _preload_content=False (raw JSON), which the generated
         # signatures do not describe.
-        self._core: Any = k8s_client.CoreV1Api(api)
+        self._core: Any = CoreV1Api(api)
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -187,11 +193,11 @@ class Binder:
         annotations: dict[str, str],
         where: str,
     ) -> None:
-        body = k8s_client.V1Binding(
-            metadata=k8s_client.V1ObjectMeta(
+        body = V1Binding(
+            metadata=V1ObjectMeta(
                 name=name, namespace=namespace, uid=uid or None, annotations=annotations or None
             ),
-            target=k8s_client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+            target=V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         try:
             self.posts += 1

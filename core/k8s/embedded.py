@@ -10,15 +10,22 @@ its resources (on the GPUs the policy chooses) until the process exits.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from kubesage.core.errors import KubesageError
-from kubesage.core.k8s.extender import BindFunction, BindRefusedError, BindTarget, LockedState
-from kubesage.core.k8s.logging import log_event
-from kubesage.core.policy.base import Policy, ScoringPolicy
-from kubesage.core.policy.gpu_choice import placement_on
+from kubesage.core.errors import CapacityError
+from kubesage.core.k8s.binding import (
+    BindFunction,
+    BindRefusedError,
+    BindTarget,
+    LockedState,
+    assume_then_bind,
+)
+from kubesage.core.observability.logging import log_event
+from kubesage.core.policy.base import Policy
 from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
@@ -79,14 +86,20 @@ class EmbeddedCluster(LockedState):
                 placed += 1
         return placed
 
+    # -- binding ---------------------------------------------------------------------
+
     def binder(self, policy: Policy) -> BindFunction:
-        """A bind function that allocates the pod in this cluster on the policy's GPUs."""
+        """Bind into this cluster through the one bind path
+        (:func:`~kubesage.core.k8s.binding.assume_then_bind`): the pod takes its
+        resources on the GPUs ``policy`` chooses. A retried bind of a bound pod to the
+        same node is done already; to another node, or of a pod whose requests this
+        cluster never saw, it is refused."""
+        assume_and_post = assume_then_bind(self, policy, self._posted)
 
         def bind(target: BindTarget) -> None:
-            key = target.uid or f"{target.namespace}/{target.name}"
             where = f"pod {target.namespace}/{target.name}"
             with self.locked() as (state, _):
-                done = self.bound.get(key)
+                done = self.bound.get(_key(target.pod))
                 if done is not None:
                     if done.node == target.node:
                         return  # a retried bind of the same pod: already done
@@ -96,31 +109,44 @@ class EmbeddedCluster(LockedState):
                         f"{where} was never filtered or prioritized here, so the embedded "
                         "cluster does not know its requests"
                     )
-                node = state.node_index.get(target.node)
-                if node is None:
+                if target.node not in state.node_index:
                     raise BindRefusedError(f"node '{target.node}' is not in the embedded cluster")
-                if not state.feasible(target.request, np.array([node]))[0]:
-                    raise BindRefusedError(f"{where} does not fit on {target.node} any more")
-                placement = _placement(policy, state, node, target.request)
-                try:
-                    state.allocate(target.request, placement)
-                except KubesageError as exc:
-                    raise BindRefusedError(f"{where} on {target.node}: {exc}") from exc
-                self.bound[key] = BoundPod(target.node, target.request, placement)
-            log_event(
-                log,
-                logging.INFO,
-                "embedded_bind",
-                pod=f"{target.namespace}/{target.name}",
-                node=target.node,
-                gpus=list(placement.gpu_indices),
-            )
+                assume_and_post(target)
 
         return bind
 
+    def assume(self, pod: Mapping[str, Any], request: PodRequest, placement: Placement) -> None:
+        """Take ``request``'s resources at ``placement`` for ``pod``."""
+        metadata = pod["metadata"]
+        with self.locked() as (state, _):
+            try:
+                state.allocate(request, placement)
+            except CapacityError as exc:
+                raise BindRefusedError(
+                    f"pod {metadata['namespace']}/{metadata['name']} on {placement.node}: {exc}"
+                ) from exc
+            self.bound[_key(pod)] = BoundPod(placement.node, request, placement)
 
-def _placement(policy: Policy, state: ClusterState, node: int, request: PodRequest) -> Placement:
-    if isinstance(policy, ScoringPolicy):
-        return policy.placement_on(state, node, request)
-    # A policy without its own GPU choice (ppo) binds like the FGD simulator: lowest index.
-    return placement_on(state, node, request)
+    def forget(self, pod: Mapping[str, Any]) -> None:
+        """Give back what :meth:`assume` took for ``pod``."""
+        with self.locked() as (state, _):
+            bound = self.bound.pop(_key(pod), None)
+            if bound is not None:
+                state.release(bound.request, bound.placement)
+
+    @staticmethod
+    def _posted(target: BindTarget, placement: Placement | None) -> None:
+        """The embedded cluster's binding: already recorded by :meth:`assume`; logged."""
+        log_event(
+            log,
+            logging.INFO,
+            "embedded_bind",
+            pod=f"{target.namespace}/{target.name}",
+            node=target.node,
+            gpus=list(placement.gpu_indices) if placement else [],
+        )
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    metadata = pod["metadata"]
+    return str(metadata.get("uid") or f"{metadata['namespace']}/{metadata['name']}")

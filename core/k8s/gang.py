@@ -33,16 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import BoolArray
 from kubesage.core.durations import DurationError, parse_duration_s
 from kubesage.core.errors import CapacityError, InputError
 from kubesage.core.k8s.translate import GANG_ANNOTATION
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Placement, PodRequest
-
-BoolArray = npt.NDArray[np.bool_]
 
 GANG_NAME_KEYS = (
     GANG_ANNOTATION,

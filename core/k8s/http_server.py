@@ -39,8 +39,8 @@ from typing import cast
 
 import httptools
 
-from kubesage.core.k8s import metrics
 from kubesage.core.k8s.server import App, Endpoint, Reply, error_reply
+from kubesage.core.observability import metrics
 
 log = logging.getLogger(__name__)
 

@@ -11,25 +11,14 @@ kube-scheduler's field selector (``status.phase`` neither ``Succeeded`` nor
 ``Failed``): a pod that terminates leaves the selection and so arrives as DELETED,
 releasing what it held.
 
-The state: one node per Node object (:func:`~kubesage.core.k8s.translate.node_spec`),
-and every bound, non-terminal pod allocated where it runs
-(:func:`~kubesage.core.k8s.translate.pod_request`). A node added, removed or changed
-in what the core sees rebuilds the state from the caches (node indices change).
-
-Which GPUs a bound pod holds is not in the Pod object: the device plugin picks them
-on the node. Mapping, most faithful first:
-
-1. pods that kubesage bound carry the GPUs it chose (annotations written through the
-   Binding, see :mod:`kubesage.core.k8s.binder`), used when they still fit;
-2. otherwise the lowest-index GPUs that fit (for whole GPUs, the lowest-index wholly
-   free ones: the NVIDIA device plugin's order), for MIG the first free slot;
-3. a pod that fits nowhere on its node (the view and the node disagree, e.g. the
-   node's allocatable shrank) is not allocated; it is logged, counted in
-   ``unaccounted`` and retried at the next rebuild.
-
-Pods kubesage has just bound are *assumed* (:meth:`ClusterSync.assume`) until the
-watch shows them bound, so the next decision already sees them, as kube-scheduler's
-cache does; an assumption the watch never confirms expires after ``assume_ttl_s``.
+The caches hold the Node and Pod objects, each node's spec
+(:func:`~kubesage.core.k8s.translate.node_spec`) and each pod's request
+(:func:`~kubesage.core.k8s.translate.pod_request`, read once per ``resourceVersion``).
+The state is one node per Node
+object with every bound, non-terminal pod allocated where it runs; which GPUs a pod
+holds, how a rebuild re-places pods, and the assumptions of pods kubesage has just
+bound (:meth:`ClusterSync.assume`, expiring after ``assume_ttl_s``) are
+:mod:`kubesage.core.k8s.accounting`'s.
 
 Readers and writers take :meth:`ClusterSync.locked`. When the API server fails, the
 caches keep their last content: :meth:`ClusterSync.collect` returns it marked stale
@@ -42,20 +31,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import contextmanager
 from typing import Any, Unpack
 
-from kubernetes import client as k8s_client
-
-from kubesage.core.errors import CapacityError, DependencyError
-from kubesage.core.k8s import metrics
-from kubesage.core.k8s.binder import parse_gpu_indices
+from kubesage.core.errors import DependencyError
+from kubesage.core.k8s.accounting import BoundPod, PodAccounting
+from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
 from kubesage.core.k8s.translate import TranslateError, node_spec, pod_request
 from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
-from kubesage.core.policy.gpu_choice import best_mig_slot, lowest_index_gpus
+from kubesage.core.observability import metrics
+from kubesage.core.perception import Snapshot
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.telemetry.protocol import Snapshot
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, topology_from_nodes
 from kubesage.core.topology.spec import TopologySpec
 from kubesage.core.types import NodeSpec, Placement, PodRequest
@@ -70,13 +56,6 @@ POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 class ClusterNotReadyError(DependencyError):
     """The state is not available yet (first list not done, or no nodes)."""
-
-
-@dataclass
-class _Assumed:
-    request: PodRequest
-    placement: Placement
-    expires_at: float
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -100,14 +79,14 @@ def _bound_node(pod: Mapping[str, Any]) -> str | None:
 class ClusterSync(ReflectedCache):
     """List + watch of nodes and pods into a ClusterState (see the module docstring).
 
-    Also a :class:`~kubesage.core.telemetry.protocol.Collector` of ClusterState.
+    Also a :class:`~kubesage.core.perception.Collector` of ClusterState.
     """
 
     name = "kubernetes"
 
     def __init__(
         self,
-        api: k8s_client.ApiClient,
+        api: ApiClient,
         *,
         assume_ttl_s: float = 30.0,
         rack_label: str = DEFAULT_RACK_LABEL,
@@ -117,7 +96,7 @@ class ClusterSync(ReflectedCache):
         """``options``: how the reflectors pace their calls (:class:`WatchOptions`)."""
         # Any: called with _preload_content=False (raw JSON), which the generated
         # signatures do not describe.
-        self._core: Any = k8s_client.CoreV1Api(api)
+        self._core: Any = CoreV1Api(api)
         self.assume_ttl_s = assume_ttl_s
         self.rack_label = rack_label
         self._clock = clock
@@ -127,17 +106,10 @@ class ClusterSync(ReflectedCache):
         self._specs: dict[str, NodeSpec] = {}
         self._pods: dict[str, Obj] = {}
         self._requests: dict[str, tuple[str, PodRequest | None]] = {}
-        self._placed: dict[str, tuple[PodRequest, Placement]] = {}
-        self._assumed: dict[str, _Assumed] = {}
-        self._unaccounted: dict[str, str] = {}
-        self._state: ClusterState | None = None
-        self._node_names: list[str] = []
-        self._last_good: ClusterState | None = None
+        self._accounts = PodAccounting(clock)
         self.generation = 0
         """Bumped on every change a scheduler must see (not on node heartbeats); waiters
         use :meth:`wait_for_change`."""
-        self.rebuilds = 0
-        """Times the ClusterState was rebuilt (node set or node spec changed)."""
         self.untranslatable = 0
         """Node or pod objects the core could not read (skipped; logged)."""
         self._reflectors = Reflectors("ClusterSync", self._changed, clock=clock, options=options)
@@ -169,29 +141,28 @@ class ClusterSync(ReflectedCache):
         would otherwise count the same pod twice. Expired assumptions are dropped here.
         """
         with self._lock:
-            if self._assumed:
+            if self._accounts.assumed:
                 self.expire_assumed()
-            if self._state is None:
+            state = self._accounts.state
+            if state is None:
                 raise ClusterNotReadyError(
                     "the cluster state is not ready: "
                     + ("no schedulable nodes" if self.ready else "nodes and pods not listed yet")
                 )
-            yield self._state, self._node_names
+            yield state, self._accounts.node_names
 
     def collect(self) -> Snapshot[ClusterState]:
         """A copy of the state; stale (with the reason) while list/watch is failing."""
         with self._lock:
             loops = self._reflectors.loops.items()
             errors = [f"{kind}: {loop.error}" for kind, loop in loops if loop.error]
-            state = self._state
+            state, last_good = self._accounts.state, self._accounts.last_good
             if state is None:
-                if self._last_good is None:
+                if last_good is None:
                     raise ClusterNotReadyError(
                         "no cluster state yet" + (f" ({'; '.join(errors)})" if errors else "")
                     )
-                return Snapshot(
-                    self._last_good.copy(), time.time(), stale=True, reason="no nodes listed"
-                )
+                return Snapshot(last_good.copy(), time.time(), stale=True, reason="no nodes listed")
             reason = "; ".join(errors) if errors else None
             return Snapshot(state.copy(), time.time(), stale=reason is not None, reason=reason)
 
@@ -206,7 +177,7 @@ class ClusterSync(ReflectedCache):
             pods = [
                 pod
                 for key, pod in self._pods.items()
-                if key not in self._assumed
+                if key not in self._accounts.assumed
                 and _bound_node(pod) is None
                 and not (pod.get("metadata") or {}).get("deletionTimestamp")
                 and (pod.get("spec") or {}).get("schedulerName") == scheduler_name
@@ -228,17 +199,18 @@ class ClusterSync(ReflectedCache):
     def placement_of(self, key: str) -> Placement | None:
         """Where the pod with this key is accounted (bound or assumed), if anywhere."""
         with self._lock:
-            placed = self._placed.get(key)
-            if placed is not None:
-                return placed[1]
-            assumed = self._assumed.get(key)
-            return assumed.placement if assumed else None
+            return self._accounts.placement_of(key)
 
     @property
     def unaccounted(self) -> dict[str, str]:
         """Bound pods not allocated in the state, with why (see the module docstring)."""
         with self._lock:
-            return dict(self._unaccounted)
+            return dict(self._accounts.unaccounted)
+
+    @property
+    def rebuilds(self) -> int:
+        """Times the ClusterState was rebuilt (node set or node spec changed)."""
+        return self._accounts.rebuilds
 
     def topology(self) -> TopologySpec:
         """The DRTG topology of the current nodes from their labels (InputError if unreadable)."""
@@ -251,23 +223,16 @@ class ClusterSync(ReflectedCache):
     def assume(self, pod: Mapping[str, Any], request: PodRequest, placement: Placement) -> None:
         """Account ``pod`` at ``placement`` before the watch shows it bound (CapacityError
         if it does not fit)."""
-        key = pod_key(pod)
         with self._changed:
-            if self._state is None:
+            if self._accounts.state is None:
                 raise ClusterNotReadyError("cannot assume a pod: no cluster state")
-            if key in self._placed or key in self._assumed:
-                return
-            self._state.allocate(request, placement)
-            self._assumed[key] = _Assumed(request, placement, self._clock() + self.assume_ttl_s)
-            self._bump()
+            if self._accounts.assume(pod_key(pod), request, placement, self.assume_ttl_s):
+                self._bump()
 
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Undo :meth:`assume` (the bind failed)."""
-        key = pod_key(pod)
         with self._changed:
-            assumed = self._assumed.pop(key, None)
-            if assumed is not None and self._state is not None:
-                self._state.release(assumed.request, assumed.placement)
+            if self._accounts.forget(pod_key(pod)):
                 self._bump()
 
     # -- reflector ------------------------------------------------------------------------------
@@ -384,151 +349,45 @@ class ClusterSync(ReflectedCache):
         if kind == "DELETED" or _is_terminal(pod):
             self._pods.pop(key, None)
             self._requests.pop(key, None)
-            self._unaccounted.pop(key, None)
-            released = self._release(key)
-            self._assumed.pop(key, None)
-            if released:
+            if self._accounts.remove(key):
                 self._retry_unaccounted()
             return
         self._pods[key] = pod
+        bound = self._bound(key, pod)
+        if bound is not None:
+            self._accounts.seen_bound(bound)
+
+    def _bound(self, key: str, pod: Obj) -> BoundPod | None:
+        """The pod as the accounting sees it, or None while it is not bound."""
         node = _bound_node(pod)
         if node is None:
-            return
-        request = self._request(key, pod)
-        placed = self._placed.get(key)
-        if placed is not None:
-            if request == placed[0] and placed[1].node == node:
-                return
-            self._release(key)
-        assumed = self._assumed.pop(key, None)
-        if self._state is None:
-            self._unaccounted[key] = "no cluster state"
-            return
-        if assumed is not None:
-            if request == assumed.request and assumed.placement.node == node:
-                self._placed[key] = (assumed.request, assumed.placement)  # confirmed
-                return
-            self._state.release(assumed.request, assumed.placement)
-        self._place(key, pod, request, node)
-
-    def _release(self, key: str) -> bool:
-        placed = self._placed.pop(key, None)
-        if placed is None:
-            assumed = self._assumed.pop(key, None)
-            if assumed is None or self._state is None:
-                return False
-            placed = (assumed.request, assumed.placement)
-        if self._state is not None:
-            self._state.release(*placed)
-        return True
-
-    def _place(self, key: str, pod: Obj, request: PodRequest | None, node: str) -> None:
-        """Allocate a bound pod where it runs (see the module docstring for the GPUs)."""
-        assert self._state is not None
-        state = self._state
-        if request is None:
-            self._unaccounted[key] = "its requests cannot be read"
-            return
-        index = state.node_index.get(node)
-        if index is None:
-            self._unaccounted[key] = f"node {node} is not in the state"
-            return
+            return None
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        for placement in _candidate_placements(state, index, request, annotations):
-            try:
-                state.allocate(request, placement)
-            except CapacityError:
-                continue
-            self._placed[key] = (request, placement)
-            self._unaccounted.pop(key, None)
-            return
-        if key not in self._unaccounted:
-            log.warning(
-                "pod %s bound to %s does not fit there in kubesage's view; not accounted",
-                request.name,
-                node,
-            )
-        self._unaccounted[key] = f"does not fit on {node} in kubesage's view"
+        return BoundPod(key, self._request(key, pod), node, annotations)
 
     def _retry_unaccounted(self) -> None:
-        for key in list(self._unaccounted):
+        """Place again the pods that did not fit (something was just released)."""
+        for key in list(self._accounts.unaccounted):
             pod = self._pods.get(key)
-            node = _bound_node(pod) if pod else None
-            if pod is None or node is None or self._state is None:
-                self._unaccounted.pop(key, None)
+            bound = self._bound(key, pod) if pod and self._accounts.state is not None else None
+            if bound is None:
+                self._accounts.unaccounted.pop(key, None)
                 continue
-            self._place(key, pod, self._request(key, pod), node)
-
-    # -- rebuild ---------------------------------------------------------------------------
+            self._accounts.place(bound)
 
     def _rebuild(self) -> None:
         """A fresh ClusterState from the node specs, with every bound pod allocated again."""
-        self.rebuilds += 1
-        self._placed = {}
-        self._unaccounted = {}
-        specs = [self._specs[name] for name in sorted(self._specs)]
-        if not specs:
-            self._state = None
-            self._node_names = []
-            return
-        self._state = ClusterState(specs)
-        self._node_names = list(self._state.node_names)
-        now = self._clock()
-        assumed, self._assumed = self._assumed, {}
-        for key, pod in self._pods.items():
-            node = _bound_node(pod)
-            if node is not None:
-                assumed.pop(key, None)
-                self._place(key, pod, self._request(key, pod), node)
-        for key, entry in assumed.items():
-            if entry.expires_at < now or key not in self._pods:
-                continue
-            index = self._state.node_index.get(entry.placement.node)
-            if index is None:
-                continue
-            placement = entry.placement.model_copy(update={"node_index": index})
-            try:
-                self._state.allocate(entry.request, placement)
-            except CapacityError:
-                continue
-            self._assumed[key] = _Assumed(entry.request, placement, entry.expires_at)
-        self._last_good = self._state
+        bound = (self._bound(key, pod) for key, pod in self._pods.items())
+        self._accounts.rebuild(
+            [self._specs[name] for name in sorted(self._specs)],
+            (pod for pod in bound if pod is not None),
+            self._pods,
+        )
 
     def expire_assumed(self) -> int:
         """Drop assumptions older than ``assume_ttl_s`` that the watch never confirmed."""
         with self._changed:
-            now = self._clock()
-            expired = [key for key, entry in self._assumed.items() if entry.expires_at < now]
-            for key in expired:
-                self._release(key)
+            expired = self._accounts.expire()
             if expired:
                 self._bump()
-            return len(expired)
-
-
-def _candidate_placements(
-    state: ClusterState, node: int, request: PodRequest, annotations: Mapping[str, str]
-) -> Iterator[Placement]:
-    """Placements to try for a bound pod, most faithful first."""
-    recorded = parse_gpu_indices(dict(annotations))
-    if request.num_gpu == 0:
-        yield state.placement(node, (), request)
-        return
-    if recorded is not None:
-        indices, mig_start = recorded
-        recorded_placement: Placement | None = None
-        with suppress(ValueError):  # pydantic rejects an impossible slot: fall through
-            recorded_placement = state.placement(node, indices, request, mig_start=mig_start)
-        if recorded_placement is not None:
-            yield recorded_placement
-    if request.mig is not None:
-        if state.node_mig_enabled[node]:
-            try:
-                gpu, start = best_mig_slot(state, node, request)
-            except ValueError:
-                return
-            yield state.placement(node, (gpu,), request, mig_start=start)
-        return
-    gpus = lowest_index_gpus(state, node, request)
-    if len(gpus) == request.num_gpu:
-        yield state.placement(node, gpus, request)
+            return expired

@@ -28,10 +28,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoordinationV1Api
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        api: k8s_client.ApiClient,
+        api: ApiClient,
         *,
         lease_name: str,
         namespace: str,
@@ -68,7 +67,7 @@ class LeaderElector:
             )
         # Any: called with _preload_content=False (raw JSON), which the generated
         # signatures do not describe.
-        self._api: Any = k8s_client.CoordinationV1Api(api)
+        self._api: Any = CoordinationV1Api(api)
         self.lease_name = lease_name
         self.namespace = namespace
         self.identity = identity

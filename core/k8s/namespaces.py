@@ -41,13 +41,12 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Unpack
 
-from kubernetes import client as k8s_client
-
 from kubesage.core.errors import InputError
-from kubesage.core.k8s import metrics
+from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
 from kubesage.core.k8s.scheduling_policy import NAMESPACE_NAME_LABEL
 from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
 from kubesage.core.k8s.webhook import name_only_namespace_labels
+from kubesage.core.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ class NamespaceCache(ReflectedCache):
 
     def __init__(
         self,
-        api: k8s_client.ApiClient,
+        api: ApiClient,
         *,
         max_namespaces: int = DEFAULT_MAX_NAMESPACES,
         clock: Callable[[], float] = time.monotonic,
@@ -105,7 +104,7 @@ class NamespaceCache(ReflectedCache):
         """Bumped on every change to the cached labels (tests and waiters poll it)."""
         # Any: called with _preload_content=False (raw JSON), which the generated
         # signatures do not describe.
-        core: Any = k8s_client.CoreV1Api(api)
+        core: Any = CoreV1Api(api)
         self._reflectors = Reflectors("NamespaceCache", self._lock, clock=clock, options=options)
         self._reflector = self._reflectors.add(
             "namespaces",

@@ -1,7 +1,7 @@
 """Where the admission webhook gets its SchedulingPolicies: files or the Kubernetes API.
 
-- :class:`FilePolicySource` reads ``*.yaml``/``*.yml`` under a directory (default
-  ``configs/scheduling-policies``). The first load is strict — a bad policy raises
+- :class:`FilePolicySource` reads ``*.yaml``/``*.yml`` under a directory (default: the
+  shipped ``configs/scheduling-policies``). The first load is strict — a bad policy raises
   :class:`ConfigError` naming the file and field path, so ``kubesage serve`` refuses
   to start on it. Later, when a file changes (a ConfigMap update), a reload that fails
   keeps the last good policies, is logged and counted (``failures``; ``stale``).
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from kubesage.core.errors import ConfigError, DependencyError
-from kubesage.core.k8s import metrics
 from kubesage.core.k8s.scheduling_policy import (
     GROUP,
     PLURAL,
@@ -32,6 +31,8 @@ from kubesage.core.k8s.scheduling_policy import (
     load_policy_file,
     parse_policy,
 )
+from kubesage.core.observability import metrics
+from kubesage.core.paths import shipped_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,9 @@ class PolicySource(Protocol):
 
 
 def default_policy_dir() -> Path:
-    """``configs/scheduling-policies`` of the source tree this module belongs to."""
-    return Path(__file__).resolve().parents[2] / "configs" / "scheduling-policies"
+    """The shipped example policies (``configs/scheduling-policies``, installed with the
+    package)."""
+    return shipped_dir("scheduling-policies")
 
 
 def load_policy_dir(directory: Path) -> list[SchedulingPolicy]:
@@ -134,9 +136,10 @@ class ApiPolicySource:
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from kubernetes import client  # the import is slow; only the API path needs it
+        # The client's import is slow; only the API path needs it.
+        from kubesage.core.k8s.apiclient import CustomObjectsApi
 
-        self._api = client.CustomObjectsApi(api_client)
+        self._api = CustomObjectsApi(api_client)
         self.refresh_s = refresh_s
         self.timeout_s = timeout_s
         self._clock = clock

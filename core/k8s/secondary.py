@@ -35,24 +35,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes.client.exceptions import ApiException
 
+from kubesage.core.arrays import BoolArray
 from kubesage.core.errors import CapacityError, InputError
-from kubesage.core.k8s import metrics
+from kubesage.core.k8s import apiclient as k8s_client
+from kubesage.core.k8s.apiclient import ApiException
 from kubesage.core.k8s.binder import Binder, BindError, placement_annotations
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, place_all
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.translate import TranslateError, pod_request
+from kubesage.core.observability import metrics
 from kubesage.core.policy.base import Policy
 from kubesage.core.types import Placement, PodRequest
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-BoolArray = npt.NDArray[np.bool_]
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 

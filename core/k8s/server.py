@@ -6,7 +6,7 @@ Routes (all JSON unless noted):
   kube-scheduler extender verbs (``urlPrefix`` ends in ``/scheduler``);
 - ``POST /mutate``: the mutating admission webhook (AdmissionReview v1);
 - ``GET /healthz``: 200 when the cluster state is ready, 503 with the reason if not;
-- ``GET /metrics``: Prometheus text format (:mod:`kubesage.core.k8s.metrics`).
+- ``GET /metrics``: Prometheus text format (:mod:`kubesage.core.observability.metrics`).
 
 :class:`App` is the part that does not depend on an HTTP server: an exact-path route
 table, the body-size limit, the mapping of errors to statuses, and the metrics. The
@@ -34,9 +34,9 @@ from typing import Any
 import orjson
 
 from kubesage.core.errors import DependencyError, InputError
-from kubesage.core.k8s import metrics
 from kubesage.core.k8s.extender import Extender
-from kubesage.core.k8s.logging import log_event
+from kubesage.core.observability import metrics
+from kubesage.core.observability.logging import log_event
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubesage.core.errors import InputError
+from kubesage.core.field_errors import first_problem
 from kubesage.core.topology.discovery import (
     DEFAULT_RACK_LABEL,
     GPU_COUNT_LABEL,
@@ -410,7 +411,7 @@ def pod_request(pod: Mapping[str, Any]) -> PodRequest:
             mig=mig,
         )
     except ValidationError as exc:
-        raise UnsupportedPodError(_first_error(exc), path=path) from exc
+        raise UnsupportedPodError(str(first_problem(exc)), path=path) from exc
 
 
 # -- nodes ---------------------------------------------------------------------------
@@ -467,7 +468,7 @@ def node_spec(node: Mapping[str, Any], *, rack_label: str = DEFAULT_RACK_LABEL) 
             labels=labels,
         )
     except ValidationError as exc:
-        raise TranslateError(_first_error(exc), path=path) from exc
+        raise TranslateError(str(first_problem(exc)), path=path) from exc
 
 
 def _label_int(labels: Mapping[str, str], key: str, path: str) -> int | None:
@@ -479,9 +480,3 @@ def _label_int(labels: Mapping[str, str], key: str, path: str) -> int | None:
             f"expected a whole number, got {text[:32]!r}", path=f"{path}.metadata.labels.{key}"
         )
     return int(text)
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    location = ".".join(str(part) for part in error["loc"])
-    return f"{location}: {error['msg']}" if location else str(error["msg"])

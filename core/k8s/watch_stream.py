@@ -25,9 +25,9 @@ from contextlib import suppress
 from typing import Any, Self, TypedDict
 
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.apiclient import ApiException
 
 log = logging.getLogger(__name__)
 

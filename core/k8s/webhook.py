@@ -37,17 +37,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
 from kubesage.core.errors import InputError
-from kubesage.core.k8s import metrics
+from kubesage.core.field_errors import first_problem
 from kubesage.core.k8s.policy_source import PolicySource
 from kubesage.core.k8s.scheduling_policy import (
     NAMESPACE_NAME_LABEL,
     SPARK_APP_LABEL,
     SPARK_LOCALITY_ANNOTATION,
-    Affinity,
     SchedulingPolicy,
     by_priority,
-    field_path,
 )
+from kubesage.core.k8s.v1_models import Affinity
+from kubesage.core.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -364,8 +364,7 @@ def _decode_review(body: bytes) -> AdmissionReview:
     except (ValidationError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             raise MalformedReviewError("body is nested too deeply") from None
-        first = exc.errors()[0]
-        raise MalformedReviewError(f"{field_path(first['loc'])}: {first['msg']}") from None
+        raise MalformedReviewError(str(first_problem(exc))) from None
 
 
 def _response(uid: str, patch: list[dict[str, Any]], warnings: list[str]) -> dict[str, Any]:

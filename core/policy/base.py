@@ -1,11 +1,19 @@
 """The one shape every scheduling policy has.
 
-A policy scores every feasible node for a request at once (numpy, O(N)), the best
-score wins, and the policy then picks the GPUs inside that node. Ties between nodes
-are broken by a fixed random order of the nodes drawn from the run's seed — the
-paper's simulator does the same by prefixing node names with a random permutation
-and taking the smallest name — so a run is reproducible and no node is favoured
-by its position in the input.
+:class:`Policy` is what the simulator and the live path call: ``decide`` places one
+request on the whole cluster (the simulator, gangs); ``score_nodes`` ranks a given
+set of feasible nodes (the extender's prioritize, where kube-scheduler chose the
+candidates) and ``placement_on`` says where on a chosen node the pod goes (the GPUs
+or MIG slot a bind records in the state before the API call).
+
+:class:`ScoringPolicy` implements all three from one node score: it scores every
+feasible node for a request at once (numpy, O(N)), the best score wins, and the
+policy then picks the GPUs inside that node. Ties between nodes are broken by a
+fixed random order of the nodes drawn from the run's seed — the paper's simulator
+does the same by prefixing node names with a random permutation and taking the
+smallest name — so a run is reproducible and no node is favoured by its position
+in the input. Which nodes are feasible, and why the others are not, is the fit rule
+of :mod:`kubesage.core.state.fit`.
 """
 
 from __future__ import annotations
@@ -17,14 +25,12 @@ from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.policy.gpu_choice import lowest_index_gpus, placement_on
 from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.state.fit import fit_report
 from kubesage.core.types import Decision, Placement, PodRequest
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 _TIE_STREAM = 0x7E
 """Keeps the tie-break order's random stream apart from the policy's own draws."""
@@ -41,6 +47,18 @@ class Policy(Protocol):
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         """Return a Decision; ``placement`` is None when no node can host the request."""
+        ...
+
+    def score_nodes(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
+        """Scores (higher is better) of ``nodes``, each of which fits ``request``.
+
+        Ranks them as :meth:`decide` would: asked about every feasible node, the node
+        ``decide`` picks has the highest score.
+        """
+        ...
+
+    def placement_on(self, state: ClusterState, node: int, request: PodRequest) -> Placement:
+        """Where on ``node`` (which fits ``request``) the pod goes: its GPUs or MIG slot."""
         ...
 
 
@@ -69,6 +87,10 @@ class ScoringPolicy(ABC):
     @abstractmethod
     def score(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
         """Scores (higher is better) of the feasible ``nodes`` for ``request``."""
+
+    def score_nodes(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
+        """:meth:`score` as float64 (the :class:`Policy` interface)."""
+        return np.asarray(self.score(state, request, nodes), dtype=np.float64)
 
     def choose_gpus(self, state: ClusterState, node: int, request: PodRequest) -> tuple[int, ...]:
         """GPU indices on ``node`` for ``request``; the default is :func:`lowest_index_gpus`."""
@@ -135,35 +157,5 @@ def best_two(scores: FloatArray, rank: IntArray) -> tuple[int, int | None]:
 
 
 def _no_fit_reason(state: ClusterState, request: PodRequest) -> str:
-    """Name the first resource that rules out every node."""
-    checks: list[tuple[str, npt.NDArray[np.bool_]]] = [
-        ("CPU", state.cpu_free_milli >= request.cpu_milli),
-        ("memory", state.memory_free_mib >= request.memory_mib),
-    ]
-    if request.num_gpu:
-        checks.append(
-            (
-                f"GPU model in {list(request.gpu_models) or 'any'}",
-                state.gpu_model_mask(request.gpu_models),
-            )
-        )
-        if request.is_gpu_sharing:
-            checks.append(
-                (
-                    f"{request.gpu_milli} milli-GPU on one GPU",
-                    state.gpu_max_free_milli >= request.gpu_milli,
-                )
-            )
-        else:
-            checks.append(
-                (
-                    f"{request.num_gpu} whole free GPU(s)",
-                    state.gpu_whole_free_count >= request.num_gpu,
-                )
-            )
-    mask = np.ones(state.num_nodes, dtype=bool)
-    for label, ok in checks:
-        mask &= ok
-        if not mask.any():
-            return f"no node fits: none has enough {label} together with the earlier checks"
-    return "no node fits"
+    """Why no node fits: the most common reasons of the fit rule, with node counts."""
+    return f"no node fits: {fit_report(state, request).summary()}"

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import InputError
-from kubesage.core.policy.base import FloatArray, IntArray, PolicyContext, ScoringPolicy
+from kubesage.core.policy.base import PolicyContext, ScoringPolicy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.state.fragmentation import (
     DEFAULT_COVERAGE,

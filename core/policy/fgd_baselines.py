@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kubesage.core.policy.base import FloatArray, IntArray, ScoringPolicy
+from kubesage.core.arrays import FloatArray, IntArray
+from kubesage.core.policy.base import ScoringPolicy
 from kubesage.core.policy.gpu_choice import mig_slot_losses, random_gpu, tightest_gpu
 from kubesage.core.state.cluster_state import ClusterState, gpu_pod_kind
 from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest

@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import GPU_MILLI_PER_GPU, Placement, PodRequest
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 def lowest_index_gpus(state: ClusterState, node: int, request: PodRequest) -> tuple[int, ...]:

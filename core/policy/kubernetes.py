@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kubesage.core.policy.base import FloatArray, IntArray, ScoringPolicy
+from kubesage.core.arrays import FloatArray, IntArray
+from kubesage.core.policy.base import ScoringPolicy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import PodRequest
 

@@ -1,8 +1,9 @@
 """What the PPO policy sees: up to 64 candidate nodes for the arriving pod, and the cluster.
 
-Candidates are the feasible nodes ranked by FGD's score (ties broken by FGD's own
-seeded order) and cut to ``MAX_CANDIDATES``, so candidate 0 is exactly FGD's
-choice and the policy can always do as well as picking the first. Per candidate
+Candidates are the feasible nodes (the fit rule of :mod:`kubesage.core.state.fit`)
+ranked by FGD's score (ties broken by FGD's own seeded order) and cut to
+``MAX_CANDIDATES``, so candidate 0 is exactly FGD's choice and the policy can
+always do as well as picking the first. Per candidate
 (``CANDIDATE_FEATURES``): FGD's score and its gap to the best, the rank, free CPU,
 memory and GPU left after the placement (shares of capacity), the largest free
 GPU share before, whole GPUs left, GPUs on the node, and whether the placement
@@ -23,14 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import BoolArray, Float32Array, IntArray
 from kubesage.core.policy.fgd import FgdPolicy
 from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.state.fit import fit_mask
 from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
 
-FloatArray = npt.NDArray[np.float32]
-IntArray = npt.NDArray[np.int64]
+"""Features are float32, the network's dtype."""
 
 MAX_CANDIDATES = 64
 CANDIDATE_FEATURES = (
@@ -53,21 +54,26 @@ GLOBAL_RAW = QUANTILES * len(GLOBAL_SERIES)
 
 @dataclass(frozen=True)
 class Observation:
-    candidates: FloatArray
+    candidates: Float32Array
     """``(MAX_CANDIDATES, len(CANDIDATE_FEATURES))``; zero rows for padding."""
-    mask: npt.NDArray[np.bool_]
+    mask: BoolArray
     """True for real candidates."""
-    request: FloatArray
-    global_raw: FloatArray
+    request: Float32Array
+    global_raw: Float32Array
     nodes: IntArray
     """The node index of each real candidate, in rank order."""
 
 
 def candidate_nodes(
-    state: ClusterState, request: PodRequest, ranker: FgdPolicy
-) -> tuple[IntArray, FloatArray]:
-    """Feasible nodes ranked best first by FGD (its tie order), cut to MAX_CANDIDATES."""
-    feasible = np.flatnonzero(state.feasible(request)).astype(np.int64)
+    state: ClusterState, request: PodRequest, ranker: FgdPolicy, nodes: IntArray | None = None
+) -> tuple[IntArray, Float32Array]:
+    """Feasible nodes (of ``nodes`` when given, else of the cluster) ranked best first
+    by FGD (its tie order), cut to MAX_CANDIDATES."""
+    if nodes is None:
+        feasible = np.flatnonzero(fit_mask(state, request)).astype(np.int64)
+    else:
+        nodes = np.asarray(nodes, dtype=np.int64)
+        feasible = nodes[fit_mask(state, request, nodes)]
     if feasible.size == 0:
         return feasible, np.zeros(0, dtype=np.float32)
     scores = ranker.score(state, request, feasible)
@@ -82,13 +88,13 @@ def candidate_nodes(
     return feasible[order], scores[order].astype(np.float32)
 
 
-def _share(free: npt.NDArray[np.int64], capacity: npt.NDArray[np.int64]) -> FloatArray:
+def _share(free: IntArray, capacity: IntArray) -> Float32Array:
     return np.divide(
         free, capacity, out=np.zeros(free.shape, dtype=np.float64), where=capacity > 0
     ).astype(np.float32)
 
 
-def global_raw(state: ClusterState) -> FloatArray:
+def global_raw(state: ClusterState) -> Float32Array:
     """The 256 quantiles describing the whole cluster (see the module docstring)."""
     gpu_nodes = np.flatnonzero(state.gpu_count > 0)
     if gpu_nodes.size == 0:
@@ -104,7 +110,7 @@ def global_raw(state: ClusterState) -> FloatArray:
     return np.concatenate([np.quantile(s, points) for s in series]).astype(np.float32)
 
 
-def request_features(state: ClusterState, request: PodRequest) -> FloatArray:
+def request_features(state: ClusterState, request: PodRequest) -> Float32Array:
     return np.array(
         [
             request.cpu_milli / max(1, int(state.cpu_capacity_milli.max())),
@@ -117,9 +123,12 @@ def request_features(state: ClusterState, request: PodRequest) -> FloatArray:
     )
 
 
-def observe(state: ClusterState, request: PodRequest, ranker: FgdPolicy) -> Observation:
-    """Candidates and state for ``request`` (no candidates when nothing fits)."""
-    nodes, scores = candidate_nodes(state, request, ranker)
+def observe(
+    state: ClusterState, request: PodRequest, ranker: FgdPolicy, among: IntArray | None = None
+) -> Observation:
+    """Candidates and state for ``request`` (no candidates when nothing fits); the
+    candidates are drawn from ``among`` when given, else from the whole cluster."""
+    nodes, scores = candidate_nodes(state, request, ranker, among)
     table = np.zeros((MAX_CANDIDATES, len(CANDIDATE_FEATURES)), dtype=np.float32)
     mask = np.zeros(MAX_CANDIDATES, dtype=bool)
     count = nodes.size

@@ -1,37 +1,62 @@
 """The ``ppo`` scheduling policy: the trained network picks among FGD's top candidates.
 
-The model is ``PolicyContext.model`` or the shipped
-``configs/models/ppo-openb.safetensors``. A missing, unreadable, mismatched or
-non-finite model makes the policy fall back to FGD — with a warning logged once
-and every fallen-back decision counted in :attr:`PpoPolicy.fallbacks`; the
-decision's explanation says so. Logits that come out non-finite for one request
+The model is ``PolicyContext.model`` or the shipped ``models/ppo-openb.safetensors``
+(found with :func:`kubesage.core.paths.shipped_file`). A missing, unreadable,
+mismatched or non-finite model makes the policy fall back to FGD — with a warning
+logged once and every fallen-back decision counted in :attr:`PpoPolicy.fallbacks`;
+the decision's explanation says so. Logits that come out non-finite for one request
 fall back for that request alone.
 
 Each decision names the chosen node, the runner-up (the next-best logit) and the
 candidate features that differ most between the two.
+
+For the live path (:meth:`PpoPolicy.score_nodes`), the nodes the network sees — FGD's
+top candidates among those asked about — score above every other node, in the
+network's order; the rest keep FGD's score. So the node :meth:`PpoPolicy.decide`
+picks is the best-scored one when every feasible node is asked about, and a pod is
+placed on a node (:meth:`PpoPolicy.placement_on`) as FGD places it.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import torch
 
-from kubesage.core.errors import ModelError
+from kubesage.core.arrays import FloatArray, IntArray
+from kubesage.core.errors import ConfigError, ModelError
+from kubesage.core.paths import shipped_file
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
-from kubesage.core.rl.features import CANDIDATE_FEATURES, observe
+from kubesage.core.rl.features import CANDIDATE_FEATURES, Observation, observe
 from kubesage.core.rl.network import PlacementNetwork
 from kubesage.core.rl.persistence import load_network
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.types import Decision, PodRequest
+from kubesage.core.types import Decision, Placement, PodRequest
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "configs" / "models" / "ppo-openb.safetensors"
+DEFAULT_MODEL_FILE = "models/ppo-openb.safetensors"
+"""The shipped model, relative to the shipped configuration."""
+
+ABOVE_FGD = 101.0
+"""The network's candidates score from here up: above any FGD score (0..100)."""
+
+
+def default_model() -> Path:
+    """The shipped model file (ConfigError when the installation lacks it)."""
+    return shipped_file(DEFAULT_MODEL_FILE)
+
+
+@dataclass(frozen=True)
+class _Logits:
+    observation: Observation
+    scores: FloatArray
+    """One logit per candidate slot (padding included); finite on the real ones."""
 
 
 class PpoPolicy:
@@ -44,21 +69,26 @@ class PpoPolicy:
         self.fgd = FgdPolicy(context)
         self.fallbacks = 0
         """Decisions FGD made because the model could not."""
-        self.model_path = context.model or DEFAULT_MODEL
+        self.model_path: Path | None = context.model
         self.network: PlacementNetwork | None = None
         self.problem = ""
         try:
+            self.model_path = context.model or default_model()
             self.network, _ = load_network(self.model_path)
-        except ModelError as exc:
+        except (ConfigError, ModelError) as exc:
             self.problem = str(exc)
             log.warning("ppo policy falls back to FGD: %s", exc)
 
-    def decide(self, state: ClusterState, request: PodRequest) -> Decision:
+    def _logits(
+        self, state: ClusterState, request: PodRequest, among: IntArray | None = None
+    ) -> _Logits | str | None:
+        """The network's logits over its candidates; None when no candidate fits, the
+        reason in words when the model cannot score them."""
         if self.network is None:
-            return self._fallback(state, request, self.problem)
-        observation = observe(state, request, self.fgd)
+            return self.problem
+        observation = observe(state, request, self.fgd, among)
         if not observation.mask.any():
-            return self.fgd.decide(state, request).model_copy(update={"policy": self.name})
+            return None
         with torch.no_grad():
             logits, _ = self.network(
                 torch.as_tensor(observation.candidates)[None],
@@ -66,10 +96,19 @@ class PpoPolicy:
                 torch.as_tensor(observation.request)[None],
                 torch.as_tensor(observation.global_raw)[None],
             )
-        scores = logits[0].numpy()
+        scores = logits[0].numpy().astype(np.float64)
+        if not np.isfinite(scores[observation.mask]).all():
+            return "the model produced non-finite scores"
+        return _Logits(observation, scores)
+
+    def decide(self, state: ClusterState, request: PodRequest) -> Decision:
+        outcome = self._logits(state, request)
+        if isinstance(outcome, str):
+            return self._fallback(state, request, outcome)
+        if outcome is None:
+            return self.fgd.decide(state, request).model_copy(update={"policy": self.name})
+        observation, scores = outcome.observation, outcome.scores
         real = observation.mask
-        if not np.isfinite(scores[real]).all():
-            return self._fallback(state, request, "the model produced non-finite scores")
         order = np.argsort(-np.where(real, scores, -np.inf), kind="stable")
         best = int(order[0])
         node = int(observation.nodes[best])
@@ -96,6 +135,25 @@ class PpoPolicy:
             explanation=explanation,
             feasible_nodes=int(real.sum()),
         )
+
+    def score_nodes(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
+        """FGD's scores of ``nodes``, with the network's candidates among them lifted
+        above every other node in the network's order (see the module docstring)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        scores = self.fgd.score_nodes(state, request, nodes)
+        outcome = self._logits(state, request, nodes)
+        if not isinstance(outcome, _Logits):
+            return scores  # no model, or nothing fits: FGD ranks them all
+        real = outcome.observation.mask
+        logits = outcome.scores[real]
+        position = np.full(state.num_nodes, -1, dtype=np.int64)
+        position[nodes] = np.arange(nodes.size)
+        scores[position[outcome.observation.nodes]] = ABOVE_FGD + (logits - logits.min())
+        return scores
+
+    def placement_on(self, state: ClusterState, node: int, request: PodRequest) -> Placement:
+        """Where FGD would place ``request`` on ``node``."""
+        return self.fgd.placement_on(state, node, request)
 
     def _fallback(self, state: ClusterState, request: PodRequest, why: str) -> Decision:
         self.fallbacks += 1

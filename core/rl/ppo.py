@@ -11,13 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 import torch
 from torch import nn
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.rl.network import PlacementNetwork
 
-FloatArray = npt.NDArray[np.float64]
 OBSERVATION_KEYS = ("candidates", "mask", "request", "global_raw")
 
 

@@ -18,13 +18,13 @@ from enum import IntEnum
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.state.fragmentation import FragmentationMeasure
-from kubesage.core.types import Decision, NodeSpec, Placement, PodRequest
+from kubesage.core.types import Decision, Migration, NodeSpec, Placement, PodRequest
 
 
 class EventKind(IntEnum):
@@ -47,15 +47,12 @@ class Trajectory:
     fragmentation_ratio: list[float] = field(default_factory=list)
     failed_pods: list[int] = field(default_factory=list)
 
-    def as_arrays(self) -> dict[str, npt.NDArray[np.float64]]:
+    def as_arrays(self) -> dict[str, FloatArray]:
         return {name: np.asarray(values, dtype=np.float64) for name, values in vars(self).items()}
 
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``(events_done, events_total)``."""
-
-Migration = tuple[str, Placement]
-"""A running pod (by name) and where it moves to."""
 
 
 class Defragmenter(Protocol):

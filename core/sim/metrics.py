@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
+from kubesage.core.arrays import FloatArray
 
 
 def arrived_percent(arrived_gpu_milli: FloatArray, gpu_capacity_milli: int) -> FloatArray:

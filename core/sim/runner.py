@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.registry import make_policy
 from kubesage.core.sim.engine import ProgressCallback, Simulator
@@ -127,7 +127,7 @@ def run_one(
     )
 
 
-def _time_weighted_mean(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64]) -> float:
+def _time_weighted_mean(times: FloatArray, values: FloatArray) -> float:
     """Mean of a step function that holds ``values[i]`` from ``times[i]`` to ``times[i+1]``."""
     spans = np.diff(times)
     if spans.size == 0 or spans.sum() <= 0:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import BoolArray, IntArray
 from kubesage.core.errors import CapacityError, InputError
+from kubesage.core.state.fit import fit_mask
 from kubesage.core.types import (
     GPU_MILLI_PER_GPU,
     MIG_COMPUTE_SLICES,
@@ -30,9 +30,6 @@ from kubesage.core.types import (
     Placement,
     PodRequest,
 )
-
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 NO_GPU_MODEL = -1
 """Model index of a node without GPUs."""
@@ -171,38 +168,9 @@ class ClusterState:
         return mask
 
     def feasible(self, request: PodRequest, nodes: IntArray | None = None) -> BoolArray:
-        """Boolean mask over nodes that can host ``request`` right now.
-
-        With ``nodes`` (valid indices) the mask is over those nodes only, in their
-        order: the extender asks about a few hundred candidates of a large cluster, and
-        indexing their columns costs less than the whole-cluster mask. Asked about most
-        of the cluster it computes the whole mask and indexes it (contiguous arrays beat
-        gathering nearly every row).
-        """
-        if nodes is not None and nodes.size * 4 > self.num_nodes:
-            whole: BoolArray = self.feasible(request)[nodes]
-            return whole
-
-        def column(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return values if nodes is None else values[nodes]
-
-        fits: BoolArray = (column(self.cpu_free_milli) >= request.cpu_milli) & (
-            column(self.memory_free_mib) >= request.memory_mib
-        )
-        if request.num_gpu == 0:
-            return fits
-        fits &= column(self.gpu_model_mask(request.gpu_models))
-        mig_enabled = column(self.node_mig_enabled)
-        if request.mig is not None:
-            slots = self.mig_slots(request.mig, nodes).any(axis=(1, 2))
-            result: BoolArray = fits & mig_enabled & slots
-            return result
-        fits &= ~mig_enabled
-        if request.is_gpu_sharing:
-            fits &= column(self.gpu_max_free_milli) >= request.gpu_milli
-        else:
-            fits &= column(self.gpu_whole_free_count) >= request.num_gpu
-        return fits
+        """Boolean mask over nodes that can host ``request`` right now (over ``nodes``
+        only, in their order, when given): the fit rule of :mod:`kubesage.core.state.fit`."""
+        return fit_mask(self, request, nodes)
 
     def mig_slots(self, shape: MigShape, nodes: IntArray | None = None) -> BoolArray:
         """``(N, G, S)``: can an instance of ``shape`` start at its s-th allowed slot there?"""

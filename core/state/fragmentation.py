@@ -31,15 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import BoolArray, FloatArray, IntArray
 from kubesage.core.errors import InputError
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import PodRequest
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 DEFAULT_COVERAGE = 0.95
 """Share of the workload's pods the typical pods must cover (the paper's setting)."""

@@ -27,8 +27,11 @@ second (``speed=57`` plays one 57 s trace step per second); the trace loops.
 
 Run one by hand::
 
-    python -m kubesage.core.telemetry.dcgm_exporter --hostname gpu-node-0 --gpus 8 \
-        --port 9400 --speed 57            # data: $KUBESAGE_SHARED_DATA or ../shared/data
+    python -m kubesage.core.telemetry.dcgm_exporter --data-dir DIR/genai \
+        --hostname gpu-node-0 --gpus 8 --port 9400 --speed 57
+
+``--data-dir`` defaults to ``$KUBESAGE_SHARED_DATA/genai`` when that variable is set;
+with neither, the command stops and says so (the trace is not part of the package).
 """
 
 from __future__ import annotations
@@ -46,15 +49,14 @@ from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 import numpy as np
-import numpy.typing as npt
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.panel import MetricPanel, read_panel
 
 LOG = logging.getLogger(__name__)
-FloatArray = npt.NDArray[np.float64]
 
 DUTY_CYCLE = "gpu_duty_cycle"
 MEMORY_USED = "gpu_memory_used_bytes"
@@ -118,7 +120,7 @@ class GpuSample:
     values: dict[str, float | None]
 
 
-def _held(panel: MetricPanel, columns: npt.NDArray[np.int64], metric: str) -> FloatArray:
+def _held(panel: MetricPanel, columns: IntArray, metric: str) -> FloatArray:
     """``[steps, gpus]`` readings of ``metric`` with each gap holding the latest earlier
     reading of the same pod (NaN before the first)."""
     m = panel.metrics.index(metric)
@@ -328,29 +330,36 @@ class DcgmReplayExporter:
         self.stop()
 
 
-def default_genai_dir() -> Path:
-    """``$KUBESAGE_SHARED_DATA/genai``, else ``../shared/data/genai`` beside the repository."""
-    explicit = os.environ.get("KUBESAGE_SHARED_DATA")
-    root = (
-        Path(explicit)
-        if explicit
-        else Path(__file__).resolve().parents[2].parent / "shared" / "data"
-    )
-    return root / "genai"
+SHARED_DATA_ENV = "KUBESAGE_SHARED_DATA"
+"""The folder holding the shared traces; the GenAI trace is its ``genai/`` subfolder."""
+
+
+def default_genai_dir() -> Path | None:
+    """``$KUBESAGE_SHARED_DATA/genai`` when the variable is set, else None."""
+    explicit = os.environ.get(SHARED_DATA_ENV)
+    return Path(explicit) / "genai" if explicit else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Serve DCGM metrics replayed from the GenAI trace."
     )
-    parser.add_argument("--data-dir", type=Path, default=None, help="the trace's genai/ folder")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"the trace's genai/ folder (default: ${SHARED_DATA_ENV}/genai)",
+    )
     parser.add_argument("--hostname", default="gpu-node-0", help="the Hostname label")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs on the host (busiest pods)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--speed", type=float, default=1.0, help="trace seconds per second")
     args = parser.parse_args(argv)
-    panel = read_panel(args.data_dir or default_genai_dir())
+    data_dir = args.data_dir or default_genai_dir()
+    if data_dir is None:
+        parser.error(f"give --data-dir (the GenAI trace's genai/ folder) or set {SHARED_DATA_ENV}")
+    panel = read_panel(data_dir)
     replay = DcgmReplay(
         panel, hostname=args.hostname, pods=busiest_pods(panel, args.gpus), speed=args.speed
     )

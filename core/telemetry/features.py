@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
 from kubesage.core.telemetry.metric_map import MetricMap
 
-FloatArray = npt.NDArray[np.float64]
 MISSING = "missing"
 
 

@@ -23,9 +23,11 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from kubesage.core.config import StrictModel, load_config
+from kubesage.core.paths import shipped_file
 
 KIND = "MetricMap"
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "metric-map.yaml"
+SHIPPED_METRIC_MAP = "metric-map.yaml"
+"""The shipped map, under ``configs/`` (:func:`~kubesage.core.paths.shipped_file`)."""
 MAX_DIMENSIONS = 1024
 """The hard ceiling on raw feature dimensions per node (the design's budget)."""
 
@@ -212,5 +214,5 @@ class MetricMap:
 
 def load_metric_map(path: Path | str | None = None) -> MetricMap:
     """Load and validate a MetricMap YAML (default: the shipped configs/metric-map.yaml)."""
-    source = Path(path) if path is not None else DEFAULT_PATH
+    source = Path(path) if path is not None else shipped_file(SHIPPED_METRIC_MAP)
     return MetricMap(spec=load_config(source, MetricMapSpec, kind=KIND), path=source)

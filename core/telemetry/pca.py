@@ -25,8 +25,9 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError, ModelError
-from kubesage.core.telemetry.features import FloatArray, NodeFeatures
+from kubesage.core.telemetry.features import NodeFeatures
 
 FORMAT = "kubesage.pca"
 VERSION = 1

@@ -34,11 +34,12 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import DependencyError, InputError
-from kubesage.core.k8s.metrics import COLLECTOR_FAILURES
-from kubesage.core.telemetry.features import FloatArray, MetricHistory, NodeMetrics
+from kubesage.core.observability.metrics import COLLECTOR_FAILURES
+from kubesage.core.perception import Snapshot
+from kubesage.core.telemetry.features import MetricHistory, NodeMetrics
 from kubesage.core.telemetry.metric_map import MappedMetric, MetricMap
-from kubesage.core.telemetry.protocol import Snapshot
 
 LOG = logging.getLogger(__name__)
 

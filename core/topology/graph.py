@@ -4,8 +4,10 @@ A tree zone → rack → node → socket → PCIe switch → GPU / NIC, plus the
 that do not follow the tree (NVLink bridges, an NVSwitch fabric per node, the
 socket interconnect). Every edge carries the twelve indicators of
 :mod:`kubesage.core.topology.indicators`; static ones come from the topology
-spec, dynamic ones from telemetry over a sliding window (default 5 s), and only
-the edges (and nodes) that received samples are recomputed.
+spec, dynamic ones from telemetry over a sliding window (default 5 s,
+:mod:`~kubesage.core.topology.window`), and only the edges (and nodes) that received
+samples are recomputed. Each node's block of edges follows its template's layout
+(:mod:`~kubesage.core.topology.layout`).
 
 Bandwidth between two GPUs is the smallest available bandwidth on their path:
 inside a node the NVLink/NVSwitch path when there is one, else PCIe (through the
@@ -17,38 +19,27 @@ path crosses.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.config import load_config
 from kubesage.core.errors import InputError
 from kubesage.core.topology.indicators import (
     DYNAMIC,
-    INDICATOR_COUNT,
     Indicator,
     IndicatorWeights,
     available_bandwidth,
     edge_weight,
 )
-from kubesage.core.topology.links import (
-    CROSS_SOCKET_GBPS,
-    DEFAULT_LATENCY_US,
-    NVLINK_GBPS_PER_LINK,
-    PCIE_X16_GBPS,
-    LinkKind,
-)
-from kubesage.core.topology.spec import TOPOLOGY_KIND, NodeTemplate, TopologySpec
+from kubesage.core.topology.layout import edge_indicators, indicator_row, node_layout
+from kubesage.core.topology.links import LinkKind
+from kubesage.core.topology.spec import TOPOLOGY_KIND, TopologySpec
+from kubesage.core.topology.window import DEFAULT_WINDOW_S, SampleWindow
 from kubesage.core.types import NodeSpec
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-
-DEFAULT_WINDOW_S = 5.0
-WINDOW_BUCKETS = 5
 
 
 class Level(IntEnum):
@@ -62,104 +53,6 @@ class Level(IntEnum):
     SAME_RACK = 5
     SAME_ZONE = 6
     CROSS_ZONE = 7
-
-
-@dataclass
-class _Template:
-    spec: NodeTemplate
-    edge_offsets: dict[str, int]
-    """Edge position (relative to the node's first edge) of each named link."""
-    edges_per_node: int
-    intra_path: list[list[list[str]]]
-    """Names of the edges on the path between local GPUs i and j."""
-    egress_path: list[list[str]]
-    """Names of the edges from local GPU i to its NIC, NIC uplink included."""
-    vertices: list[str]
-    """The node's own vertices: ``node``, ``socket<s>``, ``switch<w>``, ``gpu<g>``, ``nic<w>``
-    and ``nvswitch`` when there is a fabric."""
-    edge_ends: list[tuple[str, str]]
-    """Both ends of each named edge (``rack`` is the node's rack vertex)."""
-
-
-def _template_layout(spec: NodeTemplate) -> _Template:
-    names: list[str] = []
-    per_socket = spec.gpus // spec.sockets
-    switches = spec.gpus // spec.gpus_per_switch
-    names += [f"node-socket{s}" for s in range(spec.sockets)]
-    for s in range(spec.sockets - 1):
-        names.append(f"xsocket{s}")
-    for w in range(switches):
-        names += [f"socket-switch{w}", f"switch-nic{w}", f"nic-uplink{w}"]
-    for g in range(spec.gpus):
-        names.append(f"gpu{g}-switch")
-        if spec.nvlink.topology == "nvswitch":
-            names.append(f"gpu{g}-nvswitch")
-    if spec.nvlink.topology == "pairs":
-        for g in range(0, spec.gpus, 2):
-            names.append(f"nvlink{g}")
-    offsets = {name: i for i, name in enumerate(names)}
-
-    def socket_of(g: int) -> int:
-        return g // per_socket
-
-    def switch_of(g: int) -> int:
-        return g // spec.gpus_per_switch
-
-    def pcie_path(a: int, b: int) -> list[str]:
-        path = [f"gpu{a}-switch", f"gpu{b}-switch"]
-        if switch_of(a) != switch_of(b):
-            path += [f"socket-switch{switch_of(a)}", f"socket-switch{switch_of(b)}"]
-        low, high = sorted((socket_of(a), socket_of(b)))
-        path += [f"xsocket{s}" for s in range(low, high)]
-        return path
-
-    intra: list[list[list[str]]] = []
-    for a in range(spec.gpus):
-        row: list[list[str]] = []
-        for b in range(spec.gpus):
-            if a == b:
-                row.append([])
-            elif spec.nvlink.topology == "nvswitch":
-                row.append([f"gpu{a}-nvswitch", f"gpu{b}-nvswitch"])
-            elif spec.nvlink.topology == "pairs" and a // 2 == b // 2:
-                row.append([f"nvlink{a - a % 2}"])
-            else:
-                row.append(pcie_path(a, b))
-        intra.append(row)
-    egress = [
-        [f"gpu{g}-switch", f"switch-nic{switch_of(g)}", f"nic-uplink{switch_of(g)}"]
-        for g in range(spec.gpus)
-    ]
-    vertices = ["node", *(f"socket{s}" for s in range(spec.sockets))]
-    vertices += [f"switch{w}" for w in range(switches)] + [f"gpu{g}" for g in range(spec.gpus)]
-    vertices += [f"nic{w}" for w in range(switches)]
-    if spec.nvlink.topology == "nvswitch":
-        vertices.append("nvswitch")
-    switches_per_socket = switches // spec.sockets
-    ends: list[tuple[str, str]] = []
-    for name in names:
-        if name.startswith("node-socket"):
-            ends.append(("node", f"socket{name.removeprefix('node-socket')}"))
-        elif name.startswith("xsocket"):
-            s = int(name.removeprefix("xsocket"))
-            ends.append((f"socket{s}", f"socket{s + 1}"))
-        elif name.startswith("socket-switch"):
-            w = int(name.removeprefix("socket-switch"))
-            ends.append((f"socket{w // switches_per_socket}", f"switch{w}"))
-        elif name.startswith("switch-nic"):
-            w = int(name.removeprefix("switch-nic"))
-            ends.append((f"switch{w}", f"nic{w}"))
-        elif name.startswith("nic-uplink"):
-            ends.append((f"nic{name.removeprefix('nic-uplink')}", "rack"))
-        elif name.endswith("-nvswitch"):
-            ends.append((name.removesuffix("-nvswitch"), "nvswitch"))
-        elif name.endswith("-switch"):
-            g = int(name.removeprefix("gpu").removesuffix("-switch"))
-            ends.append((f"gpu{g}", f"switch{switch_of(g)}"))
-        else:  # nvlink<g>: the bridge between GPU g and g+1
-            g = int(name.removeprefix("nvlink"))
-            ends.append((f"gpu{g}", f"gpu{g + 1}"))
-    return _Template(spec, offsets, len(names), intra, egress, vertices, ends)
 
 
 class DRTG:
@@ -183,7 +76,7 @@ class DRTG:
         self.rack_zone: IntArray = np.array(
             [zone_index[r.zone] for r in spec.racks], dtype=np.int64
         )
-        self._templates = {name: _template_layout(t) for name, t in spec.node_templates.items()}
+        self._templates = {name: node_layout(t) for name, t in spec.node_templates.items()}
 
         node_names: list[str] = []
         node_rack: list[int] = []
@@ -210,7 +103,7 @@ class DRTG:
             template = self._templates[name]
             first_edge.append(len(kinds))
             for edge_name in template.edge_offsets:
-                kind, row = self._edge_row(template.spec, edge_name)
+                kind, row = edge_indicators(template.spec, edge_name)
                 kinds.append(kind)
                 indicator_rows.append(row)
             for g in range(template.spec.gpus):
@@ -222,12 +115,14 @@ class DRTG:
         for rack in spec.racks:
             kinds.append(LinkKind.RACK_UPLINK)
             indicator_rows.append(
-                self._row(rack.uplink_gbps / 8.0, LinkKind.RACK_UPLINK, same_zone=1.0, cost=0.5)
+                indicator_row(rack.uplink_gbps / 8.0, LinkKind.RACK_UPLINK, same_zone=1.0, cost=0.5)
             )
         self.zone_uplink_edge: IntArray = np.arange(len(spec.zones), dtype=np.int64) + len(kinds)
         for zone in spec.zones:
             kinds.append(LinkKind.ZONE_UPLINK)
-            indicator_rows.append(self._row(zone.uplink_gbps / 8.0, LinkKind.ZONE_UPLINK, cost=2.0))
+            indicator_rows.append(
+                indicator_row(zone.uplink_gbps / 8.0, LinkKind.ZONE_UPLINK, cost=2.0)
+            )
         self.edge_kind: IntArray = np.array(kinds, dtype=np.int64)
         self.static_indicators: FloatArray = np.array(indicator_rows)
         self.indicators: FloatArray = self.static_indicators.copy()
@@ -237,11 +132,7 @@ class DRTG:
 
         self._available: FloatArray = available_bandwidth(self.indicators)
         self.weight: FloatArray = edge_weight(self.indicators, self.coefficients)
-        # Sliding window: per bucket, sums and counts of each dynamic indicator per edge.
-        shape = (WINDOW_BUCKETS, self.num_edges, len(DYNAMIC))
-        self._sums = np.zeros(shape)
-        self._counts = np.zeros(shape, dtype=np.int64)
-        self._bucket_epoch = np.full(WINDOW_BUCKETS, -1, dtype=np.int64)
+        self._window = SampleWindow(self.num_edges, window_s)
         self._intra: dict[int, FloatArray] = {}
         self._egress: dict[int, FloatArray] = {}
 
@@ -273,39 +164,6 @@ class DRTG:
         self.vertex_names = tuple(names)
         self.edge_source: IntArray = np.array(sources, dtype=np.int64)
         self.edge_target: IntArray = np.array(targets, dtype=np.int64)
-
-    @staticmethod
-    def _row(bandwidth: float, kind: LinkKind, **static: float) -> FloatArray:
-        row = np.zeros(INDICATOR_COUNT)
-        row[Indicator.BANDWIDTH_GBPS] = bandwidth
-        row[Indicator.LATENCY_US] = DEFAULT_LATENCY_US[kind]
-        for name, value in static.items():
-            row[Indicator[name.upper()]] = value
-        return row
-
-    def _edge_row(self, spec: NodeTemplate, name: str) -> tuple[int, FloatArray]:
-        pcie = PCIE_X16_GBPS[spec.pcie_generation]
-        nvlink = NVLINK_GBPS_PER_LINK[spec.nvlink.generation] * spec.nvlink.links_per_gpu
-        local = {"same_rack": 1.0, "same_zone": 1.0}
-        if name.startswith("node-socket"):
-            return LinkKind.CONTAINS, self._row(0.0, LinkKind.CONTAINS, **local)
-        if name.startswith("xsocket"):
-            return LinkKind.CROSS_SOCKET, self._row(
-                CROSS_SOCKET_GBPS, LinkKind.CROSS_SOCKET, **local
-            )
-        if name.startswith("nic-uplink"):
-            return LinkKind.NIC, self._row(
-                spec.nic_gbps_per_switch / 8.0, LinkKind.NIC, same_zone=1.0, cost=0.2
-            )
-        if name.endswith("-nvswitch") or name.startswith("nvlink"):
-            kind = LinkKind.NVSWITCH if name.endswith("-nvswitch") else LinkKind.NVLINK
-            return kind, self._row(
-                nvlink, kind, numa_affinity=1.0, nvlink_count=spec.nvlink.links_per_gpu, **local
-            )
-        shared = 1.0 if name.endswith("-switch") and name.startswith("gpu") else 0.0
-        return LinkKind.PCIE, self._row(
-            pcie, LinkKind.PCIE, numa_affinity=1.0, shared_switch=shared, **local
-        )
 
     @classmethod
     def from_yaml(cls, path: Path | str, **options: object) -> DRTG:
@@ -366,36 +224,13 @@ class DRTG:
         samples = np.broadcast_to(np.asarray(values, dtype=np.float64), edge_ids.shape)
         if edge_ids.size and (edge_ids.min() < 0 or edge_ids.max() >= self.num_edges):
             raise InputError(f"edge ids must be in [0, {self.num_edges})")
-        epoch = int(timestamp_s // (self.window_s / WINDOW_BUCKETS))
-        bucket = epoch % WINDOW_BUCKETS
-        stale = [
-            b for b in range(WINDOW_BUCKETS) if self._bucket_epoch[b] <= epoch - WINDOW_BUCKETS
-        ]
-        touched = edge_ids
-        if self._bucket_epoch[bucket] != epoch:
-            stale.append(bucket)
-        for b in set(stale):
-            if self._bucket_epoch[b] >= 0:
-                expired = np.flatnonzero(self._counts[b].any(axis=1))
-                touched = np.concatenate([touched, expired])
-            self._sums[b] = 0.0
-            self._counts[b] = 0
-            self._bucket_epoch[b] = -1
-        self._bucket_epoch[bucket] = epoch
-        column = DYNAMIC.index(indicator)
-        np.add.at(self._sums[bucket, :, column], edge_ids, samples)
-        np.add.at(self._counts[bucket, :, column], edge_ids, 1)
-        self._refresh(np.unique(touched))
+        self._refresh(self._window.add(edge_ids, indicator, samples, timestamp_s))
 
     def _refresh(self, edges: IntArray) -> None:
         if edges.size == 0:
             return
-        sums = self._sums[:, edges].sum(axis=0)
-        counts = self._counts[:, edges].sum(axis=0)
         rows = self.static_indicators[edges].copy()
-        for column, indicator in enumerate(DYNAMIC):
-            seen = counts[:, column] > 0
-            rows[seen, indicator] = sums[seen, column] / counts[seen, column]
+        self._window.overlay(edges, rows)
         self.indicators[edges] = rows
         self._available[edges] = available_bandwidth(rows)
         self.weight[edges] = edge_weight(rows, self.coefficients)

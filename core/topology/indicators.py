@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
+from kubesage.core.arrays import FloatArray
 
 
 class Indicator(IntEnum):

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from kubesage.core.errors import InputError, TraceFormatError
+from kubesage.core.field_errors import first_problem
 from kubesage.core.traces.csv_files import check_header, open_text
 from kubesage.core.types import NodeSpec, PodRequest
 
@@ -95,11 +96,10 @@ _COLUMN_OF = {
 def _validation_error(
     exc: ValidationError, *, path: Path, line: int, name_column: str
 ) -> TraceFormatError:
-    first = exc.errors()[0]
-    attribute = ".".join(str(part) for part in first["loc"])
+    problem = first_problem(exc)
+    attribute = problem.field
     column = _COLUMN_OF.get(attribute, attribute) if attribute != "name" else name_column
-    message = first["msg"].removeprefix("Value error, ")
-    return TraceFormatError(message, path=path, line=line, field=column or None)
+    return TraceFormatError(problem.message, path=path, line=line, field=column or None)
 
 
 def read_nodes(path: Path | str) -> list[NodeSpec]:

@@ -1,14 +1,14 @@
 """A real Flink session cluster for the Flink adapter's tests, and recorded replies.
 
 ``flink_cluster`` starts one LocalFlinkCluster per test session (Flink from the
-``.venv-flink`` that ``make services`` makes). Without Flink it skips with the reason,
-except under ``CI=true``, where a missing Flink is a failure.
+``.venv-flink`` that ``make services`` makes; the cluster and the sample job live in
+``benchmarks/flink_support``, shared with the Flink benchmarks). Without Flink it skips
+with the reason, except under ``CI=true``, where a missing Flink is a failure.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.flink_support.cluster import LocalFlinkCluster
+from benchmarks.flink_support.samples import SAMPLE_JOB
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster, find_flink_home
-from kubesage.adapters.flink.sample_runs import SAMPLE_JOB
-from kubesage.core.errors import ConfigError
+from tests.services import require_flink
 
 RECORDED = Path(__file__).parent / "recorded"
 TASK_SLOTS = 6
@@ -114,12 +114,7 @@ def vertex_ids(client: FlinkClient, job_id: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def flink_cluster() -> Iterator[LocalFlinkCluster]:
-    try:
-        find_flink_home()
-    except ConfigError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Flink is required under CI: {exc}")
-        pytest.skip(str(exc))
+    require_flink()
     with LocalFlinkCluster(task_slots=TASK_SLOTS) as cluster:
         yield cluster
 

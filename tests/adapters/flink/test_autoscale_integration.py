@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 import time
 
-from kubesage.adapters.flink.autoscaler import (
-    Autoscaler,
-    AutoscalerSettings,
-    ObservationCollector,
-)
+import pytest
+
+from benchmarks.flink_support.cluster import LocalFlinkCluster
+from kubesage.adapters.flink.autoscaler import Autoscaler, AutoscalerSettings
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
+from kubesage.adapters.flink.collector import ObservationCollector
 from kubesage.adapters.flink.rescale import rescale_in_place
 
 from .conftest import submit_sample
@@ -28,6 +27,7 @@ TICK_S = 5.0
 DEADLINE_S = 240.0
 
 
+@pytest.mark.slow
 def test_autoscaler_reaches_ideal_parallelism(
     flink_cluster: LocalFlinkCluster, flink_client: FlinkClient
 ) -> None:

@@ -11,17 +11,18 @@ import httpx
 import numpy as np
 import pytest
 
+from kubesage.adapters.flink.autoscale_loop import run_autoscaler
 from kubesage.adapters.flink.autoscaler import (
     Autoscaler,
     AutoscalerSettings,
-    Observation,
-    ObservationCollector,
+    GuardRailMemory,
     ScalingDecision,
-    VertexObservation,
-    run_autoscaler,
+    decide,
 )
 from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.collector import ObservationCollector
 from kubesage.adapters.flink.errors import FlinkNotFound
+from kubesage.adapters.flink.observation import Observation, VertexObservation
 from kubesage.core.errors import ConfigError
 from kubesage.core.forecast.forecaster import BaselineForecaster
 
@@ -206,6 +207,22 @@ def test_waits_for_stable_proposals() -> None:
     assert any("waiting for stable metrics" in r for v in first.vertices for r in v.reasons)
     second = autoscaler.decide(observe(pipeline(pending=0.0), time_s=105.0))
     assert second.changes == {SLOW: 3}
+
+
+def test_decide_is_pure_and_hands_back_its_memory() -> None:
+    settings = replace(SETTINGS, stable_observations=2)
+    observation = observe(pipeline(pending=0.0))
+    empty = GuardRailMemory()
+    first, memory = decide(observation, empty, settings)
+    assert first.action == "hold" and empty == GuardRailMemory()  # the input is not touched
+    assert memory.of(SLOW).ideals == (3,)
+    again, same = decide(observation, empty, settings)  # same inputs, same answer
+    assert again == first and same == memory
+    second, memory = decide(replace(observation, time_s=105.0), memory, settings)
+    assert second.changes == {SLOW: 3}
+    after = memory.after_rescale(110.0, {SLOW: 1}, second.changes)
+    assert after.of(SLOW).ideals == () and after.of(SLOW).last_direction == 1
+    assert after.of(SLOW).last_rescale_s == 110.0
 
 
 def test_unstable_proposals_do_not_rescale() -> None:

@@ -1,4 +1,5 @@
-"""The checkpoint coordinator over recorded Flink replies: outcomes, errors, profiles, conf."""
+"""The checkpoint coordinator, the history analysis and the Flink settings, over recorded
+Flink replies: outcomes, errors, profiles, conf."""
 
 from __future__ import annotations
 
@@ -14,22 +15,21 @@ from kubesage.adapters.flink.checkpoint_coordinator import (
     CheckpointCoordinator,
     CheckpointRecord,
     CoordinatorReport,
+    single_job_plan,
+)
+from kubesage.adapters.flink.checkpoint_history import (
     completed_entries,
-    equal_interval,
     history_peak_concurrent,
     history_windows,
     measure_profiles,
     observed_profile,
-    periodic_interval_ms,
     profile_from_records,
-    single_job_plan,
-    submit_time_conf,
 )
+from kubesage.adapters.flink.checkpoint_settings import periodic_interval_ms, submit_time_conf
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.errors import FlinkError, StaggerInputError
 from kubesage.adapters.flink.stagger import (
     CheckpointProfile,
-    StaggerInputError,
     plan_stagger,
 )
 
@@ -211,16 +211,3 @@ def test_history_peak_concurrent_counts_overlaps_across_jobs(replay_client: Buil
     windows = history_windows(client, [JOB], since_ms=first, until_ms=second + 1)
     assert windows == [(first, first + 97), (second, second + 109)]
     assert history_peak_concurrent(client, [JOB, other], since_ms=1796005481118) == 0
-
-
-def test_equal_interval_leaves_room_for_factor_times_the_durations() -> None:
-    probed = [CheckpointProfile("a", 10_000, 300, 5), CheckpointProfile("b", 10_000, 450)]
-    roomy = equal_interval(probed, 3.0, minimum_ms=1_000, step_ms=100)
-    assert {p.interval_ms for p in roomy} == {2_300}  # 3 × 750 ms, rounded up to 100 ms
-    assert [(p.job_id, p.duration_ms, p.size_bytes) for p in roomy] == [
-        ("a", 300, 5),
-        ("b", 450, 0),
-    ]
-    assert equal_interval(probed, 0.5, minimum_ms=1_000, step_ms=100)[0].interval_ms == 1_000
-    with pytest.raises(StaggerInputError):
-        equal_interval(probed, 0.0, minimum_ms=1_000, step_ms=100)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.flink_support.cluster import free_port
 from kubesage.adapters.flink import cli
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import free_port
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.core.adapter import Adapter
 

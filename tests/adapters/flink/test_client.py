@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.flink_support.cluster import LocalFlinkCluster
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import (
     FlinkError,
@@ -15,7 +16,6 @@ from kubesage.adapters.flink.errors import (
     FlinkResponseError,
     FlinkUnavailable,
 )
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 from kubesage.adapters.flink.rest_models import ParallelismBounds
 from kubesage.core.errors import DependencyError
 
@@ -167,6 +167,7 @@ def test_missing_fields_name_endpoint_and_field(body: Any, field: str) -> None:
         call()
     assert caught.value.field == field
     assert caught.value.endpoint is not None and caught.value.endpoint in str(caught.value)
+    assert str(caught.value).endswith(f"field '{field}': Field required")
 
 
 def test_bad_json_is_a_response_error() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
+from benchmarks.flink_support.cluster import LocalFlinkCluster
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 
 from .conftest import wait_until
 

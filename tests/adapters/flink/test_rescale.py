@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from benchmarks.flink_support.cluster import LocalFlinkCluster
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 from kubesage.adapters.flink.rescale import rescale_in_place
 
 from .conftest import recorded, submit_sample, vertex_ids
@@ -27,6 +27,7 @@ def parallelism(client: FlinkClient, job_id: str) -> dict[str, int]:
     return {v.name: v.parallelism for v in client.job(job_id).vertices}
 
 
+@pytest.mark.slow
 def test_rescale_reaches_running_at_new_parallelism(
     flink_client: FlinkClient, running_job: str
 ) -> None:

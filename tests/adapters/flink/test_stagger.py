@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubesage.adapters.flink.errors import StaggerInputError
 from kubesage.adapters.flink.stagger import (
     CheckpointProfile,
-    StaggerInputError,
     aligned_plan,
-    circular_window_max,
     lower_bound_concurrent,
     optimum_equal_intervals,
     peak_concurrent,
     plan_stagger,
     profiles_from_mapping,
 )
+from kubesage.adapters.flink.stagger_search import circular_window_max
 
 
 def simulated_peak(plan_phases: dict[str, int], profiles: list[CheckpointProfile]) -> int:

@@ -19,18 +19,14 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.flink_support.cluster import LocalFlinkCluster
+from benchmarks.flink_support.samples import sample_copies
+from benchmarks.flink_support.stagger_harness import compare_with_aligned, equal_interval
 from kubesage.adapters.flink import cli
-from kubesage.adapters.flink.checkpoint_coordinator import (
-    compare_with_aligned,
-    equal_interval,
-    history_peak_concurrent,
-    measure_profiles,
-    periodic_interval_ms,
-)
+from kubesage.adapters.flink.checkpoint_history import history_peak_concurrent, measure_profiles
+from kubesage.adapters.flink.checkpoint_settings import periodic_interval_ms
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 from kubesage.adapters.flink.registry import JobRegistry
-from kubesage.adapters.flink.sample_runs import sample_copies
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -63,6 +59,7 @@ def test_jobs_run_without_periodic_checkpoints(
         assert (config.mode, config.unaligned) == ("exactly_once", True), config
 
 
+@pytest.mark.slow
 def test_staggered_checkpoints_reach_the_optimum_and_aligned_ones_collide(
     flink_client: FlinkClient, sample_jobs: tuple[list[str], JobRegistry]
 ) -> None:

@@ -182,10 +182,10 @@ def test_registry_rejects_unknown_keys_naming_file_and_field(tmp_path: Path) -> 
         "apiVersion: kubesage/v1\nkind: FlinkJobRegistry\nruns:\n"
         f"  - {{job_id: a, job_key: k, jobmanager: {JM}, submitted_at_ms: 1, color: red}}\n"
     )
-    with pytest.raises(ConfigError, match=r"flink-jobs.yaml: field 'runs.0.color'"):
+    with pytest.raises(ConfigError, match=r"flink-jobs.yaml: field 'runs.0.color': unknown key"):
         JobRegistry(path).load()
     path.write_text("runs: [")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML at line 1"):
         JobRegistry(path).load()
 
 

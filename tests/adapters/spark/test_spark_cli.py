@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kubesage.adapters.spark.eventlog import read_event_log
@@ -39,6 +40,7 @@ def test_conf_writes_conf_templates_and_plan(spark_event_log: Path, tmp_path: Pa
     assert "event log:" in done.stderr
 
 
+@pytest.mark.slow
 def test_submit_runs_spark_with_the_conf_and_the_log_reads_back(tmp_path: Path) -> None:
     logs = tmp_path / "events"
     logs.mkdir()

@@ -204,8 +204,14 @@ def test_unreachable_prometheus_is_a_one_line_error(command: str, tmp_path: Path
     ("args", "words"),
     [
         (["snapshot", "--prometheus", "prometheus:9090"], "must be an http:// or https:// URL"),
-        (["snapshot", "--prometheus", "http://x", "--interval", "soon"], "--interval: 'soon' is not a duration"),
-        (["snapshot", "--prometheus", "http://x", "--rate-window", "1x"], "--rate-window: '1x' is not a duration"),
+        (
+            ["snapshot", "--prometheus", "http://x", "--interval", "soon"],
+            "--interval: 'soon' is not a duration",
+        ),
+        (
+            ["snapshot", "--prometheus", "http://x", "--rate-window", "1x"],
+            "--rate-window: '1x' is not a duration",
+        ),
         (["fit-pca", "--prometheus", "http://x", "--range", "1 hour", "--out", "m"], "--range"),
         (
             ["fit-pca", "--prometheus", "http://x", "--range", "1m", "--step", "5m", "--out", "m"],

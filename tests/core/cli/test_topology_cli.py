@@ -50,3 +50,12 @@ def test_discover_names_what_is_wrong(tmp_path: Path) -> None:
     assert "expected a NodeList with 'items'" in done.stderr
     missing = kubesage("discover", str(tmp_path / "absent.json"))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_show_takes_a_shipped_example_by_name() -> None:
+    shown = kubesage("show", "pcie-nvlink-pairs")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == kubesage("show", str(CONFIGS / "pcie-nvlink-pairs.yaml")).stdout
+    unknown = kubesage("show", "no-such-topology")
+    assert unknown.returncode != 0
+    assert "examples: cpu-racks, dgx-h100-pod" in unknown.stderr

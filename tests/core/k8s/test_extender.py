@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubesage.core.k8s.embedded import EmbeddedCluster
-from kubesage.core.k8s.extender import (
+from kubesage.core.k8s.extender import Extender
+from kubesage.core.k8s.extender_wire import (
     MAX_EXTENDER_PRIORITY,
-    Extender,
     ExtenderArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
@@ -283,21 +283,18 @@ def test_scale_scores(raw: list[float], expected: list[int]) -> None:
     assert scale_scores(np.array(raw)).tolist() == expected
 
 
-def test_a_policy_without_node_scores_marks_its_choice() -> None:
-    extender, _ = make_extender("fgd")
-
-    class ChoiceOnly:
-        name = "choice-only"
-
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-
-        def decide(self, state: Any, request: Any) -> Any:
-            return self.inner.decide(state, request)
-
-    extender.policy = ChoiceOnly(extender.policy)
-    scores = priorities(extender, args(gpu_pod("p", gpus="1", cpu="2", memory="8Gi")))
-    assert sorted(scores.values()) == [0, 0, 0, 0, 10]
+@pytest.mark.parametrize("name", ["fgd", "bestfit", "ppo"])
+def test_prioritize_gives_the_policys_own_choice_the_top_score(name: str) -> None:
+    extender, cluster = make_extender(name)
+    warm = gpu_pod("warm", gpus="3", cpu="4", memory="8Gi")
+    filter_result(extender, args(warm))
+    assert bind(extender, warm, "h100-a") == ""
+    pod = gpu_pod("p", gpus="1", cpu="2", memory="8Gi")
+    scores = priorities(extender, args(pod))
+    decision = extender.policy.decide(cluster.state, pod_request(pod))
+    assert decision.placement is not None
+    assert scores[decision.placement.node] == MAX_EXTENDER_PRIORITY
+    assert scores["cpu-only"] == scores["a100-mig"] == 0
 
 
 @settings(max_examples=60, deadline=None)
@@ -320,7 +317,7 @@ def test_every_failed_node_has_a_named_reason(
     assert result.node_names == expected
     reasons = {**result.failed_nodes, **result.failed_and_unresolvable_nodes}
     assert sorted(reasons) == sorted(set(NAMES) - set(expected))
-    assert "does not fit (kubesage)" not in reasons.values()
+    assert all(reason.startswith("kubesage: ") for reason in reasons.values())
 
 
 def test_prioritize_maps_names_afresh_when_the_node_set_changed() -> None:

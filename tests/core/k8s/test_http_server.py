@@ -13,9 +13,9 @@ import httpx
 import orjson
 import pytest
 
-from kubesage.core.k8s import metrics
 from kubesage.core.k8s.http_server import HttpServer
 from kubesage.core.k8s.server import App, create_app
+from kubesage.core.observability import metrics
 from tests.core.k8s.test_extender import NAMES, args, gpu_pod, make_extender
 
 LIMIT = 64 * 1024

@@ -14,11 +14,11 @@ import pytest
 from kubernetes import client as k8s_client
 
 from kubesage.core.errors import InputError
-from kubesage.core.k8s import metrics
 from kubesage.core.k8s.apiclient import load_api_client
 from kubesage.core.k8s.namespaces import NamespaceCache
 from kubesage.core.k8s.policy_source import ApiPolicySource
 from kubesage.core.k8s.webhook import APPLIED_ANNOTATION, AdmissionWebhook
+from kubesage.core.observability import metrics
 from tests.core.k8s import v1_pod
 from tests.fakes.apiserver import SCHEDULING_POLICIES, FakeApiServer, wait_until
 

@@ -12,17 +12,15 @@ import pytest
 import yaml
 
 from kubesage.core.errors import ConfigError
+from kubesage.core.k8s.policy_crd import crd_manifest, openapi_schema, render_crd_yaml
 from kubesage.core.k8s.policy_source import default_policy_dir, load_policy_dir
 from kubesage.core.k8s.scheduling_policy import (
-    LabelSelector,
     SchedulingPolicy,
     by_priority,
-    crd_manifest,
     load_policy_file,
-    openapi_schema,
     parse_policy,
-    render_crd_yaml,
 )
+from kubesage.core.k8s.v1_models import LabelSelector
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_FILE = ROOT / "deploy" / "base" / "crd-schedulingpolicy.yaml"
@@ -145,38 +143,38 @@ BAD_POLICIES = [
             }
         ),
         "spec.inject.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-        ".nodeSelectorTerms[0].matchExpressions[0].operator",
+        ".nodeSelectorTerms.0.matchExpressions.0.operator",
         "'In', 'NotIn'",
     ),
     (
         lambda d: d["spec"]["podSelector"].update(
             matchExpressions=[{"key": "a", "operator": "In", "values": []}]
         ),
-        "spec.podSelector.matchExpressions[0]",
+        "spec.podSelector.matchExpressions.0",
         "needs at least one value",
     ),
     (
         lambda d: d["spec"]["podSelector"].update(
             matchExpressions=[{"key": "a", "operator": "Exists", "values": ["x"]}]
         ),
-        "spec.podSelector.matchExpressions[0]",
+        "spec.podSelector.matchExpressions.0",
         "takes no values",
     ),
     (
         lambda d: d["spec"]["inject"].update(tolerations=[{"key": "gpu", "effect": "Sometimes"}]),
-        "spec.inject.tolerations[0].effect",
+        "spec.inject.tolerations.0.effect",
         "NoSchedule",
     ),
     (
         lambda d: d["spec"]["inject"].update(
             tolerations=[{"key": "gpu", "operator": "Exists", "tolerationSeconds": 5}]
         ),
-        "spec.inject.tolerations[0]",
+        "spec.inject.tolerations.0",
         "NoExecute",
     ),
     (
         lambda d: d["spec"]["inject"].update(migResources=[{"to": "nvidia.com/gpu"}]),
-        "spec.inject.migResources[0].to",
+        "spec.inject.migResources.0.to",
         "pattern",
     ),
     (
@@ -195,7 +193,7 @@ BAD_POLICIES = [
         "integer",
     ),
     (lambda d: d["spec"].update(inject={}), "spec.inject", "inject sets nothing"),
-    (lambda d: d["spec"]["inject"].update(nodeName="n1"), "spec.inject.nodeName", "unknown field"),
+    (lambda d: d["spec"]["inject"].update(nodeName="n1"), "spec.inject.nodeName", "unknown key"),
     (lambda d: d["spec"].pop("podSelector"), "spec.podSelector", "required"),
     (lambda d: d.update(apiVersion="kubesage.io/v1"), "apiVersion", "kubesage.io/v1alpha1"),
     (lambda d: d["metadata"].update(name="Not_A_Name"), "metadata.name", "pattern"),
@@ -310,7 +308,7 @@ def test_example_policies_load_and_cover_gpu_flink_and_spark() -> None:
 def test_crd_in_deploy_base_is_the_one_generated_from_the_models() -> None:
     assert CRD_FILE.read_text() == render_crd_yaml(), (
         "deploy/base/crd-schedulingpolicy.yaml is stale: run "
-        "python -m kubesage.core.k8s.scheduling_policy > deploy/base/crd-schedulingpolicy.yaml"
+        "python -m kubesage.core.k8s.policy_crd > deploy/base/crd-schedulingpolicy.yaml"
     )
     crd = yaml.safe_load(CRD_FILE.read_text())
     assert crd == crd_manifest()
@@ -380,8 +378,8 @@ def test_examples_validate_against_the_crd_schema() -> None:
 # (the API server prunes them rather than failing). apiVersion and metadata.name are
 # checked by the API server itself, not by the version's schema.
 SCHEMA_CANNOT_TELL = {
-    "spec.podSelector.matchExpressions[0]",
-    "spec.inject.tolerations[0]",
+    "spec.podSelector.matchExpressions.0",
+    "spec.inject.tolerations.0",
     "spec.inject.flink",
     "spec.inject",
     "spec.inject.nodeName",

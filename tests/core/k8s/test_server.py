@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from kubesage.core.errors import DependencyError
-from kubesage.core.k8s import metrics
 from kubesage.core.k8s.extender import Extender
 from kubesage.core.k8s.policy_source import default_policy_dir
 from kubesage.core.k8s.server import create_app
+from kubesage.core.observability import metrics
 from kubesage.core.state.cluster_state import ClusterState
 from tests.core.k8s import v1_container, v1_pod
 from tests.core.k8s.test_extender import NAMES, args, gpu_pod, make_extender

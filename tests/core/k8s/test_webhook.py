@@ -17,7 +17,6 @@ import jsonpatch
 import pytest
 import yaml
 
-from kubesage.core.k8s import metrics
 from kubesage.core.k8s.policy_source import (
     ApiPolicySource,
     FilePolicySource,
@@ -32,6 +31,7 @@ from kubesage.core.k8s.webhook import (
     json_patch,
     pointer_token,
 )
+from kubesage.core.observability import metrics
 
 
 def pod_object(

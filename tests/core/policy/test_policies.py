@@ -62,7 +62,45 @@ def test_every_policy_says_why_nothing_fits(name: str) -> None:
     decision = build(name).decide(state, pod(gpus=4))
     assert decision.placement is None
     assert not decision.scheduled
-    assert "whole free GPU" in decision.explanation
+    assert decision.explanation == "no node fits: fewer than 4 GPUs on the node (1 node)"
+
+
+def test_no_fit_explanation_counts_each_reason_of_the_fit_rule() -> None:
+    state = cluster(node("a", gpus=2), node("b", gpus=8), node("c", gpus=8), node("d", gpus=0))
+    set_gpu_free(state, 1, [1000, 1000, 0, 0, 0, 0, 0, 0])
+    set_gpu_free(state, 2, [1000, 1000, 1000, 0, 0, 0, 0, 0])
+    decision = build("bestfit").decide(state, pod(gpus=4))
+    assert decision.explanation == (
+        "no node fits: fewer than 4 wholly free GPUs (2 nodes); "
+        "no GPU of an allowed model (any) (1 node); fewer than 4 GPUs on the node (1 node)"
+    )
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_policy_scores_nodes_and_places_as_it_decides(name: str) -> None:
+    """The live path's interface: asked about every feasible node, the node decide
+    picks scores highest, and placement_on there is decide's placement."""
+    workload = [pod("w", milli=500), pod("v", gpus=2), pod("u", milli=250)]
+    state = cluster(*(node(f"n{index}", gpus=8 if index % 3 else 4) for index in range(12)))
+    policy = build(name, workload, seed=5)
+    assert isinstance(policy, Policy)
+    rng = np.random.default_rng(1)
+    for step in range(40):
+        request = [pod(f"s{step}", milli=300), pod(f"g{step}", gpus=2), pod(f"c{step}")][
+            int(rng.integers(3))
+        ]
+        decision = policy.decide(state, request)
+        if decision.placement is None:
+            break
+        feasible = np.flatnonzero(state.feasible(request))
+        scores = policy.score_nodes(state, request, feasible)
+        assert scores.shape == feasible.shape and np.isfinite(scores).all()
+        chosen = decision.placement.node_index
+        if name != "random":  # random draws its node and GPU afresh on every call
+            assert scores[feasible == chosen][0] == scores.max()
+            assert policy.placement_on(state, chosen, request) == decision.placement
+        state.allocate(request, decision.placement)
+    assert getattr(policy, "fallbacks", 0) == 0  # ppo: the shipped model did the work
 
 
 @pytest.mark.parametrize("name", ALL)

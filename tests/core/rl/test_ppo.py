@@ -16,7 +16,7 @@ from kubesage.core.rl.env import PlacementEnv
 from kubesage.core.rl.features import CANDIDATE_FEATURES, MAX_CANDIDATES, observe
 from kubesage.core.rl.network import PlacementNetwork, fit_pca
 from kubesage.core.rl.persistence import load_network, save_network
-from kubesage.core.rl.policy import DEFAULT_MODEL
+from kubesage.core.rl.policy import default_model
 from kubesage.core.rl.ppo import gae
 from kubesage.core.sim.engine import Simulator
 from kubesage.core.sim.protocol import fgd_arrivals
@@ -174,7 +174,7 @@ def test_candidate_zero_is_always_fgds_choice() -> None:
 
 def test_the_shipped_model_matches_this_versions_schema() -> None:
     # Changing a feature without retraining the shipped model fails here, not in users' runs.
-    load_network(DEFAULT_MODEL)
+    load_network(default_model())
     policy = make_policy("ppo", PolicyContext(seed=3, workload=PODS))
     decision = policy.decide(ClusterState(NODES), PODS[0])
     assert policy.fallbacks == 0 and "under ppo" in decision.explanation  # type: ignore[attr-defined]

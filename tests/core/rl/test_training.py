@@ -33,6 +33,7 @@ def final_allocation(policy_name: str, model: Path | None, seed: int) -> float:
     return 100.0 * simulator.state.gpu_allocation_ratio
 
 
+@pytest.mark.slow
 def test_a_tiny_training_run_on_ray_beats_random(tmp_path: Path) -> None:
     settings = TrainSettings(iterations=3, steps_per_worker=128, workers=1, pca_steps=64, seed=1)
     metrics = tmp_path / "metrics.jsonl"
@@ -48,6 +49,7 @@ def test_a_tiny_training_run_on_ray_beats_random(tmp_path: Path) -> None:
     assert min(trained) > max(chance) + 1.0, (trained, chance)
 
 
+@pytest.mark.slow
 def test_train_and_simulate_commands(tmp_path: Path) -> None:
     data = shared_data_dir()
     if data is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import numpy as np
 import pytest
@@ -13,10 +15,13 @@ from kubesage.core.telemetry.dcgm_exporter import (
     HELP,
     LABELS,
     MIB,
+    SHARED_DATA_ENV,
     DcgmReplay,
     DcgmReplayExporter,
     GpuModel,
     busiest_pods,
+    default_genai_dir,
+    main,
 )
 
 
@@ -143,3 +148,18 @@ def test_bad_replay_arguments_are_input_errors(
         DcgmReplay(genai_panel, **arguments)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="pods"):
         busiest_pods(genai_panel, 0)
+
+
+def test_the_command_needs_a_data_dir_or_the_shared_data_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.delenv(SHARED_DATA_ENV, raising=False)
+    assert default_genai_dir() is None
+    with pytest.raises(SystemExit) as stopped:
+        main(["--gpus", "1"])
+    assert stopped.value.code == 2
+    assert f"give --data-dir (the GenAI trace's genai/ folder) or set {SHARED_DATA_ENV}" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setenv(SHARED_DATA_ENV, str(tmp_path))
+    assert default_genai_dir() == tmp_path / "genai"

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from kubesage.core.errors import DependencyError
-from kubesage.core.k8s.metrics import REGISTRY
+from kubesage.core.observability.metrics import REGISTRY
+from kubesage.core.perception import Collector
 from kubesage.core.telemetry.dcgm_exporter import DcgmReplayExporter, GpuModel
 from kubesage.core.telemetry.features import MetricHistory
 from kubesage.core.telemetry.metric_map import MetricMap, MetricMapSpec
@@ -20,7 +21,6 @@ from kubesage.core.telemetry.prometheus import (
     PrometheusUnavailableError,
     reduce_series,
 )
-from kubesage.core.telemetry.protocol import Collector
 from tests.core.telemetry.conftest import (
     GPU_NODES,
     PrometheusServer,

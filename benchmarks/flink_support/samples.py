@@ -1,7 +1,7 @@
 """Copies of the sample job on a local cluster, submitted the way ``kubesage flink submit`` does.
 
 The checkpoint-staggering tests and benchmark run the same experiment: several
-registered copies of :mod:`~kubesage.adapters.flink.sample_job` under backpressure,
+registered copies of the sample job (``sample_job.py`` beside this file) under backpressure,
 with Flink's periodic checkpoints off, so that only kubesage's coordinator
 checkpoints them. The sample job itself runs in the Flink venv (it imports pyflink),
 so it is passed to ``flink run`` by path, never imported here.
@@ -16,9 +16,10 @@ from pathlib import Path
 
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError
-from kubesage.adapters.flink.local_cluster import LocalFlinkCluster
 from kubesage.adapters.flink.registry import JobRegistry
 from kubesage.adapters.flink.submit import SubmitRequest, run_flink, submit
+
+from .cluster import LocalFlinkCluster
 
 log = logging.getLogger(__name__)
 

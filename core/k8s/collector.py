@@ -1,17 +1,18 @@
 """The Kubernetes collector: nodes, pods and labels as a ClusterState snapshot.
 
-A thin :class:`~kubesage.core.telemetry.protocol.Collector` over
-:class:`~kubesage.core.k8s.informer.ClusterSync`, which does the list + watch. Its
-fallback is the protocol's: while the API server fails, ``collect`` returns the last
-state it saw, marked stale with the reason, and :attr:`failures` counts the failed
-list/watch attempts.
+A thin :class:`~kubesage.core.perception.Collector` over
+:class:`~kubesage.core.k8s.informer.ClusterSync`, which does the list + watch. It lives
+in the Kubernetes layer (the telemetry sources never import it), and a control loop
+sees it only through the protocol. Its fallback is the protocol's: while the API server
+fails, ``collect`` returns the last state it saw, marked stale with the reason, and
+:attr:`failures` counts the failed list/watch attempts.
 """
 
 from __future__ import annotations
 
 from kubesage.core.k8s.informer import ClusterSync
+from kubesage.core.perception import Snapshot
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.telemetry.protocol import Snapshot
 from kubesage.core.topology.spec import TopologySpec
 
 

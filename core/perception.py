@@ -1,4 +1,10 @@
-"""The one shape every collector has.
+"""What a control loop reads the world through: the :class:`Collector` protocol and the
+:class:`Snapshot` it returns.
+
+It sits at the core's top level, owned by neither the Kubernetes layer
+(:class:`~kubesage.core.k8s.collector.KubernetesCollector`) nor the telemetry sources
+(:mod:`kubesage.core.telemetry`), so a loop, and the simulator that drives it, use
+collectors without importing either.
 
 A collector reads one outside source (the Kubernetes API, Prometheus, NVML, Flink's
 REST API) and returns a :class:`Snapshot` of typed data. When its source fails it does

@@ -1,13 +1,14 @@
-"""A real Flink session cluster on this machine, for tests and benchmarks.
+"""A real Flink session cluster on this machine, for the tests and benchmarks.
 
 Flink comes from the ``apache-flink`` wheel in its own venv (``make services`` makes
-``.venv-flink``; ``KUBESAGE_FLINK_VENV`` points elsewhere): the wheel ships Flink's
-``bin/``, ``lib/`` and ``conf/``. The cluster gets a copy of ``conf/`` in a temp dir
-with a ``config.yaml`` that binds everything to 127.0.0.1 on free ports, keeps logs
-and pid files in that temp dir, and enables the adaptive scheduler (in-place rescale
-through the resource-requirements API) with short cooldowns, so a rescale takes
-seconds rather than minutes. ``stop()`` runs ``bin/stop-cluster.sh`` and then makes
-sure that no JVM it started is left, by the pids Flink wrote.
+``.venv-flink`` at the root of the checkout; ``KUBESAGE_FLINK_VENV`` points elsewhere):
+the wheel ships Flink's ``bin/``, ``lib/`` and ``conf/``. The cluster gets a copy of
+``conf/`` in a temp dir with a ``config.yaml`` that binds everything to 127.0.0.1 on
+free ports, keeps logs and pid files in that temp dir, and enables the adaptive
+scheduler (in-place rescale through the resource-requirements API) with short
+cooldowns, so a rescale takes seconds rather than minutes. ``stop()`` runs
+``bin/stop-cluster.sh`` and then makes sure that no JVM it started is left, by the pids
+Flink wrote.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from typing import Any
 import httpx
 import yaml
 
+from kubesage.adapters.flink.flink_home import find_flink_home, flink_venv
 from kubesage.core.errors import ConfigError, DependencyError
 
 log = logging.getLogger(__name__)
 
-FLINK_VENV_ENV = "KUBESAGE_FLINK_VENV"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_FLINK_VENV = REPO_ROOT / ".venv-flink"
+CHECKOUT_FLINK_VENV = Path(__file__).resolve().parents[2] / ".venv-flink"
+"""The venv ``make services`` creates at the root of this checkout."""
 
 
 class FlinkClusterError(DependencyError):
@@ -43,21 +44,8 @@ class FlinkClusterError(DependencyError):
 
 
 def find_flink_venv() -> Path:
-    """The Flink venv: ``$KUBESAGE_FLINK_VENV`` or ``<repo>/.venv-flink``."""
-    return Path(os.environ.get(FLINK_VENV_ENV, str(DEFAULT_FLINK_VENV)))
-
-
-def find_flink_home(venv: Path | None = None) -> Path:
-    """The ``pyflink`` directory of the Flink venv (holds ``bin/``, ``lib/``, ``conf/``)."""
-    venv = venv or find_flink_venv()
-    for home in sorted(venv.glob("lib/python3*/site-packages/pyflink")):
-        if (home / "bin" / "start-cluster.sh").is_file() and (home / "lib").is_dir():
-            return home
-    raise ConfigError(
-        f"no Flink found in the venv '{venv}' (expected lib/python3*/site-packages/pyflink "
-        f"with bin/ and lib/); run `make services` or set {FLINK_VENV_ENV}",
-        field=FLINK_VENV_ENV,
-    )
+    """The Flink venv: ``$KUBESAGE_FLINK_VENV``, else the checkout's ``.venv-flink``."""
+    return flink_venv(CHECKOUT_FLINK_VENV)
 
 
 def free_port() -> int:

@@ -6,9 +6,9 @@ import pytest
 
 from kubesage.core.errors import DependencyError
 from kubesage.core.k8s.apiclient import load_api_client
+from kubesage.core.k8s.collector import KubernetesCollector
 from kubesage.core.k8s.informer import ClusterSync
-from kubesage.core.telemetry.kubernetes import KubernetesCollector
-from kubesage.core.telemetry.protocol import Collector
+from kubesage.core.perception import Collector
 from tests.core.k8s import v1_node
 from tests.fakes.apiserver import FakeApiServer, wait_until
 

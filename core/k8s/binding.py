@@ -1,0 +1,165 @@
+"""The cluster state the extender reads, and the one way a bind changes it.
+
+- :class:`StateView` is consistent access to a ClusterState (its lock held):
+  :class:`~kubesage.core.k8s.informer.ClusterSync` on a live cluster,
+  :class:`LockedState` (the embedded cluster) for a state owned by this process.
+- :func:`assume_then_bind` is the single bind path, for every policy: under the
+  state's lock it checks that the pod still fits the chosen node, asks the policy
+  where on that node it goes (:meth:`Policy.placement_on`: the GPUs or MIG slot),
+  and *assumes* the pod there — records the placement in the state — before the
+  binding is posted, so the next request already sees those resources taken. A
+  failed post undoes the assumption. A pod filter never saw (no request known) is
+  posted without accounting.
+- :func:`assume_and_bind` posts through the API server's Binding subresource
+  (:class:`~kubesage.core.k8s.binder.Binder`, which does the API call; this module
+  decides what it posts); the embedded cluster posts into itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from kubesage.core.errors import KubesageError
+from kubesage.core.policy.base import Policy
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.types import Placement, PodRequest
+
+
+class BindRefusedError(KubesageError):
+    """A binding kubesage itself refuses (the pod does not fit, or is bound elsewhere)."""
+
+
+class StateView(Protocol):
+    """Consistent access to the cluster state (ClusterSync and the embedded cluster)."""
+
+    def locked(self) -> AbstractContextManager[tuple[ClusterState, Sequence[str]]]:
+        """Hold the state's lock; yield the state and its node names."""
+        ...
+
+
+class AssumingView(StateView, Protocol):
+    """A state that can account a pod before the API shows it bound."""
+
+    def assume(self, pod: Mapping[str, Any], request: PodRequest, placement: Placement) -> None:
+        """Account ``pod`` at ``placement`` now."""
+        ...
+
+    def forget(self, pod: Mapping[str, Any]) -> None:
+        """Undo :meth:`assume` (the bind failed)."""
+        ...
+
+
+@dataclass(frozen=True)
+class BindTarget:
+    """A pod to bind, with its translated request when filter or prioritize saw it."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    request: PodRequest | None
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        """The pod's identity as a v1 Pod fragment (what a view keys assumptions by)."""
+        return {"metadata": {"uid": self.uid, "namespace": self.namespace, "name": self.name}}
+
+
+BindFunction = Callable[[BindTarget], None]
+"""Binds a pod to a node or raises a KubesageError saying why not."""
+
+PostBinding = Callable[[BindTarget, Placement | None], None]
+"""Makes a binding happen (the API call) with the placement assumed for it (None when
+the pod's request is unknown); raises a KubesageError when it did not happen."""
+
+
+class PodBinder(Protocol):
+    """Posts a Binding (kubesage.core.k8s.binder.Binder)."""
+
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        """Bind or raise a KubesageError."""
+        ...
+
+
+def assume_then_bind(view: AssumingView, policy: Policy, post: PostBinding) -> BindFunction:
+    """The bind path: assume the pod on the policy's placement, post, undo on failure."""
+
+    def bind(target: BindTarget) -> None:
+        pod = target.pod
+        placement: Placement | None = None
+        if target.request is not None:
+            with view.locked() as (state, _):
+                node = state.node_index.get(target.node)
+                if node is None or not state.feasible(target.request, np.array([node]))[0]:
+                    raise BindRefusedError(
+                        f"pod {target.namespace}/{target.name} no longer fits on {target.node}"
+                    )
+                placement = policy.placement_on(state, node, target.request)
+                view.assume(pod, target.request, placement)
+        try:
+            post(target, placement)
+        except KubesageError:
+            if placement is not None:
+                view.forget(pod)
+            raise
+
+    return bind
+
+
+def assume_and_bind(view: AssumingView, binder: PodBinder, policy: Policy) -> BindFunction:
+    """:func:`assume_then_bind` posting a Binding through the API server.
+
+    The GPUs the policy picks are recorded on the pod by the binding's annotations, so
+    the state rebuilt from the API later agrees with this one.
+    """
+    # Imported on use: only the live-cluster path needs the Kubernetes client.
+    from kubesage.core.k8s.binder import placement_annotations
+
+    def post(target: BindTarget, placement: Placement | None) -> None:
+        binder.bind(
+            target.namespace,
+            target.name,
+            target.uid,
+            target.node,
+            annotations=placement_annotations(placement) if placement else None,
+        )
+
+    return assume_then_bind(view, policy, post)
+
+
+class LockedState:
+    """A ClusterState behind a lock: the :class:`StateView` of a state owned here."""
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self._lock = threading.RLock()
+
+    def locked(self) -> AbstractContextManager[tuple[ClusterState, Sequence[str]]]:
+        return _Held(self._lock, self.state)
+
+
+class _Held:
+    def __init__(self, lock: threading.RLock, state: ClusterState):
+        self._lock = lock
+        self._state = state
+
+    def __enter__(self) -> tuple[ClusterState, Sequence[str]]:
+        self._lock.acquire()
+        return self._state, self._state.node_names
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()

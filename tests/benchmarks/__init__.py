@@ -1,0 +1,1 @@
+"""Tests that run the benchmark scripts at their tiny size."""

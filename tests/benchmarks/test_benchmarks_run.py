@@ -1,0 +1,315 @@
+"""Every script in benchmarks/ runs at its tiny size and prints its documented JSON.
+
+Each benchmark is run as ``make bench`` runs it (a separate process), with
+``KUBESAGE_BENCH_TINY=1`` and ``--format json``; the last line of stdout must be one
+JSON object with the keys the script's docstring documents. The figures are not
+checked: at the tiny size they mean nothing. A benchmark added to benchmarks/
+without an entry here fails ``test_every_benchmark_is_run``.
+
+Those that need the shared traces skip without them; those that need Spark or a
+real Flink cluster skip without it (under ``CI=true`` a missing Flink fails, as in
+tests/adapters/flink). Spark's and Flink's start-up makes those runs slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.builders import shared_data_dir
+
+BENCHMARKS_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+TIMEOUT_S = 600
+
+Check = Callable[[dict[str, Any]], None]
+
+
+def keys_are(document: dict[str, Any], *expected: str) -> None:
+    assert set(document) == set(expected), f"keys {sorted(document)}, documented {expected}"
+
+
+def each_value_has(document: dict[str, Any], *expected: str) -> None:
+    assert document, "no entries"
+    for name, value in document.items():
+        assert isinstance(value, dict), f"{name}: {value!r}"
+        keys_are(value, *expected)
+
+
+def check_allreduce(document: dict[str, Any]) -> None:
+    each_value_has(
+        document,
+        "busbw_ours",
+        "busbw_spread",
+        "busbw_packed",
+        "busbw_optimal",
+        "busbw_ours_small",
+        "ours_over_optimal_min",
+    )
+    assert "cpu-racks" not in document  # no GPUs: skipped, not a crash
+
+
+def check_defrag(document: dict[str, Any]) -> None:
+    keys_are(
+        document,
+        "large_task_schedulable_pct",
+        "pods_migrated_pct",
+        "compression_factor",
+        "scenarios",
+    )
+    keys_are(document["large_task_schedulable_pct"], "without", "with", "with_compaction")
+    keys_are(document["scenarios"], "openb_replay", "mig_mix", "openb_fgd_protocol")
+    for modes in document["scenarios"].values():
+        keys_are(modes, "off", "on_demand", "with_compaction")
+        each_value_has(modes, "large_task_schedulable_pct", "pods_migrated_pct", "large_tasks")
+
+
+def check_drtg(document: dict[str, Any]) -> None:
+    keys_are(document, "update_s_1k", "update_s_10k")
+
+
+def check_elastic(document: dict[str, Any]) -> None:
+    keys_are(document, "1:4", "2:8")
+    each_value_has(document, "freed_pct_detected", "freed_pct_oracle")
+
+
+def check_extender(document: dict[str, Any]) -> None:
+    keys_are(
+        document,
+        "nodes",
+        "fgd_cold_score_ms",
+        "reference",
+        "targets_10000_nodes",
+        "cpus",
+        "load_average_1m_at_end",
+        "fill",
+    )
+    for modes in document["nodes"].values():
+        keys_are(modes, "default", "all")
+        each_value_has(
+            modes,
+            "names_per_request",
+            "pods",
+            "unschedulable",
+            "p50_ms",
+            "p99_ms",
+            "max_ms",
+            "pods_per_s",
+            "server_filter_mean_ms",
+            "server_prioritize_mean_ms",
+            "bind_p50_ms",
+        )
+    for shapes in document["fgd_cold_score_ms"].values():
+        keys_are(shapes, "cpu-only", "half-gpu", "one-gpu", "eight-gpu")
+
+
+def check_fgd_reproduction(document: dict[str, Any]) -> None:
+    keys_are(document, "seeds", "traces")
+    for policies in document["traces"].values():
+        each_value_has(
+            policies,
+            "ours_at_100",
+            "ours_at_130",
+            "published_at_100",
+            "published_at_130",
+            "delta_at_130",
+        )
+
+
+def check_flink_autoscale(document: dict[str, Any]) -> None:
+    documented = {
+        "rate",
+        "capacity",
+        "rescales",
+        "first_decision_s",
+        "first_decision_after_valid_s",
+        "converged_s",
+        "final_parallelism",
+        "ideal_parallelism",
+        "backpressure_after",
+        "source_backpressured_ms_per_s_after",
+        "slow_busy_ms_per_s_after",
+    }
+    operator = {
+        "operator_first_decision_s",
+        "operator_parallelism",
+        "operator_lag_at_decision",
+        "operator_true_rate",
+    }
+    # The operator's computed decision needs a valid window before the first rescale.
+    assert set(document) in (documented, documented | operator), sorted(document)
+
+
+def check_flink_stagger(document: dict[str, Any]) -> None:
+    keys_are(
+        document,
+        "jobs",
+        "periods",
+        "interval_ms",
+        "peak_concurrent_with",
+        "peak_concurrent_without",
+        "optimum",
+        "scenarios",
+    )
+    keys_are(document["scenarios"], "roomy", "tight")
+    each_value_has(
+        document["scenarios"],
+        "interval_ms",
+        "durations_ms",
+        "phases_ms",
+        "peak_concurrent_with",
+        "peak_concurrent_without",
+        "optimum",
+        "plan_optimum",
+        "completed_with",
+        "completed_without",
+        "failed",
+    )
+
+
+def check_forecast(document: dict[str, Any]) -> None:
+    keys_are(document, "train_until", "entities", "metrics", "graph", "models", "train_seconds")
+    assert set(document["train_seconds"]) == set(document["models"])
+    for horizons in document["models"].values():
+        keys_are(horizons, "1", "5", "15")
+        each_value_has(horizons, "wape", "smape", "per_metric", "burst")
+
+
+def check_placement_speed(document: dict[str, Any]) -> None:
+    keys_are(document, "placements_per_s", "repeats", "arrivals")
+    clusters = document["placements_per_s"]
+    assert "openb-1213" in clusters and len(clusters) == 2, sorted(clusters)
+    for rates in clusters.values():
+        assert {"fgd", "random", "ppo"} <= set(rates)
+
+
+def check_ppo(document: dict[str, Any]) -> None:
+    keys_are(document, "alloc_at_130", "latency_ms_p50_10k", "latency_ms_p99_10k", "steps_per_s")
+    each_value_has(document["alloc_at_130"], "ppo", "fgd")
+    keys_are(document["steps_per_s"], "1", "2")
+
+
+def check_spark_locality(document: dict[str, Any]) -> None:
+    each_value_has(
+        document, "cross_rack_bytes", "ours_over_spread_median", "ours_over_spread_worst"
+    )
+    for entry in document.values():
+        keys_are(entry["cross_rack_bytes"], "ours", "spread", "random")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    check: Check
+    needs: tuple[str, ...] = ()
+    """``openb``/``genai`` (shared traces), ``spark``, ``flink``."""
+    marks: tuple[pytest.MarkDecorator, ...] = field(default=())
+
+
+SLOW = (pytest.mark.slow,)
+BENCHMARKS = {
+    "allreduce": Benchmark(check_allreduce),
+    "defrag": Benchmark(check_defrag, needs=("openb",)),
+    "drtg": Benchmark(check_drtg),
+    "elastic": Benchmark(check_elastic),
+    "extender": Benchmark(check_extender),
+    "fgd_reproduction": Benchmark(check_fgd_reproduction, needs=("openb",)),
+    "flink_autoscale": Benchmark(check_flink_autoscale, needs=("flink",), marks=SLOW),
+    "flink_stagger": Benchmark(check_flink_stagger, needs=("flink",), marks=SLOW),
+    "forecast": Benchmark(check_forecast, needs=("genai",)),
+    "placement_speed": Benchmark(check_placement_speed, needs=("openb",)),
+    "ppo": Benchmark(check_ppo, needs=("openb",), marks=SLOW),  # Ray start-up
+    "spark_locality": Benchmark(check_spark_locality, needs=("spark",), marks=SLOW),
+}
+
+
+def test_every_benchmark_is_run() -> None:
+    # Scripts are the top-level modules; _common and flink_support/ are their helpers.
+    scripts = {p.stem for p in BENCHMARKS_DIR.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(BENCHMARKS)
+
+
+def _require(needs: tuple[str, ...]) -> dict[str, str]:
+    """Skip unless what the benchmark needs is here; extra environment for it."""
+    env: dict[str, str] = {}
+    traces = [need for need in needs if need in ("openb", "genai")]
+    if traces:
+        root = shared_data_dir()
+        missing = [t for t in traces if root is None or not (root / t).is_dir()]
+        if missing or root is None:
+            pytest.skip(
+                f"shared trace(s) {', '.join(missing)} not found: set KUBESAGE_SHARED_DATA "
+                "or place them in ../shared/data beside the repository"
+            )
+        env["KUBESAGE_SHARED_DATA"] = str(root)
+    if "spark" in needs:
+        from kubesage.adapters.spark.cli import find_spark_submit
+        from kubesage.core.errors import InputError
+
+        try:
+            find_spark_submit()
+        except InputError as exc:
+            pytest.skip(str(exc))
+    if "flink" in needs:
+        from tests.services import require_flink
+
+        require_flink()
+    return env
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=spec.marks, id=name) for name, spec in BENCHMARKS.items()],
+)
+def test_benchmark_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
+    spec = BENCHMARKS[name]
+    env = {**os.environ, **_require(spec.needs), "KUBESAGE_BENCH_TINY": "1"}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS_DIR / f"{name}.py"), "--format", "json"],
+        cwd=tmp_path,  # nothing a benchmark writes lands in the checkout
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"no output; stderr:\n{done.stderr[-3000:]}"
+    document = json.loads(lines[-1])
+    assert isinstance(document, dict), lines[-1][:300]
+    spec.check(document)
+
+
+def _elastic(*arguments: str, tiny_env: str = "") -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS_DIR / "elastic.py"), *arguments],
+        env={**os.environ, "KUBESAGE_BENCH_TINY": tiny_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "tiny_env", "jobs"),
+    [
+        (["--tiny"], "", 2),  # the flag: the tiny default
+        ([], "1", 2),  # the environment variable: the same
+        (["--tiny", "--jobs", "3"], "", 3),  # an explicit option wins over the tiny default
+    ],
+)
+def test_tiny_size_convention(arguments: list[str], tiny_env: str, jobs: int) -> None:
+    assert f"median of {jobs} generated" in _elastic(*arguments, tiny_env=tiny_env)
+
+
+def test_help_documents_the_tiny_size() -> None:
+    assert "KUBESAGE_BENCH_TINY=1" in _elastic("--help")
