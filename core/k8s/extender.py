@@ -81,6 +81,8 @@ _FILTER_FEASIBLE = DECISIONS.labels("filter", "feasible")
 _FILTER_NO_FIT = DECISIONS.labels("filter", "no_fit")
 _PRIORITIZE_SCORED = DECISIONS.labels("prioritize", "scored")
 _UNKNOWN_NODES = FALLBACKS.labels("extender", "unknown_node")
+_NO_POSITIONS: IntArray = np.zeros(0, dtype=np.int64)
+_NO_POSITIONS.setflags(write=False)
 
 Response = tuple[int, bytes]
 """HTTP status and JSON body."""
@@ -127,7 +129,7 @@ class _Passed:
         allocate, release and cordon renews a node's stamp). None otherwise."""
         if self.request is None or pod != self.pod or state is not self.state:
             return None
-        if not np.array_equal(state.node_version[self.known], self.stamps):
+        if not (state.node_version[self.known] == self.stamps).all():
             return None
         return self.request
 
@@ -199,22 +201,21 @@ class Extender:
         passed = self._passed
         with self.view.locked() as (state, _):
             candidates = _candidates(state, args, passed)
-            known = candidates.index >= 0
             request: PodRequest | UnsupportedPodError | None = None
             if passed is not None and candidates.index is passed.index:
-                request = passed.still_fits(state, pod)  # every known candidate fits
-            if request is not None:
-                fits = known
-            else:
+                request = passed.still_fits(state, pod)
+            fits: BoolArray | None = None  # None: every known candidate fits
+            if request is None:
                 request = self._request(args.pod, pod)
-                fits = known.copy()
                 if not isinstance(request, UnsupportedPodError):
+                    known = candidates.index >= 0
+                    fits = known.copy()
                     fits[known] = state.feasible(request, candidates.index[known])
             if isinstance(request, UnsupportedPodError):
                 scores = np.zeros(len(candidates.names), dtype=np.int64)
                 self._fallback("prioritize", "unsupported_pod", request)
             else:
-                scores = self._scores(state, request, candidates.index, fits)
+                scores = self._scores(state, request, candidates, fits)
             entries = self._entries(state, candidates, scores)
         _PRIORITIZE_SCORED.inc()
         return 200, b"[" + b",".join(entries) + b"]"
@@ -245,9 +246,21 @@ class Extender:
         return entries
 
     def _scores(
-        self, state: ClusterState, request: PodRequest, index: IntArray, fits: BoolArray
+        self,
+        state: ClusterState,
+        request: PodRequest,
+        candidates: _Candidates,
+        fits: BoolArray | None,
     ) -> IntArray:
-        """Scores 0..10 of the candidates that fit (``fits``); 0 for the others."""
+        """Scores 0..10 of the candidates that fit (``fits``; None: every known one);
+        0 for the others."""
+        index = candidates.index
+        if fits is None:
+            if candidates.unknown.size == 0 and index.size:
+                # The usual prioritize: filter's nodes, all known and still fitting.
+                raw = self.policy.score_nodes(state, request, index)
+                return scale_scores(np.asarray(raw, dtype=np.float64))
+            fits = index >= 0
         scores = np.zeros(index.size, dtype=np.int64)
         positions = np.flatnonzero(fits)
         if positions.size == 0:
@@ -355,13 +368,15 @@ def _passed(
     """Filter's outcome kept for prioritize; the fit is reusable only for a pod with a
     uid that the core models."""
     index = candidates.index[passed]
-    known = index[index >= 0]
+    known, unknown = index, _NO_POSITIONS
+    if candidates.unknown.size:
+        known, unknown = index[index >= 0], np.flatnonzero(index < 0)
     reusable = isinstance(request, PodRequest) and bool(pod[0])
     return _Passed(
         node_set=state.node_names,
         names=list(compress(candidates.names, passed.tolist())),
         index=index,
-        unknown=np.flatnonzero(index < 0),
+        unknown=unknown,
         state=state,
         pod=pod,
         request=request if reusable and isinstance(request, PodRequest) else None,
@@ -425,28 +440,34 @@ def _filter(
     """Which candidates pass, and the fit rule's reason for each other known one, split
     into those preemption might fix and those it cannot."""
     index = candidates.index
-    known = index >= 0
-    passed = ~known  # unknown nodes pass through untouched
-    if not known.any():
+    known: IntArray | None = None
+    if candidates.unknown.size == 0:  # the usual case: the state knows every candidate
+        report = fit_report(state, request, index)
+        passed = report.fits
+    else:
+        known = np.flatnonzero(index >= 0)
+        passed = np.ones(index.size, dtype=bool)  # unknown nodes pass through untouched
+        if known.size == 0:
+            return passed, {}, {}
+        report = fit_report(state, request, index[known])
+        passed[known] = report.fits
+    if report.rejected.size == 0:
         return passed, {}, {}
-    report = fit_report(state, request, index[known])
-    passed[known] = report.fits
-    if report.fits.all():
-        return passed, {}, {}
-    rejected = ~report.fits
-    texts: list[str] = report.words(REASON_PREFIX)[rejected].tolist()
-    failing_names = list(compress(candidates.names, (~passed).tolist()))
-    permanent = report.unresolvable[rejected]
+    failing = report.rejected if known is None else known[report.rejected]
+    names = candidates.names
+    permanent = report.rejected_unresolvable
     if not permanent.any():
-        return passed, dict(zip(failing_names, texts, strict=True)), {}
+        return passed, _reasons(names, failing, report.rejected_words(REASON_PREFIX)), {}
+    if permanent.all():
+        return passed, {}, _reasons(names, failing, report.rejected_words(REASON_PREFIX))
+    fixable = ~permanent
     return (
         passed,
-        _reasons(failing_names, texts, ~permanent),
-        _reasons(failing_names, texts, permanent),
+        _reasons(names, failing[fixable], report.rejected_words(REASON_PREFIX, fixable)),
+        _reasons(names, failing[permanent], report.rejected_words(REASON_PREFIX, permanent)),
     )
 
 
-def _reasons(names: list[str], texts: list[str], selected: BoolArray) -> dict[str, str]:
-    """``{name: reason}`` for the selected failing nodes."""
-    chosen = selected.tolist()
-    return dict(zip(compress(names, chosen), compress(texts, chosen), strict=True))
+def _reasons(names: list[str], positions: IntArray, texts: list[str]) -> dict[str, str]:
+    """``{name: reason}`` for the candidates at ``positions``, in their order."""
+    return dict(zip(map(names.__getitem__, positions.tolist()), texts, strict=True))

@@ -14,6 +14,7 @@ raises :class:`ExtenderRequestError` (HTTP 400 in the server), naming the field.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -137,11 +138,12 @@ def parse_args(body: bytes) -> Args:
     if not isinstance(pod, dict):
         raise ExtenderRequestError("ExtenderArgs.Pod: expected a v1 Pod object")
     names = _go_field(document, "NodeNames")
-    nodes = _go_field(document, "Nodes")
     items = None
     if names is not None and not isinstance(names, list):
         raise ExtenderRequestError("ExtenderArgs.NodeNames: expected a list of node names")
-    if names is None and nodes is not None:
+    # Nodes only matters without NodeNames (and finding it absent costs a key scan).
+    nodes = _go_field(document, "Nodes") if names is None else None
+    if nodes is not None:
         items = nodes.get("items") if isinstance(nodes, dict) else None
         if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
             raise ExtenderRequestError("ExtenderArgs.Nodes.items: expected a list of v1 Nodes")
@@ -164,13 +166,16 @@ def _go_field(document: dict[str, Any], name: str) -> Any:
 
 def scale_scores(raw: FloatArray) -> IntArray:
     """Min-max scale to integers 0..10; the best is always 10, all-equal scores all 10."""
-    if raw.size and np.isfinite(raw).all():  # the usual case: no NaN bookkeeping
-        low, high = raw.min(), raw.max()
+    low, high = (raw.min(), raw.max()) if raw.size else (np.nan, np.nan)
+    # Both ends finite means every score is (a NaN makes both NaN): the usual case, with
+    # no NaN bookkeeping; one array for the arithmetic, as prioritize runs it per request.
+    if math.isfinite(low) and math.isfinite(high):
         if high <= low:
             return np.full(raw.size, MAX_EXTENDER_PRIORITY, dtype=np.int64)
-        fast: IntArray = np.rint((raw - low) / (high - low) * MAX_EXTENDER_PRIORITY).astype(
-            np.int64
-        )
+        scaled = raw - low
+        scaled /= high - low
+        scaled *= MAX_EXTENDER_PRIORITY
+        fast: IntArray = np.rint(scaled, out=scaled).astype(np.int64)
         return fast
     finite = np.where(np.isfinite(raw), raw, np.nan)
     if np.isnan(finite).all():

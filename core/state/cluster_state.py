@@ -14,9 +14,11 @@ match the matrix.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kubesage.core.arrays import BoolArray, IntArray
 from kubesage.core.errors import CapacityError, InputError
@@ -115,6 +117,10 @@ class ClusterState:
         self.mig_free_compute: IntArray = np.where(mig_gpu, MIG_COMPUTE_SLICES, 0)
         """Free compute slices per MIG GPU."""
         self._model_masks: dict[tuple[str, ...], BoolArray] = {}
+        self.capacity_cache: dict[Hashable, npt.NDArray[Any]] = {}
+        """Arrays derived from the read-only capacity arrays only, by key (the fit rule
+        keeps its per-request-shape capacity checks here); shared by copies, as those
+        arrays are."""
         self.lineage = next(_lineages)
         """Shared with copies: equal (lineage, node stamp) means equal node state."""
         self.node_version: IntArray = np.zeros(len(nodes), dtype=np.int64)

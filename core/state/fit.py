@@ -27,7 +27,7 @@ checks this on random clusters, together with every path that uses the rule).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +114,20 @@ _CHECKS = tuple(sorted(FitCheck))
 """Every check by code: ``_CHECKS[code - 1]``."""
 _UNRESOLVABLE: BoolArray = np.array([False] + [check.unresolvable for check in _CHECKS])
 """``_UNRESOLVABLE[code]``: indexed by reason code (0: fits)."""
+# The codes as plain ints for the hot path (numpy converts an IntEnum member slowly).
+(
+    _CPU_CAPACITY,
+    _MEMORY_CAPACITY,
+    _GPU_MODEL,
+    _NOT_MIG_MODE,
+    _MIG_MODE,
+    _GPU_COUNT,
+    _CPU_FREE,
+    _MEMORY_FREE,
+    _MIG_SLOT,
+    _GPU_SHARE,
+    _WHOLE_GPUS,
+) = (int(check) for check in _CHECKS)
 
 
 @dataclass(frozen=True)
@@ -125,6 +139,16 @@ class FitReport:
     """Over the nodes asked about, in their order."""
     reasons: ReasonArray
     """A :class:`FitCheck` code per node; :data:`NO_REASON` exactly where it fits."""
+    rejected: IntArray
+    """Positions of the nodes that do not fit, in order (``flatnonzero(~fits)``)."""
+    rejected_reasons: ReasonArray
+    """The codes of the ``rejected`` nodes (``reasons[rejected]``): what a caller that
+    only reports the rejected nodes (the extender's filter) reads, with no gather over
+    every node."""
+    _tables: dict[str, npt.NDArray[np.object_]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Words by reason code, by prefix (built on first use)."""
 
     def reason(self, position: int) -> FitCheck | None:
         """The reason of the node at ``position`` (None when it fits)."""
@@ -137,17 +161,36 @@ class FitReport:
         result: BoolArray = _UNRESOLVABLE[self.reasons]
         return result
 
+    @property
+    def rejected_unresolvable(self) -> BoolArray:
+        """:attr:`unresolvable` of the ``rejected`` nodes only."""
+        result: BoolArray = _UNRESOLVABLE[self.rejected_reasons]
+        return result
+
     def words(self, prefix: str = "") -> npt.NDArray[np.object_]:
         """Each node's reason in words, after ``prefix``; ``""`` where it fits."""
-        # Words only for the reasons present (usually one or two of the eleven): the
-        # extender's filter asks for them on every call.
-        table = np.full(len(_CHECKS) + 1, "", dtype=object)
-        present = np.flatnonzero(np.bincount(self.reasons, minlength=len(table)))
-        for code in present.tolist():
-            if code != NO_REASON:
-                table[code] = prefix + _CHECKS[code - 1].words(self.request)
-        words: npt.NDArray[np.object_] = table[self.reasons]
+        words: npt.NDArray[np.object_] = self._word_table(prefix)[self.reasons]
         return words
+
+    def rejected_words(self, prefix: str = "", which: BoolArray | None = None) -> list[str]:
+        """The reason in words (after ``prefix``) of each ``rejected`` node, in order;
+        with ``which`` (a mask over ``rejected``), of the selected ones only."""
+        codes = self.rejected_reasons if which is None else self.rejected_reasons[which]
+        words: list[str] = self._word_table(prefix)[codes].tolist()
+        return words
+
+    def _word_table(self, prefix: str) -> npt.NDArray[np.object_]:
+        """Words by reason code (``""`` for :data:`NO_REASON`)."""
+        table = self._tables.get(prefix)
+        if table is None:
+            # Words only for the reasons present (usually two to four of the eleven):
+            # the extender's filter asks for them on every call.
+            table = np.full(len(_CHECKS) + 1, "", dtype=object)
+            present = np.flatnonzero(np.bincount(self.rejected_reasons, minlength=len(table)))
+            for code in present.tolist():
+                table[code] = prefix + _CHECKS[code - 1].words(self.request)
+            self._tables[prefix] = table
+        return table
 
     def counts(self) -> dict[FitCheck, int]:
         """How many nodes fail for each reason, most common first."""
@@ -211,41 +254,90 @@ def fit_report(
     the mask when most nodes fit.
     """
     fits = fit_mask(state, request, nodes)
+    rejected = (~fits).nonzero()[0]  # flatnonzero's work without its Python wrapper
     reasons = np.zeros(fits.size, dtype=np.int8)
-    rejected = np.flatnonzero(~fits)
     if rejected.size:
-        at = rejected if nodes is None else np.asarray(nodes, dtype=np.int64)[rejected]
-        reasons[rejected] = _first_failures(state, request, at)
-    return FitReport(request=request, fits=fits, reasons=reasons)
+        codes = _first_failures(state, request, rejected if nodes is None else nodes[rejected])
+        reasons[rejected] = codes
+    else:
+        codes = reasons[:0]
+    return FitReport(
+        request=request, fits=fits, reasons=reasons, rejected=rejected, rejected_reasons=codes
+    )
+
+
+CAPACITY_SHAPES_KEPT = 1024
+"""Request shapes whose capacity checks a state keeps (all dropped past that)."""
 
 
 def _first_failures(state: ClusterState, request: PodRequest, nodes: IntArray) -> ReasonArray:
     """The code of the first check each of ``nodes`` (all rejected) fails."""
-    checks: list[tuple[FitCheck, BoolArray]] = [
-        (FitCheck.CPU_CAPACITY, state.cpu_capacity_milli[nodes] < request.cpu_milli),
-        (FitCheck.MEMORY_CAPACITY, state.memory_capacity_mib[nodes] < request.memory_mib),
-    ]
-    if request.num_gpu:
-        checks.append((FitCheck.GPU_MODEL, ~state.gpu_model_mask(request.gpu_models)[nodes]))
-        mig_nodes = state.node_mig_enabled[nodes]
-        if request.mig is not None:
-            checks.append((FitCheck.NOT_MIG_MODE, ~mig_nodes))
-        else:
-            checks.append((FitCheck.MIG_MODE, mig_nodes))
-            checks.append((FitCheck.GPU_COUNT, state.gpu_count[nodes] < request.num_gpu))
-    checks.append((FitCheck.CPU_FREE, state.cpu_free_milli[nodes] < request.cpu_milli))
-    checks.append((FitCheck.MEMORY_FREE, state.memory_free_mib[nodes] < request.memory_mib))
-    if request.mig is not None:
-        no_slot: BoolArray = ~np.asarray(state.mig_slots(request.mig, nodes).any(axis=(1, 2)))
-        checks.append((FitCheck.MIG_SLOT, no_slot))
-    elif request.is_gpu_sharing:
-        checks.append((FitCheck.GPU_SHARE, state.gpu_max_free_milli[nodes] < request.gpu_milli))
-    elif request.num_gpu:
-        checks.append((FitCheck.WHOLE_GPUS, state.gpu_whole_free_count[nodes] < request.num_gpu))
-    fails = np.array([failing for _, failing in checks])
-    if not fails.any(axis=0).all():
+    # The capacity checks come first (FitCheck order) and never change for a node, so
+    # their outcome over the whole cluster is kept per request shape: the extender's
+    # filter then gathers one array instead of running five checks per call.
+    first = _capacity_failures(state, request)[nodes]
+    free = _first_of(_free_checks(state, request, nodes), nodes.size)
+    np.putmask(free, first != 0, first)
+    if not free.all():
         # The checks include every condition of fit_mask, so a rejected node fails one.
         raise AssertionError(f"{request.name}: the fit rule rejects a node no check explains")
-    codes = np.array([check for check, _ in checks], dtype=np.int8)
-    first: ReasonArray = codes[fails.argmax(axis=0)]
+    return free
+
+
+def _capacity_failures(state: ClusterState, request: PodRequest) -> ReasonArray:
+    """Every node's first failing capacity check (model, mode, sizes); 0: none fails."""
+    mig = request.mig is not None
+    key = ("fit", request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_models, mig)
+    cache = state.capacity_cache
+    codes: ReasonArray | None = cache.get(key)
+    if codes is None:
+        if len(cache) >= CAPACITY_SHAPES_KEPT:
+            cache.clear()
+        codes = _first_of(_capacity_checks(state, request), state.num_nodes)
+        codes.setflags(write=False)
+        cache[key] = codes
+    return codes
+
+
+def _capacity_checks(state: ClusterState, request: PodRequest) -> list[tuple[int, BoolArray]]:
+    """The checks preemption cannot change (:attr:`FitCheck.unresolvable`), all nodes."""
+    checks: list[tuple[int, BoolArray]] = [
+        (_CPU_CAPACITY, state.cpu_capacity_milli < request.cpu_milli),
+        (_MEMORY_CAPACITY, state.memory_capacity_mib < request.memory_mib),
+    ]
+    if request.num_gpu:
+        checks.append((_GPU_MODEL, ~state.gpu_model_mask(request.gpu_models)))
+        if request.mig is not None:
+            checks.append((_NOT_MIG_MODE, ~state.node_mig_enabled))
+        else:
+            checks.append((_MIG_MODE, state.node_mig_enabled))
+            checks.append((_GPU_COUNT, state.gpu_count < request.num_gpu))
+    return checks
+
+
+def _free_checks(
+    state: ClusterState, request: PodRequest, nodes: IntArray
+) -> list[tuple[int, BoolArray]]:
+    """The checks on what is free right now, over ``nodes``."""
+    checks: list[tuple[int, BoolArray]] = [
+        (_CPU_FREE, state.cpu_free_milli[nodes] < request.cpu_milli),
+        (_MEMORY_FREE, state.memory_free_mib[nodes] < request.memory_mib),
+    ]
+    if request.mig is not None:
+        no_slot: BoolArray = ~np.asarray(state.mig_slots(request.mig, nodes).any(axis=(1, 2)))
+        checks.append((_MIG_SLOT, no_slot))
+    elif request.is_gpu_sharing:
+        checks.append((_GPU_SHARE, state.gpu_max_free_milli[nodes] < request.gpu_milli))
+    elif request.num_gpu:
+        checks.append((_WHOLE_GPUS, state.gpu_whole_free_count[nodes] < request.num_gpu))
+    return checks
+
+
+def _first_of(checks: list[tuple[int, BoolArray]], size: int) -> ReasonArray:
+    """The code of the first of ``checks`` each position fails; 0 where none does."""
+    first: ReasonArray = np.zeros(size, dtype=np.int8)
+    # The last check first, so a position keeps the code of the first check it fails:
+    # cheaper than stacking the checks and taking argmax over them (the filter's hot path).
+    for code, failing in reversed(checks):
+        np.putmask(first, failing, code)
     return first
