@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,8 @@ from kubesage.adapters.flink.state_tiering import observe_state, recommend
 from kubesage.adapters.flink.submit import SubmitRequest, submit
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
+from kubesage.core.loop.reconciler import Reconciler
+from kubesage.core.loop.settings import ReconcilerContext
 
 flink_app = typer.Typer(
     help="Flink: submit with chosen parallelism and checkpoint phase, autoscale, stagger.",
@@ -351,6 +353,10 @@ def print_record(record: CheckpointRecord) -> None:
 class FlinkAdapter:
     name: str = "flink"
     cli: typer.Typer = flink_app
+
+    def reconcilers(self, context: ReconcilerContext) -> Sequence[Reconciler]:
+        """The control-loop reconcilers this adapter adds (none yet)."""
+        return ()
 
 
 ADAPTER = FlinkAdapter()

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +24,8 @@ from kubesage.adapters.spark.placement import (
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
+from kubesage.core.loop.reconciler import Reconciler
+from kubesage.core.loop.settings import ReconcilerContext
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL
 from kubesage.core.topology.examples import topology_file
@@ -238,6 +241,10 @@ def submit(
 class SparkAdapter:
     name: str = "spark"
     cli: typer.Typer = spark_app
+
+    def reconcilers(self, context: ReconcilerContext) -> Sequence[Reconciler]:
+        """The control-loop reconcilers this adapter adds (none yet)."""
+        return ()
 
 
 ADAPTER = SparkAdapter()

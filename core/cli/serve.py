@@ -7,6 +7,10 @@ pod) or with ``--embedded``, it decides on the embedded simulated cluster
 (ClusterSync), binds through the Binding subresource, reads SchedulingPolicy
 objects from the API, and with ``--scheduler-name`` also runs the secondary
 scheduler for pods that name it, under a Lease so only one replica schedules.
+
+In both modes the control loop (:mod:`kubesage.core.loop`, wired by
+:mod:`kubesage.core.cli.loop`) runs on the wall clock in a background thread, every
+``--tick-s``, and is stopped on shutdown; ``GET /debug/loop`` shows it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import typer
 import uvloop
 
 from kubesage.core.cli.errors import user_errors
+from kubesage.core.cli.loop import embedded_loop, live_loop, loop_settings
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.binding import assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
@@ -35,6 +40,8 @@ from kubesage.core.k8s.extender import Extender
 from kubesage.core.k8s.http_server import HttpServer
 from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
 from kubesage.core.k8s.server import HealthCheck, MutateHandler, create_app
+from kubesage.core.loop.control import ControlLoop
+from kubesage.core.loop.settings import DEFAULT_TICK_S, LoopSettings
 from kubesage.core.observability import metrics
 from kubesage.core.observability.logging import configure_logging, log_event
 from kubesage.core.policy.base import Policy, PolicyContext
@@ -68,7 +75,20 @@ class Service:
     mutate: MutateHandler | None = None
     bind_waits_on_io: bool = True
     """False when binds stay in this process (the embedded cluster)."""
+    loop: ControlLoop | None = None
+    """The control loop running in a background thread, when started."""
     stoppers: list[Callable[[], None]] = field(default_factory=list)
+
+    def start_loop(self, loop: ControlLoop, *, leading: bool = True) -> None:
+        """Show ``loop`` on /debug/loop; run it in a background thread until :meth:`stop`
+        (``leading`` False: a leader election starts and stops it instead)."""
+        self.loop = loop
+        self.stoppers.append(loop.audit.close)
+        if leading:
+            self.stoppers.append(loop.start())
+        self.description += f"; control loop every {loop.tick_s:g} s" + (
+            " (dry run)" if loop.dry_run else ""
+        )
 
     def stop(self) -> None:
         for stopper in reversed(self.stoppers):
@@ -103,9 +123,10 @@ def embedded_service(
     nodes: int = DEFAULT_SYNTHETIC_NODES,
     fill: float = 0.0,
     policies_dir: Path | None = None,
+    loop: LoopSettings | None = None,
 ) -> Service:
     """The embedded simulated cluster (pre-loaded to ``fill`` of its GPUs by the policy),
-    its binder and the file-based policies."""
+    its binder and the file-based policies; with ``loop``, the control loop on it."""
     if not 0.0 <= fill < 1.0:
         raise InputError(f"--fill must be in [0, 1), got {fill}")
     cluster = EmbeddedCluster.synthetic(nodes)
@@ -120,6 +141,8 @@ def embedded_service(
         bind_waits_on_io=False,
     )
     _webhook(FilePolicySource(policies_dir), service)
+    if loop is not None:
+        service.start_loop(embedded_loop(cluster, policy_name, loop))
     return service
 
 
@@ -128,8 +151,10 @@ def live_service(
     policy_name: str = DEFAULT_POLICY,
     *,
     scheduler_name: str | None = None,
+    loop: LoopSettings | None = None,
 ) -> Service:
-    """ClusterSync + Binder on the API server, API policies, and the secondary scheduler."""
+    """ClusterSync + Binder on the API server, API policies, the secondary scheduler, and
+    with ``loop`` the control loop."""
     from kubesage.core.k8s.binder import Binder
     from kubesage.core.k8s.informer import ClusterSync
     from kubesage.core.k8s.namespaces import NamespaceCache
@@ -160,15 +185,33 @@ def live_service(
     namespaces.start()
     service.stoppers.append(namespaces.stop)
     _webhook(ApiPolicySource(api), service, namespace_labels=namespaces)
+    control = None
+    if loop is not None:
+        control = live_loop(
+            api, sync, policy_name, workload, loop, binder=binder, scheduler_name=scheduler_name
+        )
+        # Under --scheduler-name the replicas elect a leader: only it runs the loop, so
+        # two replicas never evict the same pods. Without one, this replica runs it.
+        service.start_loop(control, leading=not scheduler_name)
     if scheduler_name:
         # Its own policy instance: policy caches are not shared across threads.
-        _secondary(api, sync, binder, _policy(policy_name, workload), scheduler_name, service)
+        _secondary(
+            api, sync, binder, _policy(policy_name, workload), scheduler_name, service, control
+        )
     return service
 
 
 def _secondary(
-    api: Any, sync: Any, binder: Any, policy: Policy, scheduler_name: str, service: Service
+    api: Any,
+    sync: Any,
+    binder: Any,
+    policy: Policy,
+    scheduler_name: str,
+    service: Service,
+    control: ControlLoop | None = None,
 ) -> None:
+    """The secondary scheduler (and the control loop, when given) while this replica
+    holds the Lease."""
     from kubesage.core.k8s.leader import LeaderElector
     from kubesage.core.k8s.secondary import SecondaryScheduler
 
@@ -189,9 +232,13 @@ def _secondary(
         )
         term.update(stop=term_stop, thread=thread)
         thread.start()
+        if control is not None:
+            term["loop"] = control.start()
         log_event(log, logging.INFO, "leading", scheduler_name=scheduler_name)
 
     def on_stop() -> None:
+        if "loop" in term:
+            term.pop("loop")()
         if "stop" in term:
             term["stop"].set()
             term["thread"].join(10.0)
@@ -269,6 +316,23 @@ def serve(
         typer.Option("--policies-dir", help="SchedulingPolicy YAMLs for the embedded mode."),
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="Log level.")] = "info",
+    tick_s: Annotated[
+        float, typer.Option("--tick-s", help="Seconds between control-loop ticks.")
+    ] = DEFAULT_TICK_S,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="The control loop decides and audits but acts on nothing."),
+    ] = False,
+    audit_log: Annotated[
+        Path | None,
+        typer.Option("--audit-log", help="Append the loop's audit records (JSON lines) here."),
+    ] = None,
+    max_evictions_per_tick: Annotated[
+        int | None,
+        typer.Option(
+            "--max-evictions-per-tick", help="The loop's eviction budget per tick (0: none)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the scheduler extender (/scheduler/*), the webhook (/mutate), /healthz, /metrics."""
     if log_level.upper() not in LOG_LEVELS:
@@ -282,6 +346,12 @@ def serve(
     ssl_context = _tls_context(tls_cert, tls_key)
     if policy not in policy_names():
         raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
+    settings = loop_settings(
+        tick_s=tick_s,
+        dry_run=dry_run,
+        audit_log=audit_log,
+        max_evictions_per_tick=max_evictions_per_tick,
+    )
     api = None
     if not embedded:
         from kubesage.core.k8s.apiclient import load_api_client
@@ -290,9 +360,11 @@ def serve(
     if api is None:
         if scheduler_name:
             raise InputError("--scheduler-name needs a live cluster (a kubeconfig)")
-        service = embedded_service(policy, nodes=nodes, fill=fill, policies_dir=policies_dir)
+        service = embedded_service(
+            policy, nodes=nodes, fill=fill, policies_dir=policies_dir, loop=settings
+        )
     else:
-        service = live_service(api, policy, scheduler_name=scheduler_name)
+        service = live_service(api, policy, scheduler_name=scheduler_name, loop=settings)
     sock = open_socket(host, port)
     actual_port = sock.getsockname()[1]
     app = create_app(
@@ -300,6 +372,7 @@ def serve(
         mutate=service.mutate,
         health=service.health,
         bind_waits_on_io=service.bind_waits_on_io,
+        loop=service.loop.debug if service.loop is not None else None,
     )
     # What exists now lives as long as the process: keep the cyclic GC from
     # re-scanning it on every full collection (latency spikes on a large cluster).

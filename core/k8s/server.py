@@ -5,8 +5,12 @@ Routes (all JSON unless noted):
 - ``POST /scheduler/filter``, ``/scheduler/prioritize``, ``/scheduler/bind``: the
   kube-scheduler extender verbs (``urlPrefix`` ends in ``/scheduler``);
 - ``POST /mutate``: the mutating admission webhook (AdmissionReview v1);
-- ``GET /healthz``: 200 when the cluster state is ready, 503 with the reason if not;
-- ``GET /metrics``: Prometheus text format (:mod:`kubesage.core.observability.metrics`).
+- ``GET /healthz``: 200 when the cluster state is ready, 503 with the reason if not
+  (with the control loop running, ``forecaster`` says which forecaster it uses — still
+  200 in cold start, when that is the last value);
+- ``GET /metrics``: Prometheus text format (:mod:`kubesage.core.observability.metrics`);
+- ``GET /debug/loop``: the control loop's ticks, clock, forecaster, reconcilers and last
+  audit records (404 when no loop runs).
 
 :class:`App` is the part that does not depend on an HTTP server: an exact-path route
 table, the body-size limit, the mapping of errors to statuses, and the metrics. The
@@ -27,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +53,8 @@ MutateHandler = Callable[[bytes], tuple[int, dict[str, Any]]]
 """The webhook's ``AdmissionWebhook.handle``: (status, JSON body)."""
 HealthCheck = Callable[[], tuple[bool, str]]
 """Whether the service can decide now, and a sentence saying what it decides on."""
+LoopDebug = Callable[[], Mapping[str, Any]]
+"""The control loop's state for ``/debug/loop`` (``ControlLoop.debug``)."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -201,8 +207,10 @@ def create_app(
     health: HealthCheck | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     bind_waits_on_io: bool = True,
+    loop: LoopDebug | None = None,
 ) -> App:
-    """The app; ``mutate`` is the webhook handler (``/mutate`` answers 404 without one).
+    """The app; ``mutate`` is the webhook handler (``/mutate`` answers 404 without one),
+    ``loop`` the control loop's debug state (``/debug/loop`` answers 404 without one).
 
     ``bind_waits_on_io``: binding calls the API server, so it runs in the thread pool;
     the embedded cluster binds in memory and passes False to stay on the event loop
@@ -228,7 +236,15 @@ def create_app(
         except DependencyError as exc:
             ready, detail = False, str(exc)
         document = {"status": "ok" if ready else "unavailable", "detail": detail}
+        if loop is not None:
+            # A forecaster in cold start (the last value) is no reason to be unhealthy.
+            document["forecaster"] = str(loop().get("forecaster", ""))
         return Reply(200 if ready else 503, orjson.dumps(document))
+
+    def debug_loop(_: bytes) -> Reply:
+        if loop is None:
+            return error_reply(404, "the control loop is not running")
+        return Reply(200, orjson.dumps(loop()))
 
     def metrics_reply(_: bytes) -> Reply:
         content, content_type = metrics.render()
@@ -241,6 +257,7 @@ def create_app(
         Endpoint("mutate", "POST", mutate_reply, threaded=True),
         Endpoint("healthz", "GET", healthz, threaded=False, timed=False),
         Endpoint("metrics", "GET", metrics_reply, threaded=False, timed=False),
+        Endpoint("debug_loop", "GET", debug_loop, threaded=False, timed=False),
     ]
     paths = {
         "filter": "/scheduler/filter",
@@ -249,6 +266,7 @@ def create_app(
         "mutate": "/mutate",
         "healthz": "/healthz",
         "metrics": "/metrics",
+        "debug_loop": "/debug/loop",
     }
     return App({paths[e.name]: e for e in endpoints}, max_body_bytes=max_body_bytes)
 

@@ -74,6 +74,42 @@ CLUSTER_NODES = Gauge(
 )
 
 
+LOOP_TICKS = Counter(
+    "kubesage_loop_ticks_total",
+    "Control-loop ticks run (perceive, update, reconcile, act).",
+    registry=REGISTRY,
+)
+LOOP_TICK_SECONDS = Histogram(
+    "kubesage_loop_tick_seconds",
+    "Time one control-loop tick took.",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+LOOP_ACTIONS = Counter(
+    "kubesage_loop_actions_total",
+    "Actions the control loop considered, by reconciler, action kind and outcome.",
+    ["reconciler", "action", "outcome"],
+    registry=REGISTRY,
+)
+LOOP_STALE_TICKS = Counter(
+    "kubesage_loop_stale_ticks_total",
+    "Ticks whose data was older than allowed, so the loop acted on nothing.",
+    registry=REGISTRY,
+)
+LOOP_RECONCILER_ERRORS = Counter(
+    "kubesage_loop_reconciler_errors_total",
+    "Reconcilers that raised during a tick (logged and skipped), by reconciler.",
+    ["reconciler"],
+    registry=REGISTRY,
+)
+LOOP_COLLECTOR_ERRORS = Counter(
+    "kubesage_loop_collector_errors_total",
+    "Collectors that raised during a tick (no snapshot yet, so skipped), by collector.",
+    ["collector"],
+    registry=REGISTRY,
+)
+
+
 def render() -> tuple[bytes, str]:
     """The registry in the Prometheus text format, and its content type."""
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -27,7 +27,9 @@ def adapter_module(monkeypatch: pytest.MonkeyPatch) -> str:
     def other() -> None:
         typer.echo("other")
 
-    module.ADAPTER = types.SimpleNamespace(name="fake", cli=cli)  # type: ignore[attr-defined]
+    module.ADAPTER = types.SimpleNamespace(  # type: ignore[attr-defined]
+        name="fake", cli=cli, reconcilers=lambda context: ()
+    )
     module.NOT_AN_ADAPTER = object()  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
     return module.__name__

@@ -1,0 +1,282 @@
+"""``kubesage loop``: the control loop's wiring, and one tick of it from the command line.
+
+:func:`embedded_loop` and :func:`live_loop` build the :class:`ControlLoop` that
+``kubesage serve`` runs in a background thread: the cluster collector of the mode
+(:mod:`~kubesage.core.cli.loop_sources`), the actuators of the mode
+(:mod:`kubesage.core.k8s.actuators`), and the reconcilers of the installed adapters
+(entry points) plus the core's. ``kubesage loop --once`` runs one tick and prints what
+it did or would do (``--dry-run``), and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kubesage.core.adapter import adapter_reconcilers, load_adapters
+from kubesage.core.cli.errors import user_errors
+from kubesage.core.cli.loop_sources import EmbeddedClusterCollector, LiveClusterCollector
+from kubesage.core.cli.options import OutputFormat
+from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.loop.actions import ActionKind
+from kubesage.core.loop.audit import AuditLog
+from kubesage.core.loop.budgets import Budgets
+from kubesage.core.loop.clock import Clock, WallClock
+from kubesage.core.loop.control import ControlLoop
+from kubesage.core.loop.reconciler import Actuator, Reconciler
+from kubesage.core.loop.report import TickReport
+from kubesage.core.loop.settings import (
+    DEFAULT_MAX_DATA_AGE_S,
+    DEFAULT_TICK_S,
+    LoopSettings,
+    ReconcilerContext,
+)
+from kubesage.core.loop.world import WorldModel
+from kubesage.core.observability.logging import configure_logging
+from kubesage.core.perception import Collector
+from kubesage.core.policy.base import PolicyContext
+from kubesage.core.policy.registry import make_policy, policy_names
+from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
+from kubesage.core.traces.synthetic import synthetic_workload
+from kubesage.core.types import PodRequest
+
+log = logging.getLogger("kubesage.loop")
+
+SYNC_TIMEOUT_S = 30.0
+"""How long ``kubesage loop --once`` waits for the first list of a live cluster."""
+
+
+def loop_settings(
+    *,
+    tick_s: float = DEFAULT_TICK_S,
+    dry_run: bool = False,
+    audit_log: Path | None = None,
+    max_evictions_per_tick: int | None = None,
+    max_data_age_s: float | None = DEFAULT_MAX_DATA_AGE_S,
+) -> LoopSettings:
+    """The settings from the CLI options (the eviction budget defaults to Budgets')."""
+    if not tick_s > 0 or not math.isfinite(tick_s):
+        raise InputError(f"--tick-s must be a positive number of seconds, got {tick_s}")
+    if max_evictions_per_tick is not None and max_evictions_per_tick < 0:
+        raise InputError(
+            f"--max-evictions-per-tick must be 0 or more, got {max_evictions_per_tick}"
+        )
+    budgets = Budgets()
+    if max_evictions_per_tick is not None:
+        budgets = budgets.with_limit(ActionKind.EVICT, max_evictions_per_tick)
+    return LoopSettings(
+        tick_s=tick_s,
+        dry_run=dry_run,
+        max_data_age_s=max_data_age_s,
+        budgets=budgets,
+        audit_log=audit_log,
+    )
+
+
+def core_reconcilers(context: ReconcilerContext) -> list[Reconciler]:
+    """The core's own reconcilers (forecast-aware placement joins here; none yet)."""
+    return []
+
+
+def loop_reconcilers(context: ReconcilerContext) -> list[Reconciler]:
+    """The installed adapters' reconcilers, then the core's; adapter failures are logged."""
+    adapters, warnings = load_adapters()
+    reconcilers, more = adapter_reconcilers(adapters, context)
+    for warning in (*warnings, *more):
+        log.warning("%s", warning)
+    return [*reconcilers, *core_reconcilers(context)]
+
+
+def build_loop(
+    collector: Collector[Any],
+    actuators: Sequence[Actuator],
+    context: ReconcilerContext,
+    *,
+    clock: Clock | None = None,
+    reconcilers: Sequence[Reconciler] | None = None,
+) -> ControlLoop:
+    """A loop over one cluster collector, on the wall clock unless told otherwise."""
+    settings = context.settings
+    return ControlLoop(
+        clock or WallClock(),
+        {collector.name: collector},
+        WorldModel(topology=context.topology),
+        loop_reconcilers(context) if reconcilers is None else reconcilers,
+        actuators,
+        budgets=settings.budgets,
+        dry_run=settings.dry_run,
+        audit=AuditLog(settings.audit_log),
+        max_data_age_s=settings.max_data_age_s,
+        tick_s=settings.tick_s,
+    )
+
+
+def embedded_loop(
+    cluster: EmbeddedCluster, policy_name: str, settings: LoopSettings
+) -> ControlLoop:
+    """The loop on the embedded cluster: binds and evictions in memory."""
+    from kubesage.core.k8s.actuators import embedded_actuators
+
+    workload = tuple(cluster.workload)
+    # Its own policy instance: policy caches are not shared across threads.
+    policy = make_policy(policy_name, PolicyContext(seed=0, workload=workload))
+    context = ReconcilerContext(settings=settings, policy=policy_name, workload=workload)
+    return build_loop(
+        EmbeddedClusterCollector(cluster), embedded_actuators(cluster, policy), context
+    )
+
+
+def live_loop(
+    api: Any,
+    sync: Any,
+    policy_name: str,
+    workload: Sequence[PodRequest],
+    settings: LoopSettings,
+    *,
+    binder: Any = None,
+    scheduler_name: str | None = None,
+) -> ControlLoop:
+    """The loop on a live cluster: ClusterSync in, the API server's subresources out."""
+    from kubesage.core.k8s.actuators import live_actuators
+
+    context = ReconcilerContext(settings=settings, policy=policy_name, workload=tuple(workload))
+    collector = LiveClusterCollector(sync, [scheduler_name] if scheduler_name else [])
+    # Its own policy instance: policy caches are not shared across threads.
+    policy = make_policy(policy_name, PolicyContext(seed=0, workload=tuple(workload)))
+    return build_loop(collector, live_actuators(api, sync, policy, binder=binder), context)
+
+
+@user_errors
+def loop(
+    once: Annotated[bool, typer.Option("--once", help="Run one tick, print it and exit.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Decide and audit, but execute nothing.")
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig of the cluster.")
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="kubeconfig context (default: current).")
+    ] = None,
+    embedded: Annotated[
+        bool, typer.Option("--embedded", help="Use the embedded simulated cluster.")
+    ] = False,
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, help="Nodes of the embedded cluster.")
+    ] = DEFAULT_SYNTHETIC_NODES,
+    fill: Annotated[
+        float, typer.Option("--fill", help="Pre-load the embedded cluster to this GPU share.")
+    ] = 0.0,
+    policy: Annotated[str, typer.Option("--policy", help="Scheduling policy.")] = "fgd",
+    tick_s: Annotated[float, typer.Option("--tick-s", help="Seconds between ticks.")] = (
+        DEFAULT_TICK_S
+    ),
+    audit_log: Annotated[
+        Path | None, typer.Option("--audit-log", help="Append audit records (JSON lines) here.")
+    ] = None,
+    max_evictions_per_tick: Annotated[
+        int | None, typer.Option("--max-evictions-per-tick", help="Eviction budget (0: none).")
+    ] = None,
+    output: Annotated[
+        OutputFormat, typer.Option("--format", help="table, or json (one object).")
+    ] = OutputFormat.table,
+) -> None:
+    """Run the control loop: one tick with --once (printed), else every --tick-s until Ctrl-C."""
+    if not once:
+        # A running loop logs its actions as JSON lines; one tick prints its report
+        # instead (and leaves the process's logging alone).
+        configure_logging("info")
+    if policy not in policy_names():
+        raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
+    if not 0.0 <= fill < 1.0:
+        raise InputError(f"--fill must be in [0, 1), got {fill}")
+    settings = loop_settings(
+        tick_s=tick_s,
+        dry_run=dry_run,
+        audit_log=audit_log,
+        max_evictions_per_tick=max_evictions_per_tick,
+    )
+    api = None
+    if not embedded:
+        from kubesage.core.k8s.apiclient import load_api_client
+
+        api = load_api_client(str(kubeconfig) if kubeconfig else None, context)
+    stoppers: list[Callable[[], None]] = []
+    try:
+        if api is None:
+            cluster = EmbeddedCluster.synthetic(nodes)
+            if fill:
+                workload = tuple(cluster.workload)
+                cluster.fill(make_policy(policy, PolicyContext(seed=0, workload=workload)), fill)
+            control = embedded_loop(cluster, policy, settings)
+        else:
+            control = _live(api, policy, settings, stoppers)
+        if once:
+            _print(control.tick(), output)
+            return
+        stop = threading.Event()
+        try:
+            control.run(stop)
+        except KeyboardInterrupt:
+            stop.set()
+    finally:
+        for stopper in reversed(stoppers):
+            stopper()
+
+
+def _live(
+    api: Any, policy: str, settings: LoopSettings, stoppers: list[Callable[[], None]]
+) -> ControlLoop:
+    from kubesage.core.k8s.informer import ClusterSync
+
+    sync = ClusterSync(api)
+    sync.start()
+    stoppers.append(sync.stop)
+    if not sync.wait_until_ready(SYNC_TIMEOUT_S):
+        raise DependencyError(f"the cluster was not listed within {SYNC_TIMEOUT_S:g} s")
+    workload = synthetic_workload(DEFAULT_SYNTHETIC_PODS, seed=0)
+    return live_loop(api, sync, policy, workload, settings)
+
+
+def _print(report: TickReport, output: OutputFormat) -> None:
+    if output == OutputFormat.json:
+        typer.echo(json.dumps(report.to_json(), sort_keys=True))
+        return
+    console = Console()
+    age = f"{report.data_age_s:.1f} s" if math.isfinite(report.data_age_s) else "no data"
+    mode = "dry run" if report.dry_run else "live"
+    console.print(
+        f"tick {report.tick} ({mode}): data age {age}, forecaster {report.forecaster}, "
+        f"reconcilers: {', '.join(report.reconcilers) or 'none'}",
+        highlight=False,
+    )
+    for collector in report.collectors:
+        state = "failed" if not collector.ok else "stale" if collector.stale else "fresh"
+        detail = f": {collector.detail}" if collector.detail else ""
+        console.print(f"  collector {collector.name}: {state}{detail}", highlight=False)
+    for name, error in report.reconciler_errors.items():
+        console.print(f"  reconciler {name} raised {error}", highlight=False)
+    table = Table("reconciler", "action", "target", "outcome", "why", "detail")
+    for record in report.records:
+        table.add_row(
+            record.reconciler,
+            record.action,
+            record.target,
+            record.outcome,
+            record.explanation,
+            record.detail,
+        )
+    if report.records:
+        console.print(table)
+    else:
+        console.print("  nothing to do", highlight=False)

@@ -1,0 +1,124 @@
+"""The control loop's cluster collectors, as ``kubesage serve`` and ``kubesage loop`` wire
+them: the embedded cluster's, and the live one over ClusterSync.
+
+Each returns a :class:`~kubesage.core.loop.world.ClusterObservation` (a copy of the
+ClusterState and the pods it accounts, bound and pending), so the loop's world model
+knows which pod is where. They live with the wiring, not in the loop: the loop imports
+no Kubernetes code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kubesage.core.errors import InputError
+from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.k8s.informer import ClusterSync, pod_key
+from kubesage.core.k8s.translate import pod_request
+from kubesage.core.loop.actions import ObjectRef, PodRef
+from kubesage.core.loop.view import PodInfo
+from kubesage.core.loop.world import ClusterObservation
+from kubesage.core.perception import Snapshot
+
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+class EmbeddedClusterCollector:
+    """The embedded cluster's state, bound pods and evicted (pending) pods."""
+
+    def __init__(self, cluster: EmbeddedCluster) -> None:
+        self.cluster = cluster
+
+    @property
+    def name(self) -> str:
+        return "embedded"
+
+    @property
+    def failures(self) -> int:
+        return 0  # in memory: it cannot fail
+
+    def collect(self) -> Snapshot[ClusterObservation]:
+        pods: dict[str, PodInfo] = {}
+        with self.cluster.locked() as (state, _):
+            copy = state.copy()
+            for key, bound in self.cluster.bound.items():
+                ref = _ref(key, bound.namespace, bound.name)
+                pods[str(ref)] = PodInfo(ref, bound.request, bound.placement)
+            for key, pending in self.cluster.pending.items():
+                ref = _ref(key, pending.namespace, pending.name)
+                pods[str(ref)] = PodInfo(ref, pending.request)
+        return Snapshot(ClusterObservation(copy, pods), time.time())
+
+
+def _ref(key: str, namespace: str, name: str) -> PodRef:
+    """The pod's reference from its cache key (a UID, or ``namespace/name``)."""
+    if namespace and name:
+        return PodRef(namespace, name, "" if key == f"{namespace}/{name}" else key)
+    namespace, _, name = key.rpartition("/")
+    return PodRef(namespace or "default", name)
+
+
+class LiveClusterCollector:
+    """The ClusterSync's state with its bound pods and the pending pods of
+    ``scheduler_names``; stale while list/watch fails (ClusterSync's fallback)."""
+
+    def __init__(self, sync: ClusterSync, scheduler_names: Iterable[str] = ()) -> None:
+        self.sync = sync
+        self.scheduler_names = tuple(dict.fromkeys((DEFAULT_SCHEDULER, *scheduler_names)))
+
+    @property
+    def name(self) -> str:
+        return "kubernetes"
+
+    @property
+    def failures(self) -> int:
+        return self.sync.failures
+
+    def collect(self) -> Snapshot[ClusterObservation]:
+        snapshot = self.sync.collect()
+        pods: dict[str, PodInfo] = {}
+        for pod in self.sync.bound_pods():
+            info = _pod_info(pod, self.sync.placement_of(pod_key(pod)))
+            if info is not None and info.placement is not None:
+                pods[str(info.ref)] = info
+        for scheduler in self.scheduler_names:
+            for pod in self.sync.pending_pods(scheduler):
+                info = _pod_info(pod, None)
+                if info is not None:
+                    pods[str(info.ref)] = info
+        observation = ClusterObservation(snapshot.data, pods)
+        return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
+
+
+def _pod_info(pod: Mapping[str, Any], placement: Any) -> PodInfo | None:
+    """A v1 Pod as the loop sees it; None for one whose requests cannot be read."""
+    try:
+        request = pod_request(pod)
+    except InputError:
+        return None
+    metadata = pod.get("metadata") or {}
+    ref = PodRef(
+        str(metadata.get("namespace") or "default"),
+        str(metadata.get("name")),
+        str(metadata.get("uid") or ""),
+    )
+    owners = metadata.get("ownerReferences") or []
+    owner = None
+    if owners and isinstance(owners[0], Mapping):
+        first = owners[0]
+        owner = ObjectRef(
+            str(first.get("apiVersion", "")),
+            str(first.get("kind", "")),
+            ref.namespace,
+            str(first.get("name", "")),
+        )
+    return PodInfo(
+        ref,
+        request,
+        placement,
+        owner=owner,
+        labels=dict(metadata.get("labels") or {}),
+        annotations=dict(metadata.get("annotations") or {}),
+    )

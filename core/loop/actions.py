@@ -1,0 +1,260 @@
+"""What a reconciler asks the world to do: typed actions and multi-step plans.
+
+A reconciler never acts. It returns :class:`Action` values (and :class:`Plan` values
+for what must happen in order, all or nothing); the control loop hands each to the
+actuator that executes its kind, within the tick's budgets, in dry-run or live mode,
+and records the outcome in the audit log. Every action carries the reconciler that
+asked for it and an explanation a person can read.
+
+An action's :attr:`Action.key` is its stable identity — the same request on a later
+tick, or from a new leader after a failover, has the same key — so the loop can tell
+an action that is already done (in the audit log) from a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from kubesage.core.types import Placement, PodRequest
+
+
+class ActionKind(StrEnum):
+    """The kinds of change the loop can make; one actuator executes each."""
+
+    BIND = "bind"
+    """Bind a pending pod to a node (with its GPUs / MIG slot recorded)."""
+    EVICT = "evict"
+    """Evict a running pod through the Eviction subresource (PodDisruptionBudgets apply)."""
+    SCALE = "scale"
+    """Set a workload's replicas (a Job's parallelism, a PyTorchJob's elastic replicas)."""
+    PATCH = "patch"
+    """A merge patch of one object (e.g. a FlinkDeployment's parallelism overrides)."""
+    LABEL_NODE = "label-node"
+    """Set labels on a node (``nvidia.com/mig.config`` for mig-parted)."""
+    FLINK_RESCALE = "flink-rescale"
+    """Rescale a Flink job in place through its REST API."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A pod by namespace and name (and uid, when known)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Any namespaced API object: ``apiVersion``, ``kind``, namespace and name."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    """One change, asked for by one reconciler, with its reason."""
+
+    reconciler: str
+    """Name of the reconciler that asked (``gpu-defrag``, ``flink-autoscaler`` …)."""
+    explanation: str
+    """Why, in one or two human sentences."""
+    plan: str | None = None
+    """Id of the :class:`Plan` this action is a step of; None for a lone action."""
+
+    @property
+    def kind(self) -> ActionKind:
+        raise NotImplementedError
+
+    @property
+    def target(self) -> str:
+        """What the action changes, as the audit log names it."""
+        raise NotImplementedError
+
+    def payload(self) -> Mapping[str, Any]:
+        """What the action sets (JSON-serialisable); part of its identity."""
+        return {}
+
+    @property
+    def key(self) -> str:
+        """Stable identity: kind, target, plan and payload (not the explanation)."""
+        body = json.dumps(
+            [str(self.kind), self.target, self.plan, self.payload()],
+            sort_keys=True,
+            separators=(",", ":"),
+            default=str,
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bind(Action):
+    """Bind ``pod`` at ``placement`` (node, GPUs or MIG slot)."""
+
+    pod: PodRef
+    request: PodRequest
+    placement: Placement
+    """Honoured exactly: the node, the GPUs (in ring order for a gang) or the MIG slot."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Set on the pod with the binding (e.g. a gang member's rank)."""
+
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.BIND
+
+    @property
+    def target(self) -> str:
+        return str(self.pod)
+
+    def payload(self) -> Mapping[str, Any]:
+        return {
+            "node": self.placement.node,
+            "gpus": list(self.placement.gpu_indices),
+            "mig_start": self.placement.mig_start,
+            "annotations": dict(self.annotations),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evict(Action):
+    """Evict ``pod`` (its controller re-creates it; the loop re-places it)."""
+
+    pod: PodRef
+    request: PodRequest | None = None
+    """The pod's request, when known (what a plan re-places)."""
+
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.EVICT
+
+    @property
+    def target(self) -> str:
+        return str(self.pod)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scale(Action):
+    """Set ``workload``'s replicas to ``replicas``."""
+
+    workload: ObjectRef
+    replicas: int
+
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.SCALE
+
+    @property
+    def target(self) -> str:
+        return str(self.workload)
+
+    def payload(self) -> Mapping[str, Any]:
+        return {"replicas": self.replicas}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Patch(Action):
+    """A JSON merge patch (RFC 7386) of ``obj``."""
+
+    obj: ObjectRef
+    patch: Mapping[str, Any]
+
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.PATCH
+
+    @property
+    def target(self) -> str:
+        return str(self.obj)
+
+    def payload(self) -> Mapping[str, Any]:
+        return dict(self.patch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelNode(Action):
+    """Set ``labels`` on ``node`` (a value of None removes the label)."""
+
+    node: str
+    labels: Mapping[str, str | None]
+
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.LABEL_NODE
+
+    @property
+    def target(self) -> str:
+        return f"node/{self.node}"
+
+    def payload(self) -> Mapping[str, Any]:
+        return dict(self.labels)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlinkRescale(Action):
+    """Rescale Flink job ``job_id`` at ``jobmanager`` to per-vertex ``parallelism``."""
+
+    jobmanager: str
+    job_id: str
+    parallelism: Mapping[str, int]
+    """Vertex id → new parallelism."""
+
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.FLINK_RESCALE
+
+    @property
+    def target(self) -> str:
+        return f"flink/{self.job_id}"
+
+    def payload(self) -> Mapping[str, Any]:
+        return dict(self.parallelism)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reservation:
+    """Capacity a plan holds in the loop's state before its first step acts."""
+
+    request: PodRequest
+    placement: Placement
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Steps that must all happen, in order, or be undone (a migration: evict the pods
+    in the way, re-place them, bind the waiting pod).
+
+    The loop first reserves :attr:`reservations` in its state (so nothing else takes
+    the target while the plan runs), then executes :attr:`steps` in order; on a step
+    that fails or is refused it stops, releases the reservations and records the plan
+    as rolled back — the steps already done are listed in the audit log, and an
+    evicted pod is re-created by its controller and re-placed by the loop, so no pod
+    is lost.
+    """
+
+    id: str
+    """Unique per plan (stable across ticks for the same intent, so a new leader can
+    tell a finished plan from a new one)."""
+    reconciler: str
+    explanation: str
+    steps: tuple[Action, ...]
+    reservations: tuple[Reservation, ...] = field(default_factory=tuple)
+
+    @property
+    def key(self) -> str:
+        """Stable identity: the id and the steps' keys (not the explanation)."""
+        body = json.dumps(["plan", self.id, [step.key for step in self.steps]])
+        return hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -1,0 +1,432 @@
+"""The control loop: perceive → update the world model → reconcile → act, every tick.
+
+:meth:`ControlLoop.tick` runs one round:
+
+1. **Perceive**: every collector's snapshot. A collector that raises with no earlier
+   snapshot is counted and skipped; one that raises after a good snapshot (against
+   the protocol) has that snapshot reused, marked stale.
+2. **Update** the :class:`~kubesage.core.loop.world.WorldModel` (state, pods, DRTG,
+   forecasts).
+3. **Reconcile**: each reconciler gets its own :class:`~kubesage.core.loop.view.WorldView`
+   (with its memory from the previous tick) and answers actions and plans. One that
+   raises is logged, counted and skipped; the loop goes on.
+4. **Act**, action by action, in the reconcilers' order, through these gates:
+   already done (the audit log) → stale data (older than ``max_data_age_s``: nothing
+   is executed, counted) → the tick's budgets → dry run → the actuator for its kind.
+   A :class:`~kubesage.core.loop.actions.Plan` is first played on a scratch copy (it
+   does not start if it could not fit even after its own evictions), then holds its
+   reservations in the loop's ClusterState as they become free
+   (:class:`~kubesage.core.loop.ledger.PlanLedger`), runs its steps in order, stops at
+   the first that fails or is refused, and always releases what it still holds; a
+   stopped plan is audited as rolled back and retried on a later tick if its
+   reconciler still asks for it (steps already done are not repeated).
+
+Every action considered gets an audit record and a count in
+``kubesage_loop_actions_total{reconciler,action,outcome}``. The loop imports neither
+the Kubernetes layer nor the telemetry sources: collectors and actuators are injected.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubesage.core.loop.actions import Action, ActionKind, Plan
+from kubesage.core.loop.audit import AuditLog, AuditRecord
+from kubesage.core.loop.budgets import Budgets, TickBudget
+from kubesage.core.loop.clock import Clock
+from kubesage.core.loop.ledger import PlanLedger
+from kubesage.core.loop.reconciler import Actuator, Outcome, Reconciled, Reconciler, Result
+from kubesage.core.loop.report import CollectorStatus, TickReport
+from kubesage.core.loop.settings import DEFAULT_MAX_DATA_AGE_S, DEFAULT_TICK_S
+from kubesage.core.loop.world import WorldModel
+from kubesage.core.observability import metrics
+from kubesage.core.observability.logging import log_event
+from kubesage.core.perception import Collector, Snapshot
+
+log = logging.getLogger(__name__)
+
+LOOP = "loop"
+"""The reconciler name on the loop's own audit notes (the forecaster in use)."""
+_STOPS_A_PLAN = frozenset({Outcome.FAILED, Outcome.REFUSED})
+
+
+@dataclass
+class _Tick:
+    """What one tick carries from gate to gate."""
+
+    number: int
+    now_s: float
+    stale_reason: str | None
+    budget: TickBudget
+    records: list[AuditRecord] = field(default_factory=list)
+
+
+class ControlLoop:
+    """One perceive → decide → act loop over injected collectors, reconcilers, actuators."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        collectors: Mapping[str, Collector[Any]],
+        world: WorldModel,
+        reconcilers: Sequence[Reconciler],
+        actuators: Sequence[Actuator] = (),
+        budgets: Budgets | None = None,
+        dry_run: bool = False,
+        audit: AuditLog | None = None,
+        max_data_age_s: float | None = DEFAULT_MAX_DATA_AGE_S,
+        tick_s: float = DEFAULT_TICK_S,
+    ) -> None:
+        if tick_s <= 0:
+            raise ValueError(f"tick_s must be positive, got {tick_s}")
+        names = [reconciler.name for reconciler in reconcilers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"reconciler names must be unique, got {names}")
+        self.clock = clock
+        self.collectors = dict(collectors)
+        self.world = world
+        self.reconcilers = tuple(reconcilers)
+        self.budgets = budgets if budgets is not None else Budgets()
+        self.dry_run = dry_run
+        self.audit = audit if audit is not None else AuditLog()
+        self.max_data_age_s = max_data_age_s
+        self.tick_s = tick_s
+        self.ticks = 0
+        self._actuators: dict[ActionKind, Actuator] = {}
+        for actuator in actuators:
+            for kind in actuator.kinds:
+                if kind in self._actuators:
+                    raise ValueError(f"two actuators execute '{kind}' actions")
+                self._actuators[kind] = actuator
+        self._memory: dict[str, Mapping[str, Any]] = {}
+        self._last: dict[str, Snapshot[Any]] = {}
+        self._last_notes: dict[str, tuple[str, ...]] = {}
+        self._tick_lock = threading.Lock()
+
+    @property
+    def reconciler_names(self) -> list[str]:
+        return [reconciler.name for reconciler in self.reconcilers]
+
+    # -- one tick ---------------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        """Perceive, update, reconcile and act once; never raises for a failing part."""
+        with self._tick_lock:
+            started = time.perf_counter()
+            self.ticks += 1
+            now = self.clock.now()
+            snapshots, statuses = self._perceive(now)
+            self.world.update(snapshots)
+            oldest = min((s.taken_at for s in snapshots.values()), default=None)
+            age = math.inf if oldest is None else max(0.0, now - oldest)
+            stale_reason = None
+            if self.max_data_age_s is not None and age > self.max_data_age_s:
+                stale_reason = (
+                    f"data is {age:.1f} s old, over the {self.max_data_age_s:g} s allowed"
+                    if snapshots
+                    else "no collector has a snapshot"
+                )
+                metrics.LOOP_STALE_TICKS.inc()
+            context = _Tick(self.ticks, now, stale_reason, self.budgets.start_tick())
+            self._note(context, LOOP, (f"forecaster: {self._forecaster_words()}",))
+            errors: dict[str, str] = {}
+            notes: dict[str, tuple[str, ...]] = {}
+            if not self.world.ready:
+                notes[LOOP] = ("no cluster state yet: reconcilers wait for the first snapshot",)
+            else:
+                for reconciler, answer in self._reconcile(context, snapshots, age, errors):
+                    notes[reconciler.name] = tuple(answer.notes)
+                    self._note(context, reconciler.name, answer.notes)
+                    for item in answer.actions:
+                        if isinstance(item, Plan):
+                            self._plan(item, context)
+                        else:
+                            self._lone(item, context)
+            duration = time.perf_counter() - started
+            metrics.LOOP_TICKS.inc()
+            metrics.LOOP_TICK_SECONDS.observe(duration)
+            return TickReport(
+                tick=self.ticks,
+                time=now,
+                duration_s=duration,
+                data_age_s=age,
+                stale=stale_reason is not None,
+                forecaster=self.world.forecasts.source,
+                collectors=tuple(statuses),
+                reconcilers=tuple(self.reconciler_names),
+                reconciler_errors=errors,
+                records=tuple(context.records),
+                notes=notes,
+                dry_run=self.dry_run,
+            )
+
+    def _perceive(self, now: float) -> tuple[dict[str, Snapshot[Any]], list[CollectorStatus]]:
+        snapshots: dict[str, Snapshot[Any]] = {}
+        statuses = []
+        for name, collector in self.collectors.items():
+            try:
+                snapshot = collector.collect()
+            except Exception as exc:  # a failing source must not stop the loop
+                metrics.LOOP_COLLECTOR_ERRORS.labels(name).inc()
+                detail = f"{type(exc).__name__}: {exc}"
+                last = self._last.get(name)
+                if last is None:
+                    log_event(
+                        log, logging.WARNING, "loop_collector_failed", collector=name, error=detail
+                    )
+                    statuses.append(CollectorStatus(name, ok=False, detail=detail))
+                    continue
+                snapshot = Snapshot(last.data, last.taken_at, stale=True, reason=detail)
+            self._last[name] = snapshot
+            snapshots[name] = snapshot
+            statuses.append(
+                CollectorStatus(
+                    name,
+                    ok=True,
+                    stale=snapshot.stale,
+                    age_s=max(0.0, now - snapshot.taken_at),
+                    detail=snapshot.reason or "",
+                )
+            )
+        return snapshots, statuses
+
+    def _reconcile(
+        self,
+        context: _Tick,
+        snapshots: Mapping[str, Snapshot[Any]],
+        age: float,
+        errors: dict[str, str],
+    ) -> Iterable[tuple[Reconciler, Reconciled]]:
+        for reconciler in self.reconcilers:
+            name = reconciler.name
+            view = self.world.view(
+                tick=context.number,
+                now_s=context.now_s,
+                snapshots=snapshots,
+                data_age_s=age,
+                memory=self._memory.get(name, {}),
+            )
+            try:
+                answer = reconciler.reconcile(view)
+            except Exception as exc:  # one broken reconciler must not stop the others
+                log.exception("reconciler %s failed", name)
+                metrics.LOOP_RECONCILER_ERRORS.labels(name).inc()
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                self._note(context, name, (f"raised {errors[name]}",), outcome="failed")
+                continue
+            self._memory[name] = answer.memory
+            yield reconciler, answer
+
+    # -- acting -----------------------------------------------------------------------
+
+    def _lone(self, action: Action, context: _Tick) -> None:
+        """One action outside a plan, through the gates."""
+        if self._done(action.key, context):
+            self._record(context, action, Outcome.ALREADY_DONE, "the audit log records it done")
+            return
+        if context.stale_reason is not None:
+            self._record(context, action, Outcome.STALE, context.stale_reason)
+            return
+        refusal = context.budget.refusal([action.kind])
+        if refusal is not None:
+            self._record(context, action, Outcome.OVER_BUDGET, refusal)
+            return
+        if self.dry_run:
+            context.budget.spend(action.kind)
+            self._record(context, action, Outcome.DRY_RUN, "dry run: nothing executed")
+            return
+        result = self._act(action, context)
+        self._record(context, action, result.outcome, result.detail)
+
+    def _plan(self, plan: Plan, context: _Tick) -> None:
+        """A plan: reserve, run the steps in order, stop at a failure, release."""
+        if self._done(plan.key, context):
+            self._record(context, plan, Outcome.ALREADY_DONE, "the audit log records it done")
+            return
+        if context.stale_reason is not None:
+            self._record(context, plan, Outcome.STALE, context.stale_reason)
+            return
+        todo = [step for step in plan.steps if not self._done(step.key, context)]
+        refusal = context.budget.refusal(step.kind for step in todo)
+        if refusal is not None:
+            self._record(context, plan, Outcome.OVER_BUDGET, refusal)
+            return
+        if self.dry_run:
+            for step in plan.steps:
+                if self._done(step.key, context):
+                    self._record(context, step, Outcome.ALREADY_DONE, "done before", plan=plan.id)
+                else:
+                    context.budget.spend(step.kind)
+                    self._record(context, step, Outcome.DRY_RUN, "dry run", plan=plan.id)
+            self._record(context, plan, Outcome.DRY_RUN, "dry run: nothing executed")
+            return
+        state = self.world.state
+        if state is None:
+            self._record(context, plan, Outcome.REFUSED, "no cluster state to reserve in")
+            return
+        ledger = PlanLedger(state, self.world.pods, plan)
+        impossible = ledger.check()
+        if impossible is not None:
+            self._record(context, plan, Outcome.REFUSED, f"{impossible}; the plan was not started")
+            return
+        ledger.reserve_free()
+        failed: str | None = None
+        done_steps: list[str] = []
+        try:
+            for number, step in enumerate(plan.steps, 1):
+                if self._done(step.key, context):
+                    self._record(context, step, Outcome.ALREADY_DONE, "done before", plan=plan.id)
+                    ledger.done(step)
+                    continue
+                ledger.before(step)
+                result = self._act(step, context)
+                self._record(context, step, result.outcome, result.detail, plan=plan.id)
+                if result.outcome in _STOPS_A_PLAN:
+                    failed = (
+                        f"step {number}/{len(plan.steps)} ({step.kind} {step.target}) "
+                        f"{result.outcome}: {result.detail or 'no detail'}"
+                    )
+                    break
+                ledger.done(step)
+                done_steps.append(f"{step.kind} {step.target}")
+        finally:
+            ledger.release()
+        if failed is None:
+            self._record(context, plan, Outcome.DONE, f"{len(plan.steps)} steps done")
+        else:
+            before = f"; done before it: {', '.join(done_steps)}" if done_steps else ""
+            self._record(
+                context, plan, Outcome.ROLLED_BACK, f"{failed}{before}; reservations released"
+            )
+
+    def _act(self, action: Action, context: _Tick) -> Result:
+        """Execute through the kind's actuator; spend the budget unless refused."""
+        actuator = self._actuators.get(action.kind)
+        if actuator is None:
+            return Result(Outcome.FAILED, f"no actuator executes '{action.kind}' actions")
+        try:
+            result = actuator.execute(action)
+        except Exception as exc:  # an actuator must not raise, but one that does is a failure
+            log.exception("actuator for %s failed on %s", action.kind, action.target)
+            result = Result(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        if result.outcome != Outcome.REFUSED:
+            context.budget.spend(action.kind)
+        return result
+
+    def _done(self, key: str, context: _Tick) -> bool:
+        """The audit log records ``key`` done (by this loop or an earlier leader)."""
+        return self.audit.is_done(key, context.now_s)
+
+    # -- records ----------------------------------------------------------------------
+
+    def _record(
+        self,
+        context: _Tick,
+        item: Action | Plan,
+        outcome: Outcome,
+        detail: str,
+        *,
+        plan: str | None = None,
+    ) -> None:
+        plan_id: str | None
+        if isinstance(item, Plan):
+            action, target, plan_id = "plan", item.id, item.id
+        else:
+            action, target, plan_id = str(item.kind), item.target, plan or item.plan
+        record = AuditRecord(
+            tick=context.number,
+            time=context.now_s,
+            reconciler=item.reconciler,
+            action=action,
+            target=target,
+            key=item.key,
+            plan=plan_id,
+            explanation=item.explanation,
+            outcome=str(outcome),
+            detail=detail,
+        )
+        self._append(context, record)
+        metrics.LOOP_ACTIONS.labels(item.reconciler, action, str(outcome)).inc()
+
+    def _note(
+        self, context: _Tick, reconciler: str, notes: Sequence[str], *, outcome: str = "noted"
+    ) -> None:
+        """Audit a reconciler's notes when they change (not the same words every tick)."""
+        words = tuple(notes)
+        if not words or self._last_notes.get(reconciler) == words:
+            return
+        self._last_notes[reconciler] = words
+        for note in words:
+            self._append(
+                context,
+                AuditRecord(
+                    context.number, context.now_s, reconciler, "note", "", "", None, note, outcome
+                ),
+            )
+
+    def _append(self, context: _Tick, record: AuditRecord) -> None:
+        context.records.append(record)
+        self.audit.append(record)
+        if record.action != "note":
+            log_event(
+                log,
+                logging.INFO,
+                "loop_action",
+                tick=record.tick,
+                reconciler=record.reconciler,
+                action=record.action,
+                target=record.target,
+                outcome=record.outcome,
+                detail=record.detail,
+            )
+
+    def _forecaster_words(self) -> str:
+        panel = self.world.forecasts
+        return f"{panel.source} (cold start)" if panel.cold_start else panel.source
+
+    # -- running ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick every ``tick_s`` on the clock until ``stop`` is set; a tick that raises
+        is logged and the loop goes on."""
+        next_at = self.clock.now()
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop outlives any one tick
+                log.exception("control-loop tick failed")
+            next_at += self.tick_s
+            now = self.clock.now()
+            next_at = max(next_at, now)  # a slow tick skips the missed ones
+            if self.clock.sleep(next_at - now, stop):
+                break
+
+    def start(self) -> Callable[[], None]:
+        """Run in a daemon thread; return the function that stops it (and waits). It may
+        be started again after (a replica that leads again); the audit log stays open."""
+        stop = threading.Event()
+        thread = threading.Thread(target=self.run, args=(stop,), name="control-loop", daemon=True)
+        thread.start()
+
+        def stopper() -> None:
+            stop.set()
+            thread.join(max(10.0, 2 * self.tick_s))
+
+        return stopper
+
+    def debug(self) -> dict[str, Any]:
+        """What ``GET /debug/loop`` answers."""
+        return {
+            "ticks": self.ticks,
+            "clock": self.clock.kind,
+            "forecaster": self._forecaster_words(),
+            "dry_run": self.dry_run,
+            "reconcilers": self.reconciler_names,
+            "actions": [record.to_json() for record in self.audit.recent()],
+        }

@@ -1,0 +1,135 @@
+"""The rolling forecast panel: per-node and per-pod metrics, ``h`` steps ahead.
+
+The world model feeds the panel every metric sample it finds in the tick's snapshots
+(one value per entity — a node or pod name — and metric). Reconcilers read it through
+the :class:`~kubesage.core.loop.view.Forecasts` protocol. Until a trained forecaster is
+plugged in (:meth:`ForecastPanel.use`), it predicts the last value seen — the cold
+start, reported as ``source == "last-value"`` in ``/healthz``, ``/debug/loop`` and
+the audit log. A forecaster (an ST-GCN file, say) is asked once per tick over the whole
+rolling history and may answer for some series only; the rest keep the last value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from kubesage.core.arrays import FloatArray
+
+LAST_VALUE = "last-value"
+DEFAULT_HISTORY = 64
+"""Samples kept per series (at the default 5 s tick: about five minutes)."""
+
+Series = tuple[str, str]
+"""(entity, metric)."""
+
+
+@runtime_checkable
+class MetricTable(Protocol):
+    """A table of samples per node: ``values[n, c]`` for ``nodes[n]`` and ``columns[c]``
+    (NaN: no sample). The telemetry layer's ``NodeMetrics`` has this shape."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]: ...
+
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+
+    @property
+    def values(self) -> FloatArray: ...
+
+
+@runtime_checkable
+class MetricSamples(Protocol):
+    """Any snapshot data that lists its samples as (entity, metric, value)."""
+
+    def metric_samples(self) -> Iterable[tuple[str, str, float]]: ...
+
+
+class TrainedForecaster(Protocol):
+    """A forecaster the panel can use instead of the last value."""
+
+    @property
+    def name(self) -> str:
+        """What ``Forecasts.source`` reports (e.g. ``stgcn``)."""
+        ...
+
+    def forecast(
+        self, history: Mapping[Series, Sequence[float]], horizon_steps: int
+    ) -> Mapping[Series, float]:
+        """Predictions ``horizon_steps`` ahead for the series it can forecast."""
+        ...
+
+
+class ForecastPanel:
+    """Rolling history per (entity, metric) and this tick's predictions."""
+
+    def __init__(self, *, horizon_steps: int = 1, history: int = DEFAULT_HISTORY) -> None:
+        if horizon_steps < 1:
+            raise ValueError(f"horizon_steps must be at least 1, got {horizon_steps}")
+        self._horizon = horizon_steps
+        self._history_len = history
+        self._history: dict[Series, deque[float]] = {}
+        self._predicted: dict[Series, float] = {}
+        self._forecaster: TrainedForecaster | None = None
+
+    # -- the Forecasts protocol ---------------------------------------------------------
+
+    @property
+    def source(self) -> str:
+        return self._forecaster.name if self._forecaster is not None else LAST_VALUE
+
+    @property
+    def horizon_steps(self) -> int:
+        return self._horizon
+
+    def predict(self, entity: str, metric: str) -> float | None:
+        series = (entity, metric)
+        if series in self._predicted:
+            return self._predicted[series]
+        values = self._history.get(series)
+        return values[-1] if values else None
+
+    # -- feeding ------------------------------------------------------------------------
+
+    @property
+    def cold_start(self) -> bool:
+        """True while no trained forecaster is plugged in."""
+        return self._forecaster is None
+
+    def use(self, forecaster: TrainedForecaster | None) -> None:
+        """Plug in a trained forecaster (None: back to the last value)."""
+        self._forecaster = forecaster
+        self._predicted = {}
+
+    def observe(self, entity: str, metric: str, value: float) -> None:
+        """One sample of ``metric`` for ``entity`` (NaN and infinities are ignored)."""
+        if not math.isfinite(value):
+            return
+        series = (entity, metric)
+        values = self._history.get(series)
+        if values is None:
+            values = self._history[series] = deque(maxlen=self._history_len)
+        values.append(float(value))
+
+    def observe_table(self, table: MetricTable) -> None:
+        """Every sample of a per-node table."""
+        for n, node in enumerate(table.nodes):
+            for c, column in enumerate(table.columns):
+                self.observe(node, column, float(table.values[n, c]))
+
+    def refresh(self) -> None:
+        """Ask the forecaster (if any) for this tick's predictions; keep the last values
+        for what it does not answer."""
+        if self._forecaster is None:
+            self._predicted = {}
+            return
+        history = {series: tuple(values) for series, values in self._history.items()}
+        self._predicted = {}  # cleared first: a forecaster that raises leaves last values
+        self._predicted = dict(self._forecaster.forecast(history, self._horizon))
+
+    def series(self) -> list[Series]:
+        """The (entity, metric) pairs seen so far."""
+        return sorted(self._history)

@@ -1,0 +1,85 @@
+"""The two extension points of the control loop: reconcilers decide, actuators act.
+
+A :class:`Reconciler` is pure: it reads a :class:`~kubesage.core.loop.view.WorldView`
+and returns what it wants done (:class:`~kubesage.core.loop.actions.Action` and
+:class:`~kubesage.core.loop.actions.Plan` values) and its memory for the next tick. It
+must be idempotent — asked twice about the same world, it asks for the same actions
+(with the same keys) — so a crash, a repeated tick or a leader change does no harm.
+
+An :class:`Actuator` alone touches the outside world: it executes actions of the kinds
+it handles and reports an :class:`Outcome`; it never raises for a refusal (a PDB, a
+conflict) or a failing dependency — those are outcomes, counted and audited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from kubesage.core.loop.actions import Action, ActionKind, Plan
+from kubesage.core.loop.view import WorldView
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """A reconciler's answer for one tick."""
+
+    actions: Sequence[Action | Plan] = ()
+    memory: Mapping[str, Any] = field(default_factory=dict)
+    """Handed back in the next tick's ``WorldView.memory``."""
+    notes: Sequence[str] = ()
+    """Why it did nothing, when that matters (e.g. "budget is zero"); audited."""
+
+
+@runtime_checkable
+class Reconciler(Protocol):
+    """Decides: view in, actions out."""
+
+    @property
+    def name(self) -> str:
+        """Stable name (``gpu-defrag``, ``forecast-placement`` …): metrics and audit use it."""
+        ...
+
+    def reconcile(self, view: WorldView) -> Reconciled: ...
+
+
+class Outcome(StrEnum):
+    """What became of an action."""
+
+    DONE = "done"
+    DRY_RUN = "dry-run"
+    """Would have been done; dry-run mode executes nothing."""
+    REFUSED = "refused"
+    """The world said no without an error (a PodDisruptionBudget, a conflict)."""
+    FAILED = "failed"
+    """An error (the API server, Flink) — retried on a later tick if still wanted."""
+    OVER_BUDGET = "over-budget"
+    """Not executed: the tick's budget for its kind was spent."""
+    STALE = "stale"
+    """Not executed: the data it was decided on is older than allowed."""
+    ALREADY_DONE = "already-done"
+    """Not executed: the audit log says an earlier tick (or leader) did it."""
+    ROLLED_BACK = "rolled-back"
+    """A plan step that was undone, or a plan that stopped and released its reservation."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """An actuator's report on one action."""
+
+    outcome: Outcome
+    detail: str = ""
+
+
+@runtime_checkable
+class Actuator(Protocol):
+    """Acts: executes the actions of the kinds it handles."""
+
+    @property
+    def kinds(self) -> frozenset[ActionKind]: ...
+
+    def execute(self, action: Action) -> Result:
+        """Do ``action``; never raises for a refusal or a failing dependency."""
+        ...

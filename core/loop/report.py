@@ -1,0 +1,70 @@
+"""What one tick did: the :class:`TickReport` ``ControlLoop.tick`` returns.
+
+``kubesage loop --once`` prints it (a table, or ``--format json``); tests read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubesage.core.loop.audit import AuditRecord
+
+
+@dataclass(frozen=True)
+class CollectorStatus:
+    """How one collector answered this tick."""
+
+    name: str
+    ok: bool
+    """False: it raised and had no earlier snapshot, so it was skipped."""
+    stale: bool = False
+    age_s: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TickReport:
+    """One tick: its inputs' state, the reconcilers' failures and every audit record."""
+
+    tick: int
+    time: float
+    duration_s: float
+    data_age_s: float
+    stale: bool
+    """The data was older than the loop's maximum: nothing was executed."""
+    forecaster: str
+    collectors: tuple[CollectorStatus, ...] = ()
+    reconcilers: tuple[str, ...] = ()
+    reconciler_errors: Mapping[str, str] = field(default_factory=dict)
+    records: tuple[AuditRecord, ...] = ()
+    notes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each reconciler's notes this tick (why it did nothing)."""
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tick": self.tick,
+            "time": self.time,
+            "duration_s": self.duration_s,
+            "data_age_s": self.data_age_s if math.isfinite(self.data_age_s) else None,
+            "stale": self.stale,
+            "dry_run": self.dry_run,
+            "forecaster": self.forecaster,
+            "collectors": [
+                {
+                    "name": c.name,
+                    "ok": c.ok,
+                    "stale": c.stale,
+                    "age_s": c.age_s,
+                    "detail": c.detail,
+                }
+                for c in self.collectors
+            ],
+            "reconcilers": list(self.reconcilers),
+            "reconciler_errors": dict(self.reconciler_errors),
+            "notes": {name: list(notes) for name, notes in self.notes.items()},
+            "actions": [record.to_json() for record in self.records],
+        }

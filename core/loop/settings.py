@@ -1,0 +1,46 @@
+"""The loop's settings, and the context a reconciler is built from.
+
+:class:`LoopSettings` is what ``kubesage serve`` and ``kubesage loop`` read from their
+options (tick, dry run, data age, budgets, audit file). :class:`ReconcilerContext` is
+what an adapter's ``reconcilers(context)`` receives (``kubesage.core.adapter``): those
+settings, the live topology when one is configured, and the scheduling policy the
+service runs with its typical pods — enough to build a policy for what-ifs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubesage.core.loop.budgets import Budgets
+from kubesage.core.topology.graph import DRTG
+from kubesage.core.types import PodRequest
+
+DEFAULT_TICK_S = 5.0
+"""One tick per DRTG window."""
+DEFAULT_MAX_DATA_AGE_S = 60.0
+"""Act on nothing decided from data older than this."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How the loop runs."""
+
+    tick_s: float = DEFAULT_TICK_S
+    dry_run: bool = False
+    max_data_age_s: float | None = DEFAULT_MAX_DATA_AGE_S
+    budgets: Budgets = field(default_factory=Budgets)
+    audit_log: Path | None = None
+
+
+@dataclass(frozen=True)
+class ReconcilerContext:
+    """What a reconciler may be built from."""
+
+    settings: LoopSettings = field(default_factory=LoopSettings)
+    topology: DRTG | None = None
+    """The DRTG the loop keeps observed, when a topology is configured."""
+    policy: str = "fgd"
+    """The scheduling policy's registry name (``kubesage serve --policy``)."""
+    workload: tuple[PodRequest, ...] = ()
+    """Typical pods the policy measures fragmentation against (FGD)."""

@@ -1,0 +1,88 @@
+"""What a reconciler sees on one tick: an immutable view of the world model.
+
+The loop builds one :class:`WorldView` per tick from its collectors' snapshots and its
+world model, and gives every reconciler the same view (plus that reconciler's own
+memory from its previous tick). Nothing in a view may be changed: ``state`` is a copy
+of the loop's ClusterState made for this tick — a reconciler that wants a what-if
+(place these pods elsewhere, then see whether that one fits) copies it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubesage.core.loop.actions import ObjectRef, PodRef
+from kubesage.core.perception import Snapshot
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.topology.graph import DRTG
+from kubesage.core.types import Placement, PodRequest
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """A pod the loop knows: its request and, when running, where it is."""
+
+    ref: PodRef
+    request: PodRequest
+    placement: Placement | None = None
+    """None while the pod is pending."""
+    owner: ObjectRef | None = None
+    """The workload that owns it (Job, PyTorchJob, FlinkDeployment …), when known."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> bool:
+        return self.placement is None
+
+
+class Forecasts(Protocol):
+    """The rolling forecast panel: a metric of an entity ``horizon_steps`` ahead."""
+
+    @property
+    def source(self) -> str:
+        """Which forecaster produced the values (``stgcn``, or ``last-value`` in cold start)."""
+        ...
+
+    @property
+    def horizon_steps(self) -> int: ...
+
+    def predict(self, entity: str, metric: str) -> float | None:
+        """The forecast for ``entity`` (a node or pod name) and ``metric``; None if unknown."""
+        ...
+
+
+@dataclass(frozen=True)
+class WorldView:
+    """One tick's view of the world (immutable; see the module docstring)."""
+
+    tick: int
+    """Tick number, from 1."""
+    now_s: float
+    """The loop's clock (wall or simulated) at the start of the tick, in seconds."""
+    state: ClusterState
+    """A copy of the cluster state for this tick: running pods accounted, pending not."""
+    pods: Mapping[str, PodInfo]
+    """Every pod the loop knows, by ``namespace/name``."""
+    topology: DRTG | None
+    """The live DRTG (its dynamic indicators observed up to this tick), when configured."""
+    forecasts: Forecasts
+    snapshots: Mapping[str, Snapshot[Any]]
+    """The latest snapshot of each collector, by collector name (stale ones marked)."""
+    data_age_s: float
+    """Age of the oldest snapshot a decision may use; the loop acts on nothing older
+    than its configured maximum (reconcilers need not check)."""
+    memory: Mapping[str, Any] = field(default_factory=dict)
+    """This reconciler's memory, as it returned it on its previous tick."""
+
+    @property
+    def pending(self) -> list[PodInfo]:
+        """Pending pods, in name order (deterministic)."""
+        return [pod for _, pod in sorted(self.pods.items()) if pod.pending]
+
+    @property
+    def running(self) -> dict[str, PodInfo]:
+        """Running pods by ``namespace/name``."""
+        return {name: pod for name, pod in self.pods.items() if not pod.pending}

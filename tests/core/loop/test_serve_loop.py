@@ -1,0 +1,70 @@
+"""``kubesage serve --embedded`` runs the control loop: /debug/loop, /healthz, /metrics;
+and ``kubesage loop --once`` prints one tick."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from kubesage.core.cli.loop import loop_reconcilers
+from kubesage.core.cli.main import app
+from kubesage.core.loop.settings import ReconcilerContext
+from tests.core.k8s.test_serve_cli import serving
+
+
+def test_embedded_serve_runs_the_loop(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.jsonl"
+    expected = [r.name for r in loop_reconcilers(ReconcilerContext())]
+    options = ("--embedded", "--nodes", "40", "--tick-s", "1", "--audit-log", str(audit))
+    with serving(*options) as url, httpx.Client(base_url=url) as http:
+        deadline = time.monotonic() + 30.0
+        debug = http.get("/debug/loop").json()
+        while debug["ticks"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            debug = http.get("/debug/loop").json()
+        assert debug["ticks"] >= 3
+        assert debug["clock"] == "wall"
+        assert debug["reconcilers"] == expected
+        assert debug["forecaster"] == "last-value (cold start)"
+        assert debug["actions"][0]["explanation"] == "forecaster: last-value (cold start)"
+        health = http.get("/healthz")
+        assert health.status_code == 200
+        assert health.json()["forecaster"] == "last-value (cold start)"
+        text = http.get("/metrics").text
+        assert "kubesage_loop_ticks_total" in text
+        assert "kubesage_loop_tick_seconds_count" in text
+        assert "kubesage_loop_actions_total" in text
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert records and records[0]["reconciler"] == "loop"
+
+
+def test_loop_once_prints_one_tick_as_json() -> None:
+    result = CliRunner().invoke(
+        app, ["loop", "--once", "--embedded", "--nodes", "10", "--dry-run", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["tick"] == 1 and report["dry_run"] is True
+    assert report["collectors"] == [
+        {
+            "name": "embedded",
+            "ok": True,
+            "stale": False,
+            "age_s": report["collectors"][0]["age_s"],
+            "detail": "",
+        }
+    ]
+    assert report["forecaster"] == "last-value"
+
+
+def test_loop_once_as_a_table_and_bad_options() -> None:
+    runner = CliRunner()
+    table = runner.invoke(app, ["loop", "--once", "--embedded", "--nodes", "10"])
+    assert table.exit_code == 0, table.output
+    assert "tick 1 (live)" in table.stdout and "forecaster last-value" in table.stdout
+    bad = runner.invoke(app, ["loop", "--once", "--embedded", "--tick-s", "0"])
+    assert bad.exit_code == 2 and "--tick-s must be a positive" in bad.output
