@@ -17,5 +17,8 @@
   ``namespaceSelector``;
 - ``watch_stream``: reading a watch stream by hand (shared by the informer and the cache);
 - ``collector``: the cluster as a :class:`~kubesage.core.perception.Collector`;
+- ``actuators``, ``embedded_actuators``, ``workloads``: the control loop's actuators
+  (bind, evict, scale, patch, label a node) on a live or the embedded cluster, and
+  which workloads they may scale or patch;
 - ``validation``: offline schema validation of the manifests kubesage writes.
 """

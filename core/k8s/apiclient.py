@@ -24,13 +24,17 @@ import yaml
 from kubernetes import config as k8s_config
 from kubernetes.client import (
     ApiClient,
+    BatchV1Api,
     Configuration,
     CoordinationV1Api,
     CoreV1Api,
     CustomObjectsApi,
     V1Binding,
+    V1DeleteOptions,
+    V1Eviction,
     V1ObjectMeta,
     V1ObjectReference,
+    V1Preconditions,
 )
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -41,12 +45,16 @@ __all__ = [
     "SERVICE_HOST_ENV",
     "ApiClient",
     "ApiException",
+    "BatchV1Api",
     "CoordinationV1Api",
     "CoreV1Api",
     "CustomObjectsApi",
     "V1Binding",
+    "V1DeleteOptions",
+    "V1Eviction",
     "V1ObjectMeta",
     "V1ObjectReference",
+    "V1Preconditions",
     "kubeconfig_candidates",
     "load_api_client",
 ]

@@ -4,12 +4,14 @@
   :class:`~kubesage.core.k8s.informer.ClusterSync` on a live cluster,
   :class:`LockedState` (the embedded cluster) for a state owned by this process.
 - :func:`assume_then_bind` is the single bind path, for every policy: under the
-  state's lock it checks that the pod still fits the chosen node, asks the policy
-  where on that node it goes (:meth:`Policy.placement_on`: the GPUs or MIG slot),
+  state's lock it checks that the pod still fits the chosen node, takes where on that
+  node it goes — the placement already decided (the control loop's gang ring order or
+  plan) or else the policy's (:meth:`Policy.placement_on`: the GPUs or MIG slot) —
   and *assumes* the pod there — records the placement in the state — before the
   binding is posted, so the next request already sees those resources taken. A
   failed post undoes the assumption. A pod filter never saw (no request known) is
   posted without accounting.
+- :class:`BindActuator` runs the control loop's Bind actions through it.
 - :func:`assume_and_bind` posts through the API server's Binding subresource
   (:class:`~kubesage.core.k8s.binder.Binder`, which does the API call; this module
   decides what it posts); the embedded cluster posts into itself.
@@ -20,12 +22,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from kubesage.core.errors import KubesageError
+from kubesage.core.errors import CapacityError, KubesageError
+from kubesage.core.loop.actions import Action, ActionKind, Bind
+from kubesage.core.loop.reconciler import Outcome, Result
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Placement, PodRequest
@@ -64,6 +68,11 @@ class BindTarget:
     uid: str
     node: str
     request: PodRequest | None
+    placement: Placement | None = None
+    """A placement already decided (the control loop's gang ring order, a defrag plan's
+    MIG slot): honoured exactly instead of asking the policy; refused if it no longer fits."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Extra annotations to set on the pod with the binding (a gang member's rank)."""
 
     @property
     def pod(self) -> dict[str, Any]:
@@ -108,8 +117,19 @@ def assume_then_bind(view: AssumingView, policy: Policy, post: PostBinding) -> B
                     raise BindRefusedError(
                         f"pod {target.namespace}/{target.name} no longer fits on {target.node}"
                     )
-                placement = policy.placement_on(state, node, target.request)
-                view.assume(pod, target.request, placement)
+                placement = target.placement or policy.placement_on(state, node, target.request)
+                if placement.node != target.node:
+                    raise BindRefusedError(
+                        f"pod {target.namespace}/{target.name}: placement on {placement.node} "
+                        f"does not match the node {target.node}"
+                    )
+                try:
+                    view.assume(pod, target.request, placement)
+                except CapacityError as exc:
+                    raise BindRefusedError(
+                        f"pod {target.namespace}/{target.name} no longer fits its placement "
+                        f"on {target.node}: {exc}"
+                    ) from exc
         try:
             post(target, placement)
         except KubesageError:
@@ -127,16 +147,23 @@ def assume_and_bind(view: AssumingView, binder: PodBinder, policy: Policy) -> Bi
     the state rebuilt from the API later agrees with this one.
     """
     # Imported on use: only the live-cluster path needs the Kubernetes client.
-    from kubesage.core.k8s.binder import placement_annotations
+    from kubesage.core.k8s.binder import BindConflictError, PodGoneError, placement_annotations
 
     def post(target: BindTarget, placement: Placement | None) -> None:
-        binder.bind(
-            target.namespace,
-            target.name,
-            target.uid,
-            target.node,
-            annotations=placement_annotations(placement) if placement else None,
-        )
+        annotations = {
+            **(placement_annotations(placement) if placement else {}),
+            **target.annotations,
+        }
+        try:
+            binder.bind(
+                target.namespace,
+                target.name,
+                target.uid,
+                target.node,
+                annotations=annotations or None,
+            )
+        except (PodGoneError, BindConflictError) as exc:
+            raise BindRefusedError(str(exc)) from exc  # the world said no: not an error
 
     return assume_then_bind(view, policy, post)
 
@@ -163,3 +190,44 @@ class _Held:
 
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
+
+
+class BindActuator:
+    """The control loop's Bind actions, through the one bind path.
+
+    The action's placement (node, GPUs in ring order, MIG slot) is honoured exactly and
+    its annotations are posted with the binding. A pod that no longer fits there, is
+    gone, or is bound elsewhere is REFUSED (the plan it belongs to stops and is retried);
+    any other failure is FAILED.
+    """
+
+    def __init__(self, bind: BindFunction) -> None:
+        self._bind = bind
+
+    @property
+    def kinds(self) -> frozenset[ActionKind]:
+        return frozenset({ActionKind.BIND})
+
+    def execute(self, action: Action) -> Result:
+        if not isinstance(action, Bind):
+            return Result(Outcome.FAILED, f"{type(action).__name__} is not a Bind")
+        pod, placement = action.pod, action.placement
+        target = BindTarget(
+            pod.namespace,
+            pod.name,
+            pod.uid,
+            placement.node,
+            action.request,
+            placement=placement,
+            annotations=action.annotations,
+        )
+        try:
+            self._bind(target)
+        except BindRefusedError as exc:
+            return Result(Outcome.REFUSED, str(exc))
+        except KubesageError as exc:
+            return Result(Outcome.FAILED, str(exc))
+        gpus = ",".join(str(gpu) for gpu in placement.gpu_indices)
+        return Result(
+            Outcome.DONE, f"bound to {placement.node}" + (f" (GPUs {gpus})" if gpus else "")
+        )

@@ -4,7 +4,10 @@ It is the synthetic openb-like cluster the simulator uses by default
 (``configs/simulate.yaml``: 1,213 GPU nodes, seed 0) with the matching synthetic
 workload as the policy's typical pods, so the extender and the webhook answer real
 requests with no API server. Binds go into this ClusterState: a bound pod takes
-its resources (on the GPUs the policy chooses) until the process exits.
+its resources (on the GPUs the policy chooses) until it is evicted or the process
+exits. An eviction (the control loop's, :meth:`EmbeddedCluster.evict`) gives the
+pod's resources back and keeps the pod as pending — what its controller would
+re-create on a real cluster — until the loop binds it again.
 """
 
 from __future__ import annotations
@@ -41,6 +44,20 @@ class BoundPod:
     node: str
     request: PodRequest
     placement: Placement
+    namespace: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """A pod evicted from the embedded cluster, waiting to be bound again."""
+
+    namespace: str
+    name: str
+    uid: str
+    request: PodRequest
+    evicted_from: str
+    """The node it was evicted from."""
 
 
 class EmbeddedCluster(LockedState):
@@ -53,6 +70,8 @@ class EmbeddedCluster(LockedState):
         self.description = description
         self.bound: dict[str, BoundPod] = {}
         """Bound pods by UID (or namespace/name when the bind carried no UID)."""
+        self.pending: dict[str, PendingPod] = {}
+        """Evicted pods not bound again yet, keyed as :attr:`bound`."""
 
     @classmethod
     def synthetic(
@@ -125,7 +144,15 @@ class EmbeddedCluster(LockedState):
                 raise BindRefusedError(
                     f"pod {metadata['namespace']}/{metadata['name']} on {placement.node}: {exc}"
                 ) from exc
-            self.bound[_key(pod)] = BoundPod(placement.node, request, placement)
+            key = _key(pod)
+            self.bound[key] = BoundPod(
+                placement.node,
+                request,
+                placement,
+                namespace=str(metadata["namespace"]),
+                name=str(metadata["name"]),
+            )
+            self.pending.pop(key, None)
 
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Give back what :meth:`assume` took for ``pod``."""
@@ -133,6 +160,32 @@ class EmbeddedCluster(LockedState):
             bound = self.bound.pop(_key(pod), None)
             if bound is not None:
                 state.release(bound.request, bound.placement)
+
+    def evict(self, namespace: str, name: str, uid: str = "") -> PendingPod | None:
+        """Evict a bound pod: give its resources back and keep it as pending (to be
+        re-placed). None when no such pod is bound (gone already, or still pending);
+        with ``uid``, only the pod with that UID is evicted."""
+        with self.locked() as (state, _):
+            key = self._bound_key(namespace, name, uid)
+            if key is None:
+                return None
+            bound = self.bound.pop(key)
+            state.release(bound.request, bound.placement)
+            bound_uid = "" if key == f"{namespace}/{name}" else key  # bound without a UID
+            evicted = PendingPod(namespace, name, bound_uid, bound.request, bound.node)
+            self.pending[key] = evicted
+        log_event(log, logging.INFO, "embedded_evict", pod=f"{namespace}/{name}", node=bound.node)
+        return evicted
+
+    def _bound_key(self, namespace: str, name: str, uid: str) -> str | None:
+        if uid:
+            return uid if uid in self.bound else None
+        if f"{namespace}/{name}" in self.bound:
+            return f"{namespace}/{name}"
+        for key, pod in self.bound.items():
+            if (pod.namespace, pod.name) == (namespace, name):
+                return key
+        return None
 
     @staticmethod
     def _posted(target: BindTarget, placement: Placement | None) -> None:

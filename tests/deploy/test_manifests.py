@@ -449,6 +449,14 @@ CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
     "create_namespaced_lease": {("coordination.k8s.io", "leases", "create")},
     "replace_namespaced_lease": {("coordination.k8s.io", "leases", "update")},
     "list_cluster_custom_object": {("kubesage.io", "schedulingpolicies", "list")},
+    "create_namespaced_pod_eviction": {("", "pods/eviction", "create")},
+    "patch_node": {("", "nodes", "patch")},
+    "patch_namespaced_job": {("batch", "jobs", "patch")},
+    "get_namespaced_custom_object": {("kubeflow.org", "pytorchjobs", "get")},
+    "patch_namespaced_custom_object": {
+        ("kubeflow.org", "pytorchjobs", "patch"),
+        ("flink.apache.org", "flinkdeployments", "patch"),
+    },
 }
 
 
@@ -466,7 +474,7 @@ def called_client_methods() -> set[str]:
     for path in (ROOT / "core").rglob("*.py"):
         for match in re.finditer(r"\.([a-z_]+)\b", path.read_text()):
             if match.group(1) in known and re.match(
-                r"(list|read|create|replace|patch|delete|connect)_", match.group(1)
+                r"(get|list|read|create|replace|patch|delete|connect)_", match.group(1)
             ):
                 called.add(match.group(1))
     return called

@@ -29,6 +29,26 @@ fake writes. What it serves, with the shapes of the real API:
   ``kubesage.io/v1alpha1`` ``schedulingpolicies`` is registered by default.
 - ``POST /api/v1/namespaces/{ns}/events`` (stored; :meth:`FakeApiServer.events` reads
   them back).
+- ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (a policy/v1 ``Eviction``):
+  the eviction subresource with PodDisruptionBudget semantics
+  (:mod:`tests.fakes.disruption`): 201 and a ``Success`` Status, the pod deleted (the
+  real one is deleted gracefully: here at once); 429 ``TooManyRequests`` with the real
+  message and a ``DisruptionBudget`` cause when the budget allows no disruption (the
+  pod stays); 500 for a pod under two budgets; 404 for a missing pod; 409 when the
+  ``deleteOptions.preconditions.uid`` is not the pod's; 400 when the Eviction names
+  another pod.
+- ``/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets``: GET, POST; ``status`` is
+  kept as the disruption controller computes it, rewritten (a new resourceVersion and
+  a ``MODIFIED`` event) whenever a pod or budget of the namespace changes.
+- ``PATCH`` of any stored object with ``application/merge-patch+json`` (RFC 7386;
+  ``null`` removes a key); built-in kinds also take
+  ``application/strategic-merge-patch+json``, applied as a merge patch (no list merge
+  keys: kubesage patches no lists); other patch types get 415. A
+  ``metadata.resourceVersion`` in the patch is a precondition (409 ``Conflict``), a
+  change of ``spec`` bumps ``metadata.generation``, a Job's negative
+  ``spec.parallelism`` is 422 ``Invalid``. Kinds stored for it: batch/v1 ``jobs``, and
+  the custom resources kubeflow.org/v1 ``pytorchjobs`` and flink.apache.org/v1beta1
+  ``flinkdeployments`` (registered by default, as ``schedulingpolicies``).
 
 Test-side helpers add, modify and delete objects (each change gets a new
 resourceVersion and a watch event), and inject faults: an HTTP error for the next
@@ -59,6 +79,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from tests.fakes.disruption import budget_status, covers, eviction_refusal
 
 Obj = dict[str, Any]
 
@@ -160,6 +182,23 @@ SCHEDULING_POLICIES = Resource(
     namespaced=False,
     builtin=False,
 )
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
+JOBS = Resource("batch", "v1", "jobs", "Job", namespaced=True)
+PYTORCH_JOBS = Resource(
+    "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", namespaced=True, builtin=False
+)
+FLINK_DEPLOYMENTS = Resource(
+    "flink.apache.org",
+    "v1beta1",
+    "flinkdeployments",
+    "FlinkDeployment",
+    namespaced=True,
+    builtin=False,
+)
+_GENERATED = (PDBS, JOBS, PYTORCH_JOBS, FLINK_DEPLOYMENTS, SCHEDULING_POLICIES)
+"""Kinds whose ``metadata.generation`` counts changes of ``spec``."""
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 SELECTABLE_FIELDS: dict[Resource, tuple[str, ...]] = {
@@ -240,8 +279,14 @@ class FakeApiServer:
             EVENTS: {},
             LEASES: {},
             SCHEDULING_POLICIES: {},
+            PDBS: {},
+            JOBS: {},
+            PYTORCH_JOBS: {},
+            FLINK_DEPLOYMENTS: {},
         }
         self._history: list[Change] = []
+        self._awaiting_replacement: dict[tuple[str, str], int] = {}
+        """(namespace, budget) → pods it selected that were evicted and not re-created."""
         self._compacted_rv = 0
         self._faults: list[Fault] = []
         self._watch_generation = 0
@@ -379,6 +424,21 @@ class FakeApiServer:
     def add_custom(self, resource: Resource, obj: Obj) -> Obj:
         return self.create(resource, obj)
 
+    def add_pdb(self, pdb: Obj) -> Obj:
+        """Create a policy/v1 PodDisruptionBudget (its status is computed at once)."""
+        self.create(PDBS, pdb)
+        meta = pdb["metadata"]
+        return self.pdb(meta.get("namespace") or "default", meta["name"])
+
+    def pdb(self, namespace: str, name: str) -> Obj:
+        return self.get(PDBS, namespace, name)
+
+    def add_job(self, job: Obj) -> Obj:
+        return self.create(JOBS, job)
+
+    def job(self, namespace: str, name: str) -> Obj:
+        return self.get(JOBS, namespace, name)
+
     def requests_to(self, method: str, pattern: str) -> list[Recorded]:
         regex = re.compile(pattern)
         with self._lock:
@@ -477,8 +537,15 @@ class FakeApiServer:
                 obj.setdefault("status", {}).setdefault("phase", "Pending")
             if resource is NAMESPACES:
                 _namespace_defaults(obj)
+            if resource in _GENERATED:
+                meta["generation"] = 1
             store[key] = obj
             self._record(resource, "ADDED", copy.deepcopy(obj))
+            if resource is PODS:  # a controller's replacement of an evicted pod
+                for pdb_key, pdb in self._objects[PDBS].items():
+                    if self._awaiting_replacement.get(pdb_key) and covers(pdb, obj):
+                        self._awaiting_replacement[pdb_key] -= 1
+            self._sync_budgets(resource, meta.get("namespace", ""))
             return copy.deepcopy(obj)
 
     def get(self, resource: Resource, namespace: str, name: str) -> Obj:
@@ -503,10 +570,15 @@ class FakeApiServer:
             change(new)
             if resource is NAMESPACES:
                 _namespace_defaults(new)
+            if resource in _GENERATED:  # only the server sets it: a spec change counts
+                generation = old["metadata"].get("generation", 1)
+                changed = new.get("spec") != old.get("spec")
+                new["metadata"]["generation"] = generation + 1 if changed else generation
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             self._objects[resource][(namespace, name)] = new
             self._record(resource, "MODIFIED", copy.deepcopy(new), old)
-            return copy.deepcopy(new)
+            self._sync_budgets(resource, namespace)
+            return copy.deepcopy(self._objects[resource][(namespace, name)])
 
     def replace(self, resource: Resource, namespace: str, name: str, obj: Obj) -> Obj:
         """PUT semantics: the body's resourceVersion must match the stored one."""
@@ -542,7 +614,108 @@ class FakeApiServer:
             del self._objects[resource][(namespace, name)]
             obj["metadata"]["resourceVersion"] = str(self._next_rv())
             self._record(resource, "DELETED", copy.deepcopy(obj))
+            self._sync_budgets(resource, namespace)
             return obj
+
+    def _sync_budgets(self, changed: Resource, namespace: str) -> None:
+        """The disruption controller: rewrite the namespace's budget statuses after a pod
+        or budget changed (only those whose status differs)."""
+        if changed not in (PODS, PDBS):
+            return
+        with self._lock:
+            pods = [pod for (ns, _), pod in self._objects[PODS].items() if ns == namespace]
+            for key, pdb in list(self._objects[PDBS].items()):
+                if key[0] != namespace:
+                    continue
+                fresh = budget_status(
+                    pdb,
+                    pods,
+                    pdb.get("status"),
+                    now_rfc3339(),
+                    self._awaiting_replacement.get(key, 0),
+                )
+                if fresh == pdb.get("status"):
+                    continue
+                old = copy.deepcopy(pdb)
+                pdb["status"] = fresh
+                pdb["metadata"]["resourceVersion"] = str(self._next_rv())
+                self._record(PDBS, "MODIFIED", copy.deepcopy(pdb), old)
+
+    def evict(self, namespace: str, name: str, eviction: Obj) -> Obj:
+        """The pods/eviction subresource (see the module docstring)."""
+        meta = eviction.get("metadata") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise ApiError(400, "name in URL does not match name in Eviction object")
+        with self._lock:
+            pod = self.get(PODS, namespace, name)
+            uid = ((eviction.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            if uid and uid != pod["metadata"]["uid"]:
+                raise ApiError(
+                    409,
+                    f'Operation cannot be fulfilled on pods "{name}": Precondition failed: '
+                    f"UID in precondition: {uid}, UID in object meta: {pod['metadata']['uid']}",
+                    name=name,
+                    kind="pods",
+                )
+            budgets = [pdb for (ns, _), pdb in self._objects[PDBS].items() if ns == namespace]
+            refusal = eviction_refusal(pod, budgets)
+            if refusal is not None:
+                code, reason, message, details = refusal
+                raise ApiError(code, message, reason, **(details or {}))
+            for key, pdb in self._objects[PDBS].items():
+                if covers(pdb, pod):
+                    self._awaiting_replacement[key] = self._awaiting_replacement.get(key, 0) + 1
+            self.delete(PODS, namespace, name)
+            return status(201, "", "")
+
+    def patch(
+        self, resource: Resource, namespace: str, name: str, patch: Obj, content_type: str
+    ) -> Obj:
+        """PATCH with a merge patch (see the module docstring)."""
+        media = content_type.split(";")[0].strip()
+        accepted = [MERGE_PATCH] + ([STRATEGIC_MERGE_PATCH] if resource.builtin else [])
+        if media not in accepted:
+            raise ApiError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {', '.join(accepted)}",
+                "UnsupportedMediaType",
+            )
+        with self._lock:
+            current = self.get(resource, namespace, name)
+            sent = (patch.get("metadata") or {}).get("resourceVersion")
+            if sent and sent != current["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object '
+                    "has been modified; please apply your changes to the latest version and "
+                    "try again",
+                    name=name,
+                    group=resource.group,
+                    kind=resource.plural,
+                )
+            patched = _merge_patch(current, patch)
+            for key in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
+                if key in current["metadata"]:
+                    patched.setdefault("metadata", {})[key] = current["metadata"][key]
+            if resource is JOBS:
+                parallelism = (patched.get("spec") or {}).get("parallelism")
+                if isinstance(parallelism, int) and parallelism < 0:
+                    raise ApiError(
+                        422,
+                        f'Job.batch "{name}" is invalid: spec.parallelism: Invalid value: '
+                        f"{parallelism}: must be greater than or equal to 0",
+                        "Invalid",
+                        name=name,
+                        group="batch",
+                        kind="Job",
+                    )
+
+            def put(target: Obj) -> None:
+                target.clear()
+                target.update(patched)
+
+            return self.modify(resource, namespace, name, put)
 
     def _items(self, resource: Resource, namespace: str | None, selector: Selector) -> list[Obj]:
         with self._lock:
@@ -714,6 +887,19 @@ class FakeApiServer:
         return None
 
 
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (a copy; ``null`` removes the key)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
 def _namespace_defaults(namespace: Obj) -> None:
     """What the real namespace strategy enforces on create and update: the name label
     (``kubernetes.io/metadata.name``, since 1.21, cannot be changed) and the phase."""
@@ -851,6 +1037,9 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_DELETE(self) -> None:
             self._serve("DELETE")
 
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
+
         def _send(self, code: int, body: Obj) -> None:
             data = json.dumps(body).encode()
             self.send_response(code)
@@ -880,7 +1069,7 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     raise ApiError(401, "Unauthorized")
                 fault = fake.take_fault(method, split.path)
                 if fault is not None and not fault.after_apply:
-                    if method in ("POST", "PUT"):
+                    if method in ("POST", "PUT", "PATCH"):
                         self._body()  # drain it so the connection stays usable
                     raise ApiError(fault.code, fault.message)
                 code, body = self._route(method, split.path, query)
@@ -933,6 +1122,8 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             namespace = ns if resource.namespaced else ""
             if sub == "binding" and method == "POST" and name and ns:
                 return 201, fake.bind(ns, name, self._body())
+            if sub == "eviction" and resource is PODS and method == "POST" and name and ns:
+                return 201, fake.evict(ns, name, self._body())
             if sub is not None:
                 raise ApiError(404, f"the server could not find the requested resource {path}")
             if method == "GET" and name is None:
@@ -951,6 +1142,9 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if method == "DELETE" and name is not None:
                 fake.delete(resource, namespace, name)
                 return 200, status(200, "", "")
+            if method == "PATCH" and name is not None:
+                content_type = self.headers.get("Content-Type") or ""
+                return 200, fake.patch(resource, namespace, name, self._body(), content_type)
             raise ApiError(405, f"method {method} is not allowed on {path}", "MethodNotAllowed")
 
         def _watch(

@@ -1,0 +1,321 @@
+"""The control loop's actuators on a live cluster: the loop's actions as API calls.
+
+Each actuator executes the actions of its kind and reports an
+:class:`~kubesage.core.loop.reconciler.Outcome`; none raises for an answer of the API
+server. What each call is, and how its answers map to outcomes:
+
+========== =========================================================== =================
+Action     API call                                                    Outcomes
+========== =========================================================== =================
+Bind       ``POST pods/{name}/binding`` through                        DONE; REFUSED: pod
+           :class:`~kubesage.core.k8s.binder.Binder` (UID               gone or bound
+           precondition, GPU annotations, retries)                     elsewhere; FAILED
+Evict      ``POST pods/{name}/eviction`` (policy/v1 Eviction, UID       see :class:`LiveEvictor`
+           precondition)
+Scale      merge patch of a Job's ``spec.parallelism`` or a            DONE; REFUSED: out
+           PyTorchJob's elastic Worker replicas (read first: bounds)   of bounds, gone,
+                                                                       conflict; FAILED
+Patch      merge patch of a Job, PyTorchJob or FlinkDeployment         as Scale
+LabelNode  merge patch of ``metadata.labels`` (None removes a label)   as Scale
+========== =========================================================== =================
+
+A refusal is the world saying no (a PodDisruptionBudget, bounds, an object that is
+gone or changed): retrying the same action will not help until the world changes. A
+failure is an error (5xx, throttling, no connection, forbidden) that a later tick may
+retry. Flink REST rescales are not here: the Flink adapter executes those.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import urllib3
+
+from kubesage.core.k8s.apiclient import (
+    ApiClient,
+    ApiException,
+    BatchV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    V1DeleteOptions,
+    V1Eviction,
+    V1ObjectMeta,
+    V1Preconditions,
+)
+from kubesage.core.k8s.binder import Binder
+from kubesage.core.k8s.binding import AssumingView, BindActuator, assume_and_bind
+from kubesage.core.k8s.workloads import (
+    MERGE_PATCH,
+    ChangeRefusedError,
+    Kind,
+    kind_of,
+    scale_needs_object,
+    scale_patch,
+)
+from kubesage.core.loop.actions import (
+    Action,
+    ActionKind,
+    Evict,
+    LabelNode,
+    ObjectRef,
+    Patch,
+    Scale,
+)
+from kubesage.core.loop.reconciler import Actuator, Outcome, Result
+from kubesage.core.policy.base import Policy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+"""How long one API call may take before the action counts as FAILED."""
+
+_REFUSING_STATUSES = frozenset({404, 409, 422})
+"""Answers that say no to this change (gone, changed meanwhile, invalid): REFUSED."""
+
+
+def api_message(exc: ApiException) -> str:
+    """The ``message`` of the Status the API server answered (else its reason or code)."""
+    status = _status(exc)
+    return str(status.get("message") or exc.reason or exc.status)
+
+
+def _status(exc: ApiException) -> dict[str, Any]:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _causes(exc: ApiException) -> list[str]:
+    details = _status(exc).get("details") or {}
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return [str(c["message"]) for c in causes or [] if isinstance(c, dict) and c.get("message")]
+
+
+def _unexpected(action: Action) -> Result:
+    return Result(Outcome.FAILED, f"{type(action).__name__} is not an action this actuator runs")
+
+
+class LiveEvictor:
+    """Evict through the Eviction subresource, so PodDisruptionBudgets apply.
+
+    - 200/201: DONE (the API server deletes the pod gracefully; its controller
+      re-creates it and the loop re-places the new one).
+    - 429 TooManyRequests: REFUSED with the API's message — a PodDisruptionBudget
+      allows no disruption now (or its controller has not caught up). Not an error.
+    - 404 NotFound: DONE. The eviction's purpose — the pod no longer holds its node's
+      resources — is already met (deleted, or evicted by an earlier attempt whose
+      answer was lost); a plan may go on to use the capacity. The detail says so.
+    - 409 Conflict (the UID precondition: the name now belongs to a new pod): REFUSED;
+      the pod the reconciler decided on is gone and the new one was not its choice.
+    - Anything else (a pod under two PDBs answers 500, throttling, no connection):
+      FAILED.
+    """
+
+    def __init__(
+        self, api: ApiClient, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    ) -> None:
+        # Any: called with _preload_content=False (the answer is a Status, not the
+        # Eviction the generated signature promises).
+        self._core: Any = CoreV1Api(api)
+        self.request_timeout_s = request_timeout_s
+
+    @property
+    def kinds(self) -> frozenset[ActionKind]:
+        return frozenset({ActionKind.EVICT})
+
+    def execute(self, action: Action) -> Result:
+        if not isinstance(action, Evict):
+            return _unexpected(action)
+        pod = action.pod
+        body = V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=V1ObjectMeta(name=pod.name, namespace=pod.namespace),
+            delete_options=(
+                V1DeleteOptions(preconditions=V1Preconditions(uid=pod.uid)) if pod.uid else None
+            ),
+        )
+        try:
+            self._core.create_namespaced_pod_eviction(
+                pod.name,
+                pod.namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
+            ).read()
+        except ApiException as exc:
+            message = api_message(exc)
+            if exc.status == 429:
+                reasons = "; ".join([message, *_causes(exc)])
+                return Result(Outcome.REFUSED, f"eviction of pod {pod} refused: {reasons}")
+            if exc.status == 404:
+                return Result(Outcome.DONE, f"pod {pod} is already gone: {message}")
+            if exc.status == 409:
+                return Result(Outcome.REFUSED, f"pod {pod} was replaced: {message}")
+            return Result(Outcome.FAILED, f"evicting pod {pod}: HTTP {exc.status}: {message}")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Result(Outcome.FAILED, f"evicting pod {pod}: API server unreachable: {exc}")
+        return Result(Outcome.DONE, f"pod {pod} evicted")
+
+
+class LivePatcher:
+    """Scale and Patch: merge patches of the workload kinds in
+    :data:`~kubesage.core.k8s.workloads.PATCHABLE`."""
+
+    def __init__(
+        self, api: ApiClient, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    ) -> None:
+        # Any: the Job patch is called with _preload_content=False (the answer is not
+        # needed, and a typed Job need not deserialise for the patch to have happened).
+        self._batch: Any = BatchV1Api(api)
+        self._custom = CustomObjectsApi(api)
+        self.request_timeout_s = request_timeout_s
+
+    @property
+    def kinds(self) -> frozenset[ActionKind]:
+        return frozenset({ActionKind.SCALE, ActionKind.PATCH})
+
+    def execute(self, action: Action) -> Result:
+        if isinstance(action, Scale):
+            ref, what = action.workload, f"scale to {action.replicas}"
+        elif isinstance(action, Patch):
+            ref, what = action.obj, "patch"
+        else:
+            return _unexpected(action)
+        try:
+            kind = kind_of(ref)
+            if isinstance(action, Scale):
+                current = self._read(kind, ref) if scale_needs_object(ref) else None
+                patch = scale_patch(ref, action.replicas, current)
+            else:
+                patch = dict(action.patch)
+            self._patch(kind, ref, patch)
+        except ChangeRefusedError as exc:
+            return Result(Outcome.REFUSED, str(exc))
+        except ApiException as exc:
+            return _api_result(exc, f"{what} {ref}")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Result(Outcome.FAILED, f"{what} {ref}: API server unreachable: {exc}")
+        return Result(Outcome.DONE, f"{ref}: {what} applied")
+
+    def _read(self, kind: Kind, ref: ObjectRef) -> Mapping[str, Any]:
+        obj = self._custom.get_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            ref.namespace,
+            kind.plural,
+            ref.name,
+            _request_timeout=self.request_timeout_s,
+        )
+        return obj if isinstance(obj, Mapping) else {}
+
+    def _patch(self, kind: Kind, ref: ObjectRef, patch: Mapping[str, Any]) -> None:
+        if kind.builtin:
+            self._batch.patch_namespaced_job(
+                ref.name,
+                ref.namespace,
+                dict(patch),
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
+            ).read()
+            return
+        self._custom.patch_namespaced_custom_object(
+            kind.group,
+            kind.version,
+            ref.namespace,
+            kind.plural,
+            ref.name,
+            dict(patch),
+            _content_type=MERGE_PATCH,
+            _request_timeout=self.request_timeout_s,
+        )
+
+
+class LiveNodeLabeler:
+    """LabelNode: a merge patch of the node's labels (a None value removes the label)."""
+
+    def __init__(
+        self, api: ApiClient, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    ) -> None:
+        # Any: called with _preload_content=False (only the status code matters).
+        self._core: Any = CoreV1Api(api)
+        self.request_timeout_s = request_timeout_s
+
+    @property
+    def kinds(self) -> frozenset[ActionKind]:
+        return frozenset({ActionKind.LABEL_NODE})
+
+    def execute(self, action: Action) -> Result:
+        if not isinstance(action, LabelNode):
+            return _unexpected(action)
+        labels = dict(action.labels)
+        try:
+            self._core.patch_node(
+                action.node,
+                {"metadata": {"labels": labels}},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
+            ).read()
+        except ApiException as exc:
+            return _api_result(exc, f"labelling node {action.node}")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Result(
+                Outcome.FAILED, f"labelling node {action.node}: API server unreachable: {exc}"
+            )
+        shown = ", ".join(
+            f"{key}={value}" if value is not None else f"{key}-" for key, value in labels.items()
+        )
+        return Result(Outcome.DONE, f"node/{action.node} labelled {shown}")
+
+
+def _api_result(exc: ApiException, what: str) -> Result:
+    message = api_message(exc)
+    if exc.status in _REFUSING_STATUSES:
+        return Result(Outcome.REFUSED, f"{what} refused (HTTP {exc.status}): {message}")
+    return Result(Outcome.FAILED, f"{what} failed (HTTP {exc.status}): {message}")
+
+
+def live_actuators(
+    api_client: ApiClient,
+    view: AssumingView,
+    policy: Policy,
+    *,
+    binder: Binder | None = None,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+) -> list[Actuator]:
+    """The actuators of a live cluster: bind, evict, scale/patch, label nodes.
+
+    Binds go through the one bind path (:func:`~kubesage.core.k8s.binding.assume_and_bind`:
+    accounted in ``view`` — the ClusterSync — before the Binding is posted). ``binder``
+    shares the extender's or secondary scheduler's Binder (its memory of bound pods)
+    when given.
+    """
+    post = binder or Binder(api_client, request_timeout_s=request_timeout_s)
+    return [
+        BindActuator(assume_and_bind(view, post, policy)),
+        LiveEvictor(api_client, request_timeout_s=request_timeout_s),
+        LivePatcher(api_client, request_timeout_s=request_timeout_s),
+        LiveNodeLabeler(api_client, request_timeout_s=request_timeout_s),
+    ]
+
+
+# The embedded cluster's actuators live beside it; re-exported so the loop's wiring
+# finds both kinds of cluster here.
+from kubesage.core.k8s.embedded_actuators import embedded_actuators  # noqa: E402
+
+__all__ = [
+    "BindActuator",
+    "LiveEvictor",
+    "LiveNodeLabeler",
+    "LivePatcher",
+    "api_message",
+    "embedded_actuators",
+    "live_actuators",
+]

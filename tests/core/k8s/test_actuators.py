@@ -1,0 +1,395 @@
+"""Live actuators through the real kubernetes client against the fake API server:
+eviction under PodDisruptionBudgets, Job / PyTorchJob scaling, patches, node labels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from kubesage.core.k8s.actuators import (
+    LiveEvictor,
+    LiveNodeLabeler,
+    LivePatcher,
+    live_actuators,
+)
+from kubesage.core.k8s.apiclient import ApiClient, load_api_client
+from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, Binder
+from kubesage.core.k8s.binding import BindActuator, assume_and_bind
+from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.loop.actions import (
+    Bind,
+    Evict,
+    FlinkRescale,
+    LabelNode,
+    ObjectRef,
+    Patch,
+    PodRef,
+    Scale,
+)
+from kubesage.core.loop.reconciler import Actuator, Outcome
+from kubesage.core.policy import PolicyContext, make_policy
+from kubesage.core.types import Placement
+from tests.builders import node
+from tests.builders import pod as pod_request
+from tests.core.k8s import v1_container, v1_node, v1_pod
+from tests.fakes.apiserver import FLINK_DEPLOYMENTS, PYTORCH_JOBS, FakeApiServer
+
+WHY = {"reconciler": "test", "explanation": "a test asked"}
+JOB = ObjectRef("batch/v1", "Job", "ml", "sweep")
+PYTORCH_JOB = ObjectRef("kubeflow.org/v1", "PyTorchJob", "ml", "llama")
+FLINK = ObjectRef("flink.apache.org/v1beta1", "FlinkDeployment", "ml", "wordcount")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.add_node(v1_node("n1"))
+        yield server
+
+
+@pytest.fixture
+def api(fake: FakeApiServer) -> ApiClient:
+    api_client = load_api_client(str(fake.kubeconfig))
+    assert api_client is not None
+    return api_client
+
+
+def running(name: str, *, app: str = "web", ready: bool = True) -> dict[str, Any]:
+    """A pod bound to n1, Running, Ready (or not) — what a PDB counts."""
+    pod = v1_pod(name)
+    pod["metadata"]["labels"] = {"app": app}
+    pod["spec"]["nodeName"] = "n1"
+    pod["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    return pod
+
+
+def budget(name: str = "web", *, app: str = "web", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"selector": {"matchLabels": {"app": app}}, **spec},
+    }
+
+
+def evict(api: ApiClient, name: str, uid: str = "") -> tuple[Outcome, str]:
+    result = LiveEvictor(api).execute(Evict(pod=PodRef("ml", name, uid), **WHY))
+    return result.outcome, result.detail
+
+
+# -- eviction --------------------------------------------------------------------------------
+
+
+def test_eviction_the_budget_allows_deletes_the_pod(fake: FakeApiServer, api: ApiClient) -> None:
+    for name in ("web-0", "web-1"):
+        fake.add_pod(running(name))
+    assert fake.add_pdb(budget(minAvailable=1))["status"]["disruptionsAllowed"] == 1
+    uid = fake.pod("ml", "web-0")["metadata"]["uid"]
+    assert evict(api, "web-0", uid)[0] is Outcome.DONE
+    assert [p["metadata"]["name"] for p in fake.pods()] == ["web-1"]
+    status = fake.pdb("ml", "web")["status"]
+    assert (status["currentHealthy"], status["disruptionsAllowed"]) == (1, 0)
+
+
+def test_eviction_a_budget_forbids_is_refused_and_the_pod_stays(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    for name in ("web-0", "web-1"):
+        fake.add_pod(running(name))
+    fake.add_pdb(budget(minAvailable=2))
+    outcome, detail = evict(api, "web-0")
+    assert outcome is Outcome.REFUSED
+    assert "would violate the pod's disruption budget" in detail
+    assert "needs 2 healthy pods and has 2 currently" in detail
+    assert fake.pod("ml", "web-0")["metadata"]["name"] == "web-0"
+    (post,) = fake.requests_to("POST", r"/pods/web-0/eviction$")
+    assert post.path == "/api/v1/namespaces/ml/pods/web-0/eviction"
+
+
+def test_second_eviction_meets_the_spent_budget(fake: FakeApiServer, api: ApiClient) -> None:
+    for name in ("web-0", "web-1", "web-2"):
+        fake.add_pod(running(name))
+    fake.add_pdb(budget(maxUnavailable="34%"))  # of 3, rounded up: 2 may go
+    outcomes = [evict(api, name)[0] for name in ("web-0", "web-1", "web-2")]
+    assert outcomes == [Outcome.DONE, Outcome.DONE, Outcome.REFUSED]
+
+
+def test_the_api_reports_budget_status_in_its_real_shape(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    fake.add_pod(running("web-0"))
+    fake.add_pod(running("web-1", ready=False))
+    fake.add_pdb(budget(minAvailable="50%"))
+    read = k8s.PolicyV1Api(api).read_namespaced_pod_disruption_budget("web", "ml")
+    assert read.status is not None
+    assert (read.status.expected_pods, read.status.current_healthy) == (2, 1)
+    assert (read.status.desired_healthy, read.status.disruptions_allowed) == (1, 0)
+    assert read.status.conditions[0].reason == "InsufficientPods"
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"), [(None, Outcome.REFUSED), ("AlwaysAllow", Outcome.DONE)]
+)
+def test_an_unready_pod_under_a_spent_budget(
+    fake: FakeApiServer, api: ApiClient, policy: str | None, expected: Outcome
+) -> None:
+    fake.add_pod(running("web-0"))
+    fake.add_pod(running("web-1", ready=False))
+    extra = {"unhealthyPodEvictionPolicy": policy} if policy else {}
+    fake.add_pdb(budget(minAvailable=2, **extra))
+    assert evict(api, "web-1")[0] is expected
+
+
+def test_a_pending_pod_ignores_budgets(fake: FakeApiServer, api: ApiClient) -> None:
+    pending = v1_pod("web-0")
+    pending["metadata"]["labels"] = {"app": "web"}
+    fake.add_pod(pending)
+    fake.add_pdb(budget(minAvailable=5))
+    assert evict(api, "web-0")[0] is Outcome.DONE
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected", "words"),
+    [
+        ("gone", Outcome.DONE, "already gone"),
+        ("replaced", Outcome.REFUSED, "Precondition failed"),
+        ("two-budgets", Outcome.FAILED, "more than one PodDisruptionBudget"),
+        ("unavailable", Outcome.FAILED, "HTTP 503"),
+    ],
+)
+def test_eviction_answers_map_to_outcomes(
+    fake: FakeApiServer, api: ApiClient, setup: str, expected: Outcome, words: str
+) -> None:
+    uid = ""
+    if setup == "replaced":
+        fake.add_pod(running("web-0"))
+        uid = "not-the-uid-of-web-0"
+    if setup == "two-budgets":
+        fake.add_pod(running("web-0"))
+        fake.add_pdb(budget("a", minAvailable=0))
+        fake.add_pdb(budget("b", maxUnavailable=1))
+    if setup == "unavailable":
+        fake.add_pod(running("web-0"))
+        fake.fail("POST", r"/eviction$", 503)
+    outcome, detail = evict(api, "web-0", uid)
+    assert (outcome, words in detail) == (expected, True), detail
+    if setup != "gone":
+        assert fake.pod("ml", "web-0")  # nothing was deleted
+
+
+# -- scale and patch -------------------------------------------------------------------------
+
+
+def job(parallelism: int = 4) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "sweep", "namespace": "ml"},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": 16,
+            "template": {
+                "spec": {"containers": [v1_container()], "restartPolicy": "Never"},
+            },
+        },
+    }
+
+
+def pytorch_job(elastic: dict[str, int] | None, workers: int = 4) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "pytorchReplicaSpecs": {
+            "Worker": {"replicas": workers, "restartPolicy": "OnFailure", "template": {}}
+        }
+    }
+    if elastic is not None:
+        spec["elasticPolicy"] = {"rdzvBackend": "c10d", **elastic}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "llama", "namespace": "ml"},
+        "spec": spec,
+    }
+
+
+def scale(api: ApiClient, ref: ObjectRef, replicas: int) -> tuple[Outcome, str]:
+    result = LivePatcher(api).execute(Scale(workload=ref, replicas=replicas, **WHY))
+    return result.outcome, result.detail
+
+
+@pytest.mark.parametrize(("replicas", "expected"), [(0, Outcome.DONE), (8, Outcome.DONE)])
+def test_job_parallelism_is_merge_patched(
+    fake: FakeApiServer, api: ApiClient, replicas: int, expected: Outcome
+) -> None:
+    fake.add_job(job())
+    assert scale(api, JOB, replicas)[0] is expected
+    stored = fake.job("ml", "sweep")
+    assert stored["spec"] == {**job()["spec"], "parallelism": replicas}
+    assert stored["metadata"]["generation"] == 2
+    (patch,) = fake.requests_to("PATCH", r"/jobs/sweep$")
+    assert patch.path == "/apis/batch/v1/namespaces/ml/jobs/sweep"
+
+
+def test_job_scale_refusals(fake: FakeApiServer, api: ApiClient) -> None:
+    assert scale(api, JOB, 2)[0] is Outcome.REFUSED  # no such Job: 404
+    fake.add_job(job())
+    outcome, detail = scale(api, JOB, -1)
+    assert (outcome, "≥ 0" in detail) == (Outcome.REFUSED, True)
+    assert fake.job("ml", "sweep")["spec"]["parallelism"] == 4
+
+
+@pytest.mark.parametrize(
+    ("elastic", "replicas", "expected", "words"),
+    [
+        ({"minReplicas": 2, "maxReplicas": 8}, 2, Outcome.DONE, "applied"),
+        ({"minReplicas": 2, "maxReplicas": 8}, 8, Outcome.DONE, "applied"),
+        ({"minReplicas": 2, "maxReplicas": 8}, 1, Outcome.REFUSED, "bounds [2, 8]"),
+        ({"minReplicas": 2, "maxReplicas": 8}, 9, Outcome.REFUSED, "bounds [2, 8]"),
+        ({"maxReplicas": 8}, 0, Outcome.REFUSED, "bounds [1, 8]"),
+        (None, 2, Outcome.REFUSED, "no spec.elasticPolicy"),
+    ],
+)
+def test_pytorch_job_elastic_replicas_within_bounds(
+    fake: FakeApiServer,
+    api: ApiClient,
+    elastic: dict[str, int] | None,
+    replicas: int,
+    expected: Outcome,
+    words: str,
+) -> None:
+    fake.add_custom(PYTORCH_JOBS, pytorch_job(elastic))
+    outcome, detail = scale(api, PYTORCH_JOB, replicas)
+    assert (outcome, words in detail) == (expected, True), detail
+    stored = fake.get(PYTORCH_JOBS, "ml", "llama")["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert stored["replicas"] == (replicas if expected is Outcome.DONE else 4)
+    assert stored["restartPolicy"] == "OnFailure"  # a merge patch keeps the rest
+
+
+def test_a_patch_on_a_changed_object_is_refused(fake: FakeApiServer, api: ApiClient) -> None:
+    read = fake.add_custom(PYTORCH_JOBS, pytorch_job({"minReplicas": 1, "maxReplicas": 4}))
+    stale = read["metadata"]["resourceVersion"]
+    fake.modify(PYTORCH_JOBS, "ml", "llama", lambda job: job["metadata"].update(labels={"a": "b"}))
+    patch = {"metadata": {"resourceVersion": stale}, "spec": {"runPolicy": {"suspend": True}}}
+    result = LivePatcher(api).execute(Patch(obj=PYTORCH_JOB, patch=patch, **WHY))
+    assert result.outcome is Outcome.REFUSED
+    assert "has been modified" in result.detail
+
+
+def test_flink_deployment_overrides_are_merged(fake: FakeApiServer, api: ApiClient) -> None:
+    fake.add_custom(
+        FLINK_DEPLOYMENTS,
+        {
+            "metadata": {"name": "wordcount", "namespace": "ml"},
+            "spec": {"flinkConfiguration": {"taskmanager.numberOfTaskSlots": "2"}},
+        },
+    )
+    overrides = {"pipeline.jobvertex-parallelism-overrides": "a" * 32 + ":4"}
+    patch = {"spec": {"flinkConfiguration": overrides}}
+    result = LivePatcher(api).execute(Patch(obj=FLINK, patch=patch, **WHY))
+    assert result.outcome is Outcome.DONE
+    stored = fake.get(FLINK_DEPLOYMENTS, "ml", "wordcount")["spec"]["flinkConfiguration"]
+    assert stored == {"taskmanager.numberOfTaskSlots": "2", **overrides}
+
+
+def test_kinds_without_rbac_are_refused_before_any_request(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    deployment = ObjectRef("apps/v1", "Deployment", "ml", "web")
+    result = LivePatcher(api).execute(Patch(obj=deployment, patch={"spec": {}}, **WHY))
+    assert result.outcome is Outcome.REFUSED
+    assert "patches only" in result.detail
+    assert not fake.requests_to("PATCH", ".")
+
+
+def test_patch_errors_are_failures(fake: FakeApiServer, api: ApiClient) -> None:
+    fake.add_job(job())
+    fake.fail("PATCH", r"/jobs/sweep$", 500)
+    assert scale(api, JOB, 2)[0] is Outcome.FAILED
+
+
+# -- node labels and binding ---------------------------------------------------------------
+
+
+def test_node_labels_are_set_and_removed(fake: FakeApiServer, api: ApiClient) -> None:
+    labeler = LiveNodeLabeler(api)
+    set_label = LabelNode(node="n1", labels={"nvidia.com/mig.config": "all-1g.10gb"}, **WHY)
+    assert labeler.execute(set_label).outcome is Outcome.DONE
+    assert fake.node("n1")["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
+    remove = LabelNode(node="n1", labels={"nvidia.com/mig.config": None}, **WHY)
+    result = labeler.execute(remove)
+    assert (result.outcome, result.detail) == (
+        Outcome.DONE,
+        "node/n1 labelled nvidia.com/mig.config-",
+    )
+    labels = fake.node("n1")["metadata"]["labels"]
+    assert "nvidia.com/mig.config" not in labels
+    assert labels["kubernetes.io/hostname"] == "n1"  # the others stay
+    assert labeler.execute(LabelNode(node="n9", labels={"a": "b"}, **WHY)).outcome is (
+        Outcome.REFUSED
+    )
+
+
+def test_bind_honours_the_placement_posts_its_annotations_and_accounts_it_first(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    uid = fake.add_pod(v1_pod("trainer", scheduler_name="kubesage"))["metadata"]["uid"]
+    # The accounting side of the one bind path: a real ClusterState behind a lock.
+    view = EmbeddedCluster([node("n1", gpus=8)], [], "one node")
+    policy = make_policy("bestfit", PolicyContext())
+    binder = BindActuator(assume_and_bind(view, Binder(api, attempts=1), policy))
+    placement = Placement(node="n1", node_index=0, gpu_milli_by_index=((5, 1000), (2, 1000)))
+    action = Bind(
+        pod=PodRef("ml", "trainer", uid),
+        request=pod_request("trainer", gpus=2),
+        placement=placement,
+        annotations={"kubesage.io/gang-rank": "0"},
+        **WHY,
+    )
+    result = binder.execute(action)
+    assert result.outcome is Outcome.DONE, result.detail
+    stored = fake.pod("ml", "trainer")
+    assert stored["spec"]["nodeName"] == "n1"
+    annotations = stored["metadata"]["annotations"]
+    assert annotations[GPU_INDICES_ANNOTATION] == "5,2"  # the ring order, not the policy's
+    assert annotations["kubesage.io/gang-rank"] == "0"
+    with view.locked() as (state, _):
+        assert state.gpu_free_milli[0, [2, 5]].tolist() == [0, 0]
+        free_after_bind = state.gpu_free_milli.copy()
+
+    # A pod that is gone is refused, and its accounting undone.
+    gone = Bind(
+        pod=PodRef("ml", "nobody"),
+        request=pod_request("nobody", gpus=1),
+        placement=Placement(node="n1", node_index=0, gpu_milli_by_index=((0, 1000),)),
+        **WHY,
+    )
+    assert binder.execute(gone).outcome is Outcome.REFUSED
+    # A placement on GPUs that are taken is refused before anything is posted.
+    taken = Bind(
+        pod=PodRef("ml", "late"),
+        request=pod_request("late", gpus=1),
+        placement=Placement(node="n1", node_index=0, gpu_milli_by_index=((5, 1000),)),
+        **WHY,
+    )
+    refused = binder.execute(taken)
+    assert refused.outcome is Outcome.REFUSED and "GPU 5 on n1 has 0 milli free" in refused.detail
+    with view.locked() as (state, _):
+        assert (state.gpu_free_milli == free_after_bind).all()
+
+
+def test_live_actuators_cover_each_kind_once_and_leave_flink_to_its_adapter(
+    api: ApiClient,
+) -> None:
+    view = EmbeddedCluster([node("n1")], [], "one node")
+    actuators = live_actuators(api, view, make_policy("bestfit", PolicyContext()))
+    assert all(isinstance(actuator, Actuator) for actuator in actuators)
+    kinds = [kind for actuator in actuators for kind in actuator.kinds]
+    assert len(kinds) == len(set(kinds))
+    assert {str(kind) for kind in kinds} == {"bind", "evict", "scale", "patch", "label-node"}
+    rescale = FlinkRescale(jobmanager="http://jm:8081", job_id="j", parallelism={}, **WHY)
+    assert all(rescale.kind not in actuator.kinds for actuator in actuators)
