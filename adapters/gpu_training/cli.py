@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +20,8 @@ from kubesage.adapters.gpu_training.launcher import (
 from kubesage.adapters.gpu_training.mig import catalogue
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
+from kubesage.core.loop.reconciler import Reconciler
+from kubesage.core.loop.settings import ReconcilerContext
 from kubesage.core.topology.examples import example_topology, topology_file
 from kubesage.core.topology.graph import DRTG
 
@@ -94,6 +97,13 @@ def launch(
 class GpuTrainingAdapter:
     name: str = "gpu"
     cli: typer.Typer = gpu_app
+
+    def reconcilers(self, context: ReconcilerContext) -> Sequence[Reconciler]:
+        """``gpu-defrag``, ``gpu-elastic`` and ``gpu-gang`` (docs/gpu-training.md)."""
+        # Imported on use: the CLI starts without the loop's planners.
+        from kubesage.adapters.gpu_training.reconcilers import reconcilers_for
+
+        return reconcilers_for(context)
 
 
 ADAPTER = GpuTrainingAdapter()

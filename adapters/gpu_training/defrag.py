@@ -16,9 +16,9 @@ land on another slot of the same GPU: a re-layout). The first candidate whose
 pods all find a place wins, so the plan is the cheapest that works, within
 ``budget`` pods and ``max_trials`` candidates.
 
-Cost of moving a pod: ``1`` for best-effort (``BE``), ``2`` for latency-sensitive
-(``LS`` and others); ``Guaranteed`` pods and pods with priority above
-``max_priority`` never move.
+Cost of moving a pod: ``1`` for best-effort (``BE``, or Kubernetes' ``BestEffort``),
+``2`` for latency-sensitive (``LS`` and others, ``Burstable`` among them);
+``Guaranteed`` pods and pods with priority above ``max_priority`` never move.
 
 :func:`compact` is the background counterpart: without a pending request, it
 empties the partly used GPUs that are cheapest to empty, moving their pods onto
@@ -48,6 +48,8 @@ from kubesage.core.types import (
 )
 
 IMMOVABLE_QOS = ("Guaranteed",)
+BEST_EFFORT_QOS = ("BE", "BestEffort")
+"""Cheapest to move: the traces' ``BE`` and Kubernetes' ``BestEffort`` QoS class."""
 
 Running = tuple[PodRequest, Placement]
 
@@ -56,7 +58,7 @@ def move_cost(pod: PodRequest, max_priority: int) -> float:
     """What moving ``pod`` costs (inf when it must not move)."""
     if pod.qos in IMMOVABLE_QOS or pod.priority > max_priority:
         return float("inf")
-    return 1.0 if pod.qos == "BE" else 2.0
+    return 1.0 if pod.qos in BEST_EFFORT_QOS else 2.0
 
 
 def _slice_mask(pod: PodRequest, placement: Placement) -> int:

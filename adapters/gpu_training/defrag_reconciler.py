@@ -1,0 +1,463 @@
+"""``gpu-defrag``: migrations that let a GPU pod pending only for fragmentation fit.
+
+Every tick, for each pending GPU pod (not a gang member: ``gpu-gang`` places those)
+that fails **only for fragmentation** — no node fits; at least one node fails the fit
+rule on free GPU alone (:attr:`FitCheck.GPU_SHARE`, :attr:`FitCheck.WHOLE_GPUS` or
+:attr:`FitCheck.MIG_SLOT`: its CPU and memory checks come first and passed); and the
+free GPU of the nodes that could ever host it (no unresolvable reason) covers the
+request — the :class:`~kubesage.adapters.gpu_training.defrag.Defragmenter` is asked
+for the cheapest migration (best-effort pods first, ``Guaranteed`` pods and pods above
+``max_priority`` never). The answer is one :class:`~kubesage.core.loop.actions.Plan`:
+
+- reservations: the waiting pod's target placement and every moved pod's new one,
+  as they stand *after* the plan's evictions (the loop reserves them against the
+  state with the evicted pods released);
+- steps: evict each moved pod; label each MIG node whose layout changes with its
+  mig-parted configuration (:mod:`~kubesage.adapters.gpu_training.relayout`); bind each
+  moved pod at its new placement; bind the waiting pod.
+
+The re-placement binds name the evicted pod. In the embedded cluster the same pod
+comes back pending under its name; on a live cluster its controller creates a
+replacement with a new name, which the loop matches to the bind step by owner and
+request shape (the step carries the request).
+
+A plan that stops after an eviction (a refused or failed step) leaves the evicted pod
+pending; the reconciler remembers the pods its plans bind and, on a later tick, binds
+each still pending evicted pod again (at its planned place when that is free, else
+where the policy puts it), then the waiting pod once it fits — no pod is lost, and the
+migration is finished rather than undone.
+
+The plans of one tick evict at most :attr:`DefragSettings.eviction_budget` pods in
+all; with a budget of 0 nothing is planned and a note says which pods wait for it.
+With budget left and no migration planned, background compaction
+(:class:`~kubesage.adapters.gpu_training.defrag.Compactor`) runs when fewer than
+``compact_free_share`` of the GPUs are empty, at most once per
+``compact_interval_s`` (kept in the reconciler's memory), each move a plan of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter, move_cost
+from kubesage.adapters.gpu_training.loop_support import (
+    Running,
+    digest,
+    gang_spec,
+    placement_key,
+    running_pods,
+    where,
+)
+from kubesage.adapters.gpu_training.relayout import relayout_plans
+from kubesage.core.errors import KubesageError
+from kubesage.core.loop.actions import Action, Bind, Evict, LabelNode, Plan, Reservation
+from kubesage.core.loop.reconciler import Reconciled
+from kubesage.core.loop.view import PodInfo, WorldView
+from kubesage.core.policy.base import Policy
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.state.fit import FitCheck, fit_report
+from kubesage.core.types import Migration, Placement, PodRequest
+
+NAME = "gpu-defrag"
+
+GPU_FREE_REASONS = (FitCheck.GPU_SHARE, FitCheck.WHOLE_GPUS, FitCheck.MIG_SLOT)
+"""Fit-rule reasons that moving pods can fix: the GPU is there, but not free in one place."""
+
+COMPACTED_AT = "compacted_at_s"
+"""Memory key: when the last compaction plans were asked for (the loop's clock)."""
+STOPPED = "in_flight"
+"""Memory key: the pods our plans bind (``namespace/name`` → plan id, target placement
+as JSON, whether it is the waiting pod), kept while they are pending, so a plan that
+stopped half-way is finished. Memory holds JSON values only."""
+
+
+@dataclass(frozen=True)
+class DefragSettings:
+    """How far ``gpu-defrag`` may go."""
+
+    eviction_budget: int = 4
+    """Most pods evicted per tick over all its plans (the loop's per-tick eviction
+    budget; 0: nothing is migrated, and the notes say what waits)."""
+    relayout_budget: int | None = None
+    """Most MIG node re-layouts (``label-node`` steps) per tick over all its plans (the
+    loop's label-node budget; None: unlimited). A plan needing more is not asked for."""
+    max_priority: int = 0
+    """Pods above this priority never move."""
+    max_trials: int = 32
+    """Most candidate migrations tried (each on a copy of the cluster) per pending pod."""
+    compact_free_share: float = 0.05
+    """Compact in the background while fewer than this share of GPUs are empty (0: never)."""
+    compact_interval_s: float = 600.0
+    """Least time between two compaction rounds."""
+
+
+def only_fragmentation(state: ClusterState, request: PodRequest) -> bool:
+    """Whether ``request`` is pending only because free GPU is scattered (module docstring)."""
+    if request.num_gpu == 0:
+        return False
+    report = fit_report(state, request)
+    if report.fits.any():
+        return False
+    if not np.isin(report.reasons, [int(reason) for reason in GPU_FREE_REASONS]).any():
+        return False
+    could_host = ~report.unresolvable
+    return int(state.gpu_free_milli_node[could_host].sum()) >= request.total_gpu_milli
+
+
+@dataclass(frozen=True)
+class DefragReconciler:
+    """The ``gpu-defrag`` reconciler (see the module docstring)."""
+
+    policy: Policy
+    """Re-places the moved pods and the waiting one (the scheduler's own policy)."""
+    settings: DefragSettings = field(default_factory=DefragSettings)
+    name: str = NAME
+
+    def reconcile(self, view: WorldView) -> Reconciled:
+        settings = self.settings
+        running, infos = running_pods(view)
+        state = view.state.copy()
+        memory = dict(view.memory)
+        actions, stopped = self._finish_stopped(view, state)
+        candidates = [
+            pod
+            for pod in view.pending
+            if pod.request.num_gpu and str(pod.ref) not in stopped and gang_spec(pod) is None
+        ]
+        if settings.eviction_budget <= 0:
+            return Reconciled(
+                actions=actions,
+                memory={**memory, STOPPED: stopped},
+                notes=[
+                    f"{pod.ref} is pending only for fragmentation; the eviction budget is 0, "
+                    "so no migration is planned"
+                    for pod in candidates
+                    if only_fragmentation(state, pod.request)
+                ],
+            )
+        notes: list[str] = []
+        left = settings.eviction_budget
+        labels_left = _UNLIMITED if settings.relayout_budget is None else settings.relayout_budget
+        migrations = 0
+        for pod in candidates:
+            # Asked on the state after this tick's earlier plans: one may have made room.
+            if not only_fragmentation(state, pod.request):
+                continue
+            if left <= 0:
+                notes.append(f"{pod.ref}: this tick's eviction budget is spent; next tick")
+                continue
+            planned = self._migration(state, running, infos, pod, left, labels_left)
+            if isinstance(planned, str):
+                notes.append(planned)
+                continue
+            plan, state = planned
+            actions.append(plan)
+            migrations += 1
+            left -= _remember(plan, stopped)
+            labels_left -= _relabels(plan)
+        if not migrations and left > 0 and self._compaction_due(view):
+            plans = self._compaction(state, running, infos, left, labels_left)
+            for plan in plans:
+                _remember(plan, stopped)
+            if plans:
+                actions += plans
+                memory[COMPACTED_AT] = view.now_s
+        memory[STOPPED] = stopped
+        return Reconciled(actions=actions, memory=memory, notes=notes)
+
+    def _finish_stopped(
+        self, view: WorldView, state: ClusterState
+    ) -> tuple[list[Plan], dict[str, dict[str, Any]]]:
+        """Finish what an earlier plan of ours left half-done (a step failed or was
+        refused after an eviction): bind again each pod it evicted that is still pending
+        (at the plan's target when that is still free), then its waiting pod once it fits.
+
+        Pods our plans named are remembered (``namespace/name`` → plan id and target)
+        until they run again or are gone; ``state`` takes the new placements.
+        """
+        remembered: Mapping[str, Mapping[str, Any]] = view.memory.get(STOPPED) or {}
+        still: dict[str, dict[str, Any]] = {}
+        plans: list[Plan] = []
+        # Evicted pods first (their plan's binds come before the waiting pod's).
+        for ref, entry in sorted(remembered.items(), key=lambda item: item[1]["waiting"]):
+            pod = view.pods.get(ref)
+            if pod is None or not pod.pending:
+                continue
+            placement = _fits_at(state, pod.request, entry.get("target"))
+            how = "its planned place" if placement is not None else "where the policy puts it"
+            if placement is None:
+                placement = self.policy.decide(state, pod.request).placement
+            if placement is None:
+                if not entry["waiting"]:
+                    still[ref] = dict(entry)  # an evicted pod waits, remembered, for room
+                continue  # a waiting pod that does not fit is planned for afresh
+            still[ref] = dict(entry)
+            state.allocate(pod.request, placement)
+            plan_id = f"{NAME}/finish/{ref}/" + digest([placement_key(placement)])
+            why = (
+                f"{entry['plan']} stopped before binding {ref}: bind it on {where(placement)} "
+                f"({how})"
+            )
+            bind = Bind(
+                reconciler=NAME,
+                explanation=why,
+                plan=plan_id,
+                pod=pod.ref,
+                request=pod.request,
+                placement=placement,
+            )
+            plans.append(
+                Plan(
+                    id=plan_id,
+                    reconciler=NAME,
+                    explanation=why,
+                    steps=(bind,),
+                    reservations=(Reservation(request=pod.request, placement=placement),),
+                )
+            )
+        return plans, still
+
+    # -- a migration for one pending pod ---------------------------------------------------
+
+    def _migration(
+        self,
+        state: ClusterState,
+        running: dict[str, Running],
+        infos: Mapping[str, PodInfo],
+        waiting: PodInfo,
+        budget: int,
+        relayouts: int,
+    ) -> tuple[Plan, ClusterState] | str:
+        """The plan for ``waiting`` and the state after it, or why none.
+
+        ``running`` is updated to after the plan: the moved pods at their new places, and
+        the waiting pod as a pod that never moves (so a later plan this tick neither
+        evicts it nor takes its room).
+        """
+        settings = self.settings
+        request = waiting.request
+        moves = Defragmenter(
+            self.policy,
+            budget=budget,
+            max_priority=settings.max_priority,
+            max_trials=settings.max_trials,
+        ).plan(state, running, request)
+        if moves is None:
+            return (
+                f"{waiting.ref} is pending only for fragmentation, and no migration of at most "
+                f"{budget} pod(s) makes room (Guaranteed pods and pods above priority "
+                f"{settings.max_priority} never move)"
+            )
+        trial = state.copy()
+        for name, _ in moves:
+            pod, source = running[name]
+            trial.release(pod, source)
+        for name, target in moves:
+            trial.allocate(running[name][0], target)
+        decision = self.policy.decide(trial, request)
+        if decision.placement is None:  # the defragmenter checked it fits; be safe
+            return f"{waiting.ref}: after the planned moves the policy still finds no node"
+        placement = decision.placement
+        trial.allocate(request, placement)
+        # The relayout of the node the waiting pod lands on must hold its MIG instance too.
+        before_with_waiting = {**running, request.name: (request, placement)}
+        plan_id = f"{NAME}/{waiting.ref}/" + digest(
+            [[name, placement_key(target)] for name, target in moves] + [placement_key(placement)]
+        )
+        cost = sum(move_cost(running[name][0], settings.max_priority) for name, _ in moves)
+        moved = ", ".join(str(infos[name].ref) for name, _ in moves)
+        why = f"make room for {waiting.ref} on {where(placement)}"
+        steps: list[Action] = [
+            Evict(
+                reconciler=NAME,
+                explanation=f"{why} (pending only for fragmentation)",
+                plan=plan_id,
+                pod=infos[name].ref,
+                request=infos[name].request,
+            )
+            for name, _ in moves
+        ]
+        labels = self._relayouts(state, before_with_waiting, moves, plan_id, why)
+        if len(labels) > relayouts:
+            return (
+                f"{waiting.ref}: the migration that makes room re-lays out {len(labels)} MIG "
+                f"node(s); this tick's re-layout budget allows {relayouts}"
+            )
+        steps += labels
+        steps += [
+            Bind(
+                reconciler=NAME,
+                explanation=f"re-place {infos[name].ref}, moved to {why}, on {where(target)}",
+                plan=plan_id,
+                pod=infos[name].ref,
+                request=infos[name].request,
+                placement=target,
+            )
+            for name, target in moves
+        ]
+        steps.append(
+            Bind(
+                reconciler=NAME,
+                explanation=(
+                    f"{waiting.ref} fits on {where(placement)} once {moved} moved: "
+                    f"{decision.explanation}"
+                ),
+                plan=plan_id,
+                pod=waiting.ref,
+                request=request,
+                placement=placement,
+            )
+        )
+        reservations = [Reservation(request=request, placement=placement)] + [
+            Reservation(request=running[name][0], placement=target) for name, target in moves
+        ]
+        summary = fit_report(state, request).summary()
+        for name, target in moves:
+            running[name] = (running[name][0], target)
+        running[request.name] = (request.model_copy(update={"qos": "Guaranteed"}), placement)
+        plan = Plan(
+            id=plan_id,
+            reconciler=NAME,
+            explanation=(
+                f"{waiting.ref} is pending only for fragmentation ({summary}); moving "
+                f"{len(moves)} pod(s) ({moved}; cost {cost:g}) makes room on {where(placement)}"
+            ),
+            steps=tuple(steps),
+            reservations=tuple(reservations),
+        )
+        return plan, trial
+
+    def _relayouts(
+        self,
+        state: ClusterState,
+        running: Mapping[str, Running],
+        moves: Sequence[Migration],
+        plan_id: str,
+        why: str,
+    ) -> list[Action]:
+        """A mig-parted label for every MIG node whose layout ``moves`` change."""
+        return [
+            LabelNode(
+                reconciler=NAME,
+                explanation=(
+                    f"{why}: MIG layout of {relayout.node} becomes "
+                    + "; ".join(
+                        f"GPU {gpu}: " + (",".join(f"{i.profile}@{i.start}" for i in layout) or "-")
+                        for gpu, layout in enumerate(relayout.layouts)
+                    )
+                ),
+                plan=plan_id,
+                node=relayout.node,
+                labels=dict([relayout.label]),
+            )
+            for relayout in relayout_plans(state, running, moves)
+        ]
+
+    # -- background compaction -------------------------------------------------------------
+
+    def _compaction_due(self, view: WorldView) -> bool:
+        settings = self.settings
+        if settings.compact_free_share <= 0:
+            return False
+        last = view.memory.get(COMPACTED_AT)
+        return not isinstance(last, int | float) or view.now_s - last >= settings.compact_interval_s
+
+    def _compaction(
+        self,
+        state: ClusterState,
+        running: dict[str, Running],
+        infos: Mapping[str, PodInfo],
+        budget: int,
+        relayouts: int,
+    ) -> list[Plan]:
+        """One plan per move of a compaction round (each stands alone), as many as the
+        re-layout budget allows (each move assumes the ones before it)."""
+        settings = self.settings
+        moves = Compactor(
+            self.policy,
+            budget=budget,
+            free_share=settings.compact_free_share,
+            max_priority=settings.max_priority,
+        ).compact(state, running)
+        plans: list[Plan] = []
+        for name, target in moves:
+            info = infos[name]
+            source = running[name][1]
+            plan_id = f"{NAME}/compact/{info.ref}/" + digest(
+                [placement_key(source), placement_key(target)]
+            )
+            why = (
+                f"background compaction: few GPUs are wholly free (below "
+                f"{settings.compact_free_share:.0%}); emptying {where(source)}"
+            )
+            steps: list[Action] = [
+                Evict(
+                    reconciler=NAME,
+                    explanation=why,
+                    plan=plan_id,
+                    pod=info.ref,
+                    request=info.request,
+                )
+            ]
+            labels = self._relayouts(state, running, [(name, target)], plan_id, why)
+            relayouts -= len(labels)
+            if relayouts < 0:
+                break
+            steps += labels
+            steps.append(
+                Bind(
+                    reconciler=NAME,
+                    explanation=f"{why}: {info.ref} moves to {where(target)}",
+                    plan=plan_id,
+                    pod=info.ref,
+                    request=info.request,
+                    placement=target,
+                )
+            )
+            running[name] = (info.request, target)
+            plans.append(
+                Plan(
+                    id=plan_id,
+                    reconciler=NAME,
+                    explanation=f"{why}: {info.ref} moves to {where(target)}",
+                    steps=tuple(steps),
+                    reservations=(Reservation(request=info.request, placement=target),),
+                )
+            )
+        return plans
+
+
+def _remember(plan: Plan, stopped: dict[str, dict[str, Any]]) -> int:
+    """Remember the pods ``plan`` binds (to finish it if it stops); its eviction count."""
+    binds = [step for step in plan.steps if isinstance(step, Bind)]
+    waiting = binds[-1].pod if binds else None
+    for step in binds:
+        stopped[str(step.pod)] = {
+            "plan": plan.id,
+            "target": step.placement.model_dump(mode="json"),
+            "waiting": int(step.pod == waiting),
+        }
+    return sum(1 for step in plan.steps if isinstance(step, Evict))
+
+
+def _fits_at(state: ClusterState, request: PodRequest, target: Any) -> Placement | None:
+    """The remembered ``target`` when ``request`` can still take it on ``state``; else None."""
+    try:
+        placement = Placement.model_validate(target)
+        trial = state.copy()
+        trial.allocate(request, placement)
+    except (ValueError, KubesageError):  # pydantic's ValidationError is a ValueError
+        return None
+    return placement
+
+
+_UNLIMITED = 1 << 30
+"""A budget that never runs out."""
+
+
+def _relabels(plan: Plan) -> int:
+    return sum(1 for step in plan.steps if isinstance(step, LabelNode))

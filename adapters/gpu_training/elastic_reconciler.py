@@ -1,0 +1,235 @@
+"""``gpu-elastic``: shrink an elastic training job through validation, grow it back after.
+
+A job is the pods with one owner of kind ``PyTorchJob`` or ``Job`` whose pods carry
+the elastic bounds (on the pod template, so on every replica):
+
+==============================  ============================================================
+``kubesage.io/elastic-min``     fewest replicas the job runs with (torchrun ``--nnodes`` MIN)
+``kubesage.io/elastic-max``     most replicas (MAX); ``1 <= min <= max``
+==============================  ============================================================
+
+Each tick the job's GPU utilisation is read from the collectors' snapshots: a
+per-node metric-map table (a :class:`~kubesage.core.loop.forecasts.MetricTable`, as the
+Prometheus collector's ``NodeMetrics`` is)
+with dcgm-exporter's per-GPU column ``dcgm.gpu_util_percent.gpu<i>``
+(``DCGM_FI_DEV_GPU_UTIL`` through ``configs/metric-map.yaml``), averaged over the GPUs
+its running pods hold. The samples are kept in the reconciler's memory (one per
+snapshot time, so a repeated tick adds none) and classified by the adapter's
+:class:`~kubesage.adapters.gpu_training.elastic.PhaseDetector` — rolling median,
+hysteresis between its thresholds, and no phase shorter than ``min_segment_s`` — so a
+few odd samples never flip the decision. The annotation
+``kubesage.io/training-phase`` (``train``/``training``, ``validation``, ``idle``) on any
+of the job's pods overrides the detector while it is set.
+
+In ``validation`` or ``idle`` the job is scaled to its minimum, in ``train`` to its
+maximum: a :class:`~kubesage.core.loop.actions.Scale` of the owner (a Job's
+parallelism, a PyTorchJob's elastic worker replicas), the only step of a plan whose id
+counts the job's scale changes — so scaling to the minimum a second time, later, is a
+new action and not one the audit log already holds. The ask is repeated only when the
+job's replica count still differs from it ``settle_s`` after (a failed or refused
+scale is retried; a slow controller is not hurried).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+
+from kubesage.adapters.gpu_training.elastic import (
+    PHASE_ANNOTATION,
+    Phase,
+    PhaseDetector,
+    detect_phases,
+)
+from kubesage.core.loop.actions import ObjectRef, Plan, Scale
+from kubesage.core.loop.forecasts import MetricTable
+from kubesage.core.loop.reconciler import Reconciled
+from kubesage.core.loop.view import PodInfo, WorldView
+
+NAME = "gpu-elastic"
+
+ELASTIC_MIN_ANNOTATION = "kubesage.io/elastic-min"
+ELASTIC_MAX_ANNOTATION = "kubesage.io/elastic-max"
+ELASTIC_KINDS = ("PyTorchJob", "Job")
+"""Owner kinds whose replicas the loop's Scale actuator can set."""
+GPU_UTIL_COLUMN = "dcgm.gpu_util_percent.gpu{gpu}"
+"""The metric-map column of one GPU's DCGM utilisation (percent)."""
+PHASE_WORDS: Mapping[str, Phase] = {
+    "train": "train",
+    "training": "train",
+    "validation": "validation",
+    "idle": "idle",
+}
+
+
+@dataclass(frozen=True)
+class ElasticSettings:
+    """How ``gpu-elastic`` reads phases."""
+
+    detector: PhaseDetector = field(
+        default_factory=lambda: PhaseDetector(step_s=5.0, smooth_samples=3, min_segment_s=60.0)
+    )
+    """Thresholds, smoothing and the shortest phase; ``step_s`` is the loop's tick."""
+    history_samples: int = 360
+    """Utilisation samples kept per job (30 minutes at 5 s)."""
+    settle_s: float = 120.0
+    """How long a scale may take to show in the job's replicas before it is asked again."""
+
+
+@dataclass(frozen=True)
+class _Job:
+    owner: ObjectRef
+    pods: tuple[PodInfo, ...]
+    min_replicas: int
+    max_replicas: int
+
+
+@dataclass(frozen=True)
+class ElasticReconciler:
+    """The ``gpu-elastic`` reconciler (see the module docstring)."""
+
+    settings: ElasticSettings = field(default_factory=ElasticSettings)
+    name: str = NAME
+
+    def reconcile(self, view: WorldView) -> Reconciled:
+        jobs, notes = elastic_jobs(view.pods.values())
+        metrics = _utilisation_snapshots(view)
+        old: Mapping[str, Any] = view.memory.get("jobs") or {}
+        memory: dict[str, dict[str, Any]] = {}
+        actions: list[Plan] = []
+        for key, job in sorted(jobs.items()):
+            entry = dict(old.get(key) or {"samples": [], "epoch": 0, "replicas": None})
+            samples = [list(sample) for sample in entry["samples"]]
+            sample = _job_utilisation(job, metrics)
+            if sample is not None and (not samples or sample[0] > samples[-1][0]):
+                samples = [*samples, list(sample)][-self.settings.history_samples :]
+            entry["samples"] = samples
+            phase, source = self._phase(job, samples)
+            if phase is None:
+                memory[key] = entry
+                continue
+            desired = job.min_replicas if phase != "train" else job.max_replicas
+            if desired != entry["replicas"]:
+                if entry["replicas"] is None and len(job.pods) == desired:
+                    entry["replicas"] = desired  # already where it should be: nothing to ask
+                else:
+                    entry.update(epoch=int(entry["epoch"]) + 1, replicas=desired, asked_s=None)
+            if len(job.pods) != entry["replicas"] and _due(entry, view.now_s, self.settings):
+                entry["asked_s"] = view.now_s
+                actions.append(_scale(job, key, entry, phase, source))
+            memory[key] = entry
+        return Reconciled(actions=actions, memory={"jobs": memory}, notes=notes)
+
+    def _phase(self, job: _Job, samples: Sequence[Sequence[float]]) -> tuple[Phase | None, str]:
+        for pod in job.pods:
+            word = pod.annotations.get(PHASE_ANNOTATION)
+            if word and word.lower() in PHASE_WORDS:
+                return PHASE_WORDS[word.lower()], f"annotation {PHASE_ANNOTATION}={word}"
+        detector = self.settings.detector
+        if len(samples) * detector.step_s < detector.min_segment_s:
+            return None, "not enough utilisation yet"  # no decision on a first glimpse
+        values = [value for _, value in samples]
+        segments = detect_phases(values, detector)
+        mean = float(np.mean(values[-detector.smooth_samples :]))
+        return segments[-1].phase, f"GPU utilisation {mean:.0f}% (DCGM)"
+
+
+def elastic_jobs(pods: Iterable[PodInfo]) -> tuple[dict[str, _Job], list[str]]:
+    """Jobs with elastic bounds, by owner, and notes on bounds that cannot be read."""
+    by_owner: dict[ObjectRef, list[PodInfo]] = defaultdict(list)
+    for pod in pods:
+        if (
+            pod.owner is not None
+            and pod.owner.kind in ELASTIC_KINDS
+            and (
+                ELASTIC_MIN_ANNOTATION in pod.annotations
+                or ELASTIC_MAX_ANNOTATION in pod.annotations
+            )
+        ):
+            by_owner[pod.owner].append(pod)
+    jobs: dict[str, _Job] = {}
+    notes: list[str] = []
+    for owner, members in by_owner.items():
+        members.sort(key=lambda p: str(p.ref))
+        annotations = members[0].annotations
+        try:
+            low = int(annotations.get(ELASTIC_MIN_ANNOTATION, ""))
+            high = int(annotations.get(ELASTIC_MAX_ANNOTATION, ""))
+        except ValueError:
+            low = high = 0
+        if not 1 <= low <= high:
+            notes.append(
+                f"{owner}: {ELASTIC_MIN_ANNOTATION} and {ELASTIC_MAX_ANNOTATION} must be whole "
+                f"numbers with 1 <= min <= max; got {annotations.get(ELASTIC_MIN_ANNOTATION)!r}, "
+                f"{annotations.get(ELASTIC_MAX_ANNOTATION)!r}"
+            )
+            continue
+        jobs[str(owner)] = _Job(owner, tuple(members), low, high)
+    return jobs, notes
+
+
+def _utilisation_snapshots(view: WorldView) -> list[tuple[float, MetricTable]]:
+    """``(taken at, table)`` of the snapshots with DCGM utilisation columns, freshest first."""
+    found = [
+        snapshot
+        for _, snapshot in sorted(view.snapshots.items())
+        if isinstance(snapshot.data, MetricTable)
+        and any(column.startswith("dcgm.gpu_util_percent.gpu") for column in snapshot.data.columns)
+    ]
+    found.sort(key=lambda snapshot: (snapshot.stale, -snapshot.taken_at))
+    return [(snapshot.taken_at, cast(MetricTable, snapshot.data)) for snapshot in found]
+
+
+def _job_utilisation(
+    job: _Job, tables: Sequence[tuple[float, MetricTable]]
+) -> tuple[float, float] | None:
+    """``(snapshot time, mean utilisation %)`` over the job's GPUs; None without samples."""
+    for taken_at, table in tables:
+        values: list[float] = []
+        for pod in job.pods:
+            if pod.placement is None or pod.placement.node not in table.nodes:
+                continue
+            row = table.nodes.index(pod.placement.node)
+            for gpu in pod.placement.gpu_indices:
+                column = GPU_UTIL_COLUMN.format(gpu=gpu)
+                if column in table.columns:
+                    value = float(table.values[row, table.columns.index(column)])
+                    if np.isfinite(value):
+                        values.append(min(100.0, max(0.0, value)))
+        if values:
+            return taken_at, float(np.mean(values))
+    return None
+
+
+def _due(entry: Mapping[str, Any], now_s: float, settings: ElasticSettings) -> bool:
+    asked = entry.get("asked_s")
+    return asked is None or now_s - float(asked) >= settings.settle_s
+
+
+def _scale(job: _Job, key: str, entry: Mapping[str, Any], phase: Phase, source: str) -> Plan:
+    replicas = int(entry["replicas"])
+    bound = "minimum" if phase != "train" else "maximum"
+    why = (
+        f"{key} is in a {phase} phase ({source}): scale from {len(job.pods)} to its {bound}, "
+        f"{replicas} replica(s)"
+        + ("; the released GPUs are free for other pods meanwhile" if phase != "train" else "")
+    )
+    plan_id = f"{NAME}/{key}/{entry['epoch']}"
+    return Plan(
+        id=plan_id,
+        reconciler=NAME,
+        explanation=why,
+        steps=(
+            Scale(
+                reconciler=NAME,
+                explanation=why,
+                plan=plan_id,
+                workload=job.owner,
+                replicas=replicas,
+            ),
+        ),
+    )

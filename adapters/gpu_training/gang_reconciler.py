@@ -1,0 +1,275 @@
+"""``gpu-gang``: place a whole-GPU gang for the fastest AllReduce ring, all members or none.
+
+Pending pods are grouped into gangs as the secondary scheduler groups them
+(:func:`kubesage.core.k8s.gang.gang_of`: ``kubesage.io/gang`` or Koordinator's and
+scheduler-plugins' PodGroup annotations, ``min-available``). A gang with every member
+pending, at least ``min-available`` of them, each asking for the same number ``k`` of
+whole GPUs, is given to :func:`~kubesage.adapters.gpu_training.allreduce.place_gang` on
+the live DRTG (``view.topology``: its links' available bandwidth already reflects the
+observed utilisation) with the GPUs that are free in ``view.state`` on nodes of an
+allowed model, not in MIG mode, with the CPU and memory a member needs. The planner's
+ring keeps each node's GPUs consecutive; the ring is cut into ``k``-GPU pieces in
+rank order, member ``i`` (members ordered by Kubeflow's replica type and index, else
+by name: the master first) taking piece ``i`` — its GPUs listed in ring order, which is
+the order the bind records them in.
+
+The answer is one plan: reservations for every member; a bind of every member, in
+rank order, each annotating its pod with its rank (:data:`GANG_RANK_ANNOTATION`,
+:data:`GANG_SIZE_ANNOTATION`) — through the bind when the loop's ``Bind`` carries
+annotations, else through a ``Patch`` of each member before the binds. A gang that
+does not fit whole (GPUs, or CPU and memory on the chosen nodes) gets a note and no
+action: nothing is bound before every member has a place. Gangs with members already
+bound, sharing or MIG members, or mixed sizes are left to the secondary scheduler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kubesage.adapters.gpu_training.allreduce import GangPlacement, place_gang
+from kubesage.adapters.gpu_training.loop_support import (
+    digest,
+    gang_spec,
+    placement_key,
+    pod_object,
+    where,
+)
+from kubesage.core.arrays import BoolArray
+from kubesage.core.errors import CapacityError
+from kubesage.core.loop.actions import Action, Bind, Patch, Plan, Reservation
+from kubesage.core.loop.reconciler import Reconciled
+from kubesage.core.loop.view import PodInfo, WorldView
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.topology.graph import DRTG
+from kubesage.core.types import GPU_MILLI_PER_GPU, Placement, PodRequest
+
+NAME = "gpu-gang"
+
+GANG_RANK_ANNOTATION = "kubesage.io/gang-rank"
+"""A member's rank in the AllReduce ring (0 = first; its GPUs are ranks ``k·rank …``)."""
+GANG_SIZE_ANNOTATION = "kubesage.io/gang-size"
+"""How many members the ring has."""
+BIND_CARRIES_ANNOTATIONS = "annotations" in {f.name for f in dataclasses.fields(Bind)}
+"""Whether the loop's Bind sets pod annotations with the binding; if not, the ranks are
+patched onto the members first."""
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+
+
+@dataclass(frozen=True)
+class GangSettings:
+    """How ``gpu-gang`` records its decision."""
+
+    annotate_ranks: bool = True
+    """Patch each member's rank annotations before binding it."""
+
+
+def rank_annotations(rank: int, size: int) -> dict[str, str]:
+    """What a member of a ``size``-member ring at ``rank`` is annotated with."""
+    return {GANG_RANK_ANNOTATION: str(rank), GANG_SIZE_ANNOTATION: str(size)}
+
+
+def _member_order(pod: PodInfo) -> tuple[int, int, str]:
+    replica_type = pod.labels.get(REPLICA_TYPE_LABEL, "").lower()
+    index = pod.labels.get(REPLICA_INDEX_LABEL, "")
+    return (
+        0 if replica_type == "master" else 1,
+        int(index) if index.isdigit() else 0,
+        str(pod.ref),
+    )
+
+
+@dataclass(frozen=True)
+class GangReconciler:
+    """The ``gpu-gang`` reconciler (see the module docstring)."""
+
+    settings: GangSettings = field(default_factory=GangSettings)
+    name: str = NAME
+
+    def reconcile(self, view: WorldView) -> Reconciled:
+        pending: dict[str, list[PodInfo]] = defaultdict(list)
+        minimum: dict[str, int] = defaultdict(int)
+        for pod in view.pending:
+            spec = gang_spec(pod)
+            if spec is not None:
+                pending[spec.key].append(pod)
+                minimum[spec.key] = max(minimum[spec.key], spec.min_available)
+        bound: dict[str, int] = defaultdict(int)
+        for pod in view.running.values():
+            spec = gang_spec(pod)
+            if spec is not None:
+                bound[spec.key] += 1
+        if not pending:
+            return Reconciled(memory=dict(view.memory))
+        if view.topology is None:
+            return Reconciled(
+                memory=dict(view.memory),
+                notes=[f"gang {key}: no topology (DRTG) configured" for key in sorted(pending)],
+            )
+        state = view.state.copy()
+        actions: list[Plan] = []
+        notes: list[str] = []
+        for key, members in sorted(pending.items()):
+            if bound[key]:
+                notes.append(
+                    f"gang {key}: {bound[key]} member(s) already bound; the secondary "
+                    "scheduler places the rest"
+                )
+                continue
+            if len(members) < minimum[key]:
+                notes.append(f"gang {key}: {len(members)} of {minimum[key]} members present")
+                continue
+            members = sorted(members, key=_member_order)
+            planned = self._plan(view.topology, state, key, members)
+            if isinstance(planned, str):
+                notes.append(planned)
+            else:
+                actions.append(planned[0])
+                state = planned[1]
+        return Reconciled(actions=actions, memory=dict(view.memory), notes=notes)
+
+    def _plan(
+        self, drtg: DRTG, state: ClusterState, key: str, members: Sequence[PodInfo]
+    ) -> tuple[Plan, ClusterState] | str:
+        requests = [m.request for m in members]
+        per_member = requests[0].num_gpu
+        if any(
+            r.num_gpu != per_member or r.mig is not None or r.gpu_milli != GPU_MILLI_PER_GPU
+            for r in requests
+        ):
+            return (
+                f"gang {key}: members do not all ask for the same whole GPUs; left to the "
+                "secondary scheduler"
+            )
+        total = per_member * len(members)
+        free = free_gpus(drtg, state, requests)
+        gang = place_gang(drtg, free, total)
+        pieces = _pieces(drtg, gang, per_member)
+        if gang is not None and pieces is None:
+            # Keep only whole k-GPU pieces per node and ask again.
+            gang = place_gang(drtg, _whole_pieces(drtg, free, per_member), total)
+            pieces = _pieces(drtg, gang, per_member)
+        if gang is None or pieces is None:
+            return (
+                f"gang {key}: {len(members)} member(s) × {per_member} GPU(s) do not fit in the "
+                f"{int(free.sum())} free GPU(s) of suitable nodes; none bound"
+            )
+        trial = state.copy()
+        placements: list[Placement] = []
+        for request, (node_name, local) in zip(requests, pieces, strict=True):
+            placement = trial.placement(trial.node_index[node_name], local, request)
+            try:
+                trial.allocate(request, placement)
+            except CapacityError as exc:
+                return f"gang {key}: {request.name} does not fit on {node_name} ({exc}); none bound"
+            placements.append(placement)
+        return self._as_plan(key, members, placements, gang), trial
+
+    def _as_plan(
+        self,
+        key: str,
+        members: Sequence[PodInfo],
+        placements: Sequence[Placement],
+        gang: GangPlacement,
+    ) -> Plan:
+        plan_id = f"{NAME}/{key}/" + digest(
+            [[str(m.ref), placement_key(p)] for m, p in zip(members, placements, strict=True)]
+        )
+        order = "; ".join(
+            f"rank {rank}: {member.ref} on {where(placement)}"
+            for rank, (member, placement) in enumerate(zip(members, placements, strict=True))
+        )
+        why = f"gang {key} placed by the AllReduce planner: {gang.explanation}. Rank order: {order}"
+        annotate = self.settings.annotate_ranks
+        carried = annotate and BIND_CARRIES_ANNOTATIONS
+        steps: list[Action] = []
+        if annotate and not carried:
+            steps += [
+                Patch(
+                    reconciler=NAME,
+                    explanation=f"rank {rank} of {len(members)} in gang {key}'s ring",
+                    plan=plan_id,
+                    obj=pod_object(member.ref),
+                    patch={"metadata": {"annotations": rank_annotations(rank, len(members))}},
+                )
+                for rank, member in enumerate(members)
+            ]
+        for rank, (member, placement) in enumerate(zip(members, placements, strict=True)):
+            extra: dict[str, Any] = (
+                {"annotations": rank_annotations(rank, len(members))} if carried else {}
+            )
+            steps.append(
+                Bind(
+                    reconciler=NAME,
+                    explanation=(
+                        f"gang {key} rank {rank} on {where(placement)} (ring bus bandwidth "
+                        f"{gang.bus_bandwidth_gbps:.1f} GB/s)"
+                    ),
+                    plan=plan_id,
+                    pod=member.ref,
+                    request=member.request,
+                    placement=placement,
+                    **extra,
+                )
+            )
+        return Plan(
+            id=plan_id,
+            reconciler=NAME,
+            explanation=why,
+            steps=tuple(steps),
+            reservations=tuple(
+                Reservation(request=member.request, placement=placement)
+                for member, placement in zip(members, placements, strict=True)
+            ),
+        )
+
+
+def free_gpus(drtg: DRTG, state: ClusterState, requests: Sequence[PodRequest]) -> BoolArray:
+    """Per DRTG GPU: wholly free, on a node that may host any one of ``requests``."""
+    free = np.zeros(drtg.num_gpus, dtype=bool)
+    first = requests[0]
+    models = state.gpu_model_mask(first.gpu_models)
+    cpu = max(r.cpu_milli for r in requests)
+    memory = max(r.memory_mib for r in requests)
+    for node, name in enumerate(drtg.node_names):
+        index = state.node_index.get(name)
+        if index is None or state.node_mig_enabled[index] or not models[index]:
+            continue
+        if state.cpu_free_milli[index] < cpu or state.memory_free_mib[index] < memory:
+            continue
+        gpus = drtg.node_gpus(node)
+        count = min(gpus.size, int(state.gpu_count[index]))
+        free[gpus[:count]] = state.gpu_free_milli[index, :count] == GPU_MILLI_PER_GPU
+    return free
+
+
+def _pieces(
+    drtg: DRTG, gang: GangPlacement | None, per_member: int
+) -> list[tuple[str, tuple[int, ...]]] | None:
+    """The ring cut into ``per_member`` GPUs each: ``(node, local GPUs in ring order)``."""
+    if gang is None:
+        return None
+    pieces = []
+    for start in range(0, len(gang.ranks), per_member):
+        piece = gang.ranks[start : start + per_member]
+        nodes = {int(drtg.gpu_node[g]) for g in piece}
+        if len(nodes) != 1:
+            return None
+        pieces.append((drtg.node_names[nodes.pop()], tuple(int(drtg.gpu_local[g]) for g in piece)))
+    return pieces
+
+
+def _whole_pieces(drtg: DRTG, free: BoolArray, per_member: int) -> BoolArray:
+    """``free`` with each node's free GPUs cut down to a multiple of ``per_member``."""
+    kept = free.copy()
+    for node in range(drtg.num_nodes):
+        gpus = drtg.node_gpus(node)
+        mine = gpus[free[gpus]]
+        kept[mine[len(mine) - len(mine) % per_member :]] = False
+    return kept

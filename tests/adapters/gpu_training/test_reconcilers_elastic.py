@@ -1,0 +1,140 @@
+"""``gpu-elastic``: an elastic job through a validation phase, from replayed DCGM utilisation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kubesage.adapters.gpu_training.elastic import PhaseDetector
+from kubesage.adapters.gpu_training.elastic_reconciler import (
+    ELASTIC_MAX_ANNOTATION,
+    ELASTIC_MIN_ANNOTATION,
+    ElasticReconciler,
+    ElasticSettings,
+)
+from kubesage.core.loop.actions import ObjectRef, Plan, Scale
+from kubesage.core.loop.reconciler import Reconciled
+from kubesage.core.loop.view import PodInfo
+from kubesage.core.perception import Snapshot
+from kubesage.core.state import ClusterState
+from kubesage.core.telemetry.features import NodeMetrics
+from tests.adapters.gpu_training.loop_views import request, run, view
+from tests.builders import node
+
+JOB = ObjectRef("kubeflow.org/v1", "PyTorchJob", "default", "train")
+BOUNDS = {ELASTIC_MIN_ANNOTATION: "2", ELASTIC_MAX_ANNOTATION: "4"}
+TICK_S = 5.0
+COLUMNS = tuple(f"dcgm.gpu_util_percent.gpu{g}" for g in range(8))
+
+
+def reconciler() -> ElasticReconciler:
+    # A phase must last two ticks before it counts; no smoothing, so the test can count.
+    detector = PhaseDetector(step_s=TICK_S, smooth_samples=1, min_segment_s=2 * TICK_S)
+    return ElasticReconciler(ElasticSettings(detector=detector, settle_s=60.0))
+
+
+def job(
+    workers: int, annotations: Mapping[str, str] = BOUNDS
+) -> tuple[ClusterState, list[PodInfo]]:
+    state = ClusterState([node("n0", gpus=8)])
+    pods = [
+        run(state, request(f"train-worker-{i}"), "n0", [i], owner=JOB, annotations=annotations)
+        for i in range(workers)
+    ]
+    return state, pods
+
+
+def dcgm(utilisation: float, taken_at: float) -> Mapping[str, Snapshot[Any]]:
+    metrics = NodeMetrics(("n0",), COLUMNS, np.full((1, len(COLUMNS)), utilisation), taken_at)
+    return {"prometheus": Snapshot(metrics, taken_at=taken_at)}
+
+
+def replay(
+    series: Sequence[float], workers: Sequence[int], memory: Mapping[str, Any] | None = None
+) -> list[Reconciled]:
+    """One tick per utilisation sample, the job having ``workers[t]`` pods at tick ``t``."""
+    elastic = reconciler()
+    results = []
+    for t, (utilisation, count) in enumerate(zip(series, workers, strict=True)):
+        state, pods = job(count)
+        now = t * TICK_S
+        result = elastic.reconcile(
+            view(
+                state, pods, tick=t + 1, now_s=now, snapshots=dcgm(utilisation, now), memory=memory
+            )
+        )
+        memory = result.memory
+        results.append(result)
+    return results
+
+
+def scales(results: Sequence[Reconciled]) -> list[tuple[int, int, str]]:
+    """``(tick index, replicas, plan id)`` of every Scale asked for."""
+    asked = []
+    for t, result in enumerate(results):
+        for action in result.actions:
+            assert isinstance(action, Plan)
+            (step,) = action.steps
+            assert isinstance(step, Scale) and step.workload == JOB
+            asked.append((t, step.replicas, action.id))
+    return asked
+
+
+def test_validation_scales_to_the_minimum_and_training_back_to_the_maximum() -> None:
+    series = [90, 90, 90, 30, 30, 30, 30, 90, 30, 30, 90, 90, 90]
+    workers = [4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2, 2, 4]
+    asked = scales(replay(series, workers))
+    # Validation counts once it lasted two ticks (tick 4); the lone 90 at tick 7 is a
+    # blip, not training; training counts once it lasted two ticks (tick 11).
+    assert [(t, replicas) for t, replicas, _ in asked] == [(4, 2), (11, 4)]
+    assert asked[0][2] != asked[1][2]  # two scale changes, two plans
+    assert "validation" in replay(series, workers)[4].actions[0].explanation  # type: ignore[union-attr]
+
+
+def test_the_ask_is_not_repeated_while_the_controller_settles() -> None:
+    series = [90, 90, 30, 30] + [30] * 10
+    workers = [4] * len(series)  # the job's controller never removes a pod
+    asked = scales(replay(series, workers))
+    # Asked at tick 3, again only settle_s (60 s, 12 ticks) later — not in between.
+    assert [t for t, _, _ in asked] == [3]
+
+
+def test_a_second_validation_phase_is_a_new_plan() -> None:
+    series = [90, 30, 30, 90, 90, 30, 30]
+    workers = [4, 4, 4, 2, 2, 4, 4]
+    asked = scales(replay(series, workers))
+    assert [replicas for _, replicas, _ in asked] == [2, 4, 2]
+    assert len({plan for _, _, plan in asked}) == 3
+
+
+def test_the_phase_annotation_overrides_the_utilisation() -> None:
+    state, pods = job(4, {**BOUNDS, "kubesage.io/training-phase": "validation"})
+    result = reconciler().reconcile(view(state, pods, snapshots=dcgm(95.0, 0.0)))
+    assert [(t, replicas) for t, replicas, _ in scales([result])] == [(0, 2)]
+
+
+def test_the_same_tick_twice_asks_the_same_and_adds_no_sample() -> None:
+    memory = replay([90, 30], [4, 4])[-1].memory
+    state, pods = job(4)
+    again = view(state, pods, tick=3, now_s=10.0, snapshots=dcgm(30.0, 10.0), memory=memory)
+    first, second = reconciler().reconcile(again), reconciler().reconcile(again)
+    assert [a.id for a in first.actions] == [a.id for a in second.actions]  # type: ignore[union-attr]
+    assert first.memory == second.memory
+    assert json.loads(json.dumps(first.memory)) == first.memory  # JSON values only
+
+
+def test_bad_bounds_are_noted_and_jobs_without_them_ignored() -> None:
+    state, pods = job(2, {ELASTIC_MIN_ANNOTATION: "3", ELASTIC_MAX_ANNOTATION: "2"})
+    result = reconciler().reconcile(view(state, pods, snapshots=dcgm(30.0, 0.0)))
+    assert not result.actions and "1 <= min <= max" in result.notes[0]
+    state, pods = job(2, {})
+    result = reconciler().reconcile(view(state, pods, snapshots=dcgm(30.0, 0.0)))
+    assert (list(result.actions), list(result.notes), result.memory) == ([], [], {"jobs": {}})
+
+
+def test_no_decision_on_a_first_glimpse() -> None:
+    asked = scales(replay([30, 30, 30], [4, 4, 4]))
+    assert [(t, replicas) for t, replicas, _ in asked] == [(1, 2)]  # not at the first sample
