@@ -83,6 +83,35 @@ def loop_settings(
     )
 
 
+def loop_inputs(
+    *,
+    policy: str,
+    tick_s: float,
+    dry_run: bool,
+    audit_log: Path | None,
+    max_evictions_per_tick: int | None,
+    embedded: bool,
+    kubeconfig: Path | None,
+    context: str | None,
+) -> tuple[LoopSettings, Any]:
+    """What ``kubesage serve`` and ``kubesage loop`` both check and build from their
+    options: the policy name, the loop's settings, and the API client (None: no
+    cluster configured, or ``--embedded``)."""
+    if policy not in policy_names():
+        raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
+    settings = loop_settings(
+        tick_s=tick_s,
+        dry_run=dry_run,
+        audit_log=audit_log,
+        max_evictions_per_tick=max_evictions_per_tick,
+    )
+    if embedded:
+        return settings, None
+    from kubesage.core.k8s.apiclient import load_api_client
+
+    return settings, load_api_client(str(kubeconfig) if kubeconfig else None, context)
+
+
 def core_reconcilers(context: ReconcilerContext) -> list[Reconciler]:
     """The core's own reconcilers (forecast-aware placement joins here; none yet)."""
     return []
@@ -196,21 +225,18 @@ def loop(
         # A running loop logs its actions as JSON lines; one tick prints its report
         # instead (and leaves the process's logging alone).
         configure_logging("info")
-    if policy not in policy_names():
-        raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
     if not 0.0 <= fill < 1.0:
         raise InputError(f"--fill must be in [0, 1), got {fill}")
-    settings = loop_settings(
+    settings, api = loop_inputs(
+        policy=policy,
         tick_s=tick_s,
         dry_run=dry_run,
         audit_log=audit_log,
         max_evictions_per_tick=max_evictions_per_tick,
+        embedded=embedded,
+        kubeconfig=kubeconfig,
+        context=context,
     )
-    api = None
-    if not embedded:
-        from kubesage.core.k8s.apiclient import load_api_client
-
-        api = load_api_client(str(kubeconfig) if kubeconfig else None, context)
     stoppers: list[Callable[[], None]] = []
     try:
         if api is None:

@@ -32,7 +32,7 @@ import typer
 import uvloop
 
 from kubesage.core.cli.errors import user_errors
-from kubesage.core.cli.loop import embedded_loop, live_loop, loop_settings
+from kubesage.core.cli.loop import embedded_loop, live_loop, loop_inputs
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.binding import assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
@@ -344,19 +344,16 @@ def serve(
         if path is not None and not path.is_file():
             raise InputError(f"{path}: no such file")
     ssl_context = _tls_context(tls_cert, tls_key)
-    if policy not in policy_names():
-        raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
-    settings = loop_settings(
+    settings, api = loop_inputs(
+        policy=policy,
         tick_s=tick_s,
         dry_run=dry_run,
         audit_log=audit_log,
         max_evictions_per_tick=max_evictions_per_tick,
+        embedded=embedded,
+        kubeconfig=kubeconfig,
+        context=context,
     )
-    api = None
-    if not embedded:
-        from kubesage.core.k8s.apiclient import load_api_client
-
-        api = load_api_client(str(kubeconfig) if kubeconfig else None, context)
     if api is None:
         if scheduler_name:
             raise InputError("--scheduler-name needs a live cluster (a kubeconfig)")
