@@ -586,15 +586,7 @@ class FakeApiServer:
             current = self.get(resource, namespace, name)
             sent = (obj.get("metadata") or {}).get("resourceVersion")
             if sent and sent != current["metadata"]["resourceVersion"]:
-                raise ApiError(
-                    409,
-                    f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object '
-                    "has been modified; please apply your changes to the latest version and "
-                    "try again",
-                    name=name,
-                    group=resource.group,
-                    kind=resource.plural,
-                )
+                raise _modified(resource, name)
             kept = {k: current["metadata"][k] for k in ("uid", "creationTimestamp", "namespace")}
 
             def put(target: Obj) -> None:
@@ -685,15 +677,7 @@ class FakeApiServer:
             current = self.get(resource, namespace, name)
             sent = (patch.get("metadata") or {}).get("resourceVersion")
             if sent and sent != current["metadata"]["resourceVersion"]:
-                raise ApiError(
-                    409,
-                    f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object '
-                    "has been modified; please apply your changes to the latest version and "
-                    "try again",
-                    name=name,
-                    group=resource.group,
-                    kind=resource.plural,
-                )
+                raise _modified(resource, name)
             patched = _merge_patch(current, patch)
             for key in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
                 if key in current["metadata"]:
@@ -1181,3 +1165,15 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
     return Handler
+
+
+def _modified(resource: Resource, name: str) -> ApiError:
+    """The 409 Conflict the API server answers a write whose resourceVersion is out of date."""
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object '
+        "has been modified; please apply your changes to the latest version and try again",
+        name=name,
+        group=resource.group,
+        kind=resource.plural,
+    )
