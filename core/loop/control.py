@@ -11,8 +11,9 @@
    (with its memory from the previous tick) and answers actions and plans. One that
    raises is logged, counted and skipped; the loop goes on.
 4. **Act**, action by action, in the reconcilers' order, through these gates:
-   already done (the audit log) → stale data (older than ``max_data_age_s``: nothing
-   is executed, counted) → the tick's budgets → dry run → the actuator for its kind.
+   already done (the audit log) → stale data (a snapshot the reconciler decides from
+   older than ``max_data_age_s``: nothing of it is executed, counted) → the tick's
+   budgets → dry run → the actuator for its kind.
    A :class:`~kubesage.core.loop.actions.Plan` is first played on a scratch copy (it
    does not start if it could not fit even after its own evictions), then holds its
    reservations in the loop's ClusterState as they become free
@@ -41,9 +42,18 @@ from kubesage.core.loop.audit import AuditLog, AuditRecord
 from kubesage.core.loop.budgets import Budgets, TickBudget
 from kubesage.core.loop.clock import Clock
 from kubesage.core.loop.ledger import PlanLedger
-from kubesage.core.loop.reconciler import Actuator, Outcome, Reconciled, Reconciler, Result
+from kubesage.core.loop.reconciler import (
+    Actuator,
+    ClaimsPods,
+    Outcome,
+    ReadsSources,
+    Reconciled,
+    Reconciler,
+    Result,
+)
 from kubesage.core.loop.report import CollectorStatus, TickReport
 from kubesage.core.loop.settings import DEFAULT_MAX_DATA_AGE_S, DEFAULT_TICK_S
+from kubesage.core.loop.view import PodInfo
 from kubesage.core.loop.world import WorldModel
 from kubesage.core.observability import metrics
 from kubesage.core.observability.logging import log_event
@@ -113,6 +123,19 @@ class ControlLoop:
     def reconciler_names(self) -> list[str]:
         return [reconciler.name for reconciler in self.reconcilers]
 
+    def claims(self, pods: Sequence[PodInfo]) -> bool:
+        """Whether one of the reconcilers places these pending pods itself
+        (:class:`~kubesage.core.loop.reconciler.ClaimsPods`); one that raises claims nothing."""
+        for reconciler in self.reconcilers:
+            if not isinstance(reconciler, ClaimsPods):
+                continue
+            try:
+                if reconciler.claims(pods):
+                    return True
+            except Exception:  # a broken claim leaves the pods to the other scheduler
+                log.exception("reconciler %s failed to answer a claim", reconciler.name)
+        return False
+
     # -- one tick ---------------------------------------------------------------------
 
     def tick(self) -> TickReport:
@@ -123,15 +146,8 @@ class ControlLoop:
             now = self.clock.now()
             snapshots, statuses = self._perceive(now)
             self.world.update(snapshots)
-            oldest = min((s.taken_at for s in snapshots.values()), default=None)
-            age = math.inf if oldest is None else max(0.0, now - oldest)
-            stale_reason = None
-            if self.max_data_age_s is not None and age > self.max_data_age_s:
-                stale_reason = (
-                    f"data is {age:.1f} s old, over the {self.max_data_age_s:g} s allowed"
-                    if snapshots
-                    else "no collector has a snapshot"
-                )
+            age, stale_reason = self._age(snapshots, now)
+            if stale_reason is not None:
                 metrics.LOOP_STALE_TICKS.inc()
             context = _Tick(self.ticks, now, stale_reason, self.budgets.start_tick())
             self._note(context, LOOP, (f"forecaster: {self._forecaster_words()}",))
@@ -140,7 +156,7 @@ class ControlLoop:
             if not self.world.ready:
                 notes[LOOP] = ("no cluster state yet: reconcilers wait for the first snapshot",)
             else:
-                for reconciler, answer in self._reconcile(context, snapshots, age, errors):
+                for reconciler, answer in self._reconcile(context, snapshots, errors):
                     notes[reconciler.name] = tuple(answer.notes)
                     self._note(context, reconciler.name, answer.notes)
                     for item in answer.actions:
@@ -196,15 +212,42 @@ class ControlLoop:
             )
         return snapshots, statuses
 
+    def _age(self, snapshots: Mapping[str, Snapshot[Any]], now: float) -> tuple[float, str | None]:
+        """Age of the oldest of ``snapshots``, and why it is too old to act on (None: it
+        is not)."""
+        oldest = min((s.taken_at for s in snapshots.values()), default=None)
+        age = math.inf if oldest is None else max(0.0, now - oldest)
+        if self.max_data_age_s is None or age <= self.max_data_age_s:
+            return age, None
+        if not snapshots:
+            return age, "no collector has a snapshot"
+        stalest = min(snapshots, key=lambda name: snapshots[name].taken_at)
+        return age, (
+            f"data is {age:.1f} s old ({stalest}), over the {self.max_data_age_s:g} s allowed"
+        )
+
+    def _read_by(
+        self, reconciler: Reconciler, snapshots: Mapping[str, Snapshot[Any]]
+    ) -> Mapping[str, Snapshot[Any]]:
+        """The snapshots ``reconciler`` decides from: the cluster's and those it names
+        (:class:`~kubesage.core.loop.reconciler.ReadsSources`), else all of them."""
+        if not isinstance(reconciler, ReadsSources):
+            return snapshots
+        wanted = {*reconciler.reads, self.world.state_source}
+        return {name: snapshot for name, snapshot in snapshots.items() if name in wanted}
+
     def _reconcile(
         self,
         context: _Tick,
         snapshots: Mapping[str, Snapshot[Any]],
-        age: float,
         errors: dict[str, str],
     ) -> Iterable[tuple[Reconciler, Reconciled]]:
         for reconciler in self.reconcilers:
             name = reconciler.name
+            # The data-age gate looks at what this reconciler reads (set for its actions).
+            age, context.stale_reason = self._age(
+                self._read_by(reconciler, snapshots), context.now_s
+            )
             view = self.world.view(
                 tick=context.number,
                 now_s=context.now_s,
@@ -419,6 +462,19 @@ class ControlLoop:
             thread.join(max(10.0, 2 * self.tick_s))
 
         return stopper
+
+    def close(self) -> None:
+        """Close the audit log and every collector and actuator that has a ``close()``
+        (their clients and connection pools); call it once the loop has stopped."""
+        parts: list[Any] = [*self.collectors.values(), *self._actuators.values()]
+        for part in {id(part): part for part in parts}.values():
+            close = getattr(part, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # shutting down: log and close the rest
+                    log.exception("closing %s failed", type(part).__name__)
+        self.audit.close()
 
     def debug(self) -> dict[str, Any]:
         """What ``GET /debug/loop`` answers."""

@@ -74,6 +74,8 @@ class ForecastPanel:
         self._history: dict[Series, deque[float]] = {}
         self._predicted: dict[Series, float] = {}
         self._forecaster: TrainedForecaster | None = None
+        self.version = 0
+        """Counts refreshes (and forecaster changes): what a cache of predictions keys on."""
 
     # -- the Forecasts protocol ---------------------------------------------------------
 
@@ -103,6 +105,7 @@ class ForecastPanel:
         """Plug in a trained forecaster (None: back to the last value)."""
         self._forecaster = forecaster
         self._predicted = {}
+        self.version += 1
 
     def observe(self, entity: str, metric: str, value: float) -> None:
         """One sample of ``metric`` for ``entity`` (NaN and infinities are ignored)."""
@@ -123,6 +126,7 @@ class ForecastPanel:
     def refresh(self) -> None:
         """Ask the forecaster (if any) for this tick's predictions; keep the last values
         for what it does not answer."""
+        self.version += 1
         if self._forecaster is None:
             self._predicted = {}
             return

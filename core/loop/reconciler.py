@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from kubesage.core.loop.actions import Action, ActionKind, Plan
-from kubesage.core.loop.view import WorldView
+from kubesage.core.loop.view import PodInfo, WorldView
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,40 @@ class Reconciler(Protocol):
         ...
 
     def reconcile(self, view: WorldView) -> Reconciled: ...
+
+
+@runtime_checkable
+class ReadsSources(Protocol):
+    """A reconciler that decides from some collectors only. The loop's data-age gate then
+    looks at the cluster's snapshot and these (by collector name) — a Flink JobManager
+    down for minutes does not stop GPU migrations — instead of every collector's."""
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """Names of the collectors it reads besides the cluster's (may be empty)."""
+        ...
+
+
+@runtime_checkable
+class ClaimsPods(Protocol):
+    """A reconciler that places some pending pods itself, all together (a gang on the
+    AllReduce ring). The secondary scheduler asks :meth:`claims` before placing a group
+    of its pods and leaves a claimed group to the loop, so one scheduler places it."""
+
+    def claims(self, pods: Sequence[PodInfo]) -> bool:
+        """True when this reconciler places ``pods`` (one gang's pending members)."""
+        ...
+
+
+def may_place(claimer: ClaimsPods, pods: Sequence[PodInfo]) -> bool:
+    """Whether ``claimer`` may bind these pending pods (one group): no other scheduler
+    places them, or kubesage's secondary scheduler does and leaves them to the loop
+    because ``claimer`` claims them."""
+    if not pods:
+        return False
+    if all(pod.loop_places for pod in pods):
+        return True
+    return all(pod.claimable or pod.loop_places for pod in pods) and claimer.claims(pods)
 
 
 class Outcome(StrEnum):

@@ -31,6 +31,14 @@ class LoopSettings:
     max_data_age_s: float | None = DEFAULT_MAX_DATA_AGE_S
     budgets: Budgets = field(default_factory=Budgets)
     audit_log: Path | None = None
+    topology: str | None = None
+    """A Topology YAML (path, or a shipped example's name) whose node names are the
+    cluster's: the loop keeps its DRTG observed and ``gpu-gang`` plans on it."""
+    prometheus: str | None = None
+    """Prometheus URL: the metric map's node and GPU columns feed the forecast panel."""
+    forecast_weight: float = 0.0
+    """Weight of the forecast term in placement (0: off, the default; see
+    :mod:`kubesage.core.policy.forecast_aware`)."""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,22 @@ class PodInfo:
     """The workload that owns it (Job, PyTorchJob, FlinkDeployment …), when known."""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    gang: str | None = None
+    """The named gang (PodGroup) the pod belongs to, as the secondary scheduler reads its
+    annotations; None for a lone pod. Gangs are placed whole (``gpu-gang``), never by
+    the reconcilers that place lone pods."""
+    loop_places: bool = False
+    """True when no other scheduler places this pod while it is pending, so the loop's
+    reconcilers bind it (the embedded cluster, the simulator)."""
+    claimable: bool = False
+    """True when the pending pod names kubesage's scheduler: the secondary scheduler
+    places it unless a reconciler claims it
+    (:class:`~kubesage.core.loop.reconciler.ClaimsPods`), and then the loop does. A pod
+    of kube-scheduler's is neither ``loop_places`` nor ``claimable``: no reconciler
+    places it, except ``gpu-defrag`` binding it to the room its migration made. That
+    bind and the one kube-scheduler asks of the extender go through the same bind path
+    in the same process (kube-scheduler delegates GPU pods' binding to the extender), so
+    one wins and the other is refused — never two binds."""
 
     @property
     def pending(self) -> bool:
@@ -48,6 +64,11 @@ class Forecasts(Protocol):
 
     @property
     def horizon_steps(self) -> int: ...
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the predictions may have changed (what caches key on)."""
+        ...
 
     def predict(self, entity: str, metric: str) -> float | None:
         """The forecast for ``entity`` (a node or pod name) and ``metric``; None if unknown."""

@@ -8,6 +8,10 @@ It is fed the tick's snapshots and keeps:
 - the **DRTG**, when configured: the link and device samples a snapshot carries
   (:class:`TopologySamples`) go to :meth:`DRTG.observe`, which keeps them over its
   sliding window;
+  A per-node metric table (Prometheus through the metric map) with node-exporter's
+  network columns (:data:`NODE_TRAFFIC_COLUMNS`) becomes observed traffic on each
+  node's NIC uplinks (the busier direction, split evenly over its NICs), so the link
+  availability gang placement reads follows what the nodes send;
 - the **forecast panel** (:mod:`~kubesage.core.loop.forecasts`): every metric sample
   found (a per-node table as the Prometheus collector returns, or any data listing its
   samples) joins the rolling history.
@@ -24,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import numpy.typing as npt
 
 from kubesage.core.loop.forecasts import ForecastPanel, MetricSamples, MetricTable
@@ -34,6 +39,13 @@ from kubesage.core.topology.graph import DRTG
 from kubesage.core.topology.indicators import Indicator
 
 log = logging.getLogger(__name__)
+
+
+NODE_TRAFFIC_COLUMNS = (
+    "node_exporter.network_transmit_bytes_per_s",
+    "node_exporter.network_receive_bytes_per_s",
+)
+"""The metric map's per-node network columns (bytes/s) that feed the DRTG's NIC traffic."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,25 @@ class TopologySamples(Protocol):
     def link_samples(self) -> Iterable[LinkSample]: ...
 
 
+def node_traffic(table: MetricTable, drtg: DRTG) -> list[LinkSample]:
+    """Observed traffic (GB/s) on the NIC uplinks of the table's nodes that ``drtg``
+    knows, from node-exporter's network columns; none when the table lacks them."""
+    columns = [table.columns.index(c) for c in NODE_TRAFFIC_COLUMNS if c in table.columns]
+    if not columns:
+        return []
+    samples = []
+    for row, name in enumerate(table.nodes):
+        node = drtg.node_index.get(name)
+        values = np.asarray(table.values[row, columns], dtype=np.float64)
+        if node is None or not np.isfinite(values).any():
+            continue
+        edges = drtg.nic_uplink_edges(node)
+        if edges.size:
+            busier = float(np.nanmax(values)) / 1e9 / edges.size
+            samples.append(LinkSample(edges, Indicator.TRAFFIC_GBPS, busier))
+    return samples
+
+
 class WorldModel:
     """Cluster state, pods, topology and forecasts, as of the last :meth:`update`."""
 
@@ -71,6 +102,8 @@ class WorldModel:
         forecasts: ForecastPanel | None = None,
     ) -> None:
         self.state: ClusterState | None = None
+        self.state_source: str | None = None
+        """The collector whose snapshot carried the cluster state."""
         self.pods: dict[str, PodInfo] = {}
         self.topology = topology
         self.forecasts = forecasts if forecasts is not None else ForecastPanel()
@@ -89,10 +122,10 @@ class WorldModel:
         for name, snapshot in snapshots.items():
             data = snapshot.data
             if isinstance(data, ClusterObservation):
-                self.state = data.state
+                self.state, self.state_source = data.state, name
                 self.pods = dict(data.pods)
             elif isinstance(data, ClusterState):
-                self.state = data
+                self.state, self.state_source = data, name
             if self._fed.get(name) == snapshot.taken_at:
                 continue  # the same samples again (a stale repeat): fed already
             self._fed[name] = snapshot.taken_at
@@ -115,6 +148,10 @@ class WorldModel:
                 self.forecasts.observe(entity, metric, value)
         elif isinstance(data, MetricTable):
             self.forecasts.observe_table(data)
+            if self.topology is not None:
+                for sample in node_traffic(data, self.topology):
+                    self.topology.observe(sample.edges, sample.indicator, sample.values, taken_at)
+                    self.link_samples += 1
 
     def view(
         self,

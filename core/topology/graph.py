@@ -249,6 +249,14 @@ class DRTG:
         except KeyError:
             raise InputError(f"node {self.node_names[node]} has no edge '{name}'") from None
 
+    def nic_uplink_edges(self, node: int) -> IntArray:
+        """Global ids of the node's NIC uplinks (``nic-uplink<w>``): where its network
+        traffic leaves it."""
+        template = self._templates[self.node_template[node]]
+        base = int(self.node_first_edge[node])
+        offsets = [o for name, o in template.edge_offsets.items() if name.startswith("nic-uplink")]
+        return np.array([base + o for o in sorted(offsets)], dtype=np.int64)
+
     def intra_node_bandwidth(self, node: int) -> FloatArray:
         """``(G, G)`` available GB/s between the node's GPUs (diagonal: +inf)."""
         cached = self._intra.get(node)

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubesage.core.loop.actions import ActionKind, Bind, Plan, PodRef, Reservation
-from kubesage.core.loop.audit import AuditLog
+from kubesage.core.loop.audit import AuditLog, AuditRecord
 from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.clock import SimulatedClock
 from kubesage.core.loop.control import ControlLoop
 from kubesage.core.loop.reconciler import Actuator, Outcome, Reconciler, Result
 from kubesage.core.loop.world import WorldModel
 from kubesage.core.observability import metrics
+from kubesage.core.perception import Snapshot
 from tests.core.loop.doubles import (
     ClusterCollector,
     Raising,
@@ -108,6 +110,57 @@ def test_no_action_on_stale_data_and_it_is_counted() -> None:
         stale_actions + 1
     )
     assert report.collectors[0].stale and report.collectors[0].detail == "source down"
+
+
+@dataclass
+class ReadsCluster(Scripted):
+    """A reconciler that decides from the cluster's snapshot alone."""
+
+    @property
+    def reads(self) -> frozenset[str]:
+        return frozenset()
+
+
+@dataclass
+class MetricsSource:
+    """A metrics collector (no cluster state): fresh, or down since ``down_at``."""
+
+    clock: SimulatedClock
+    down_at: float | None = None
+    name: str = "metrics"
+    failures: int = 0
+
+    def collect(self) -> Snapshot[dict[str, float]]:
+        if self.down_at is not None:
+            return Snapshot({}, self.down_at, stale=True, reason="down")
+        return Snapshot({}, self.clock.now())
+
+
+def test_the_data_age_gate_looks_only_at_what_a_reconciler_reads() -> None:
+    clock = SimulatedClock(1000.0)
+    cluster = ClusterCollector(clock, small_state())
+    metrics_source = MetricsSource(clock)
+    everything = Scripted("elastic", lambda view: [scale(2)])
+    cluster_only = ReadsCluster("defrag", lambda view: [evict("a")])
+    loop = ControlLoop(
+        clock,
+        {cluster.name: cluster, metrics_source.name: metrics_source},
+        WorldModel(),
+        [everything, cluster_only],
+        [RecordingActuator()],
+        max_data_age_s=30.0,
+    )
+    loop.tick()
+    metrics_source.down_at = clock.now()
+    clock.advance(60.0)
+    everything.answer = lambda view: [scale(3)]
+    cluster_only.answer = lambda view: [evict("b")]
+    report = loop.tick()
+    by_reconciler = {r.reconciler: r for r in report.records if r.action != "note"}
+    assert by_reconciler["elastic"].outcome == "stale"
+    assert "(metrics)" in by_reconciler["elastic"].detail
+    assert by_reconciler["defrag"].outcome == "done"
+    assert report.stale  # the tick as a whole had data over the age
 
 
 def migration(state_node: int = 2) -> Plan:
@@ -280,3 +333,31 @@ def test_run_ticks_on_the_simulated_clock_until_stopped() -> None:
     assert debug["ticks"] == 3 and debug["clock"] == "simulated"
     assert debug["reconcilers"] == ["counting"]
     assert debug["forecaster"] == "last-value (cold start)"
+
+
+def test_close_closes_the_audit_log_and_every_part_that_can_be_closed(tmp_path: Path) -> None:
+    closed: list[str] = []
+
+    class Closing(RecordingActuator):
+        def close(self) -> None:
+            closed.append("actuator")
+
+    class ClosingSource(MetricsSource):
+        def close(self) -> None:
+            closed.append("collector")
+            raise OSError("already gone")  # one failing close does not stop the rest
+
+    clock = SimulatedClock(1000.0)
+    cluster = ClusterCollector(clock, small_state())
+    source = ClosingSource(clock)
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    loop = ControlLoop(
+        clock, {cluster.name: cluster, source.name: source}, WorldModel(), [], [Closing()],
+        audit=audit,
+    )  # fmt: skip
+    loop.close()
+    assert sorted(closed) == ["actuator", "collector"]
+    # The file is closed: a record appended now stays in memory only.
+    audit.append(AuditRecord(1, 0.0, "test", "note", "", "", None, "after close", "noted"))
+    assert audit.recent()[-1].explanation == "after close"
+    assert (tmp_path / "audit.jsonl").read_text() == ""

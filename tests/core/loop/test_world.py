@@ -141,3 +141,26 @@ def test_bad_samples_and_a_broken_forecaster_do_not_stop_the_update() -> None:
     table = NodeTable(("node-0",), ("gpu_util",), np.array([[0.4]]))
     world.update({"prometheus": Snapshot(table, 2.0)})
     assert world.forecasts.predict("node-0", "gpu_util") == 0.4
+
+
+def test_node_exporter_network_columns_become_nic_traffic_on_the_drtg() -> None:
+    from kubesage.core.loop.world import NODE_TRAFFIC_COLUMNS
+    from kubesage.core.telemetry.features import NodeMetrics
+
+    drtg = DRTG.from_yaml(example_topology("dgx-h100-pod"))
+    busy, quiet = drtg.node_names[0], drtg.node_names[1]
+    before = drtg.egress_bandwidth(0).copy()
+    nics = drtg.nic_uplink_edges(0).size
+    assert nics >= 1
+    sent = 8e9 * nics  # bytes/s: 8 GB/s through each NIC
+    table = NodeMetrics(
+        nodes=(busy, quiet, "not-in-the-topology"),
+        columns=(*NODE_TRAFFIC_COLUMNS, "node_exporter.load1"),
+        values=np.array([[sent, 1e8, 3.0], [np.nan, np.nan, 1.0], [1e9, 1e9, 0.0]]),
+        taken_at=100.0,
+    )
+    world = WorldModel(topology=drtg)
+    world.update({"prometheus": Snapshot(table, 100.0)})
+    assert world.link_samples == 1  # the busy node only: no sample for the quiet one
+    np.testing.assert_allclose(drtg.egress_bandwidth(0), np.maximum(before - 8.0, 0.0))
+    assert world.forecasts.predict(busy, "node_exporter.load1") == 3.0
