@@ -66,6 +66,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/fgd_reproduction.py
 	$(BIN)/python benchmarks/placement_speed.py
 	$(BIN)/python benchmarks/forecast.py
+	$(BIN)/python benchmarks/forecast_placement.py
 	$(BIN)/python benchmarks/drtg.py
 	$(BIN)/python benchmarks/allreduce.py
 	$(BIN)/python benchmarks/elastic.py

@@ -105,6 +105,8 @@ def check_extender(document: dict[str, Any]) -> None:
             "server_filter_mean_ms",
             "server_prioritize_mean_ms",
             "bind_p50_ms",
+            "loop_ticks",
+            "loop_tick_mean_ms",
         )
     for shapes in document["fgd_cold_score_ms"].values():
         keys_are(shapes, "cpu-only", "half-gpu", "one-gpu", "eight-gpu")
@@ -182,6 +184,13 @@ def check_forecast(document: dict[str, Any]) -> None:
         each_value_has(horizons, "wape", "smape", "per_metric", "burst")
 
 
+def check_forecast_placement(document: dict[str, Any]) -> None:
+    keys_are(document, "baseline", "variants", "nodes", "load", "lifetime_steps", "seeds")
+    keys_are(document["baseline"], "contended", "overload", "rejected", "arrivals")
+    assert {name.split("@")[0] for name in document["variants"]} == {"last", "mean15", "oracle"}
+    each_value_has(document["variants"], "contended", "overload", "rejected", "arrivals")
+
+
 def check_placement_speed(document: dict[str, Any]) -> None:
     keys_are(document, "placements_per_s", "repeats", "arrivals")
     clusters = document["placements_per_s"]
@@ -223,6 +232,8 @@ BENCHMARKS = {
     "flink_autoscale": Benchmark(check_flink_autoscale, needs=("flink",), marks=SLOW),
     "flink_stagger": Benchmark(check_flink_stagger, needs=("flink",), marks=SLOW),
     "forecast": Benchmark(check_forecast, needs=("genai",)),
+    # Without the GenAI trace it replays synthetic metrics: it needs nothing.
+    "forecast_placement": Benchmark(check_forecast_placement),
     "placement_speed": Benchmark(check_placement_speed, needs=("openb",)),
     "ppo": Benchmark(check_ppo, needs=("openb",), marks=SLOW),  # Ray start-up
     "spark_locality": Benchmark(check_spark_locality, needs=("spark",), marks=SLOW),
