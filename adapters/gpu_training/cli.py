@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
@@ -20,8 +20,9 @@ from kubesage.adapters.gpu_training.launcher import (
 from kubesage.adapters.gpu_training.mig import catalogue
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
-from kubesage.core.loop.reconciler import Reconciler
+from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.settings import ReconcilerContext
+from kubesage.core.perception import Collector
 from kubesage.core.topology.examples import example_topology, topology_file
 from kubesage.core.topology.graph import DRTG
 
@@ -104,6 +105,14 @@ class GpuTrainingAdapter:
         from kubesage.adapters.gpu_training.reconcilers import reconcilers_for
 
         return reconcilers_for(context)
+
+    def collectors(self, context: ReconcilerContext) -> Sequence[Collector[Any]]:
+        """None: its reconcilers read the core's cluster and telemetry snapshots."""
+        return ()
+
+    def actuators(self, context: ReconcilerContext) -> Sequence[Actuator]:
+        """None: the core executes its actions (bind, evict, scale, patch, label)."""
+        return ()
 
 
 ADAPTER = GpuTrainingAdapter()

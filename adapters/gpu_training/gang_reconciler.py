@@ -20,6 +20,12 @@ annotations, else through a ``Patch`` of each member before the binds. A gang th
 does not fit whole (GPUs, or CPU and memory on the chosen nodes) gets a note and no
 action: nothing is bound before every member has a place. Gangs with members already
 bound, sharing or MIG members, or mixed sizes are left to the secondary scheduler.
+
+Which gangs it binds (:func:`~kubesage.core.loop.reconciler.may_place`): those no other
+scheduler places (the embedded cluster, the simulator), and on a live cluster those of
+kubesage's schedulerName that it claims — the secondary scheduler asks before placing a
+gang and leaves a claimed one to the loop (claims need a configured topology). Gangs of
+kube-scheduler's are never bound by the loop.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from kubesage.adapters.gpu_training.loop_support import (
 from kubesage.core.arrays import BoolArray
 from kubesage.core.errors import CapacityError
 from kubesage.core.loop.actions import Action, Bind, Patch, Plan, Reservation
-from kubesage.core.loop.reconciler import Reconciled
+from kubesage.core.loop.reconciler import Reconciled, may_place
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
@@ -68,11 +74,25 @@ class GangSettings:
 
     annotate_ranks: bool = True
     """Patch each member's rank annotations before binding it."""
+    claims_gangs: bool = False
+    """Claim whole-GPU gangs from the secondary scheduler (``kubesage serve`` sets it
+    when a topology is configured: without the DRTG there is no ring to plan)."""
 
 
 def rank_annotations(rank: int, size: int) -> dict[str, str]:
     """What a member of a ``size``-member ring at ``rank`` is annotated with."""
     return {GANG_RANK_ANNOTATION: str(rank), GANG_SIZE_ANNOTATION: str(size)}
+
+
+def _mixed(requests: Sequence[PodRequest]) -> str | None:
+    """Why these members are not one ring of whole GPUs (None: they are)."""
+    first = requests[0].num_gpu
+    if first < 1 or any(
+        r.num_gpu != first or r.mig is not None or r.gpu_milli != GPU_MILLI_PER_GPU
+        for r in requests
+    ):
+        return "members do not all ask for the same whole GPUs"
+    return None
 
 
 def _member_order(pod: PodInfo) -> tuple[int, int, str]:
@@ -91,6 +111,19 @@ class GangReconciler:
 
     settings: GangSettings = field(default_factory=GangSettings)
     name: str = NAME
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """Only the cluster (and the DRTG, whose link samples age out of its own window)."""
+        return frozenset()
+
+    def claims(self, pods: Sequence[PodInfo]) -> bool:
+        """One named gang whose members all ask for the same whole GPUs (ClaimsPods)."""
+        if not self.settings.claims_gangs or not pods:
+            return False
+        specs = [gang_spec(pod) for pod in pods]
+        keys = {spec.key for spec in specs if spec is not None}
+        return len(keys) == 1 and None not in specs and _mixed([p.request for p in pods]) is None
 
     def reconcile(self, view: WorldView) -> Reconciled:
         pending: dict[str, list[PodInfo]] = defaultdict(list)
@@ -122,6 +155,8 @@ class GangReconciler:
                     "scheduler places the rest"
                 )
                 continue
+            if not may_place(self, members):
+                continue  # kube-scheduler's pods, or the secondary scheduler keeps them
             if len(members) < minimum[key]:
                 notes.append(f"gang {key}: {len(members)} of {minimum[key]} members present")
                 continue
@@ -139,14 +174,9 @@ class GangReconciler:
     ) -> tuple[Plan, ClusterState] | str:
         requests = [m.request for m in members]
         per_member = requests[0].num_gpu
-        if any(
-            r.num_gpu != per_member or r.mig is not None or r.gpu_milli != GPU_MILLI_PER_GPU
-            for r in requests
-        ):
-            return (
-                f"gang {key}: members do not all ask for the same whole GPUs; left to the "
-                "secondary scheduler"
-            )
+        mixed = _mixed(requests)
+        if mixed is not None:
+            return f"gang {key}: {mixed}; left to the secondary scheduler"
         total = per_member * len(members)
         free = free_gpus(drtg, state, requests)
         gang = place_gang(drtg, free, total)

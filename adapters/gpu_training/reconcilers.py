@@ -105,6 +105,10 @@ def reconcilers_for(
         )
         policy = make_policy(FALLBACK_POLICY, PolicyContext(workload=context.workload))
     limits = context.settings.budgets.limits
+    settings = settings or GpuLoopSettings()
+    if context.topology is not None:
+        gang = dataclasses.replace(settings.gang, claims_gangs=True)
+        settings = dataclasses.replace(settings, gang=gang)
     return gpu_reconcilers(
         policy,
         settings,

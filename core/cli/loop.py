@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,21 +22,34 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kubesage.core.adapter import adapter_reconcilers, load_adapters
+from kubesage.core.adapter import LoopParts, adapter_parts, load_adapters
 from kubesage.core.cli.errors import user_errors
-from kubesage.core.cli.loop_sources import EmbeddedClusterCollector, LiveClusterCollector
+from kubesage.core.cli.loop_options import (
+    AuditLogOption,
+    DryRunOption,
+    ForecastWeightOption,
+    MaxEvictionsOption,
+    PrometheusOption,
+    TickOption,
+    TopologyOption,
+    loop_settings,
+)
+from kubesage.core.cli.loop_sources import (
+    EmbeddedClusterCollector,
+    LiveClusterCollector,
+    loop_topology,
+    pod_info,
+    telemetry_collectors,
+)
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.k8s.embedded import EmbeddedCluster
-from kubesage.core.loop.actions import ActionKind
 from kubesage.core.loop.audit import AuditLog
-from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.clock import Clock, WallClock
 from kubesage.core.loop.control import ControlLoop
 from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.report import TickReport
 from kubesage.core.loop.settings import (
-    DEFAULT_MAX_DATA_AGE_S,
     DEFAULT_TICK_S,
     LoopSettings,
     ReconcilerContext,
@@ -44,7 +57,7 @@ from kubesage.core.loop.settings import (
 from kubesage.core.loop.world import WorldModel
 from kubesage.core.observability.logging import configure_logging
 from kubesage.core.perception import Collector
-from kubesage.core.policy.base import PolicyContext
+from kubesage.core.policy.base import Policy, PolicyContext
 from kubesage.core.policy.registry import make_policy, policy_names
 from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
 from kubesage.core.traces.synthetic import synthetic_workload
@@ -56,55 +69,21 @@ SYNC_TIMEOUT_S = 30.0
 """How long ``kubesage loop --once`` waits for the first list of a live cluster."""
 
 
-def loop_settings(
-    *,
-    tick_s: float = DEFAULT_TICK_S,
-    dry_run: bool = False,
-    audit_log: Path | None = None,
-    max_evictions_per_tick: int | None = None,
-    max_data_age_s: float | None = DEFAULT_MAX_DATA_AGE_S,
-) -> LoopSettings:
-    """The settings from the CLI options (the eviction budget defaults to Budgets')."""
-    if not tick_s > 0 or not math.isfinite(tick_s):
-        raise InputError(f"--tick-s must be a positive number of seconds, got {tick_s}")
-    if max_evictions_per_tick is not None and max_evictions_per_tick < 0:
-        raise InputError(
-            f"--max-evictions-per-tick must be 0 or more, got {max_evictions_per_tick}"
-        )
-    budgets = Budgets()
-    if max_evictions_per_tick is not None:
-        budgets = budgets.with_limit(ActionKind.EVICT, max_evictions_per_tick)
-    return LoopSettings(
-        tick_s=tick_s,
-        dry_run=dry_run,
-        max_data_age_s=max_data_age_s,
-        budgets=budgets,
-        audit_log=audit_log,
-    )
-
-
 def loop_inputs(
     *,
     policy: str,
-    tick_s: float,
-    dry_run: bool,
-    audit_log: Path | None,
-    max_evictions_per_tick: int | None,
     embedded: bool,
     kubeconfig: Path | None,
     context: str | None,
+    **options: Any,
 ) -> tuple[LoopSettings, Any]:
     """What ``kubesage serve`` and ``kubesage loop`` both check and build from their
-    options: the policy name, the loop's settings, and the API client (None: no
-    cluster configured, or ``--embedded``)."""
+    options: the policy name, the loop's settings (``options``: the keyword arguments
+    of :func:`~kubesage.core.cli.loop_options.loop_settings`), and the API client
+    (None: no cluster configured, or ``--embedded``)."""
     if policy not in policy_names():
         raise InputError(f"unknown policy '{policy}'; known: {', '.join(policy_names())}")
-    settings = loop_settings(
-        tick_s=tick_s,
-        dry_run=dry_run,
-        audit_log=audit_log,
-        max_evictions_per_tick=max_evictions_per_tick,
-    )
+    settings = loop_settings(**options)
     if embedded:
         return settings, None
     from kubesage.core.k8s.apiclient import load_api_client
@@ -112,36 +91,70 @@ def loop_inputs(
     return settings, load_api_client(str(kubeconfig) if kubeconfig else None, context)
 
 
+def loop_claims(control: ControlLoop) -> Callable[[Sequence[Mapping[str, Any]]], bool]:
+    """What the secondary scheduler asks before placing a gang: does the loop place
+    these v1 Pods itself (:meth:`ControlLoop.claims`)?"""
+
+    def claims(pods: Sequence[Mapping[str, Any]]) -> bool:
+        infos = [pod_info(pod) for pod in pods]
+        known = [info for info in infos if info is not None]
+        return len(known) == len(infos) and control.claims(known)
+
+    return claims
+
+
+def with_forecasts(
+    policy: Policy, control: ControlLoop | None, settings: LoopSettings | None
+) -> Policy:
+    """``policy`` with the forecast term over the loop's panel (the extender's and the
+    secondary scheduler's policy) when the loop runs with ``--forecast-weight`` > 0."""
+    weight = 0.0 if settings is None else settings.forecast_weight
+    if control is None or weight == 0.0:
+        return policy
+    from kubesage.core.loop.placement import forecast_policy
+
+    return forecast_policy(policy, lambda: control.world.forecasts, weight)
+
+
 def core_reconcilers(context: ReconcilerContext) -> list[Reconciler]:
-    """The core's own reconcilers (forecast-aware placement joins here; none yet)."""
-    return []
+    """The core's own reconcilers: ``forecast-placement``."""
+    from kubesage.core.loop.placement import ForecastPlacement
+
+    return [ForecastPlacement.from_context(context)]
 
 
-def loop_reconcilers(context: ReconcilerContext) -> list[Reconciler]:
-    """The installed adapters' reconcilers, then the core's; adapter failures are logged."""
+def loop_parts(context: ReconcilerContext) -> LoopParts:
+    """The installed adapters' reconcilers, collectors and actuators, then the core's
+    reconcilers; adapter failures are logged and skipped."""
     adapters, warnings = load_adapters()
-    reconcilers, more = adapter_reconcilers(adapters, context)
-    for warning in (*warnings, *more):
+    parts = adapter_parts(adapters, context)
+    for warning in (*warnings, *parts.warnings):
         log.warning("%s", warning)
-    return [*reconcilers, *core_reconcilers(context)]
+    parts.reconcilers.extend(core_reconcilers(context))
+    return parts
 
 
 def build_loop(
-    collector: Collector[Any],
+    cluster: Collector[Any],
     actuators: Sequence[Actuator],
     context: ReconcilerContext,
     *,
     clock: Clock | None = None,
     reconcilers: Sequence[Reconciler] | None = None,
+    collectors: Sequence[Collector[Any]] = (),
 ) -> ControlLoop:
-    """A loop over one cluster collector, on the wall clock unless told otherwise."""
+    """A loop over the cluster collector, ``collectors`` (telemetry), the adapters'
+    collectors and actuators, on the wall clock unless told otherwise. ``reconcilers``
+    replaces the installed ones (tests)."""
     settings = context.settings
+    parts = loop_parts(context) if reconcilers is None else LoopParts(list(reconcilers))
+    sources = {c.name: c for c in (cluster, *collectors, *parts.collectors)}
     return ControlLoop(
         clock or WallClock(),
-        {collector.name: collector},
+        sources,
         WorldModel(topology=context.topology),
-        loop_reconcilers(context) if reconcilers is None else reconcilers,
-        actuators,
+        parts.reconcilers,
+        [*actuators, *parts.actuators],
         budgets=settings.budgets,
         dry_run=settings.dry_run,
         audit=AuditLog(settings.audit_log),
@@ -159,9 +172,17 @@ def embedded_loop(
     workload = tuple(cluster.workload)
     # Its own policy instance: policy caches are not shared across threads.
     policy = make_policy(policy_name, PolicyContext(seed=0, workload=workload))
-    context = ReconcilerContext(settings=settings, policy=policy_name, workload=workload)
+    context = ReconcilerContext(
+        settings=settings,
+        topology=loop_topology(settings),
+        policy=policy_name,
+        workload=workload,
+    )
     return build_loop(
-        EmbeddedClusterCollector(cluster), embedded_actuators(cluster, policy), context
+        EmbeddedClusterCollector(cluster),
+        embedded_actuators(cluster, policy),
+        context,
+        collectors=telemetry_collectors(settings),
     )
 
 
@@ -174,23 +195,37 @@ def live_loop(
     *,
     binder: Any = None,
     scheduler_name: str | None = None,
+    clock: Clock | None = None,
+    reconcilers: Sequence[Reconciler] | None = None,
+    collectors: Sequence[Collector[Any]] = (),
 ) -> ControlLoop:
-    """The loop on a live cluster: ClusterSync in, the API server's subresources out."""
+    """The loop on a live cluster: ClusterSync (and Prometheus, and ``collectors``) in,
+    the API server's subresources out."""
     from kubesage.core.k8s.actuators import live_actuators
 
-    context = ReconcilerContext(settings=settings, policy=policy_name, workload=tuple(workload))
+    context = ReconcilerContext(
+        settings=settings,
+        topology=loop_topology(settings),
+        policy=policy_name,
+        workload=tuple(workload),
+    )
     collector = LiveClusterCollector(sync, [scheduler_name] if scheduler_name else [])
     # Its own policy instance: policy caches are not shared across threads.
     policy = make_policy(policy_name, PolicyContext(seed=0, workload=tuple(workload)))
-    return build_loop(collector, live_actuators(api, sync, policy, binder=binder), context)
+    return build_loop(
+        collector,
+        live_actuators(api, sync, policy, binder=binder),
+        context,
+        clock=clock,
+        reconcilers=reconcilers,
+        collectors=[*telemetry_collectors(settings), *collectors],
+    )
 
 
 @user_errors
 def loop(
     once: Annotated[bool, typer.Option("--once", help="Run one tick, print it and exit.")] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Decide and audit, but execute nothing.")
-    ] = False,
+    dry_run: DryRunOption = False,
     kubeconfig: Annotated[
         Path | None, typer.Option("--kubeconfig", help="kubeconfig of the cluster.")
     ] = None,
@@ -207,15 +242,12 @@ def loop(
         float, typer.Option("--fill", help="Pre-load the embedded cluster to this GPU share.")
     ] = 0.0,
     policy: Annotated[str, typer.Option("--policy", help="Scheduling policy.")] = "fgd",
-    tick_s: Annotated[float, typer.Option("--tick-s", help="Seconds between ticks.")] = (
-        DEFAULT_TICK_S
-    ),
-    audit_log: Annotated[
-        Path | None, typer.Option("--audit-log", help="Append audit records (JSON lines) here.")
-    ] = None,
-    max_evictions_per_tick: Annotated[
-        int | None, typer.Option("--max-evictions-per-tick", help="Eviction budget (0: none).")
-    ] = None,
+    tick_s: TickOption = DEFAULT_TICK_S,
+    audit_log: AuditLogOption = None,
+    max_evictions_per_tick: MaxEvictionsOption = None,
+    topology: TopologyOption = None,
+    prometheus: PrometheusOption = None,
+    forecast_weight: ForecastWeightOption = 0.0,
     output: Annotated[
         OutputFormat, typer.Option("--format", help="table, or json (one object).")
     ] = OutputFormat.table,
@@ -233,6 +265,9 @@ def loop(
         dry_run=dry_run,
         audit_log=audit_log,
         max_evictions_per_tick=max_evictions_per_tick,
+        topology=topology,
+        prometheus=prometheus,
+        forecast_weight=forecast_weight,
         embedded=embedded,
         kubeconfig=kubeconfig,
         context=context,
@@ -247,6 +282,7 @@ def loop(
             control = embedded_loop(cluster, policy, settings)
         else:
             control = _live(api, policy, settings, stoppers)
+        stoppers.append(control.close)
         if once:
             _print(control.tick(), output)
             return

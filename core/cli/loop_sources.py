@@ -1,5 +1,6 @@
-"""The control loop's cluster collectors, as ``kubesage serve`` and ``kubesage loop`` wire
-them: the embedded cluster's, and the live one over ClusterSync.
+"""The control loop's inputs, as ``kubesage serve`` and ``kubesage loop`` wire them: the
+cluster collectors (the embedded cluster's, and the live one over ClusterSync), the
+Prometheus collector of ``--prometheus`` and the DRTG of ``--topology``.
 
 Each returns a :class:`~kubesage.core.loop.world.ClusterObservation` (a copy of the
 ClusterState and the pods it accounts, bound and pending), so the loop's world model
@@ -9,24 +10,30 @@ no Kubernetes code.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.k8s.embedded import EmbeddedCluster, PendingPod
+from kubesage.core.k8s.gang import GangAnnotationError, gang_of
 from kubesage.core.k8s.informer import ClusterSync, pod_key
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.loop.actions import ObjectRef, PodRef
+from kubesage.core.loop.settings import LoopSettings
 from kubesage.core.loop.view import PodInfo
 from kubesage.core.loop.world import ClusterObservation
-from kubesage.core.perception import Snapshot
+from kubesage.core.perception import Collector, Snapshot
+from kubesage.core.topology.examples import topology_file
+from kubesage.core.topology.graph import DRTG
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
 class EmbeddedClusterCollector:
-    """The embedded cluster's state, bound pods and evicted (pending) pods."""
+    """The embedded cluster's state, bound pods and pending pods (evicted ones, or ones
+    added to it); no other scheduler runs there, so the loop places its pending pods."""
 
     def __init__(self, cluster: EmbeddedCluster) -> None:
         self.cluster = cluster
@@ -48,8 +55,35 @@ class EmbeddedClusterCollector:
                 pods[str(ref)] = PodInfo(ref, bound.request, bound.placement)
             for key, pending in self.cluster.pending.items():
                 ref = _ref(key, pending.namespace, pending.name)
-                pods[str(ref)] = PodInfo(ref, pending.request)
+                pods[str(ref)] = PodInfo(
+                    ref,
+                    pending.request,
+                    gang=_gang({"metadata": _metadata(pending)}),
+                    labels=dict(pending.labels),
+                    annotations=dict(pending.annotations),
+                    loop_places=True,
+                    claimable=True,
+                )
         return Snapshot(ClusterObservation(copy, pods), time.time())
+
+
+def _metadata(pending: PendingPod) -> dict[str, Any]:
+    return {
+        "namespace": pending.namespace,
+        "name": pending.name,
+        "labels": dict(pending.labels),
+        "annotations": dict(pending.annotations),
+    }
+
+
+def _gang(pod: Mapping[str, Any]) -> str | None:
+    """The pod's named gang, as the secondary scheduler reads it (None: a lone pod, or a
+    bad annotation — the secondary scheduler reports that on the pod)."""
+    try:
+        gang = gang_of(pod)
+    except GangAnnotationError:
+        return None
+    return gang.key if gang.named else None
 
 
 def _ref(key: str, namespace: str, name: str) -> PodRef:
@@ -80,20 +114,22 @@ class LiveClusterCollector:
         snapshot = self.sync.collect()
         pods: dict[str, PodInfo] = {}
         for pod in self.sync.bound_pods():
-            info = _pod_info(pod, self.sync.placement_of(pod_key(pod)))
+            info = pod_info(pod, self.sync.placement_of(pod_key(pod)))
             if info is not None and info.placement is not None:
                 pods[str(info.ref)] = info
         for scheduler in self.scheduler_names:
             for pod in self.sync.pending_pods(scheduler):
-                info = _pod_info(pod, None)
+                info = pod_info(pod, None)
                 if info is not None:
-                    pods[str(info.ref)] = info
+                    ours = scheduler != DEFAULT_SCHEDULER
+                    pods[str(info.ref)] = dataclasses.replace(info, claimable=ours)
         observation = ClusterObservation(snapshot.data, pods)
         return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
 
 
-def _pod_info(pod: Mapping[str, Any], placement: Any) -> PodInfo | None:
-    """A v1 Pod as the loop sees it; None for one whose requests cannot be read."""
+def pod_info(pod: Mapping[str, Any], placement: Any = None) -> PodInfo | None:
+    """A v1 Pod as the loop sees it (pending unless ``placement``); None for one whose
+    requests cannot be read."""
     try:
         request = pod_request(pod)
     except InputError:
@@ -118,7 +154,26 @@ def _pod_info(pod: Mapping[str, Any], placement: Any) -> PodInfo | None:
         ref,
         request,
         placement,
+        gang=_gang(pod),
         owner=owner,
         labels=dict(metadata.get("labels") or {}),
         annotations=dict(metadata.get("annotations") or {}),
     )
+
+
+def loop_topology(settings: LoopSettings) -> DRTG | None:
+    """The DRTG of ``settings.topology`` (a file, or a shipped example's name), if any."""
+    if settings.topology is None:
+        return None
+    return DRTG.from_yaml(topology_file(settings.topology))
+
+
+def telemetry_collectors(settings: LoopSettings) -> list[Collector[Any]]:
+    """The Prometheus collector of ``settings.prometheus`` over the shipped metric map
+    (its node and GPU columns feed the forecast panel), if a URL is set."""
+    if settings.prometheus is None:
+        return []
+    from kubesage.core.telemetry.metric_map import load_metric_map
+    from kubesage.core.telemetry.prometheus import PrometheusCollector
+
+    return [PrometheusCollector(settings.prometheus, load_metric_map(None))]

@@ -32,10 +32,26 @@ import typer
 import uvloop
 
 from kubesage.core.cli.errors import user_errors
-from kubesage.core.cli.loop import embedded_loop, live_loop, loop_inputs
+from kubesage.core.cli.loop import (
+    embedded_loop,
+    live_loop,
+    loop_claims,
+    loop_inputs,
+    with_forecasts,
+)
+from kubesage.core.cli.loop_options import (
+    AuditLogOption,
+    DryRunOption,
+    ForecastWeightOption,
+    MaxEvictionsOption,
+    PrometheusOption,
+    TickOption,
+    TopologyOption,
+)
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.binding import assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.k8s.embedded_workload import DEFAULT_LIFETIME_S, EmbeddedWorkload
 from kubesage.core.k8s.extender import Extender
 from kubesage.core.k8s.http_server import HttpServer
 from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
@@ -83,7 +99,7 @@ class Service:
         """Show ``loop`` on /debug/loop; run it in a background thread until :meth:`stop`
         (``leading`` False: a leader election starts and stops it instead)."""
         self.loop = loop
-        self.stoppers.append(loop.audit.close)
+        self.stoppers.append(loop.close)
         if leading:
             self.stoppers.append(loop.start())
         self.description += f"; control loop every {loop.tick_s:g} s" + (
@@ -124,9 +140,12 @@ def embedded_service(
     fill: float = 0.0,
     policies_dir: Path | None = None,
     loop: LoopSettings | None = None,
+    arrivals_per_s: float = 0.0,
+    pod_lifetime_s: float = DEFAULT_LIFETIME_S,
 ) -> Service:
     """The embedded simulated cluster (pre-loaded to ``fill`` of its GPUs by the policy),
-    its binder and the file-based policies; with ``loop``, the control loop on it."""
+    its binder and the file-based policies; with ``loop``, the control loop on it; with
+    ``arrivals_per_s``, pods arriving and leaving (:mod:`~kubesage.core.k8s.embedded_workload`)."""
     if not 0.0 <= fill < 1.0:
         raise InputError(f"--fill must be in [0, 1), got {fill}")
     cluster = EmbeddedCluster.synthetic(nodes)
@@ -134,6 +153,8 @@ def embedded_service(
     placed = cluster.fill(policy, fill) if fill else 0
     metrics.CLUSTER_NODES.set(cluster.state.num_nodes)
     loaded = f", {placed} pods pre-placed to {fill:.0%} GPU allocation" if placed else ""
+    control = embedded_loop(cluster, policy_name, loop) if loop is not None else None
+    policy = with_forecasts(policy, control, loop)
     service = Service(
         extender=Extender(cluster, policy, cluster.binder(policy)),
         description=f"{cluster.description}{loaded}, policy {policy_name}",
@@ -141,8 +162,14 @@ def embedded_service(
         bind_waits_on_io=False,
     )
     _webhook(FilePolicySource(policies_dir), service)
-    if loop is not None:
-        service.start_loop(embedded_loop(cluster, policy_name, loop))
+    if control is not None:
+        service.start_loop(control)
+    if arrivals_per_s:
+        if control is None:
+            raise InputError("--arrivals-per-s needs the control loop to place the arrivals")
+        workload = EmbeddedWorkload(cluster, arrivals_per_s, lifetime_s=pod_lifetime_s)
+        service.stoppers.append(workload.start())
+        service.description += f"; {arrivals_per_s:g} pods/s arriving"
     return service
 
 
@@ -164,7 +191,12 @@ def live_service(
     workload = synthetic_workload(DEFAULT_SYNTHETIC_PODS, seed=0)
     sync = ClusterSync(api)
     binder = Binder(api)
-    policy = _policy(policy_name, workload)
+    control = None
+    if loop is not None:
+        control = live_loop(
+            api, sync, policy_name, workload, loop, binder=binder, scheduler_name=scheduler_name
+        )
+    policy = with_forecasts(_policy(policy_name, workload), control, loop)
 
     def health() -> tuple[bool, str]:
         if not sync.ready:
@@ -185,19 +217,14 @@ def live_service(
     namespaces.start()
     service.stoppers.append(namespaces.stop)
     _webhook(ApiPolicySource(api), service, namespace_labels=namespaces)
-    control = None
-    if loop is not None:
-        control = live_loop(
-            api, sync, policy_name, workload, loop, binder=binder, scheduler_name=scheduler_name
-        )
+    if control is not None:
         # Under --scheduler-name the replicas elect a leader: only it runs the loop, so
         # two replicas never evict the same pods. Without one, this replica runs it.
         service.start_loop(control, leading=not scheduler_name)
     if scheduler_name:
         # Its own policy instance: policy caches are not shared across threads.
-        _secondary(
-            api, sync, binder, _policy(policy_name, workload), scheduler_name, service, control
-        )
+        secondary = with_forecasts(_policy(policy_name, workload), control, loop)
+        _secondary(api, sync, binder, secondary, scheduler_name, service, control)
     return service
 
 
@@ -215,7 +242,14 @@ def _secondary(
     from kubesage.core.k8s.leader import LeaderElector
     from kubesage.core.k8s.secondary import SecondaryScheduler
 
-    scheduler = SecondaryScheduler(api, sync, policy, scheduler_name=scheduler_name, binder=binder)
+    scheduler = SecondaryScheduler(
+        api,
+        sync,
+        policy,
+        scheduler_name=scheduler_name,
+        binder=binder,
+        defer=None if control is None else loop_claims(control),
+    )
     elector = LeaderElector(
         api,
         lease_name=f"kubesage-{scheduler_name}",
@@ -316,23 +350,24 @@ def serve(
         typer.Option("--policies-dir", help="SchedulingPolicy YAMLs for the embedded mode."),
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="Log level.")] = "info",
-    tick_s: Annotated[
-        float, typer.Option("--tick-s", help="Seconds between control-loop ticks.")
-    ] = DEFAULT_TICK_S,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", help="The control loop decides and audits but acts on nothing."),
-    ] = False,
-    audit_log: Annotated[
-        Path | None,
-        typer.Option("--audit-log", help="Append the loop's audit records (JSON lines) here."),
-    ] = None,
-    max_evictions_per_tick: Annotated[
-        int | None,
+    tick_s: TickOption = DEFAULT_TICK_S,
+    dry_run: DryRunOption = False,
+    audit_log: AuditLogOption = None,
+    max_evictions_per_tick: MaxEvictionsOption = None,
+    topology: TopologyOption = None,
+    prometheus: PrometheusOption = None,
+    forecast_weight: ForecastWeightOption = 0.0,
+    arrivals_per_s: Annotated[
+        float,
         typer.Option(
-            "--max-evictions-per-tick", help="The loop's eviction budget per tick (0: none)."
+            "--arrivals-per-s",
+            help="Embedded cluster: pods arriving per second for the loop to place (0: none).",
         ),
-    ] = None,
+    ] = 0.0,
+    pod_lifetime_s: Annotated[
+        float,
+        typer.Option("--pod-lifetime-s", help="Embedded cluster: mean lifetime of an arrival."),
+    ] = DEFAULT_LIFETIME_S,
 ) -> None:
     """Serve the scheduler extender (/scheduler/*), the webhook (/mutate), /healthz, /metrics."""
     if log_level.upper() not in LOG_LEVELS:
@@ -350,15 +385,26 @@ def serve(
         dry_run=dry_run,
         audit_log=audit_log,
         max_evictions_per_tick=max_evictions_per_tick,
+        topology=topology,
+        prometheus=prometheus,
+        forecast_weight=forecast_weight,
         embedded=embedded,
         kubeconfig=kubeconfig,
         context=context,
     )
+    if api is None and scheduler_name:
+        raise InputError("--scheduler-name needs a live cluster (a kubeconfig)")
+    if api is not None and arrivals_per_s:
+        raise InputError("--arrivals-per-s is for the embedded cluster (--embedded)")
     if api is None:
-        if scheduler_name:
-            raise InputError("--scheduler-name needs a live cluster (a kubeconfig)")
         service = embedded_service(
-            policy, nodes=nodes, fill=fill, policies_dir=policies_dir, loop=settings
+            policy,
+            nodes=nodes,
+            fill=fill,
+            policies_dir=policies_dir,
+            loop=settings,
+            arrivals_per_s=arrivals_per_s,
+            pod_lifetime_s=pod_lifetime_s,
         )
     else:
         service = live_service(api, policy, scheduler_name=scheduler_name, loop=settings)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kubesage.core.errors import CapacityError
+from kubesage.core.errors import CapacityError, InputError
 from kubesage.core.k8s.binding import (
     BindFunction,
     BindRefusedError,
@@ -50,14 +50,17 @@ class BoundPod:
 
 @dataclass(frozen=True)
 class PendingPod:
-    """A pod evicted from the embedded cluster, waiting to be bound again."""
+    """A pod of the embedded cluster waiting to be bound: evicted, or submitted new."""
 
     namespace: str
     name: str
     uid: str
     request: PodRequest
-    evicted_from: str
-    """The node it was evicted from."""
+    evicted_from: str = ""
+    """The node it was evicted from ("" for a pod submitted new)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """What the pod was submitted with (a Spark executor's ``spark-role`` label, say)."""
 
 
 class EmbeddedCluster(LockedState):
@@ -71,7 +74,7 @@ class EmbeddedCluster(LockedState):
         self.bound: dict[str, BoundPod] = {}
         """Bound pods by UID (or namespace/name when the bind carried no UID)."""
         self.pending: dict[str, PendingPod] = {}
-        """Evicted pods not bound again yet, keyed as :attr:`bound`."""
+        """Pods waiting to be bound (evicted, or submitted), keyed as :attr:`bound`."""
 
     @classmethod
     def synthetic(
@@ -176,6 +179,41 @@ class EmbeddedCluster(LockedState):
             self.pending[key] = evicted
         log_event(log, logging.INFO, "embedded_evict", pod=f"{namespace}/{name}", node=bound.node)
         return evicted
+
+    def submit(
+        self,
+        namespace: str,
+        name: str,
+        request: PodRequest,
+        *,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> PendingPod:
+        """A new pod, pending until something binds it (the control loop does)."""
+        pod = PendingPod(
+            namespace,
+            name,
+            "",
+            request,
+            labels=dict(labels or {}),
+            annotations=dict(annotations or {}),
+        )
+        with self.locked():
+            key = f"{namespace}/{name}"
+            if key in self.pending or self._bound_key(namespace, name, "") is not None:
+                raise InputError(f"pod {key} exists already in the embedded cluster")
+            self.pending[key] = pod
+        return pod
+
+    def delete(self, namespace: str, name: str) -> bool:
+        """Delete a pod, bound (its resources freed) or pending; False if there is none."""
+        with self.locked() as (state, _):
+            key = self._bound_key(namespace, name, "")
+            if key is not None:
+                bound = self.bound.pop(key)
+                state.release(bound.request, bound.placement)
+                return True
+            return self.pending.pop(f"{namespace}/{name}", None) is not None
 
     def _bound_key(self, namespace: str, name: str, uid: str) -> str | None:
         if uid:

@@ -20,6 +20,12 @@ Each cycle (on every cluster change, at least every ``interval_s``):
    bound members towards ``min-available`` next time.
 
 Once a gang has ``min-available`` members bound, later members are placed one by one.
+
+With ``defer`` (``kubesage serve`` passes the control loop's
+:meth:`~kubesage.core.loop.control.ControlLoop.claims`), a gang (or lone pod) with no
+member bound yet that the loop places itself — a whole-GPU gang ``gpu-gang`` puts on
+the AllReduce ring, Spark executors ``spark-placement`` keeps in their input's racks —
+is left to the loop and reported as waiting for it.
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ class SecondaryScheduler:
         interval_s: float = 1.0,
         identity: str = "",
         clock: Callable[[], float] = time.monotonic,
+        defer: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
     ) -> None:
         if not scheduler_name:
             raise InputError("SecondaryScheduler: scheduler_name must not be empty")
@@ -114,6 +121,7 @@ class SecondaryScheduler:
         self.interval_s = interval_s
         self.identity = identity or scheduler_name
         self._clock = clock
+        self._defer = defer
         self._waits: dict[str, _Wait] = {}
         self._reported_bad: dict[str, str] = {}
         self._masks: _EligibilityCache | None = None
@@ -158,8 +166,21 @@ class SecondaryScheduler:
             if key not in gangs:
                 del self._waits[key]
         for key, members in gangs.items():
+            if not bound.get(key) and self._deferred(members):
+                report.waiting[key] = f"gang {key}: placed by the control loop"
+                continue
             self._schedule_gang(key, members, bound.get(key, 0), now, report)
         return report
+
+    def _deferred(self, members: Sequence[_Member]) -> bool:
+        """The control loop places these members itself (see the module docstring)."""
+        if self._defer is None:
+            return False
+        try:
+            return self._defer([m.pod for m in members])
+        except Exception:  # a failing claim leaves the gang here
+            log.exception("asking the control loop about a gang failed")
+            return False
 
     # -- gathering --------------------------------------------------------------------------
 

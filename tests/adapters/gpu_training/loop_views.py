@@ -6,21 +6,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kubesage.core.loop.actions import ObjectRef, PodRef
+from kubesage.core.loop.forecasts import ForecastPanel
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.perception import Snapshot
 from kubesage.core.state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import Placement, PodRequest
-
-
-class NoForecasts:
-    """Cold start: the forecast panel knows nothing yet."""
-
-    source = "last-value"
-    horizon_steps = 1
-
-    def predict(self, entity: str, metric: str) -> float | None:
-        return None
 
 
 def request(
@@ -51,7 +42,11 @@ def info(
     owner: ObjectRef | None = None,
     annotations: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    loop_places: bool | None = None,
+    claimable: bool = False,
 ) -> PodInfo:
+    """The pod as the loop sees it; a pending one is the loop's to place (as on the
+    embedded cluster) unless ``loop_places=False``."""
     namespace, name = pod.name.split("/", 1)
     return PodInfo(
         ref=PodRef(namespace, name),
@@ -60,6 +55,8 @@ def info(
         owner=owner,
         labels=dict(labels or {}),
         annotations=dict(annotations or {}),
+        loop_places=placement is None if loop_places is None else loop_places,
+        claimable=claimable,
     )
 
 
@@ -92,7 +89,7 @@ def view(
         state=state.copy(),
         pods={str(p.ref): p for p in pods},
         topology=topology,
-        forecasts=NoForecasts(),
+        forecasts=ForecastPanel(),  # cold start: knows nothing yet
         snapshots=dict(snapshots or {}),
         data_age_s=0.0,
         memory=dict(memory or {}),

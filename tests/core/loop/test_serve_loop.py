@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from typer.testing import CliRunner
 
-from kubesage.core.cli.loop import loop_reconcilers
+from kubesage.core.cli.loop import loop_parts
 from kubesage.core.cli.main import app
 from kubesage.core.loop.settings import ReconcilerContext
 from tests.core.k8s.test_serve_cli import serving
@@ -18,15 +19,29 @@ from tests.core.k8s.test_serve_cli import serving
 
 def test_embedded_serve_runs_the_loop(tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
-    expected = [r.name for r in loop_reconcilers(ReconcilerContext())]
-    options = ("--embedded", "--nodes", "40", "--tick-s", "1", "--audit-log", str(audit))
+    expected = [r.name for r in loop_parts(ReconcilerContext()).reconcilers]
+    options = (
+        *("--embedded", "--nodes", "40", "--tick-s", "1", "--audit-log", str(audit)),
+        *("--arrivals-per-s", "4"),
+    )
+
+    def binds(debug: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            a
+            for a in debug["actions"]
+            if a["reconciler"] == "forecast-placement" and a["action"] == "bind"
+        ]
+
     with serving(*options) as url, httpx.Client(base_url=url) as http:
         deadline = time.monotonic() + 30.0
         debug = http.get("/debug/loop").json()
-        while debug["ticks"] < 3 and time.monotonic() < deadline:
+        while (debug["ticks"] < 3 or not binds(debug)) and time.monotonic() < deadline:
             time.sleep(0.5)
             debug = http.get("/debug/loop").json()
         assert debug["ticks"] >= 3
+        # The arrivals were placed by the loop: bound, each with its reason.
+        assert binds(debug) and {a["outcome"] for a in binds(debug)} == {"done"}
+        assert all("scored" in a["explanation"] for a in binds(debug))
         assert debug["clock"] == "wall"
         assert debug["reconcilers"] == expected
         assert debug["forecaster"] == "last-value (cold start)"

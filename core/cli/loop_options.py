@@ -1,0 +1,90 @@
+"""The control loop's command-line options, shared by ``kubesage serve`` and ``kubesage loop``.
+
+Each is an ``Annotated`` type (its flag and help written once); :func:`loop_settings`
+checks the values and makes the :class:`~kubesage.core.loop.settings.LoopSettings`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kubesage.core.errors import InputError
+from kubesage.core.loop.actions import ActionKind
+from kubesage.core.loop.budgets import Budgets
+from kubesage.core.loop.settings import DEFAULT_MAX_DATA_AGE_S, DEFAULT_TICK_S, LoopSettings
+
+TickOption = Annotated[float, typer.Option("--tick-s", help="Seconds between control-loop ticks.")]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="The control loop decides and audits but acts on nothing.")
+]
+AuditLogOption = Annotated[
+    Path | None,
+    typer.Option("--audit-log", help="Append the loop's audit records (JSON lines) here."),
+]
+MaxEvictionsOption = Annotated[
+    int | None,
+    typer.Option("--max-evictions-per-tick", help="The loop's eviction budget per tick (0: none)."),
+]
+TopologyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--topology",
+        help="Topology YAML (or a shipped example's name) naming the cluster's nodes: "
+        "the loop's DRTG, used by gang placement.",
+    ),
+]
+PrometheusOption = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus",
+        help="Prometheus URL: node and GPU metrics feed the loop's forecasts.",
+    ),
+]
+ForecastWeightOption = Annotated[
+    float,
+    typer.Option(
+        "--forecast-weight",
+        help="Weight of forecast GPU load in placing GPU-sharing pods (0: off).",
+    ),
+]
+
+
+def loop_settings(
+    *,
+    tick_s: float = DEFAULT_TICK_S,
+    dry_run: bool = False,
+    audit_log: Path | None = None,
+    max_evictions_per_tick: int | None = None,
+    max_data_age_s: float | None = DEFAULT_MAX_DATA_AGE_S,
+    topology: str | None = None,
+    prometheus: str | None = None,
+    forecast_weight: float = 0.0,
+) -> LoopSettings:
+    """The settings from the options (the eviction budget defaults to Budgets')."""
+    if not tick_s > 0 or not math.isfinite(tick_s):
+        raise InputError(f"--tick-s must be a positive number of seconds, got {tick_s}")
+    if max_evictions_per_tick is not None and max_evictions_per_tick < 0:
+        raise InputError(
+            f"--max-evictions-per-tick must be 0 or more, got {max_evictions_per_tick}"
+        )
+    if not 0.0 <= forecast_weight <= 1.0:
+        raise InputError(f"--forecast-weight must be in [0, 1], got {forecast_weight}")
+    if prometheus is not None and not prometheus.startswith(("http://", "https://")):
+        raise InputError(f"--prometheus '{prometheus}' must be an http:// or https:// URL")
+    budgets = Budgets()
+    if max_evictions_per_tick is not None:
+        budgets = budgets.with_limit(ActionKind.EVICT, max_evictions_per_tick)
+    return LoopSettings(
+        tick_s=tick_s,
+        dry_run=dry_run,
+        max_data_age_s=max_data_age_s,
+        budgets=budgets,
+        audit_log=audit_log,
+        topology=topology,
+        prometheus=prometheus.rstrip("/") if prometheus else None,
+        forecast_weight=forecast_weight,
+    )
