@@ -16,10 +16,11 @@ for the cheapest migration (best-effort pods first, ``Guaranteed`` pods and pods
   mig-parted configuration (:mod:`~kubesage.adapters.gpu_training.relayout`); bind each
   moved pod at its new placement; bind the waiting pod.
 
-The re-placement binds name the evicted pod. In the embedded cluster the same pod
-comes back pending under its name; on a live cluster its controller creates a
-replacement with a new name, which the loop matches to the bind step by owner and
-request shape (the step carries the request).
+The re-placement binds name the evicted pod and its owner (:attr:`Bind.owner`). In the
+embedded cluster the same pod comes back pending under its name; on a live cluster its
+controller creates a replacement with a new name, which the live Bind actuator matches
+to the bind step by owner and request shape (the step carries the request); with no
+replacement yet the step is refused and the plan stops (and is finished later, below).
 
 A plan that stops after an eviction (a refused or failed step) leaves the evicted pod
 pending; the reconciler remembers the pods its plans bind and, on a later tick, binds
@@ -117,6 +118,12 @@ class DefragReconciler:
     settings: DefragSettings = field(default_factory=DefragSettings)
     name: str = NAME
 
+    @property
+    def reads(self) -> frozenset[str]:
+        """Only the cluster (pods, placements, fit reasons): a stale metrics source does not
+        hold back a migration."""
+        return frozenset()
+
     def reconcile(self, view: WorldView) -> Reconciled:
         settings = self.settings
         running, infos = running_pods(view)
@@ -209,6 +216,7 @@ class DefragReconciler:
                 pod=pod.ref,
                 request=pod.request,
                 placement=placement,
+                owner=None if entry["waiting"] else pod.owner,
             )
             plans.append(
                 Plan(
@@ -296,6 +304,7 @@ class DefragReconciler:
                 pod=infos[name].ref,
                 request=infos[name].request,
                 placement=target,
+                owner=infos[name].owner,
             )
             for name, target in moves
         ]
@@ -416,6 +425,7 @@ class DefragReconciler:
                     pod=info.ref,
                     request=info.request,
                     placement=target,
+                    owner=info.owner,
                 )
             )
             running[name] = (info.request, target)

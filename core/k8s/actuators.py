@@ -8,8 +8,10 @@ server. What each call is, and how its answers map to outcomes:
 Action     API call                                                    Outcomes
 ========== =========================================================== =================
 Bind       ``POST pods/{name}/binding`` through                        DONE; REFUSED: pod
-           :class:`~kubesage.core.k8s.binder.Binder` (UID               gone or bound
-           precondition, GPU annotations, retries)                     elsewhere; FAILED
+           :class:`~kubesage.core.k8s.binder.Binder` (UID               gone (and no
+           precondition, GPU annotations, retries); an evicted pod's   replacement yet)
+           replacement found by :class:`LiveReplacements`              or bound
+                                                                       elsewhere; FAILED
 Evict      ``POST pods/{name}/eviction`` (policy/v1 Eviction, UID       see :class:`LiveEvictor`
            precondition)
 Scale      merge patch of a Job's ``spec.parallelism`` or a            DONE; REFUSED: out
@@ -29,11 +31,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import urllib3
 
+from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.k8s.apiclient import (
     ApiClient,
     ApiException,
@@ -47,6 +51,7 @@ from kubesage.core.k8s.apiclient import (
 )
 from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.binding import AssumingView, BindActuator, assume_and_bind
+from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (
     MERGE_PATCH,
     ChangeRefusedError,
@@ -58,19 +63,27 @@ from kubesage.core.k8s.workloads import (
 from kubesage.core.loop.actions import (
     Action,
     ActionKind,
+    Bind,
     Evict,
     LabelNode,
     ObjectRef,
     Patch,
+    PodRef,
     Scale,
 )
 from kubesage.core.loop.reconciler import Actuator, Outcome, Result
 from kubesage.core.policy.base import Policy
+from kubesage.core.types import PodRequest
 
 log = logging.getLogger(__name__)
 
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 """How long one API call may take before the action counts as FAILED."""
+
+_REMEMBERED_REPLACEMENTS = 4096
+"""How many replacement pods :class:`LiveReplacements` remembers as taken."""
+_NOT_SHAPE = frozenset({"name", "creation_time_s", "deletion_time_s"})
+"""PodRequest fields that differ between a pod and its controller's replacement."""
 
 _REFUSING_STATUSES = frozenset({404, 409, 422})
 """Answers that say no to this change (gone, changed meanwhile, invalid): REFUSED."""
@@ -275,6 +288,135 @@ class LiveNodeLabeler:
         return Result(Outcome.DONE, f"node/{action.node} labelled {shown}")
 
 
+class LiveReplacements:
+    """The pod a plan's Bind binds after the plan evicted it (the Replacements protocol of
+    :class:`~kubesage.core.k8s.binding.BindActuator`).
+
+    On a live cluster an evicted pod is deleted and its controller (ReplicaSet, Job,
+    training operator) creates a replacement with a new name. So a Bind that carries its
+    pod's owner reads the pod first: still there (same UID, not being deleted), it is
+    the one bound. Otherwise the pending pods of the namespace (``spec.nodeName`` empty,
+    as kube-scheduler selects them) are searched for one with the same owner (kind and
+    name, API group) and the same request (all but the name), not being deleted, not
+    taken by an earlier bind; the oldest is bound. None yet: the reason, and the plan
+    is retried on a later tick.
+    """
+
+    def __init__(
+        self, api: ApiClient, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    ) -> None:
+        # Any: called with _preload_content=False (raw JSON).
+        self._core: Any = CoreV1Api(api)
+        self.request_timeout_s = request_timeout_s
+        self._taken: OrderedDict[str, None] = OrderedDict()
+
+    def resolve(self, action: Bind) -> PodRef | str:
+        pod, owner = action.pod, action.owner
+        current = self._read(pod)
+        if current is not None and _alive(current):
+            uid = str((current.get("metadata") or {}).get("uid") or "")
+            if not pod.uid or uid == pod.uid:
+                return pod
+        if owner is None:
+            return f"pod {pod} is gone"
+        candidates = [
+            candidate
+            for candidate in self._pending(pod.namespace)
+            if _alive(candidate)
+            and _owned_by(candidate, owner)
+            and str(candidate["metadata"].get("uid") or "") not in self._taken
+            and _same_shape(candidate, action.request)
+        ]
+        if not candidates:
+            return (
+                f"pod {pod} is gone and its owner {owner} has no pending replacement with "
+                "the same request yet; the plan is retried on a later tick"
+            )
+        chosen = min(candidates, key=_age_order)
+        metadata = chosen["metadata"]
+        return PodRef(pod.namespace, str(metadata["name"]), str(metadata.get("uid") or ""))
+
+    def took(self, pod: PodRef) -> None:
+        if pod.uid:
+            self._taken[pod.uid] = None
+            while len(self._taken) > _REMEMBERED_REPLACEMENTS:
+                self._taken.popitem(last=False)
+
+    def _read(self, pod: PodRef) -> dict[str, Any] | None:
+        try:
+            answer = self._core.read_namespaced_pod(
+                pod.name,
+                pod.namespace,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
+            )
+            document = json.loads(answer.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise DependencyError(
+                f"reading pod {pod}: HTTP {exc.status}: {api_message(exc)}"
+            ) from exc
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise DependencyError(f"reading pod {pod}: {exc}") from exc
+        return document if isinstance(document, dict) else None
+
+    def _pending(self, namespace: str) -> list[dict[str, Any]]:
+        try:
+            answer = self._core.list_namespaced_pod(
+                namespace,
+                field_selector="spec.nodeName=",
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
+            )
+            items = json.loads(answer.data).get("items") or []
+        except ApiException as exc:
+            raise DependencyError(
+                f"listing pending pods of {namespace}: HTTP {exc.status}: {api_message(exc)}"
+            ) from exc
+        except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
+            raise DependencyError(f"listing pending pods of {namespace}: {exc}") from exc
+        return [item for item in items if isinstance(item, dict) and item.get("metadata")]
+
+
+def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = pod.get("metadata") or {}
+    return str(metadata.get("creationTimestamp") or ""), str(metadata.get("name"))
+
+
+def _alive(pod: Mapping[str, Any]) -> bool:
+    """Not being deleted, not terminated: a pod a binding can still place."""
+    metadata = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return not metadata.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+def _owned_by(pod: Mapping[str, Any], owner: ObjectRef) -> bool:
+    for reference in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if (
+            isinstance(reference, Mapping)
+            and reference.get("kind") == owner.kind
+            and reference.get("name") == owner.name
+            and _group(str(reference.get("apiVersion") or "")) == _group(owner.api_version)
+        ):
+            return True
+    return False
+
+
+def _same_shape(pod: Mapping[str, Any], request: PodRequest) -> bool:
+    """The pod asks for what ``request`` asks (resources, GPUs, QoS, priority, gang)."""
+    try:
+        theirs = pod_request(pod)
+    except InputError:
+        return False
+    shape = set(_NOT_SHAPE)
+    return theirs.model_dump(exclude=shape) == request.model_dump(exclude=shape)
+
+
 def _api_result(exc: ApiException, what: str) -> Result:
     message = api_message(exc)
     if exc.status in _REFUSING_STATUSES:
@@ -290,7 +432,8 @@ def live_actuators(
     binder: Binder | None = None,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ) -> list[Actuator]:
-    """The actuators of a live cluster: bind, evict, scale/patch, label nodes.
+    """The actuators of a live cluster: bind (an evicted pod's replacement matched by
+    :class:`LiveReplacements`), evict, scale/patch, label nodes.
 
     Binds go through the one bind path (:func:`~kubesage.core.k8s.binding.assume_and_bind`:
     accounted in ``view`` — the ClusterSync — before the Binding is posted). ``binder``
@@ -298,8 +441,9 @@ def live_actuators(
     when given.
     """
     post = binder or Binder(api_client, request_timeout_s=request_timeout_s)
+    replacements = LiveReplacements(api_client, request_timeout_s=request_timeout_s)
     return [
-        BindActuator(assume_and_bind(view, post, policy)),
+        BindActuator(assume_and_bind(view, post, policy), replacements),
         LiveEvictor(api_client, request_timeout_s=request_timeout_s),
         LivePatcher(api_client, request_timeout_s=request_timeout_s),
         LiveNodeLabeler(api_client, request_timeout_s=request_timeout_s),
@@ -315,6 +459,7 @@ __all__ = [
     "LiveEvictor",
     "LiveNodeLabeler",
     "LivePatcher",
+    "LiveReplacements",
     "api_message",
     "embedded_actuators",
     "live_actuators",

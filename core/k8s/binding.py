@@ -11,7 +11,9 @@
   binding is posted, so the next request already sees those resources taken. A
   failed post undoes the assumption. A pod filter never saw (no request known) is
   posted without accounting.
-- :class:`BindActuator` runs the control loop's Bind actions through it.
+- :class:`BindActuator` runs the control loop's Bind actions through it. A Bind that
+  names the pod's owner (a plan's re-placement of a pod it evicted) binds, when that
+  pod is gone, its controller's replacement instead (:class:`Replacements`).
 - :func:`assume_and_bind` posts through the API server's Binding subresource
   (:class:`~kubesage.core.k8s.binder.Binder`, which does the API call; this module
   decides what it posts); the embedded cluster posts into itself.
@@ -28,7 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kubesage.core.errors import CapacityError, KubesageError
-from kubesage.core.loop.actions import Action, ActionKind, Bind
+from kubesage.core.loop.actions import Action, ActionKind, Bind, PodRef
 from kubesage.core.loop.reconciler import Outcome, Result
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
@@ -192,6 +194,21 @@ class _Held:
         self._lock.release()
 
 
+class Replacements(Protocol):
+    """Finds the pod a Bind with an owner binds on a live cluster, where an evicted pod is
+    gone and its controller creates a replacement under a new name."""
+
+    def resolve(self, action: Bind) -> PodRef | str:
+        """The action's own pod while it still exists; else the oldest pending pod with
+        the same owner and request shape that no earlier bind took; else why none (a
+        str). Raises a KubesageError when the API cannot be read."""
+        ...
+
+    def took(self, pod: PodRef) -> None:
+        """``pod`` (a replacement) was bound: no later action may take it."""
+        ...
+
+
 class BindActuator:
     """The control loop's Bind actions, through the one bind path.
 
@@ -199,10 +216,16 @@ class BindActuator:
     its annotations are posted with the binding. A pod that no longer fits there, is
     gone, or is bound elsewhere is REFUSED (the plan it belongs to stops and is retried);
     any other failure is FAILED.
+
+    With ``replacements`` (a live cluster), a Bind that names its pod's owner
+    (:attr:`Bind.owner`) and whose pod is gone binds the replacement its controller
+    created (same owner, same request shape, not taken by an earlier bind); with no
+    replacement yet it is REFUSED, so the plan is rolled back and retried next tick.
     """
 
-    def __init__(self, bind: BindFunction) -> None:
+    def __init__(self, bind: BindFunction, replacements: Replacements | None = None) -> None:
         self._bind = bind
+        self._replacements = replacements
 
     @property
     def kinds(self) -> frozenset[ActionKind]:
@@ -211,13 +234,23 @@ class BindActuator:
     def execute(self, action: Action) -> Result:
         if not isinstance(action, Bind):
             return Result(Outcome.FAILED, f"{type(action).__name__} is not a Bind")
-        pod, placement = action.pod, action.placement
+        pod, placement, request = action.pod, action.placement, action.request
+        if action.owner is not None and self._replacements is not None:
+            try:
+                resolved = self._replacements.resolve(action)
+            except KubesageError as exc:
+                return Result(Outcome.FAILED, str(exc))
+            if isinstance(resolved, str):
+                return Result(Outcome.REFUSED, resolved)
+            pod = resolved
+            if pod != action.pod:  # the accounting names the pod it holds
+                request = request.model_copy(update={"name": str(pod)})
         target = BindTarget(
             pod.namespace,
             pod.name,
             pod.uid,
             placement.node,
-            action.request,
+            request,
             placement=placement,
             annotations=action.annotations,
         )
@@ -228,6 +261,10 @@ class BindActuator:
         except KubesageError as exc:
             return Result(Outcome.FAILED, str(exc))
         gpus = ",".join(str(gpu) for gpu in placement.gpu_indices)
-        return Result(
-            Outcome.DONE, f"bound to {placement.node}" + (f" (GPUs {gpus})" if gpus else "")
-        )
+        where = f"bound to {placement.node}" + (f" (GPUs {gpus})" if gpus else "")
+        if pod == action.pod:
+            return Result(Outcome.DONE, where)
+        assert self._replacements is not None
+        self._replacements.took(pod)
+        replaced = f"{action.pod} is gone: its replacement {pod} (owner {action.owner})"
+        return Result(Outcome.DONE, f"{replaced} {where}")

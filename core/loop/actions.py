@@ -111,6 +111,10 @@ class Bind(Action):
     """Honoured exactly: the node, the GPUs (in ring order for a gang) or the MIG slot."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Set on the pod with the binding (e.g. a gang member's rank)."""
+    owner: ObjectRef | None = None
+    """The pod's controller, for a pod a plan evicts before re-placing it: on a live
+    cluster the evicted pod is gone and its controller's replacement (a new name, the
+    same owner and request) is bound instead. Not part of the key: the same intent."""
 
     @property
     def kind(self) -> ActionKind:

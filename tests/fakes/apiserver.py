@@ -51,7 +51,10 @@ fake writes. What it serves, with the shapes of the real API:
   ``flinkdeployments`` (registered by default, as ``schedulingpolicies``).
 
 Test-side helpers add, modify and delete objects (each change gets a new
-resourceVersion and a watch event), and inject faults: an HTTP error for the next
+resourceVersion and a watch event), stand in for the controllers a real cluster runs
+(:meth:`FakeApiServer.on_pod_deleted`: called with every deleted pod, e.g. to create a
+ReplicaSet's replacement of an evicted pod — the real controller does it a moment
+later, this fake at once), and inject faults: an HTTP error for the next
 matching requests (:meth:`FakeApiServer.fail`, optionally after the change was applied,
 as when a response is lost), dropped watch connections
 (:meth:`FakeApiServer.drop_watches`), and compacted history
@@ -293,6 +296,7 @@ class FakeApiServer:
         self._stopping = False
         self.bookmark_interval_s = bookmark_interval_s
         self.requests: list[Recorded] = []
+        self._pod_deleted: list[Callable[[Obj], None]] = []
         self.open_watches = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -443,6 +447,12 @@ class FakeApiServer:
         regex = re.compile(pattern)
         with self._lock:
             return [r for r in self.requests if r.method == method and regex.search(r.path)]
+
+    def on_pod_deleted(self, controller: Callable[[Obj], None]) -> None:
+        """Call ``controller`` with every pod deleted from now on (evicted or deleted), as
+        the pod's controller sees it; it may create a replacement (:meth:`add_pod`)."""
+        with self._lock:
+            self._pod_deleted.append(controller)
 
     # -- faults --------------------------------------------------------------------------
 
@@ -607,6 +617,9 @@ class FakeApiServer:
             obj["metadata"]["resourceVersion"] = str(self._next_rv())
             self._record(resource, "DELETED", copy.deepcopy(obj))
             self._sync_budgets(resource, namespace)
+            if resource is PODS:
+                for controller in self._pod_deleted:
+                    controller(copy.deepcopy(obj))
             return obj
 
     def _sync_budgets(self, changed: Resource, namespace: str) -> None:

@@ -3,6 +3,7 @@ eviction under PodDisruptionBudgets, Job / PyTorchJob scaling, patches, node lab
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -393,3 +394,76 @@ def test_live_actuators_cover_each_kind_once_and_leave_flink_to_its_adapter(
     assert {str(kind) for kind in kinds} == {"bind", "evict", "scale", "patch", "label-node"}
     rescale = FlinkRescale(jobmanager="http://jm:8081", job_id="j", parallelism={}, **WHY)
     assert all(rescale.kind not in actuator.kinds for actuator in actuators)
+
+
+# -- an evicted pod's replacement ------------------------------------------------------------
+
+OWNER = ObjectRef("apps/v1", "ReplicaSet", "ml", "web-5d8f")
+
+
+def owned(name: str, *, owner: str = "web-5d8f", gpus: str = "1") -> dict[str, Any]:
+    """A pending pod of ReplicaSet ``owner`` asking for ``gpus`` GPUs, as its controller
+    creates it."""
+    requests = {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": gpus}
+    pod = v1_pod(name, containers=[v1_container(requests=requests)], scheduler_name="kubesage")
+    reference = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": "rs-uid"}
+    pod["metadata"]["ownerReferences"] = [{**reference, "controller": True}]
+    return pod
+
+
+def rebind(gpu: int, *, owner: ObjectRef | None = OWNER) -> Bind:
+    """A plan's re-placement of ``ml/web-old`` (evicted: gone from the API) on n1 GPU ``gpu``."""
+    request = pod_request("ml/web-old", cpu=2000, memory=4096, gpus=1)
+    request = request.model_copy(update={"qos": "Burstable", "priority": 0})
+    return Bind(
+        pod=PodRef("ml", "web-old", "uid-of-the-evicted-pod"),
+        request=request,
+        placement=Placement(node="n1", node_index=0, gpu_milli_by_index=((gpu, 1000),)),
+        owner=owner,
+        **WHY,
+    )
+
+
+def test_a_bind_whose_pod_is_gone_binds_its_owners_pending_replacement(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    fake.add_pod(owned("web-other", owner="another-rs"))  # not the owner
+    fake.add_pod(owned("web-big", gpus="2"))  # not the request shape
+    fake.add_pod(owned("web-x7k2q"))
+    fake.add_pod(owned("web-p9d4m"))
+    view = EmbeddedCluster([node("n1", gpus=8)], [], "one node")
+    binder = live_actuators(api, view, make_policy("bestfit", PolicyContext()))[0]
+    first = binder.execute(rebind(3))
+    assert first.outcome is Outcome.DONE, first.detail
+    assert "its replacement ml/web-p9d4m" in first.detail  # the oldest: names break the tie
+    assert fake.pod("ml", "web-p9d4m")["spec"]["nodeName"] == "n1"
+    assert fake.pod("ml", "web-p9d4m")["metadata"]["annotations"][GPU_INDICES_ANNOTATION] == "3"
+    # A second step re-placing another evicted pod of the owner takes the other one.
+    second = binder.execute(rebind(4))
+    assert (second.outcome, "ml/web-x7k2q" in second.detail) == (Outcome.DONE, True)
+    for name in ("web-other", "web-big"):
+        assert "nodeName" not in fake.pod("ml", name)["spec"]
+    # None left: refused with the reason, nothing accounted.
+    third = binder.execute(rebind(5))
+    assert third.outcome is Outcome.REFUSED
+    assert "no pending replacement with the same request yet" in third.detail
+    # Without an owner a gone pod is simply refused (the Binder's 404).
+    assert binder.execute(rebind(5, owner=None)).outcome is Outcome.REFUSED
+    with view.locked() as (state, _):
+        assert state.gpu_free_milli[0].tolist() == [1000] * 3 + [0, 0] + [1000] * 3
+
+
+def test_a_bind_with_an_owner_binds_its_own_pod_while_it_is_there(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    uid = fake.add_pod(owned("web-old"))["metadata"]["uid"]
+    fake.add_pod(owned("web-x7k2q"))
+    view = EmbeddedCluster([node("n1", gpus=8)], [], "one node")
+    binder = live_actuators(api, view, make_policy("bestfit", PolicyContext()))[0]
+    fake.fail("GET", r"/pods/web-old$", 503)
+    failed = binder.execute(rebind(1))
+    assert failed.outcome is Outcome.FAILED and "HTTP 503" in failed.detail
+    own = dataclasses.replace(rebind(0), pod=PodRef("ml", "web-old", uid))
+    assert binder.execute(own).outcome is Outcome.DONE
+    assert fake.pod("ml", "web-old")["spec"]["nodeName"] == "n1"
+    assert "nodeName" not in fake.pod("ml", "web-x7k2q")["spec"]
