@@ -9,13 +9,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
 
 from kubesage.adapters.spark.conf import SparkSettings, spark_settings
 from kubesage.adapters.spark.eventlog import read_event_log
+from kubesage.adapters.spark.job_hints import DEFAULT_PROFILE, parse_locality
+from kubesage.adapters.spark.loop_placement import SparkPlacementReconciler
 from kubesage.adapters.spark.placement import (
     ExecutorShape,
     place_executors,
@@ -24,8 +26,9 @@ from kubesage.adapters.spark.placement import (
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
-from kubesage.core.loop.reconciler import Reconciler
+from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.settings import ReconcilerContext
+from kubesage.core.perception import Collector
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL
 from kubesage.core.topology.examples import topology_file
@@ -38,9 +41,6 @@ spark_app = typer.Typer(
 
 DEFAULT_TOPOLOGY = Path("cpu-racks")
 """The shipped example topology (a name, resolved by ``topology_file``) used without --topology."""
-DEFAULT_PROFILE = ShuffleProfile((1 << 30,), input_bytes=1 << 30)
-"""Without an event log: one all-to-all shuffle as large as the input (only the
-relative figures matter)."""
 
 Executors = Annotated[int, typer.Option("--executors", min=1, help="Executors.")]
 Cores = Annotated[int, typer.Option("--cores", min=1, help="Cores per executor.")]
@@ -69,24 +69,6 @@ LocalDir = Annotated[
 NodeShare = Annotated[
     float, typer.Option("--max-node-share", help="Most executors per node, as a share of all.")
 ]
-
-
-def parse_locality(text: str | None) -> dict[str, float]:
-    """``rack-a1=0.6,zone-b=0.2`` → {name: fraction}; errors name the bad item."""
-    hints: dict[str, float] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        name, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            hints[name.strip()] = float(value)
-        except ValueError:
-            raise InputError(
-                f"--input-locality item '{item}' is not name=fraction (e.g. rack-a1=0.6)"
-            ) from None
-    return hints
 
 
 def plan(
@@ -243,7 +225,18 @@ class SparkAdapter:
     cli: typer.Typer = spark_app
 
     def reconcilers(self, context: ReconcilerContext) -> Sequence[Reconciler]:
-        """The control-loop reconcilers this adapter adds (none yet)."""
+        """``spark-placement`` when the loop keeps a topology (DRTG) observed: it places
+        Spark executors on it, so without one there is nothing for it to do."""
+        if context.topology is None:
+            return ()
+        return (SparkPlacementReconciler(),)
+
+    def collectors(self, context: ReconcilerContext) -> Sequence[Collector[Any]]:
+        """None: its reconcilers read the core's cluster and telemetry snapshots."""
+        return ()
+
+    def actuators(self, context: ReconcilerContext) -> Sequence[Actuator]:
+        """None: the core executes its actions (bind, evict, scale, patch, label)."""
         return ()
 
 

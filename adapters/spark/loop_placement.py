@@ -1,0 +1,317 @@
+"""``spark-placement``: bind a Spark application's pending executors where its shuffles
+stay inside racks, on the live DRTG, all of one application's executors or none.
+
+Spark on Kubernetes labels every executor pod ``spark-role=executor`` and
+``spark-app-selector=<application id>`` (and ``spark-exec-id=<n>``). Each tick the
+pending executors are grouped by namespace and application, and each group is placed
+with :func:`~kubesage.adapters.spark.placement.place_executors` on ``view.topology``
+(its racks, zones and the rack uplinks) against the free CPU and memory of
+``view.state``: the executor shape is the largest CPU and memory request in the group
+(cores rounded up), the traffic shape :data:`~kubesage.adapters.spark.job_hints.DEFAULT_PROFILE`
+unless the settings give one, and the input's location comes from the executors'
+:data:`INPUT_LOCALITY_ANNOTATION` (``rack-a1=0.6,zone-b=0.2``; set it with
+``spark.kubernetes.executor.annotation.kubesage.io/spark-input-locality=…``).
+
+The answer is one :class:`~kubesage.core.loop.actions.Plan` per application:
+reservations for every executor, then a bind of each at its node (executors ordered by
+``spark-exec-id``), the explanation naming the racks, the placement's reasons and its
+expected cross-rack bytes. A group that does not fit whole gets a note and no action,
+as does every group when no topology is configured; topology nodes the cluster does not
+have take no executors (a note says which), and a topology that shares no node with
+the cluster is a note.
+
+Which pending executors it places: those :attr:`~kubesage.core.loop.view.PodInfo.loop_places`
+(the embedded cluster, the simulator), and on a live cluster those of kubesage's
+scheduler (``claimable``) that it claims
+(:class:`~kubesage.core.loop.reconciler.ClaimsPods`: every Spark executor, when built
+to claim). kube-scheduler's executors are left alone. Executors that arrive after their
+application's first ones were bound are placed as a group of their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kubesage.adapters.spark.job_hints import DEFAULT_PROFILE, parse_locality
+from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement, place_executors
+from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
+from kubesage.core.arrays import FloatArray
+from kubesage.core.errors import CapacityError, InputError
+from kubesage.core.loop.actions import Action, Bind, Plan, Reservation
+from kubesage.core.loop.reconciler import Reconciled, may_place
+from kubesage.core.loop.view import PodInfo, WorldView
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.topology.graph import DRTG
+from kubesage.core.types import Placement, PodRequest
+
+NAME = "spark-placement"
+
+ROLE_LABEL = "spark-role"
+"""Spark on Kubernetes' pod role label (``driver`` or ``executor``)."""
+EXECUTOR_ROLE = "executor"
+APP_LABEL = "spark-app-selector"
+"""Spark on Kubernetes' application id label, on the driver and every executor."""
+EXECUTOR_ID_LABEL = "spark-exec-id"
+"""The executor's number within its application (1, 2, …)."""
+INPUT_LOCALITY_ANNOTATION = "kubesage.io/spark-input-locality"
+"""Where the application's input lies: ``rack-or-zone=fraction,…`` (as ``kubesage spark
+conf --input-locality``); read from the first executor (by id) that has it."""
+
+AppKey = tuple[str, str]
+"""An application: (namespace, ``spark-app-selector``)."""
+
+
+def is_executor(pod: PodInfo) -> bool:
+    """A Spark executor pod (labelled with its role and application)."""
+    return pod.labels.get(ROLE_LABEL) == EXECUTOR_ROLE and bool(pod.labels.get(APP_LABEL))
+
+
+def digest(parts: Iterable[object]) -> str:
+    """A short stable hash of ``parts`` (JSON-serialisable), for plan ids."""
+    body = json.dumps(list(parts), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+
+def _executor_order(pod: PodInfo) -> tuple[int, str]:
+    number = pod.labels.get(EXECUTOR_ID_LABEL, "")
+    return (int(number) if number.isdigit() else 0, str(pod.ref))
+
+
+@dataclass(frozen=True)
+class SparkPlacementSettings:
+    """How ``spark-placement`` places."""
+
+    max_node_share: float = 0.25
+    """Most executors per node, as a share of the group (as ``kubesage spark conf``)."""
+    profile: ShuffleProfile = DEFAULT_PROFILE
+    """The traffic shape the placement minimises cross-rack bytes for."""
+    claim_executors: bool = True
+    """Claim kubesage-scheduled Spark executors from the secondary scheduler (False:
+    place only pods no other scheduler places)."""
+
+
+@dataclass(frozen=True)
+class _Aligned:
+    """The cluster's free CPU and memory on the topology's nodes, in the topology's order
+    (what :func:`place_executors` reads), and the topology's nodes the cluster lacks."""
+
+    state: ClusterState
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SparkPlacementReconciler:
+    """The ``spark-placement`` reconciler (see the module docstring)."""
+
+    settings: SparkPlacementSettings = field(default_factory=SparkPlacementSettings)
+    name: str = NAME
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """Only the cluster (and the DRTG)."""
+        return frozenset()
+
+    def claims(self, pods: Sequence[PodInfo]) -> bool:
+        """True for a group of Spark executors: this reconciler places them together."""
+        return self.settings.claim_executors and bool(pods) and all(map(is_executor, pods))
+
+    def reconcile(self, view: WorldView) -> Reconciled:
+        groups = self._groups(view.pending)
+        if not groups:
+            return Reconciled(memory=dict(view.memory))
+        if view.topology is None:
+            return Reconciled(
+                memory=dict(view.memory),
+                notes=[f"{_app(key)}: no topology (DRTG) configured" for key in sorted(groups)],
+            )
+        drtg = view.topology
+        aligned = _align(drtg, view.state)
+        if len(aligned.missing) == drtg.num_nodes:
+            return Reconciled(
+                memory=dict(view.memory),
+                notes=[
+                    f"{_app(key)}: none of the topology's {drtg.num_nodes} nodes is in the "
+                    f"cluster (e.g. '{drtg.node_names[0]}'); is the topology this cluster's?"
+                    for key in sorted(groups)
+                ],
+            )
+        notes: list[str] = []
+        if aligned.missing:
+            shown = ", ".join(aligned.missing[:5]) + (", …" if len(aligned.missing) > 5 else "")
+            notes.append(
+                f"{len(aligned.missing)} topology node(s) are not in the cluster and take no "
+                f"executors: {shown}"
+            )
+        state = view.state  # never changed: each plan is tried on copies
+        actions: list[Plan] = []
+        on_topology = aligned.state
+        for key, members in sorted(groups.items()):
+            planned = self._plan(drtg, on_topology, state, key, members, notes)
+            if isinstance(planned, str):
+                notes.append(planned)
+            else:
+                plan, state, on_topology = planned
+                actions.append(plan)
+        return Reconciled(actions=actions, memory=dict(view.memory), notes=notes)
+
+    def _groups(self, pending: Iterable[PodInfo]) -> dict[AppKey, list[PodInfo]]:
+        """Pending executors this reconciler places, by application, in executor order."""
+        groups: dict[AppKey, list[PodInfo]] = defaultdict(list)
+        for pod in pending:
+            if not is_executor(pod):
+                continue
+            if may_place(self, [pod]):
+                groups[(pod.ref.namespace, pod.labels[APP_LABEL])].append(pod)
+        return {key: sorted(members, key=_executor_order) for key, members in groups.items()}
+
+    def _plan(
+        self,
+        drtg: DRTG,
+        aligned: ClusterState,
+        state: ClusterState,
+        key: AppKey,
+        members: Sequence[PodInfo],
+        notes: list[str],
+    ) -> tuple[Plan, ClusterState, ClusterState] | str:
+        """One application's plan with ``state`` and ``aligned`` as they are once its
+        executors are bound (copies), or why there is none."""
+        app = _app(key)
+        requests = [member.request for member in members]
+        if any(r.num_gpu or r.gpu_milli or r.mig is not None for r in requests):
+            return f"{app}: executors asking for GPUs are left to the scheduler"
+        shape = ExecutorShape(
+            executors=len(members),
+            cores=max(1, math.ceil(max(r.cpu_milli for r in requests) / 1000)),
+            memory_mib=max(1, max(r.memory_mib for r in requests)),
+        )
+        local = self._locality(drtg, app, members, notes)
+        try:
+            placement = place_executors(
+                drtg,
+                aligned,
+                shape,
+                self.settings.profile,
+                local,
+                max_node_share=self.settings.max_node_share,
+            )
+        except CapacityError as exc:
+            return f"{app}: {exc}; none bound"
+        trial = state.copy()
+        trial_aligned = aligned.copy()
+        placements: list[Placement] = []
+        for member, node in zip(members, placement.nodes, strict=True):
+            name = drtg.node_names[node]
+            at = trial.placement(trial.node_index[name], [], member.request)
+            try:
+                trial.allocate(member.request, at)
+                on_topology = trial_aligned.placement(node, [], member.request)
+                trial_aligned.allocate(member.request, on_topology)
+            except CapacityError as exc:
+                return f"{app}: {member.ref} does not fit on {name} ({exc}); none bound"
+            placements.append(at)
+        plan = self._as_plan(drtg, key, members, placements, placement)
+        return plan, trial, trial_aligned
+
+    def _locality(
+        self, drtg: DRTG, app: str, members: Sequence[PodInfo], notes: list[str]
+    ) -> FloatArray | None:
+        """The input's rack shares from the first annotated executor; a bad annotation is
+        noted and ignored (the executors are still placed, without input locality)."""
+        for member in members:
+            text = member.annotations.get(INPUT_LOCALITY_ANNOTATION)
+            if text is None:
+                continue
+            source = f"annotation {INPUT_LOCALITY_ANNOTATION} on {member.ref}"
+            try:
+                return rack_locality(drtg, parse_locality(text, source))
+            except InputError as exc:
+                notes.append(f"{app}: input locality ignored ({source}): {exc}")
+                return None
+        return None
+
+    def _as_plan(
+        self,
+        drtg: DRTG,
+        key: AppKey,
+        members: Sequence[PodInfo],
+        placements: Sequence[Placement],
+        placement: SparkPlacement,
+    ) -> Plan:
+        app = _app(key)
+        plan_id = f"{NAME}/{key[0]}/{key[1]}/" + digest(
+            [[str(m.ref), p.node] for m, p in zip(members, placements, strict=True)]
+        )
+        per_rack = placement.executors_per_rack(drtg)
+        racks = ", ".join(f"{rack} ({count})" for rack, count in per_rack.items())
+        traffic = placement.estimate
+        total = traffic.shuffle_bytes + self.settings.profile.input_bytes
+        share = f" ({traffic.cross_rack_bytes / total:.0%})" if total else ""
+        why = (
+            f"{app}: {len(members)} executor(s) placed on the live DRTG in {racks}. "
+            + "; ".join(placement.reasons)
+            + f". Expected cross-rack bytes: {traffic.cross_rack_bytes:,.0f} of {total:,.0f}"
+            + share
+        )
+        steps: list[Action] = [
+            Bind(
+                reconciler=NAME,
+                explanation=(
+                    f"executor {member.labels.get(EXECUTOR_ID_LABEL, member.ref.name)} of {app} "
+                    f"on {at.node} in {drtg.rack_names[drtg.node_rack[node]]}"
+                ),
+                plan=plan_id,
+                pod=member.ref,
+                request=member.request,
+                placement=at,
+            )
+            for member, at, node in zip(members, placements, placement.nodes, strict=True)
+        ]
+        return Plan(
+            id=plan_id,
+            reconciler=NAME,
+            explanation=why,
+            steps=tuple(steps),
+            reservations=tuple(
+                Reservation(request=member.request, placement=at)
+                for member, at in zip(members, placements, strict=True)
+            ),
+        )
+
+
+def _app(key: AppKey) -> str:
+    return f"Spark application {key[0]}/{key[1]}"
+
+
+def _align(drtg: DRTG, state: ClusterState) -> _Aligned:
+    """``state``'s free CPU and memory on ``drtg``'s nodes, in ``drtg``'s order; a topology
+    node the cluster lacks is kept with no room (place_executors needs every one)."""
+    if state.node_names == drtg.node_names:
+        return _Aligned(state.copy(), ())
+    specs = drtg.node_specs()
+    known = [name in state.node_index for name in drtg.node_names]
+    aligned = ClusterState(
+        [
+            state.nodes[state.node_index[spec.name]] if here else spec
+            for spec, here in zip(specs, known, strict=True)
+        ]
+    )
+    for node, (name, here) in enumerate(zip(drtg.node_names, known, strict=True)):
+        if here:
+            index = state.node_index[name]
+            cpu, memory = int(state.cpu_free_milli[index]), int(state.memory_free_mib[index])
+        else:
+            cpu, memory = 0, 0
+        used = PodRequest(
+            name=f"in-use/{name}",
+            cpu_milli=max(0, int(aligned.cpu_capacity_milli[node]) - cpu),
+            memory_mib=max(0, int(aligned.memory_capacity_mib[node]) - memory),
+        )
+        if used.cpu_milli or used.memory_mib:
+            aligned.allocate(used, aligned.placement(node, [], used))
+    missing = tuple(name for name, here in zip(drtg.node_names, known, strict=True) if not here)
+    return _Aligned(aligned, missing)
