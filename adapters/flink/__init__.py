@@ -3,7 +3,11 @@
 - ``client``, ``rest_models``, ``errors``: a typed REST client (httpx + tenacity);
 - ``observation``, ``collector``, ``autoscaler``, ``autoscale_loop``: what is measured
   of a job, the REST collector that measures it, the pure scaling decision with its
-  guard rails, and the control loop;
+  guard rails, and ``kubesage flink autoscale``'s stand-alone loop;
+- ``loop_observe``, ``loop_scaling``, ``loop_rescale``, ``loop_clients``: the autoscaler
+  in the core's control loop — the ``flink`` collector of the registered jobs, the
+  ``flink-autoscaler`` reconciler (and the step the stand-alone loop shares), the
+  ``flink-rescale`` actuator, and a REST client per JobManager;
 - ``rescale``, ``operator_patch``: a decision applied in place through the adaptive
   scheduler, or as a FlinkDeployment patch;
 - ``stagger``, ``stagger_search``: checkpoint phases across jobs (closed form, exact

@@ -1,11 +1,16 @@
-"""The autoscaler's control loop: measure, decide, rescale, report — every tick.
+"""``kubesage flink autoscale``: the autoscaler for one job, on its own — every tick.
 
-Each tick the loop asks the collector for an observation of the job it follows,
-hands it with the guard rails' memory to the pure decision
-(:func:`~kubesage.adapters.flink.autoscaler.decide`), rescales in place unless
-``dry_run`` (:func:`~kubesage.adapters.flink.rescale.rescale_in_place`), and reports
-the decision and the outcome. A ``FlinkError`` never ends the loop: it is logged,
-counted and the next tick tries again.
+The stand-alone form of the control loop's ``flink-autoscaler``: the same step and the
+same actuator, driven by a plain loop over one JobManager instead of the core's
+control loop. Each tick it asks the collector for an observation of the job it
+follows, hands it with the job's memory to
+:func:`~kubesage.adapters.flink.loop_scaling.scaling_step` (the pure
+:func:`~kubesage.adapters.flink.autoscaler.decide` with its guard rails; a rescale is
+noticed on the next observation, when the parallelism has changed), rescales in place
+unless ``dry_run`` through
+:class:`~kubesage.adapters.flink.loop_rescale.FlinkRescaleActuator`, and reports the
+decision and the outcome. A ``FlinkError`` never ends the loop: it is logged, counted
+and the next tick tries again.
 """
 
 from __future__ import annotations
@@ -17,21 +22,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kubesage.adapters.flink.autoscaler import (
-    AutoscalerSettings,
-    GuardRailMemory,
-    ScalingDecision,
-    decide,
-)
+from kubesage.adapters.flink.autoscaler import AutoscalerSettings, ScalingDecision
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.collector import ObservationCollector
 from kubesage.adapters.flink.errors import FlinkError
-from kubesage.adapters.flink.rescale import RescaleOutcome, rescale_in_place
+from kubesage.adapters.flink.loop_rescale import FlinkRescaleActuator
+from kubesage.adapters.flink.loop_scaling import JobScaling, rescale_action, scaling_step
+from kubesage.adapters.flink.rescale import RescaleOutcome
+from kubesage.core.loop.reconciler import Outcome
 
 if TYPE_CHECKING:
     from kubesage.core.forecast.forecaster import Forecaster
 
 log = logging.getLogger(__name__)
+
+CLI = "flink autoscale"
+"""The reconciler named on this loop's actions (the control loop's is ``flink-autoscaler``)."""
 
 
 @dataclass
@@ -74,7 +80,8 @@ def run_autoscaler(
     """
     stop = stop or threading.Event()
     settings = settings or AutoscalerSettings()
-    memory = GuardRailMemory()
+    actuator = FlinkRescaleActuator(lambda url: client, timeout_s=rescale_timeout_s)
+    scaling = JobScaling()
     stats = LoopStats()
     collector: ObservationCollector | None = None
     while not stop.is_set() and (max_ticks is None or stats.ticks < max_ticks):
@@ -88,17 +95,18 @@ def run_autoscaler(
                     collector = ObservationCollector(
                         client, target, window_s=window_s, clock=clock, forecaster=forecaster
                     )
-                decision, memory = decide(collector.collect(), memory, settings)
+                    scaling = JobScaling()
+                decision, scaling = scaling_step(collector.collect(), scaling, settings)
                 stats.decisions += 1
                 outcome = None
-                if decision.action == "rescale" and not dry_run:
-                    outcome = rescale_in_place(
-                        client, target, decision.changes, timeout_s=rescale_timeout_s
-                    )
-                    if outcome.succeeded:
+                action = rescale_action(decision, jobmanager=client.base_url, reconciler=CLI)
+                if action is not None and not dry_run:
+                    attempt = actuator.rescale(action)
+                    if attempt.outcome is None:  # Flink unreachable: an error, as any other
+                        raise FlinkError(attempt.result.detail)
+                    outcome = attempt.outcome
+                    if attempt.result.outcome is Outcome.DONE:
                         stats.rescales += 1
-                        old = {v.vertex_id: v.current for v in decision.vertices}
-                        memory = memory.after_rescale(clock(), old, decision.changes)
                     else:
                         stats.failed_rescales += 1
                 if on_decision is not None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -38,8 +38,9 @@ from kubesage.adapters.flink.state_tiering import observe_state, recommend
 from kubesage.adapters.flink.submit import SubmitRequest, submit
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.errors import InputError
-from kubesage.core.loop.reconciler import Reconciler
+from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.settings import ReconcilerContext
+from kubesage.core.perception import Collector
 
 flink_app = typer.Typer(
     help="Flink: submit with chosen parallelism and checkpoint phase, autoscale, stagger.",
@@ -355,8 +356,23 @@ class FlinkAdapter:
     cli: typer.Typer = flink_app
 
     def reconcilers(self, context: ReconcilerContext) -> Sequence[Reconciler]:
-        """The control-loop reconcilers this adapter adds (none yet)."""
-        return ()
+        """``flink-autoscaler`` when the job registry lists a run (docs/flink.md)."""
+        from kubesage.adapters.flink.loop_scaling import FlinkAutoscaler
+
+        return (FlinkAutoscaler(),) if JobRegistry().runs() else ()
+
+    def collectors(self, context: ReconcilerContext) -> Sequence[Collector[Any]]:
+        """The ``flink`` collector of the registered jobs, when the registry lists a run."""
+        from kubesage.adapters.flink.loop_observe import RegisteredJobsCollector
+
+        registry = JobRegistry()
+        return (RegisteredJobsCollector(registry),) if registry.runs() else ()
+
+    def actuators(self, context: ReconcilerContext) -> Sequence[Actuator]:
+        """The in-place rescale of ``flink-rescale`` actions, when the registry lists a run."""
+        from kubesage.adapters.flink.loop_rescale import FlinkRescaleActuator
+
+        return (FlinkRescaleActuator(),) if JobRegistry().runs() else ()
 
 
 ADAPTER = FlinkAdapter()

@@ -35,6 +35,8 @@ class RescaleOutcome:
     message: str
     elapsed_s: float
     errors: tuple[str, ...] = field(default=())
+    refused: bool = False
+    """Flink refused the request: nothing changed, the job keeps its parallelism."""
 
 
 def _running_at(job: JobDetail, wanted: Mapping[str, int]) -> bool:
@@ -92,7 +94,11 @@ def rescale_in_place(
         updated[vertex_id] = ParallelismBounds(lower=max(lower, 1), upper=upper)
 
     def outcome(
-        parallelism: dict[str, int], message: str, *errors: str, succeeded: bool = False
+        parallelism: dict[str, int],
+        message: str,
+        *errors: str,
+        succeeded: bool = False,
+        refused: bool = False,
     ) -> RescaleOutcome:
         return RescaleOutcome(
             succeeded=succeeded,
@@ -103,6 +109,7 @@ def rescale_in_place(
             message=message,
             elapsed_s=clock() - started,
             errors=errors,
+            refused=refused,
         )
 
     try:
@@ -111,7 +118,10 @@ def rescale_in_place(
         raise
     except FlinkError as exc:
         return outcome(
-            before, f"Flink refused the rescale: {exc}; the job keeps its parallelism", str(exc)
+            before,
+            f"Flink refused the rescale: {exc}; the job keeps its parallelism",
+            str(exc),
+            refused=True,
         )
     reached, now = _wait(client, job_id, requested, timeout_s, poll_s, clock, sleep)
     if reached:
