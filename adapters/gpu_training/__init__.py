@@ -1,10 +1,16 @@
-"""The GPU training adapter.
+"""The GPU training adapter: MIG layouts, defragmentation, AllReduce-aware gangs, elastic
+scaling, NVML, and the launcher.
 
-In progress (issue 4). Built: ``mig.py`` (MIG profile catalogues, placement rules,
-mig-parted layouts), ``allreduce.py`` (AllReduce-aware gang placement over the
-core's DRTG), ``elastic.py`` (training phases and elastic scale plans), ``nvml.py``
-with ``fake_nvml.py`` (GPU inventory and topology), ``launcher.py`` and ``cli.py``
-(``kubesage gpu launch``); MIG requests (``mig_request``) go into the core's
-ClusterState; ``defrag.py`` plans migrations for whole-GPU requests that do not
-fit. Not built yet: MIG re-layout plans and background compaction.
+- Planners: ``mig`` (MIG profile catalogues, placement rules, mig-parted layouts),
+  ``mig_workload`` (MIG requests in the core's ClusterState), ``relayout`` (MIG
+  re-layout plans), ``defrag`` (cheapest migrations and background compaction),
+  ``allreduce`` (gang placement and rank order on the core's DRTG), ``elastic``
+  (training phases and elastic scale plans).
+- Devices: ``nvml`` with ``fake_nvml`` (GPU inventory and topology), ``nvml_samples``
+  (this node's GPUs as samples for the control loop).
+- The control loop: ``reconcilers`` builds ``gpu-defrag`` (``defrag_reconciler``),
+  ``gpu-elastic`` (``elastic_reconciler``) and ``gpu-gang`` (``gang_reconciler``);
+  ``loop_support`` is what they share.
+- ``launcher`` and ``cli``: ``kubesage gpu launch``; ``cli.ADAPTER`` is the
+  entry point the core loads.
 """

@@ -107,8 +107,10 @@ class GpuTrainingAdapter:
         return reconcilers_for(context)
 
     def collectors(self, context: ReconcilerContext) -> Sequence[Collector[Any]]:
-        """None: its reconcilers read the core's cluster and telemetry snapshots."""
-        return ()
+        """This node's GPUs through NVML, where a GPU is present (else none)."""
+        from kubesage.adapters.gpu_training.nvml_samples import node_gpu_collectors
+
+        return node_gpu_collectors()
 
     def actuators(self, context: ReconcilerContext) -> Sequence[Actuator]:
         """None: the core executes its actions (bind, evict, scale, patch, label)."""
