@@ -442,6 +442,7 @@ CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
     "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
     "list_namespace": {("", "namespaces", "list"), ("", "namespaces", "watch")},
     "read_namespaced_pod": {("", "pods", "get")},
+    "list_namespaced_pod": {("", "pods", "list")},  # the bind actuator's replacements
     "create_namespaced_pod_binding": {("", "pods/binding", "create")},
     "create_namespaced_binding": {("", "bindings", "create")},
     "create_namespaced_event": {("", "events", "create")},
