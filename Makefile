@@ -36,8 +36,11 @@ services: $(FLINK_STAMP)
 	  || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q prometheus prometheus-node-exporter; }; \
 	fi
 
-## run: simulate every policy on the embedded synthetic cluster; report in ./kubesage-report
+## run: the whole control loop on a mixed workload (every variant, a sweep of the offered
+## load; report in ./kubesage-report/scenario), then every packing policy on the embedded
+## synthetic cluster (report in ./kubesage-report)
 run: $(STAMP)
+	$(BIN)/kubesage simulate --scenario mixed --sweep
 	$(BIN)/kubesage simulate
 
 ## test: lint, type-check, then the whole test suite (slow tests included; what CI runs)

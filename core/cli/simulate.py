@@ -13,14 +13,27 @@ from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import Mode, OutputFormat
+from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_command
 from kubesage.core.config import API_VERSION, load_config, parse_config
+from kubesage.core.errors import InputError
 from kubesage.core.report.html import write_report
+from kubesage.core.scenario.profiles import default_data_dir
+from kubesage.core.scenario.result import ScenarioSettings
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
-from kubesage.core.sim.settings import SIMULATION_KIND, SimulationSettings, parse_seeds
+from kubesage.core.sim.settings import (
+    DEFAULT_REPORT_DIR,
+    SIMULATION_KIND,
+    SimulationSettings,
+    parse_seeds,
+)
 from kubesage.core.sim.summary import json_document, summary_table
 from kubesage.core.traces.openb import read_nodes, read_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 from kubesage.core.types import NodeSpec, PodRequest
+
+SCENARIO_SEEDS = (42, 43, 44)
+"""The scenario's default seeds (each runs every variant)."""
+DEFAULT_SCENARIO_REPORT_DIR = DEFAULT_REPORT_DIR / "scenario"
 
 
 def _resolve(path: Path | None, base: Path | None) -> Path | None:
@@ -110,12 +123,73 @@ def simulate(
         Path | None,
         typer.Option("--model", help="Model file for --policy ppo (default: the shipped one)."),
     ] = None,
+    scenario: Annotated[
+        str | None,
+        typer.Option("--scenario", help="A whole-system scenario: mixed (docs/scenario.md)."),
+    ] = None,
+    gpu_nodes: Annotated[
+        int, typer.Option("--gpu-nodes", help="Scenario: DGX-class nodes (8 GPUs each).")
+    ] = ScenarioSettings.gpu_nodes,
+    hours: Annotated[
+        float, typer.Option("--hours", help="Scenario: simulated hours.")
+    ] = ScenarioSettings.hours,
+    load: Annotated[
+        float, typer.Option("--load", help="Scenario: offered GPU load (share of capacity).")
+    ] = ScenarioSettings.load,
+    variants: Annotated[
+        str | None,
+        typer.Option("--variants", help="Scenario: variants, comma-separated (default: all)."),
+    ] = None,
+    do_sweep: Annotated[
+        bool, typer.Option("--sweep", help="Scenario: also sweep the offered load 0.6-0.95.")
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address", help="Scenario: run on this Ray cluster ('local': start one)."
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Scenario: the shared traces (default: $KUBESAGE_SHARED_DATA, ../shared/data).",
+        ),
+    ] = None,
 ) -> None:
     """Run policies over a cluster and workload; print a comparison and write a report.
 
     With no arguments: the embedded synthetic openb-like cluster and workload, every
-    policy, seeds 42-51, the FGD paper's protocol.
+    policy, seeds 42-51, the FGD paper's protocol. With ``--scenario mixed``: the
+    whole control loop on a mixed workload, every variant (docs/scenario.md).
     """
+    if scenario is not None:
+        if scenario not in SCENARIOS:
+            raise InputError(f"unknown --scenario '{scenario}'; known: {', '.join(SCENARIOS)}")
+        if any(option is not None for option in (nodes, pods, policy, tune, mode, config, model)):
+            raise InputError(
+                "--scenario takes --gpu-nodes, --hours, --load, --seeds, --variants, --sweep, "
+                "--jobs, --ray-address, --format and the report options, not the packing "
+                "options (--nodes, --pods, --policy, --tune, --mode, --config, --model)"
+            )
+        traces = data_dir or default_data_dir()
+        run_scenario_command(
+            ScenarioSettings(
+                gpu_nodes=gpu_nodes,
+                hours=hours,
+                load=load,
+                data_dir=str(traces.resolve()) if traces is not None else None,
+            ),
+            seeds=parse_seeds(seeds) if seeds is not None else SCENARIO_SEEDS,
+            variants=parse_variants(variants),
+            do_sweep=do_sweep,
+            jobs=jobs or default_jobs(),
+            ray_address=ray_address,
+            output_format=output_format,
+            report_dir=report_dir or DEFAULT_SCENARIO_REPORT_DIR,
+            no_report=no_report,
+        )
+        return
     settings, base = _settings(
         config,
         nodes=nodes,

@@ -1,0 +1,71 @@
+"""``kubesage simulate --scenario mixed`` end to end, as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kubesage.core.scenario.result import FIGURES, VARIANTS
+
+TINY = ("--gpu-nodes", "4", "--hours", "0.5", "--seeds", "1,2", "--jobs", "1")
+
+
+def kubesage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command in a wide terminal (so rich wraps no table cell or message)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kubesage.core.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_json_is_one_object_with_every_variant_and_figure(tmp_path: Path) -> None:
+    run = kubesage(
+        "simulate", "--scenario", "mixed", *TINY, "--format", "json",
+        "--report-dir", str(tmp_path / "report"), cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert len(lines) == 1
+    document = json.loads(lines[0])
+    assert document["scenario"]["gpu_nodes"] == 4 and document["scenario"]["seeds"] == [1, 2]
+    assert list(document["variants"]) == list(VARIANTS)
+    for figures in document["variants"].values():
+        assert set(figures) == {*FIGURES, "actions"}
+        assert all(isinstance(figures[name], (int, float)) for name in FIGURES)
+    assert (tmp_path / "report" / "index.html").is_file()
+    saved = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert saved["variants"] == document["variants"]
+
+
+def test_a_subset_of_variants_and_the_table(tmp_path: Path) -> None:
+    run = kubesage(
+        "simulate", "--scenario", "mixed", *TINY, "--variants", "fgd,kubesage",
+        "--no-report", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = [line.split("│")[1].strip() for line in run.stdout.splitlines() if "│" in line]
+    assert {"fgd", "kubesage"} <= set(rows)
+    assert "k8s-default" not in rows  # run for the gain, not shown
+
+
+def test_bad_scenario_options_are_clear_errors(tmp_path: Path) -> None:
+    unknown = kubesage("simulate", "--scenario", "other", "--no-report", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown --scenario 'other'" in unknown.stderr
+    variant = kubesage(
+        "simulate", "--scenario", "mixed", "--variants", "best", "--no-report", cwd=tmp_path
+    )
+    assert variant.returncode == 2 and "--variants: unknown best" in variant.stderr
+    mixed_up = kubesage(
+        "simulate", "--scenario", "mixed", "--policy", "fgd", "--no-report", cwd=tmp_path
+    )
+    assert mixed_up.returncode == 2 and "not the packing options" in mixed_up.stderr
+    load = kubesage("simulate", "--scenario", "mixed", "--load", "0", "--no-report", cwd=tmp_path)
+    assert load.returncode == 2 and "--load must be in" in load.stderr
