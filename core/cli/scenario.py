@@ -23,6 +23,7 @@ from kubesage.core.cli.errors import stderr
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.errors import InputError
 from kubesage.core.report.scenario_html import write_scenario_report
+from kubesage.core.scenario.profiles import load_profiles
 from kubesage.core.scenario.result import (
     FIGURE_LABELS,
     FIGURES,
@@ -77,6 +78,8 @@ def run_scenario_command(
     loads = sorted({*SWEEP_LOADS, settings.load}) if do_sweep else [settings.load]
     total = len(loads) * len(seeds) * len({*variants, "k8s-default"})
     where = f"Ray at {ray_address}" if ray_address else f"{jobs} local worker(s)"
+    profiles = load_profiles(Path(settings.data_dir) if settings.data_dir else None)
+    stderr.print(f"Inference utilisation profiles: {profiles.source}.")
     stderr.print(
         f"Scenario mixed: {settings.gpu_nodes} GPU nodes, {settings.hours:g} h, "
         f"load {', '.join(f'{load:g}' for load in loads)}, seeds "

@@ -40,6 +40,7 @@ def test_json_is_one_object_with_every_variant_and_figure(tmp_path: Path) -> Non
     for figures in document["variants"].values():
         assert set(figures) == {*FIGURES, "actions"}
         assert all(isinstance(figures[name], (int, float)) for name in FIGURES)
+    assert "Inference utilisation profiles: " in run.stderr  # the trace, or synthetic
     assert (tmp_path / "report" / "index.html").is_file()
     saved = json.loads((tmp_path / "report" / "results.json").read_text())
     assert saved["variants"] == document["variants"]
