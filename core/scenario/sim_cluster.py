@@ -38,7 +38,8 @@ from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import NodeSpec, Placement, PodRequest
 
 NAMESPACE = "mixed"
-JOB_KIND = ObjectRef("kubeflow.org/v1", "PyTorchJob", NAMESPACE, "")
+JOB_API_VERSION, JOB_KIND = "kubeflow.org/v1", "PyTorchJob"
+"""What owns a training job's member pods (``gpu-elastic`` scales this kind)."""
 UTIL_COLUMN = "dcgm.gpu_util_percent.gpu{gpu}"
 """dcgm-exporter's per-GPU utilisation column, as the metric map names it."""
 TRAIN_UTIL_PCT = 92.0
@@ -161,7 +162,7 @@ class SimCluster:
         gang = None
         training = arrival.training
         if training is not None:
-            owner = ObjectRef(JOB_KIND.api_version, JOB_KIND.kind, NAMESPACE, arrival.id)
+            owner = ObjectRef(JOB_API_VERSION, JOB_KIND, NAMESPACE, arrival.id)
             annotations = {
                 "kubesage.io/elastic-min": str(training.min_members),
                 "kubesage.io/elastic-max": str(training.members),
