@@ -6,16 +6,17 @@ Every ``tick_s`` of simulated time:
 1. work that is done leaves (an inference pod or large task ``duration_s`` after it was
    first bound, a training job ``duration_s`` after all its members first ran);
 2. the arrivals since the last tick come in, pending;
-3. **the scheduler** places them, as kube-scheduler with the extender does at once: each
+3. **the scheduler** tries every pending pod, oldest first, as kube-scheduler's queue
+   does with the extender (new arrivals and earlier pods that did not fit alike): each
    pod with the variant's policy (``k8s-default``: kube-scheduler's default scoring;
-   otherwise the policy ``kubesage serve`` uses), a gang all members or none. Without
-   the loop (``k8s-default``, ``fgd``) it also retries every pending pod each tick;
-   with it, retries are the loop's (``forecast-placement``), and gangs are left to
-   ``gpu-gang`` unless the variant drops it;
+   otherwise the policy ``kubesage serve`` uses), a gang all members or none — except,
+   in the variants that run ``gpu-gang``, gangs, which are the loop's (the secondary
+   scheduler defers them);
 4. **the control loop** (the ``kubesage`` variants) ticks: the same ``ControlLoop``,
    reconcilers and budgets ``kubesage serve`` runs — the installed adapters'
    (``gpu-defrag``, ``gpu-elastic``, ``gpu-gang``) and the core's
-   (``forecast-placement``), less the one an ablation drops — over the simulated
+   (``forecast-placement``, which finds nothing left to place: the scheduler has tried
+   every pod this tick), less the one an ablation drops — over the simulated
    cluster's collectors and actuator (:mod:`~kubesage.core.scenario.sim_cluster`);
 5. the tick is accounted (:mod:`~kubesage.core.scenario.accounting`).
 """
@@ -164,22 +165,14 @@ def run_variant(
         clock.advance(settings.tick_s)
         now = clock.now()
         accounting.finish_done(now)
-        fresh: list[SimPod] = []
         while next_arrival < len(queue) and queue[next_arrival].time_s <= now:
             arrival = queue[next_arrival]
-            fresh.extend(cluster.submit(arrival))
+            cluster.submit(arrival)
             accounting.arrived(arrival)
             next_arrival += 1
-        if control is None:
-            candidates = list(cluster.pending())  # the scheduler retries every tick
-        else:  # retries are the loop's; gangs too, unless gpu-gang is dropped
-            waiting_gangs = [
-                pod
-                for pod in cluster.pending()
-                if pod.arrival.kind == WorkKind.TRAINING and not pod.regrown and not gangs_to_loop
-            ]
-            candidates = list({pod.name: pod for pod in [*fresh, *waiting_gangs]}.values())
-        for group in _groups(candidates, gangs_to_loop):
+        # The scheduler tries every pending pod, oldest first, as kube-scheduler's queue
+        # does (gangs ``gpu-gang`` claims are the loop's).
+        for group in _groups(list(cluster.pending()), gangs_to_loop):
             if all(pod.placement is None for pod in group):
                 place_now(cluster, group, policy)
         if control is not None:
