@@ -125,12 +125,12 @@ class ForecastAwarePolicy:
             placement.gpu_indices == decision.placement.gpu_indices
         ):
             return decision
-        base_best = int(np.flatnonzero(nodes == decision.placement.node_index)[0])
+        where = np.flatnonzero(nodes == decision.placement.node_index)
+        theirs = f" (forecast load {load[int(where[0])]:.0%})" if where.size else ""
         explanation = (
             f"{placement.node} GPU {gpu[best]} (forecast load {load[best]:.0%}) chosen by the "
             f"forecast term (weight {self.weight:g}, {self.describe()}) over {self.base.name}'s "
-            f"{decision.placement.node} (forecast load {load[base_best]:.0%}); "
-            f"{nodes.size} feasible node(s)"
+            f"{decision.placement.node}{theirs}; {nodes.size} feasible node(s)"
         )
         return Decision(
             request=request.name,
