@@ -47,7 +47,6 @@ import numpy as np
 from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter, move_cost
 from kubesage.adapters.gpu_training.loop_support import (
     Running,
-    digest,
     gang_spec,
     placement_key,
     running_pods,
@@ -55,7 +54,7 @@ from kubesage.adapters.gpu_training.loop_support import (
 )
 from kubesage.adapters.gpu_training.relayout import relayout_plans
 from kubesage.core.errors import KubesageError
-from kubesage.core.loop.actions import Action, Bind, Evict, LabelNode, Plan, Reservation
+from kubesage.core.loop.actions import Action, Bind, Evict, LabelNode, Plan, Reservation, digest
 from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.policy.base import Policy

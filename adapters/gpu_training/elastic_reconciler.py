@@ -46,7 +46,7 @@ from kubesage.adapters.gpu_training.elastic import (
     detect_phases,
 )
 from kubesage.core.loop.actions import ObjectRef, Plan, Scale
-from kubesage.core.loop.forecasts import MetricTable
+from kubesage.core.loop.forecasts import GPU_UTIL_METRIC, MetricTable
 from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.view import PodInfo, WorldView
 
@@ -56,8 +56,6 @@ ELASTIC_MIN_ANNOTATION = "kubesage.io/elastic-min"
 ELASTIC_MAX_ANNOTATION = "kubesage.io/elastic-max"
 ELASTIC_KINDS = ("PyTorchJob", "Job")
 """Owner kinds whose replicas the loop's Scale actuator can set."""
-GPU_UTIL_COLUMN = "dcgm.gpu_util_percent.gpu{gpu}"
-"""The metric-map column of one GPU's DCGM utilisation (percent)."""
 PHASE_WORDS: Mapping[str, Phase] = {
     "train": "train",
     "training": "train",
@@ -195,7 +193,7 @@ def _job_utilisation(
                 continue
             row = table.nodes.index(pod.placement.node)
             for gpu in pod.placement.gpu_indices:
-                column = GPU_UTIL_COLUMN.format(gpu=gpu)
+                column = GPU_UTIL_METRIC.format(gpu=gpu)
                 if column in table.columns:
                     value = float(table.values[row, table.columns.index(column)])
                     if np.isfinite(value):

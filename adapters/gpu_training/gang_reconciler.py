@@ -40,7 +40,6 @@ import numpy as np
 
 from kubesage.adapters.gpu_training.allreduce import GangPlacement, place_gang
 from kubesage.adapters.gpu_training.loop_support import (
-    digest,
     gang_spec,
     placement_key,
     pod_object,
@@ -48,7 +47,7 @@ from kubesage.adapters.gpu_training.loop_support import (
 )
 from kubesage.core.arrays import BoolArray
 from kubesage.core.errors import CapacityError
-from kubesage.core.loop.actions import Action, Bind, Patch, Plan, Reservation
+from kubesage.core.loop.actions import Action, Bind, Patch, Plan, Reservation, digest
 from kubesage.core.loop.reconciler import Reconciled, may_place
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.state.cluster_state import ClusterState

@@ -4,15 +4,14 @@ The planners (:mod:`~kubesage.adapters.gpu_training.defrag`,
 :mod:`~kubesage.adapters.gpu_training.relayout`) speak in running pods keyed by the
 request's name and :data:`~kubesage.core.types.Migration` pairs; the loop speaks in
 :class:`~kubesage.core.loop.view.PodInfo` keyed by ``namespace/name``. These helpers
-translate between the two, and give plans stable ids (the same intent on a later
-tick, or on a new leader, gets the same id).
+translate between the two and say where a placement is; plan ids come from the loop's
+:func:`~kubesage.core.loop.actions.digest` (the same intent on a later tick, or on a
+new leader, gets the same id).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of
@@ -32,12 +31,6 @@ def running_pods(view: WorldView) -> tuple[dict[str, Running], dict[str, PodInfo
         running[info.request.name] = (info.request, info.placement)
         infos[info.request.name] = info
     return running, infos
-
-
-def digest(parts: Iterable[object]) -> str:
-    """A short stable hash of ``parts`` (JSON-serialisable), for plan ids."""
-    body = json.dumps(list(parts), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(body.encode()).hexdigest()[:12]
 
 
 def where(placement: Placement) -> str:

@@ -5,7 +5,7 @@ adapter adds :class:`NodeGpuCollector` to the loop (name ``nvml``): every tick i
 NVML (:class:`~kubesage.adapters.gpu_training.nvml.NvmlCollector`) and lists, for the
 node it runs on (``$NODE_NAME``, as the Downward API sets it, else the host name), each
 GPU's utilisation under the same metric name dcgm-exporter's column has
-(:data:`~kubesage.core.loop.placement.GPU_UTIL_METRIC`, percent) and its framebuffer in
+(:data:`~kubesage.core.loop.forecasts.GPU_UTIL_METRIC`, percent) and its framebuffer in
 use (:data:`FB_USED_METRIC`, MiB) — so forecast-aware placement and ``gpu-elastic``
 read NVML and DCGM alike. Where NVML cannot be read the collector raises (the loop falls
 back to its last snapshot, marked stale); where it never could — no driver, no GPU —
@@ -23,7 +23,7 @@ from typing import Any
 
 from kubesage.adapters.gpu_training.nvml import NvmlCollector, NvmlSnapshot
 from kubesage.core.errors import DependencyError
-from kubesage.core.loop.placement import GPU_UTIL_METRIC
+from kubesage.core.loop.forecasts import GPU_UTIL_METRIC
 from kubesage.core.perception import Snapshot
 
 NAME = "nvml"

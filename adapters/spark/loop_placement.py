@@ -30,8 +30,6 @@ application's first ones were bound are placed as a group of their own.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -42,7 +40,7 @@ from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement, pla
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import CapacityError, InputError
-from kubesage.core.loop.actions import Action, Bind, Plan, Reservation
+from kubesage.core.loop.actions import Action, Bind, Plan, Reservation, digest
 from kubesage.core.loop.reconciler import Reconciled, may_place
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.state.cluster_state import ClusterState
@@ -69,12 +67,6 @@ AppKey = tuple[str, str]
 def is_executor(pod: PodInfo) -> bool:
     """A Spark executor pod (labelled with its role and application)."""
     return pod.labels.get(ROLE_LABEL) == EXECUTOR_ROLE and bool(pod.labels.get(APP_LABEL))
-
-
-def digest(parts: Iterable[object]) -> str:
-    """A short stable hash of ``parts`` (JSON-serialisable), for plan ids."""
-    body = json.dumps(list(parts), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(body.encode()).hexdigest()[:12]
 
 
 def _executor_order(pod: PodInfo) -> tuple[int, str]:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr
 from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.progress import runs_progress
 from kubesage.core.errors import InputError
 from kubesage.core.report.scenario_html import write_scenario_report
 from kubesage.core.scenario.profiles import load_profiles
@@ -85,13 +85,7 @@ def run_scenario_command(
         f"load {', '.join(f'{load:g}' for load in loads)}, seeds "
         f"{', '.join(map(str, seeds))}, {len(variants)} variant(s); {where}."
     )
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-    )
+    progress = runs_progress()
     with progress:
         task = progress.add_task("runs", total=total)
 

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import Mode, OutputFormat
+from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_command
 from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.errors import InputError
@@ -219,14 +219,7 @@ def simulate(
         f"Simulating {len(settings.policies)} policies × {len(settings.seeds)} seeds "
         f"({settings.mode} mode) on {described}; {worker_count} worker(s)."
     )
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=False,
-    )
+    progress = runs_progress()
     with progress:
         task = progress.add_task("runs", total=len(specs))
         results = run_many(

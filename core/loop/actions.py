@@ -15,12 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from kubesage.core.types import Placement, PodRequest
+
+
+def digest(parts: Iterable[object], length: int = 12) -> str:
+    """A short stable hash of ``parts`` (JSON-serialisable; anything else by ``str``): the
+    same parts give the same digest on any tick, process or leader. Plan ids use it."""
+    body = json.dumps(list(parts), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:length]
 
 
 class ActionKind(StrEnum):
@@ -92,13 +99,7 @@ class Action:
     @property
     def key(self) -> str:
         """Stable identity: kind, target, plan and payload (not the explanation)."""
-        body = json.dumps(
-            [str(self.kind), self.target, self.plan, self.payload()],
-            sort_keys=True,
-            separators=(",", ":"),
-            default=str,
-        )
-        return hashlib.sha256(body.encode()).hexdigest()[:16]
+        return digest([str(self.kind), self.target, self.plan, self.payload()], 16)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,10 @@ from typing import Protocol, runtime_checkable
 from kubesage.core.arrays import FloatArray
 
 LAST_VALUE = "last-value"
+GPU_UTIL_METRIC = "dcgm.gpu_util_percent.gpu{gpu}"
+"""The metric map's per-GPU utilisation column (percent, 0–100) of a node, by GPU index
+(``configs/metric-map.yaml``: source ``dcgm``, metric ``gpu_util_percent``); NVML's
+readings go under the same name."""
 DEFAULT_HISTORY = 64
 """Samples kept per series (at the default 5 s tick: about five minutes)."""
 

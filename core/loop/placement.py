@@ -28,6 +28,7 @@ import numpy as np
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import CapacityError, KubesageError
 from kubesage.core.loop.actions import Action, Bind
+from kubesage.core.loop.forecasts import GPU_UTIL_METRIC
 from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.settings import ReconcilerContext
 from kubesage.core.loop.view import Forecasts, WorldView
@@ -39,9 +40,6 @@ from kubesage.core.state.cluster_state import ClusterState
 log = logging.getLogger(__name__)
 
 NAME = "forecast-placement"
-GPU_UTIL_METRIC = "dcgm.gpu_util_percent.gpu{gpu}"
-"""The metric map's per-GPU utilisation column (percent, 0–100) of a node, by GPU index
-(``configs/metric-map.yaml``: source ``dcgm``, metric ``gpu_util_percent``)."""
 FALLBACK_POLICY = "bestfit"
 """Places pods when the service's policy cannot be built here (FGD without typical pods)."""
 

@@ -69,6 +69,8 @@ class Accounting:
         self.released_used_s = 0.0
         self.utilisation: list[float] = []
         self.job_started: dict[str, float] = {}
+        self.gpu_model = (cluster.nodes[0].gpu_model or "") if cluster.nodes else ""
+        """The scenario's one GPU type, for the step-time model."""
 
     # -- events ---------------------------------------------------------------------------
 
@@ -177,11 +179,10 @@ class Accounting:
         if not rings:
             return
         busbw = ring_busbw_with_contention(self.drtg, rings)
-        model = self.drtg.node_specs()[0].gpu_model or ""
         for job_id, ring in rings.items():
             training = cluster.jobs[job_id].arrival.training
             assert training is not None
-            rate = tokens_per_s(training, len(ring), model, busbw[job_id])
+            rate = tokens_per_s(training, len(ring), self.gpu_model, busbw[job_id])
             account = self.jobs.setdefault(job_id, _JobAccount())
             account.tokens += rate * self.tick_s
             account.train_s += self.tick_s

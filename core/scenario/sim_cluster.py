@@ -29,6 +29,7 @@ from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import CapacityError
 from kubesage.core.loop.actions import Action, ActionKind, Bind, Evict, ObjectRef, PodRef, Scale
 from kubesage.core.loop.clock import Clock
+from kubesage.core.loop.forecasts import GPU_UTIL_METRIC
 from kubesage.core.loop.reconciler import Outcome, Result
 from kubesage.core.loop.view import PodInfo
 from kubesage.core.loop.world import ClusterObservation
@@ -40,8 +41,6 @@ from kubesage.core.types import NodeSpec, Placement, PodRequest
 NAMESPACE = "mixed"
 JOB_API_VERSION, JOB_KIND = "kubeflow.org/v1", "PyTorchJob"
 """What owns a training job's member pods (``gpu-elastic`` scales this kind)."""
-UTIL_COLUMN = "dcgm.gpu_util_percent.gpu{gpu}"
-"""dcgm-exporter's per-GPU utilisation column, as the metric map names it."""
 TRAIN_UTIL_PCT = 92.0
 VALIDATION_UTIL_PCT = 35.0
 """A member's GPU utilisation in each phase: the middle of the ranges
@@ -261,7 +260,7 @@ class DcgmSource:
 
     def collect(self) -> Snapshot[GpuTable]:
         values = self.cluster.gpu_utilisation()
-        columns = tuple(UTIL_COLUMN.format(gpu=g) for g in range(values.shape[1]))
+        columns = tuple(GPU_UTIL_METRIC.format(gpu=g) for g in range(values.shape[1]))
         table = GpuTable(self.cluster.state.node_names, columns, values)
         return Snapshot(table, self.cluster.clock.now())
 

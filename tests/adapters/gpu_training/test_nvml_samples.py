@@ -11,7 +11,7 @@ from kubesage.adapters.gpu_training.nvml_samples import (
     node_gpu_collectors,
 )
 from kubesage.core.errors import DependencyError
-from kubesage.core.loop.placement import GPU_UTIL_METRIC
+from kubesage.core.loop.forecasts import GPU_UTIL_METRIC
 from kubesage.core.loop.world import WorldModel
 
 

@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from kubesage.core.scenario.result import FIGURES, VARIANTS
+from tests.core.cli.test_simulate_cli import kubesage as run_kubesage
 
 TINY = ("--gpu-nodes", "4", "--hours", "0.5", "--seeds", "1,2", "--jobs", "1")
 
 
 def kubesage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The command in a wide terminal (so rich wraps no table cell or message)."""
-    return subprocess.run(
-        [sys.executable, "-m", "kubesage.core.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return run_kubesage(*args, cwd=cwd, env={"COLUMNS": "200"})
 
 
 def test_json_is_one_object_with_every_variant_and_figure(tmp_path: Path) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,10 @@ spec:
 """
 
 
-def kubesage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def kubesage(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The command in a subprocess; ``env`` adds to this process's environment."""
     return subprocess.run(
         [sys.executable, "-m", "kubesage.core.cli", *args],
         cwd=cwd,
@@ -30,6 +35,7 @@ def kubesage(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         check=False,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -13,7 +13,8 @@ from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.k8s.embedded_workload import EmbeddedWorkload
 from kubesage.core.loop.actions import PodRef
 from kubesage.core.loop.clock import SimulatedClock
-from kubesage.core.loop.placement import GPU_UTIL_METRIC, ForecastPlacement
+from kubesage.core.loop.forecasts import GPU_UTIL_METRIC
+from kubesage.core.loop.placement import ForecastPlacement
 from kubesage.core.loop.settings import LoopSettings, ReconcilerContext
 from kubesage.core.loop.view import PodInfo
 from kubesage.core.perception import Snapshot
