@@ -48,15 +48,21 @@ def parse_args(
     return args
 
 
-def shared_data_dir(explicit: Path | None = None) -> Path:
-    """``--data-dir``, else ``$KUBESAGE_SHARED_DATA``, else ``../shared/data`` beside the repo."""
+def find_shared_data(explicit: Path | None = None, trace: str = "openb") -> Path | None:
+    """The first of ``--data-dir``, ``$KUBESAGE_SHARED_DATA`` and ``../shared/data`` beside
+    the repo that holds ``trace/``; None when none does."""
     candidates = [explicit] if explicit else []
     if env := os.environ.get("KUBESAGE_SHARED_DATA"):
         candidates.append(Path(env))
     candidates.append(REPO.parent / "shared" / "data")
-    for path in candidates:
-        if path is not None and (path / "openb").is_dir():
-            return path
+    return next((path for path in candidates if (path / trace).is_dir()), None)
+
+
+def shared_data_dir(explicit: Path | None = None) -> Path:
+    """``--data-dir``, else ``$KUBESAGE_SHARED_DATA``, else ``../shared/data`` beside the repo."""
+    found = find_shared_data(explicit)
+    if found is not None:
+        return found
     raise SystemExit(
         "error: the openb trace was not found; pass --data-dir, set KUBESAGE_SHARED_DATA, "
         "or fetch it with `kubesage data fetch openb` and point --data-dir at the cache"

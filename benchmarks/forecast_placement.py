@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, shared_data_dir
+from _common import find_shared_data, format_table, parse_args
 
 from kubesage.core.arrays import FloatArray
 from kubesage.core.forecast.panel import MetricPanel, read_panel
@@ -191,9 +191,11 @@ def main() -> int:
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     weights = [float(w) for w in args.weights.split(",") if w]
-    data = shared_data_dir(args.data_dir) / "genai"
-    if not data.is_dir():
-        print(f"{data}: no GenAI trace; using synthetic metrics", file=sys.stderr)
+    shared = find_shared_data(args.data_dir, "genai")
+    if shared is not None:
+        data = shared / "genai"
+    else:
+        print("no GenAI trace found; using synthetic metrics", file=sys.stderr)
         data = write_synthetic_metrics(
             Path(tempfile.mkdtemp(prefix="kubesage-genai-")), entities=60, steps=600
         )
