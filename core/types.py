@@ -45,6 +45,10 @@ class NodeSpec(_Frozen):
     """Memory of one GPU in MiB, when known."""
     mig_enabled: bool = False
     """The node's GPUs are in MIG mode: they take MIG requests only."""
+    mig_instances: tuple[tuple[int, str, int], ...] | None = None
+    """Where the MIG layout is fixed (static instances a DRA driver publishes): the
+    instances that exist, as ``(GPU index, profile, start slice)``; MIG requests go to
+    these only. None (the default): any valid slot of any profile can be created."""
     zone: str | None = None
     """Value of the ``topology.kubernetes.io/zone`` label."""
     rack: str | None = None

@@ -37,6 +37,8 @@ from kubesage.adapters.flink.stagger import (
 from kubesage.adapters.flink.state_tiering import observe_state, recommend
 from kubesage.adapters.flink.submit import SubmitRequest, submit
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.passthrough import PassThroughCommand
+from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
 from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.settings import ReconcilerContext
@@ -100,9 +102,7 @@ def stop_after(duration_s: float | None) -> Iterator[threading.Event]:
             timer.cancel()
 
 
-@flink_app.command(
-    "submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
+@flink_app.command("submit", cls=PassThroughCommand)
 @user_errors
 def submit_command(
     ctx: typer.Context,
@@ -135,6 +135,21 @@ def submit_command(
         Path | None, typer.Option("--flink-home", help="Flink distribution (has bin/flink).")
     ] = None,
     registry: RegistryPath = None,
+    taskmanager_gpus: Annotated[
+        int, typer.Option("--taskmanager-gpus", min=0, help="GPUs per TaskManager.")
+    ] = 0,
+    devices: Annotated[
+        DeviceMode,
+        typer.Option(
+            "--devices",
+            help="How TaskManagers ask for GPUs: device-plugin (nvidia.com/gpu) or dra "
+            "(a claim in the TaskManager pod template).",
+        ),
+    ] = DeviceMode.device_plugin,
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Folder for the TaskManager pod and claim templates (DRA)."),
+    ] = Path("kubesage-flink"),
 ) -> None:
     """Run `flink run -d` (arguments after `--`) with a chosen parallelism and checkpoint phase."""
     request = SubmitRequest(
@@ -149,6 +164,9 @@ def submit_command(
         else None,
         driven=drive,
         flink_home=flink_home,
+        taskmanager_gpus=taskmanager_gpus,
+        devices=devices,
+        template_dir=out,
     )
     outcome = submit(request, JobRegistry(registry))
     for reason in outcome.reasons:

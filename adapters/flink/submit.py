@@ -17,6 +17,10 @@ at its phase. Otherwise Flink checkpoints it and the phase is realised through
 ``min-pause`` to within a window (see
 :mod:`~kubesage.adapters.flink.checkpoint_settings`): the registry records where
 that window landed once the job is RUNNING.
+
+GPUs: ``--taskmanager-gpus`` asks for them per TaskManager in the ``--devices`` form
+(device plugin by default, or a DRA claim in the TaskManager pod template; see
+:mod:`~kubesage.adapters.flink.taskmanager_gpus`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.flink_home import find_flink_home
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.adapters.flink.stagger import CheckpointProfile, best_phase
+from kubesage.adapters.flink.taskmanager_gpus import taskmanager_gpus, write_files
+from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -74,10 +80,20 @@ class SubmitRequest:
     driven: bool = True
     flink_home: Path | None = None
     wait_running_s: float = 60.0
+    taskmanager_gpus: int = 0
+    """GPUs per TaskManager (0: none asked for)."""
+    devices: DeviceMode = DeviceMode.device_plugin
+    """How the TaskManagers ask for their GPUs."""
+    template_dir: Path = Path("kubesage-flink")
+    """Where DRA's TaskManager pod template and claim template are written."""
 
     def __post_init__(self) -> None:
         if not self.flink_args:
             raise InputError("give the `flink run` arguments after '--' (e.g. -py job.py)")
+        if self.taskmanager_gpus < 0:
+            raise InputError(f"--taskmanager-gpus must be ≥ 0, got {self.taskmanager_gpus}")
+        if self.devices is DeviceMode.dra and not self.taskmanager_gpus:
+            raise InputError("--devices dra is for GPU TaskManagers: give --taskmanager-gpus")
         if self.parallelism is not None and self.parallelism < 1:
             raise InputError(f"--parallelism must be ≥ 1, got {self.parallelism}")
         if (self.forecast_rate is None) != (self.subtask_rate is None):
@@ -317,12 +333,23 @@ def submit(
         parallelism = choose_parallelism(request, history)
         checkpointing = choose_checkpointing(request, history, running)
         reasons += [parallelism.reason, checkpointing.reason]
+        conf = dict(checkpointing.conf)
+        if request.taskmanager_gpus:
+            gpus = taskmanager_gpus(
+                request.taskmanager_gpus,
+                request.devices,
+                job=key,
+                template_dir=request.template_dir,
+            )
+            write_files(gpus, request.template_dir)
+            conf |= gpus.conf
+            reasons.append(gpus.reason)
         flink_home = resolve_flink_home(request.flink_home)
         command = flink_run_command(
             flink_home,
             request.jobmanager,
             parallelism.parallelism,
-            checkpointing.conf,
+            conf,
             request.flink_args,
         )
         done = runner(command, flink_environment(flink_home))

@@ -19,7 +19,10 @@ from kubesage.adapters.gpu_training.launcher import (
 )
 from kubesage.adapters.gpu_training.mig import catalogue
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.passthrough import PassThroughCommand
+from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.device_mode import detect_device_mode
 from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.settings import ReconcilerContext
 from kubesage.core.perception import Collector
@@ -31,10 +34,10 @@ gpu_app = typer.Typer(help="GPU training: placement-aware launches.", no_args_is
 DEFAULT_TOPOLOGY = "dgx-h100-pod"
 """The shipped example topology a launch places on when no --topology is given."""
 
+YAML_WIDTH = 10_000
 
-@gpu_app.command(
-    "launch", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
+
+@gpu_app.command("launch", cls=PassThroughCommand)
 @user_errors
 def launch(
     ctx: typer.Context,
@@ -51,10 +54,26 @@ def launch(
     ] = None,
     target: Annotated[str, typer.Option("--target", help="kubernetes or torchrun.")] = "kubernetes",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and why.")] = False,
+    devices: Annotated[
+        DeviceMode | None,
+        typer.Option(
+            "--devices",
+            help="How the Jobs ask for GPUs: dra (ResourceClaimTemplates selecting the chosen "
+            "GPUs) or device-plugin (nvidia.com/gpu limits). Default: asked of the --kubeconfig "
+            "cluster (DRA if it serves resource.k8s.io/v1), else device-plugin.",
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="kubeconfig of the cluster, to detect --devices."),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="kubeconfig context (default: current).")
+    ] = None,
 ) -> None:
     """Place the job for the fastest AllReduce ring and print manifests or torchrun lines.
 
-    Everything after ``--`` is the training command.
+    Options come before --; everything after it is the training command.
     """
     command = list(ctx.args)
     if not command:
@@ -70,28 +89,50 @@ def launch(
     placement = place_gang(drtg, free, gpus)
     if placement is None:
         raise InputError(f"{gpus} GPUs do not fit in {topology.name} ({drtg.num_gpus} GPUs)")
-    shares: list[NodeShare] = []
-    for gpu in placement.ranks:
-        node = drtg.node_names[int(drtg.gpu_node[gpu])]
-        local = int(drtg.gpu_local[gpu])
-        if shares and shares[-1].node == node:
-            last = shares[-1]
-            shares[-1] = NodeShare(node, last.gpus + 1, (*last.gpu_indices, local))
-        else:
-            shares.append(NodeShare(node, 1, (local,)))
+    shares = _node_shares(drtg, placement.ranks)
     if dry_run:
         stderr.print(f"plan: {placement.explanation}")
         for rank, share in enumerate(shares):
             stderr.print(f"  node rank {rank}: {share.node}, GPUs {list(share.gpu_indices)}")
+    if target not in ("kubernetes", "torchrun"):
+        raise InputError(f"--target must be kubernetes or torchrun, got '{target}'")
     if target == "torchrun":
         master = shares[0].node
         for line in torchrun_commands(shares, command, master_addr=master):
             typer.echo(line)
-    elif target == "kubernetes":
-        manifests = kubernetes_manifests(name, shares, command, image=image, mig_profile=mig)
-        typer.echo(yaml.safe_dump_all(manifests, sort_keys=False).rstrip())
-    else:
-        raise InputError(f"--target must be kubernetes or torchrun, got '{target}'")
+        return
+    mode, why = detect_device_mode(devices, kubeconfig, context)
+    if dry_run:
+        stderr.print(f"devices: {mode.value} ({why})", highlight=False)
+    manifests = kubernetes_manifests(
+        name, shares, command, image=image, mig_profile=mig, devices=mode
+    )
+    # Wide lines: a CEL selector stays on one line instead of folding mid-expression.
+    typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=YAML_WIDTH).rstrip())
+
+
+def _node_shares(drtg: DRTG, ranks: Sequence[int]) -> list[NodeShare]:
+    """The placement's GPUs grouped by node in ring order, with their UUIDs when the
+    topology knows every one of them (discovered from ResourceSlices), so a DRA claim
+    selects them by UUID rather than by index."""
+    shares: list[NodeShare] = []
+    for gpu in ranks:
+        node = drtg.node_names[int(drtg.gpu_node[gpu])]
+        local = int(drtg.gpu_local[gpu])
+        identity = drtg.gpu_identity[gpu]
+        uuid = (identity.uuid or "") if identity is not None else ""
+        if shares and shares[-1].node == node:
+            last = shares[-1]
+            shares[-1] = NodeShare(
+                node, last.gpus + 1, (*last.gpu_indices, local), (*last.gpu_uuids, uuid)
+            )
+        else:
+            shares.append(NodeShare(node, 1, (local,), (uuid,)))
+    # A UUID selector must name every chosen GPU: any unknown one falls back to indices.
+    return [
+        share if all(share.gpu_uuids) else NodeShare(share.node, share.gpus, share.gpu_indices)
+        for share in shares
+    ]
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,22 @@
 """Turn a gang placement into something that runs: Kubernetes manifests or torchrun commands.
 
 Kubernetes: one ``batch/v1`` Job per node of the placement, each pinned to its node
-(``kubernetes.io/hostname``), asking for its GPUs (``nvidia.com/gpu``) or its MIG
-slice (``nvidia.com/mig-<profile>``), with the torchrun rendezvous in the
-environment — ``MASTER_ADDR`` (rank 0's stable DNS name through a headless
-Service), ``MASTER_PORT``, ``NNODES``, ``NODE_RANK`` in ring order,
-``NPROC_PER_NODE`` — so consecutive ranks sit on the fastest links. Every manifest
-is validated offline against the Kubernetes OpenAPI schemas (kubernetes-validate).
+(``kubernetes.io/hostname``), with the torchrun rendezvous in the environment —
+``MASTER_ADDR`` (rank 0's stable DNS name through a headless Service),
+``MASTER_PORT``, ``NNODES``, ``NODE_RANK`` in ring order, ``NPROC_PER_NODE`` — so
+consecutive ranks sit on the fastest links. How a Job asks for its GPUs:
+
+- ``device-plugin``: a limit of ``nvidia.com/gpu`` (or ``nvidia.com/mig-<profile>``);
+  the kubelet hands the container whichever devices it likes, so the chosen GPUs
+  (annotation ``kubesage.io/gpu-indices``, in ring order) are only informational;
+- ``dra``: one ``resource.k8s.io/v1`` ResourceClaimTemplate per node rank asking for
+  exactly those GPUs (CEL selector by UUID where known, else by index; a MIG job asks
+  the ``mig.nvidia.com`` class for its profile), referenced by the Job's pod template
+  under ``spec.resourceClaims`` and the container's ``resources.claims``; no
+  extended-resource limit.
+
+Every manifest is validated offline against the Kubernetes OpenAPI schemas
+(kubernetes-validate) at the first version with ``resource.k8s.io/v1``.
 
 Local: the ``torchrun`` command line for each node.
 """
@@ -19,8 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubesage.core.dra.api import GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
+from kubesage.core.dra.claims import (
+    DeviceMode,
+    claim_pod_spec,
+    claim_template,
+    gpu_selectors,
+    mig_selectors,
+)
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.validation import validate_manifests
+from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 
 MASTER_PORT = 29500
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -33,7 +51,9 @@ class NodeShare:
     node: str
     gpus: int
     gpu_indices: tuple[int, ...] = ()
-    """Intended GPUs on the node (informational; the device plugin assigns devices)."""
+    """Chosen GPUs on the node, in ring order (with the device plugin only informational)."""
+    gpu_uuids: tuple[str, ...] = ()
+    """Their UUIDs where known (a DRA claim then selects by UUID, else by index)."""
 
 
 def _check_name(name: str) -> None:
@@ -76,8 +96,10 @@ def kubernetes_manifests(
     image: str,
     namespace: str = "default",
     mig_profile: str | None = None,
+    devices: DeviceMode = DeviceMode.device_plugin,
 ) -> list[dict[str, Any]]:
-    """A headless Service and one Job per node, validated; rank 0 is the rendezvous."""
+    """A headless Service, with ``dra`` one ResourceClaimTemplate per node, and one Job
+    per node, validated; rank 0 is the rendezvous."""
     _check_name(name)
     if not shares:
         raise InputError("the placement has no nodes")
@@ -101,6 +123,8 @@ def kubernetes_manifests(
             },
         }
     ]
+    claims: list[dict[str, Any]] = []
+    jobs: list[dict[str, Any]] = []
     for rank, share in enumerate(shares):
         env = {
             "MASTER_ADDR": master,
@@ -118,7 +142,27 @@ def kubernetes_manifests(
             f"--master-port={MASTER_PORT}",
         ]
         pod_labels = {**labels, "kubesage.io/node-rank": str(rank)}
-        manifests.append(
+        container: dict[str, Any] = {
+            "name": "trainer",
+            "image": image,
+            "command": [*torchrun, *command],
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            "ports": [{"containerPort": MASTER_PORT}],
+        }
+        pod_spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "hostname": f"{name}-{rank}",
+            "subdomain": service,
+            "nodeSelector": {"kubernetes.io/hostname": share.node},
+            "containers": [container],
+        }
+        if devices is DeviceMode.dra:
+            template = f"{name}-{rank}-gpus"
+            claims.append(_claim_template(template, share, mig_profile, namespace, pod_labels))
+            pod_spec = claim_pod_spec(pod_spec, template)
+        else:
+            container["resources"] = {"limits": {resource: str(share.gpus)}}
+        jobs.append(
             {
                 "apiVersion": "batch/v1",
                 "kind": "Job",
@@ -132,27 +176,40 @@ def kubernetes_manifests(
                 },
                 "spec": {
                     "backoffLimit": 0,
-                    "template": {
-                        "metadata": {"labels": dict(pod_labels)},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "hostname": f"{name}-{rank}",
-                            "subdomain": service,
-                            "nodeSelector": {"kubernetes.io/hostname": share.node},
-                            "containers": [
-                                {
-                                    "name": "trainer",
-                                    "image": image,
-                                    "command": [*torchrun, *command],
-                                    "env": [{"name": k, "value": v} for k, v in env.items()],
-                                    "ports": [{"containerPort": MASTER_PORT}],
-                                    "resources": {"limits": {resource: str(share.gpus)}},
-                                }
-                            ],
-                        },
-                    },
+                    "template": {"metadata": {"labels": dict(pod_labels)}, "spec": pod_spec},
                 },
             }
         )
-    validate_manifests(manifests)
+    manifests += [*claims, *jobs]
+    validate_manifests(manifests, DRA_KUBERNETES_VERSION)
     return manifests
+
+
+def _claim_template(
+    name: str,
+    share: NodeShare,
+    mig_profile: str | None,
+    namespace: str,
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    """The claim template asking for exactly ``share``'s GPUs (or its MIG device)."""
+    if mig_profile is not None:
+        selectors = mig_selectors(
+            mig_profile,
+            parent_uuid=share.gpu_uuids[0] if share.gpu_uuids else None,
+            parent_index=share.gpu_indices[0] if share.gpu_indices else None,
+        )
+        return claim_template(
+            name, 1, MIG_DEVICE_CLASS, selectors, namespace=namespace, labels=labels
+        )
+    if share.gpu_uuids and len(share.gpu_uuids) != share.gpus:
+        raise InputError(f"node {share.node}: {share.gpus} GPUs but {len(share.gpu_uuids)} UUIDs")
+    if share.gpu_indices and len(share.gpu_indices) != share.gpus:
+        raise InputError(
+            f"node {share.node}: {share.gpus} GPUs but {len(share.gpu_indices)} indices"
+        )
+    # Sorted: a selector picks a set; the ring order is the Job's annotation.
+    selectors = gpu_selectors(sorted(share.gpu_indices), sorted(share.gpu_uuids))
+    return claim_template(
+        name, share.gpus, GPU_DEVICE_CLASS, selectors, namespace=namespace, labels=labels
+    )

@@ -11,6 +11,15 @@ mig-parted takes instance *counts*, not start slots: the driver places them. The
 per-GPU layouts (with slots) are kept in the plan for the scheduler's own
 bookkeeping and for review; after MIG Manager reports the node's new state,
 collect it again (NVML) rather than assume the slots.
+
+Where NVIDIA's DRA driver publishes partitionable MIG devices (KEP-4815), the same
+plan is carried out without the label: each moved pod's bind allocates, in its
+ResourceClaim, the partition device of its profile at its start slot (the driver
+creates the instance), so the per-GPU layouts here are exact there. The live label
+actuator recognises such a node and skips the label
+(:class:`~kubesage.core.k8s.actuators.LiveNodeLabeler`); the core maps slots to
+devices (:func:`~kubesage.core.k8s.dra_allocation.wanted_devices`). This module
+decides the layout either way.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ from kubesage.adapters.spark.placement import (
 )
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.passthrough import PassThroughCommand
+from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
 from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.settings import ReconcilerContext
@@ -69,6 +71,17 @@ LocalDir = Annotated[
 NodeShare = Annotated[
     float, typer.Option("--max-node-share", help="Most executors per node, as a share of all.")
 ]
+ExecutorGpus = Annotated[int, typer.Option("--executor-gpus", min=0, help="GPUs per executor.")]
+Devices = Annotated[
+    DeviceMode,
+    typer.Option(
+        "--devices",
+        help="How GPU executors ask for GPUs: device-plugin (spark.executor.resource.gpu.*, "
+        "nvidia.com/gpu) or dra (a ResourceClaimTemplate, claimed in the executor template).",
+    ),
+]
+CLAIM_TEMPLATE_FILE = "gpu-claim-template.yaml"
+"""Where a DRA run writes the executors' ResourceClaimTemplate (to create before submit)."""
 
 
 def plan(
@@ -82,8 +95,12 @@ def plan(
     rack_label: str,
     local_dir: str | None,
     max_node_share: float,
+    executor_gpus: int = 0,
+    devices: DeviceMode = DeviceMode.device_plugin,
 ) -> SparkSettings:
     """Place, write conf + templates + plan into ``out``, print the reasons."""
+    if devices is DeviceMode.dra and not executor_gpus:
+        raise InputError("--devices dra is for GPU executors: give --executor-gpus too")
     drtg = DRTG.from_yaml(topology_file(topology))
     shape = ExecutorShape(executors, cores, memory)
     if event_log is not None:
@@ -112,10 +129,17 @@ def plan(
         template_dir=str(out.resolve()),
         rack_label=rack_label,
         local_dir=local_dir,
+        gpus_per_executor=executor_gpus,
+        devices=devices,
     )
     (out / "executor-template.yaml").write_text(yaml.safe_dump(settings.executor_template))
     (out / "driver-template.yaml").write_text(yaml.safe_dump(settings.driver_template))
     (out / "spark-defaults.conf").write_text(settings.properties())
+    claim_file = out / CLAIM_TEMPLATE_FILE
+    if settings.claim_templates:
+        claim_file.write_text(yaml.safe_dump_all(settings.claim_templates, sort_keys=False))
+    else:
+        claim_file.unlink(missing_ok=True)  # a stale one from an earlier DRA run
     ratio = (
         ours.estimate.cross_rack_bytes / spread.estimate.cross_rack_bytes
         if spread.estimate.cross_rack_bytes
@@ -126,6 +150,12 @@ def plan(
         f"expected cross-rack bytes: {ours.estimate.cross_rack_bytes:,.0f} "
         f"(default spread: {spread.estimate.cross_rack_bytes:,.0f}, ratio {ratio:.2f})",
     ]
+    if settings.claim_templates:
+        lines.append(
+            f"GPUs through DRA: create {CLAIM_TEMPLATE_FILE} in the application's namespace "
+            "before spark-submit (kubectl apply -f); each executor pod claims "
+            f"{executor_gpus} GPU(s) from it"
+        )
     (out / "plan.txt").write_text("".join(f"{line}\n" for line in lines))
     for line in lines:
         stderr.print(line, highlight=False)
@@ -145,8 +175,11 @@ def conf(
     rack_label: RackLabel = DEFAULT_RACK_LABEL,
     local_dir: LocalDir = None,
     max_node_share: NodeShare = 0.25,
+    executor_gpus: ExecutorGpus = 0,
+    devices: Devices = DeviceMode.device_plugin,
 ) -> None:
-    """Place the executors and write spark-defaults.conf, pod templates and plan.txt."""
+    """Place the executors and write spark-defaults.conf, pod templates and plan.txt
+    (and, for GPU executors through DRA, gpu-claim-template.yaml)."""
     settings = plan(
         out,
         executors,
@@ -158,6 +191,8 @@ def conf(
         rack_label,
         local_dir,
         max_node_share,
+        executor_gpus,
+        devices,
     )
     typer.echo(" ".join(settings.submit_args()))
 
@@ -179,9 +214,7 @@ def find_spark_submit() -> str:
     return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
 
 
-@spark_app.command(
-    "submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
+@spark_app.command("submit", cls=PassThroughCommand)
 @user_errors
 def submit(
     ctx: typer.Context,
@@ -197,6 +230,8 @@ def submit(
     rack_label: RackLabel = DEFAULT_RACK_LABEL,
     local_dir: LocalDir = None,
     max_node_share: NodeShare = 0.25,
+    executor_gpus: ExecutorGpus = 0,
+    devices: Devices = DeviceMode.device_plugin,
 ) -> None:
     """Run spark-submit with the placement's conf before your own arguments (after `--`)."""
     if not ctx.args:
@@ -212,6 +247,8 @@ def submit(
         rack_label,
         local_dir,
         max_node_share,
+        executor_gpus,
+        devices,
     )
     # Yours come last, so an explicit --conf of yours wins.
     command = [find_spark_submit(), *settings.submit_args(), *ctx.args]

@@ -16,6 +16,21 @@ resolves on Kubernetes and waiting for it only delays tasks; optional local dirs
 on a fast host disk (a ``spark-local-dir-1`` hostPath volume, which Spark uses
 for shuffle and spill files). Pod templates are validated with
 kubernetes-validate.
+
+GPU executors (``gpus_per_executor``), in the form the cluster hands GPUs out:
+
+- ``device-plugin`` (default): Spark's own resource conf,
+  ``spark.executor.resource.gpu.{amount,vendor,discoveryScript}`` with vendor
+  ``nvidia.com``, from which Spark writes an ``nvidia.com/gpu`` limit into each executor
+  pod and learns the GPUs' addresses for task scheduling;
+- ``dra``: no ``spark.executor.resource.gpu.*`` at all (Spark on Kubernetes turns it
+  into an extended-resource limit and refuses it without a vendor); instead the
+  executor pod template carries a ``resourceClaims`` entry made from one
+  ``ResourceClaimTemplate`` (every executor is a pod of its own, so each gets a claim
+  of its own) and the executor container hands it on through ``resources.claims``.
+  The template is an object to create in the application's namespace before
+  spark-submit; Spark's task-level GPU scheduling (``spark.task.resource.gpu.*``) is
+  not available in this form, as Spark knows nothing of the claim.
 """
 
 from __future__ import annotations
@@ -26,7 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement
-from kubesage.core.k8s.validation import validate_manifests
+from kubesage.core.dra.api import GPU_DEVICE_CLASS
+from kubesage.core.dra.claims import DeviceMode, claim_pod_spec, claim_template
+from kubesage.core.errors import InputError
+from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, ZONE_LABEL
 from kubesage.core.topology.graph import DRTG
 
@@ -35,6 +53,10 @@ EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 LOCAL_DIR_MOUNT = "/spark-local"
 MIN_OVERHEAD_MIB = 384
+GPU_VENDOR = "nvidia.com"
+"""Spark's ``resource.gpu.vendor``: with it Spark asks Kubernetes for ``nvidia.com/gpu``."""
+GPU_DISCOVERY_SCRIPT = "/opt/spark/examples/src/main/scripts/getGpusResources.sh"
+"""The GPU discovery script shipped in Spark's distribution and its container images."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +64,8 @@ class SparkSettings:
     conf: dict[str, str]
     executor_template: dict[str, Any]
     driver_template: dict[str, Any]
+    claim_templates: tuple[dict[str, Any], ...] = ()
+    """With DRA: the ResourceClaimTemplate the executor pods' claims are made from."""
 
     def submit_args(self) -> list[str]:
         """``--conf key=value`` pairs for spark-submit."""
@@ -76,8 +100,13 @@ def spark_settings(
     template_dir: str,
     rack_label: str = DEFAULT_RACK_LABEL,
     local_dir: str | None = None,
+    gpus_per_executor: int = 0,
+    devices: DeviceMode = DeviceMode.device_plugin,
 ) -> SparkSettings:
-    """Conf and pod templates for ``placement`` (templates written under ``template_dir``)."""
+    """Conf and pod templates for ``placement`` (templates written under ``template_dir``);
+    GPU executors ask for ``gpus_per_executor`` GPUs in the ``devices`` form."""
+    if gpus_per_executor < 0:
+        raise InputError(f"--executor-gpus must be ≥ 0, got {gpus_per_executor}")
     per_rack = placement.executors_per_rack(drtg)
     racks = sorted(per_rack, key=lambda r: (-per_rack[r], r))
     group = (
@@ -120,7 +149,20 @@ def spark_settings(
     }
     executor = _pod(group, "executor", EXECUTOR_CONTAINER, executor_affinity)
     driver = _pod(group, "driver", DRIVER_CONTAINER, driver_affinity)
-    validate_manifests([executor, driver])
+    claims: tuple[dict[str, Any], ...] = ()
+    gpu_conf: dict[str, str] = {}
+    if gpus_per_executor and devices is DeviceMode.dra:
+        template = f"{group}-executor-gpus"
+        labels = {GROUP_LABEL: group}
+        claims = (claim_template(template, gpus_per_executor, GPU_DEVICE_CLASS, labels=labels),)
+        executor["spec"] = claim_pod_spec(executor["spec"], template)
+    elif gpus_per_executor:
+        gpu_conf = {
+            "spark.executor.resource.gpu.amount": str(gpus_per_executor),
+            "spark.executor.resource.gpu.vendor": GPU_VENDOR,
+            "spark.executor.resource.gpu.discoveryScript": GPU_DISCOVERY_SCRIPT,
+        }
+    validate_manifests([executor, driver, *claims], DRA_KUBERNETES_VERSION)
 
     overhead = max(MIN_OVERHEAD_MIB, shape.memory_mib // 10)
     conf = {
@@ -146,4 +188,5 @@ def spark_settings(
         volume = "spark.kubernetes.executor.volumes.hostPath.spark-local-dir-1"
         conf[f"{volume}.mount.path"] = LOCAL_DIR_MOUNT
         conf[f"{volume}.options.path"] = local_dir
-    return SparkSettings(conf, executor, driver)
+    conf.update(gpu_conf)
+    return SparkSettings(conf, executor, driver, claims)

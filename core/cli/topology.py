@@ -1,4 +1,5 @@
-"""``kubesage topology …``: build a Topology from a live cluster's nodes, and summarise one."""
+"""``kubesage topology …``: build a Topology from a live cluster's nodes (and the
+ResourceSlices their GPU driver publishes), and summarise one."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ import yaml
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.config import API_VERSION, load_config
+from kubesage.core.dra.nodes import node_devices
 from kubesage.core.errors import InputError
-from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, topology_from_nodes
+from kubesage.core.topology.discovery import (
+    DEFAULT_RACK_LABEL,
+    split_kubectl_list,
+    topology_from_nodes,
+)
 from kubesage.core.topology.examples import topology_file
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.topology.spec import TOPOLOGY_KIND, TopologySpec
@@ -22,12 +28,39 @@ topology_app = typer.Typer(
 )
 
 
+def _read_list(path: Path, what: str) -> list[object]:
+    """The ``items`` of a kubectl List file (``-``: stdin)."""
+    text = typer.get_text_stream("stdin").read() if str(path) == "-" else None
+    try:
+        document = json.loads(text if text is not None else path.read_text("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    items = document.get("items") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise InputError(f"{path}: expected a {what} with 'items' (kubectl -o json)")
+    return items
+
+
 @topology_app.command("discover")
 @user_errors
 def discover(
     nodes_json: Annotated[
-        Path, typer.Argument(help="Output of 'kubectl get nodes -o json' ('-' for stdin).")
+        Path,
+        typer.Argument(
+            help="Output of 'kubectl get nodes -o json', or of 'kubectl get "
+            "nodes,resourceslices -o json' ('-' for stdin)."
+        ),
     ],
+    resource_slices: Annotated[
+        Path | None,
+        typer.Option(
+            "--resource-slices",
+            help="Output of 'kubectl get resourceslices -o json': the GPUs nodes publish "
+            "through DRA (they win over the node labels).",
+        ),
+    ] = None,
     templates: Annotated[
         Path | None,
         typer.Option(
@@ -44,17 +77,19 @@ def discover(
         Path | None, typer.Option("--output", "-o", help="Write the YAML here (default: stdout).")
     ] = None,
 ) -> None:
-    """Write the Topology (zones, racks, node templates) that the nodes' labels describe."""
-    text = typer.get_text_stream("stdin").read() if str(nodes_json) == "-" else None
-    try:
-        document = json.loads(text if text is not None else nodes_json.read_text("utf-8"))
-    except OSError as exc:
-        raise InputError(f"{nodes_json}: cannot read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{nodes_json}: not valid JSON: {exc}") from None
-    items = document.get("items") if isinstance(document, dict) else None
-    if not isinstance(items, list):
-        raise InputError(f"{nodes_json}: expected a NodeList with 'items' (kubectl -o json)")
+    """Write the Topology (zones, racks, node templates) that the nodes' labels describe.
+
+    Where nodes publish GPUs through Dynamic Resource Allocation (ResourceSlices, in
+    the same List or with --resource-slices), the slices give the GPU model, count,
+    PCIe roots and each GPU's identity.
+    """
+    items, slices = split_kubectl_list(_read_list(nodes_json, "NodeList"))
+    if resource_slices is not None:
+        more_nodes, more = split_kubectl_list(_read_list(resource_slices, "ResourceSliceList"))
+        if more_nodes:
+            raise InputError(f"{resource_slices}: expected ResourceSlices, found Nodes")
+        slices += more
+    devices = node_devices(slices)
     known = (
         load_config(templates, TopologySpec, kind=TOPOLOGY_KIND).node_templates if templates else {}
     )
@@ -64,6 +99,7 @@ def discover(
         rack_label=rack_label,
         rack_uplink_gbps=rack_uplink_gbps,
         zone_uplink_gbps=zone_uplink_gbps,
+        devices=devices,
     )
     rendered = yaml.safe_dump(
         {
@@ -77,7 +113,10 @@ def discover(
         typer.echo(rendered, nl=False)
     else:
         output.write_text(rendered, encoding="utf-8")
-        stderr.print(f"{len(items)} node(s) in {len(spec.racks)} rack(s) written to {output}")
+        published = f", {len(devices)} with ResourceSlices" if devices else ""
+        stderr.print(
+            f"{len(items)} node(s){published} in {len(spec.racks)} rack(s) written to {output}"
+        )
 
 
 @topology_app.command("show")

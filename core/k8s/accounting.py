@@ -9,6 +9,9 @@ every bound pod is allocated again.
 Which GPUs a bound pod holds is not in the Pod object: the device plugin picks them
 on the node. Mapping, most faithful first:
 
+0. a pod whose GPUs come through DRA holds the devices of its claims' allocation
+   (:meth:`~kubesage.core.k8s.claim_cache.ClaimCache.held`): what the kubelet hands it,
+   whoever allocated them;
 1. pods that kubesage bound carry the GPUs it chose (annotations written through the
    Binding, see :mod:`kubesage.core.k8s.binder`), used when they still fit;
 2. otherwise the lowest-index GPUs that fit (for whole GPUs, the lowest-index wholly
@@ -58,6 +61,8 @@ class BoundPod:
     node: str
     annotations: Mapping[str, str]
     """The Pod's annotations (the GPUs kubesage bound it to, when it did)."""
+    held: tuple[tuple[int, ...], int | None] | None = None
+    """``(GPU indices, MIG start)`` its ResourceClaims' allocation holds, if any."""
 
 
 class PodAccounting:
@@ -127,7 +132,7 @@ class PodAccounting:
         if index is None:
             self.unaccounted[pod.key] = f"node {pod.node} is not in the state"
             return
-        for placement in _candidate_placements(state, index, pod.request, pod.annotations):
+        for placement in _candidate_placements(state, index, pod.request, pod):
             try:
                 state.allocate(pod.request, placement)
             except CapacityError:
@@ -147,7 +152,7 @@ class PodAccounting:
         """The watch shows ``pod`` bound: confirm its assumption, or (re)place it."""
         placed = self.placed.get(pod.key)
         if placed is not None:
-            if pod.request == placed[0] and placed[1].node == pod.node:
+            if pod.request == placed[0] and _agrees(placed[1], pod):
                 return
             self.release(pod.key)
         assumed = self.assumed.pop(pod.key, None)
@@ -155,7 +160,7 @@ class PodAccounting:
             self.unaccounted[pod.key] = "no cluster state"
             return
         if assumed is not None:
-            if pod.request == assumed.request and assumed.placement.node == pod.node:
+            if pod.request == assumed.request and _agrees(assumed.placement, pod):
                 self.placed[pod.key] = (assumed.request, assumed.placement)  # confirmed
                 return
             self.state.release(assumed.request, assumed.placement)
@@ -217,15 +222,23 @@ class PodAccounting:
         return assumed.placement if assumed else None
 
 
+def _agrees(placement: Placement, pod: BoundPod) -> bool:
+    """``placement`` is where ``pod`` runs, on the devices its claims hold (if known)."""
+    if placement.node != pod.node:
+        return False
+    return pod.held is None or (placement.gpu_indices, placement.mig_start) == pod.held
+
+
 def _candidate_placements(
-    state: ClusterState, node: int, request: PodRequest, annotations: Mapping[str, str]
+    state: ClusterState, node: int, request: PodRequest, pod: BoundPod
 ) -> Iterator[Placement]:
     """Placements to try for a bound pod, most faithful first."""
-    recorded = parse_gpu_indices(dict(annotations))
     if request.num_gpu == 0:
         yield state.placement(node, (), request)
         return
-    if recorded is not None:
+    for recorded in (pod.held, parse_gpu_indices(dict(pod.annotations))):
+        if recorded is None or len(recorded[0]) != request.num_gpu:
+            continue
         indices, mig_start = recorded
         recorded_placement: Placement | None = None
         with suppress(ValueError):  # pydantic rejects an impossible slot: fall through

@@ -9,16 +9,20 @@ Action     API call                                                    Outcomes
 ========== =========================================================== =================
 Bind       ``POST pods/{name}/binding`` through                        DONE; REFUSED: pod
            :class:`~kubesage.core.k8s.binder.Binder` (UID               gone (and no
-           precondition, GPU annotations, retries); an evicted pod's   replacement yet)
-           replacement found by :class:`LiveReplacements`              or bound
-                                                                       elsewhere; FAILED
+           precondition, GPU annotations, retries); an evicted pod's   replacement yet),
+           replacement found by :class:`LiveReplacements`; first, a    bound elsewhere,
+           pod's ResourceClaims allocated and reserved (``PUT           its devices taken
+           resourceclaims/{name}/status``)                             or its claims not
+                                                                       satisfiable; FAILED
 Evict      ``POST pods/{name}/eviction`` (policy/v1 Eviction, UID       see :class:`LiveEvictor`
            precondition)
 Scale      merge patch of a Job's ``spec.parallelism`` or a            DONE; REFUSED: out
            PyTorchJob's elastic Worker replicas (read first: bounds)   of bounds, gone,
                                                                        conflict; FAILED
 Patch      merge patch of a Job, PyTorchJob or FlinkDeployment         as Scale
-LabelNode  merge patch of ``metadata.labels`` (None removes a label)   as Scale
+LabelNode  merge patch of ``metadata.labels`` (None removes a label);  as Scale
+           a MIG re-layout on a node with partitionable MIG devices
+           is carried by the binds' DRA allocations instead
 ========== =========================================================== =================
 
 A refusal is the world saying no (a PodDisruptionBudget, bounds, an object that is
@@ -37,7 +41,7 @@ from typing import Any
 
 import urllib3
 
-from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.errors import DependencyError, InputError, KubesageError
 from kubesage.core.k8s.apiclient import (
     ApiClient,
     ApiException,
@@ -51,6 +55,7 @@ from kubesage.core.k8s.apiclient import (
 )
 from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.binding import AssumingView, BindActuator, assume_and_bind
+from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (
     MERGE_PATCH,
@@ -84,6 +89,9 @@ _REMEMBERED_REPLACEMENTS = 4096
 """How many replacement pods :class:`LiveReplacements` remembers as taken."""
 _NOT_SHAPE = frozenset({"name", "creation_time_s", "deletion_time_s"})
 """PodRequest fields that differ between a pod and its controller's replacement."""
+
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+"""The GPU Operator MIG Manager's node label (the GPU adapter's MIG re-layout steps)."""
 
 _REFUSING_STATUSES = frozenset({404, 409, 422})
 """Answers that say no to this change (gone, changed meanwhile, invalid): REFUSED."""
@@ -251,14 +259,24 @@ class LivePatcher:
 
 
 class LiveNodeLabeler:
-    """LabelNode: a merge patch of the node's labels (a None value removes the label)."""
+    """LabelNode: a merge patch of the node's labels (a None value removes the label).
+
+    A MIG re-layout (:data:`MIG_CONFIG_LABEL` alone) of a node publishing partitionable
+    MIG devices is not labelled: the plan's binds allocate the new layout's partitions
+    with the pods' claims (:mod:`~kubesage.core.k8s.dra_allocation`), and MIG Manager
+    must not re-partition GPUs the DRA driver manages. Other nodes are labelled."""
 
     def __init__(
-        self, api: ApiClient, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+        self,
+        api: ApiClient,
+        *,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        claims: ClaimAllocator | None = None,
     ) -> None:
         # Any: called with _preload_content=False (only the status code matters).
         self._core: Any = CoreV1Api(api)
         self.request_timeout_s = request_timeout_s
+        self._claims = claims or ClaimAllocator(api, request_timeout_s=request_timeout_s)
 
     @property
     def kinds(self) -> frozenset[ActionKind]:
@@ -268,6 +286,17 @@ class LiveNodeLabeler:
         if not isinstance(action, LabelNode):
             return _unexpected(action)
         labels = dict(action.labels)
+        if set(labels) == {MIG_CONFIG_LABEL}:
+            try:
+                through_dra = self._claims.inventory(action.node).partitionable
+            except KubesageError as exc:
+                return Result(Outcome.FAILED, f"reading {action.node}'s ResourceSlices: {exc}")
+            if through_dra:
+                return Result(
+                    Outcome.DONE,
+                    f"node/{action.node} publishes partitionable MIG devices: the new layout "
+                    f"is allocated through DRA with the pods' claims, not labelled {labels}",
+                )
         try:
             self._core.patch_node(
                 action.node,
@@ -436,17 +465,20 @@ def live_actuators(
     :class:`LiveReplacements`), evict, scale/patch, label nodes.
 
     Binds go through the one bind path (:func:`~kubesage.core.k8s.binding.assume_and_bind`:
-    accounted in ``view`` — the ClusterSync — before the Binding is posted). ``binder``
-    shares the extender's or secondary scheduler's Binder (its memory of bound pods)
-    when given.
+    accounted in ``view`` — the ClusterSync — before the Binding is posted). A pod that
+    asks for GPUs through ResourceClaims gets the action's devices (a gang member's in
+    ring order, a MIG slot's device or partition) allocated in its claims first
+    (:class:`~kubesage.core.k8s.dra_binding.ClaimAllocator`). ``binder`` shares the
+    extender's or secondary scheduler's Binder (its memory of bound pods) when given.
     """
     post = binder or Binder(api_client, request_timeout_s=request_timeout_s)
     replacements = LiveReplacements(api_client, request_timeout_s=request_timeout_s)
+    claims = ClaimAllocator(api_client, request_timeout_s=request_timeout_s)
     return [
-        BindActuator(assume_and_bind(view, post, policy), replacements),
+        BindActuator(assume_and_bind(view, post, policy, claims), replacements),
         LiveEvictor(api_client, request_timeout_s=request_timeout_s),
         LivePatcher(api_client, request_timeout_s=request_timeout_s),
-        LiveNodeLabeler(api_client, request_timeout_s=request_timeout_s),
+        LiveNodeLabeler(api_client, request_timeout_s=request_timeout_s, claims=claims),
     ]
 
 

@@ -24,11 +24,13 @@ import yaml
 from kubernetes import config as k8s_config
 from kubernetes.client import (
     ApiClient,
+    ApisApi,
     BatchV1Api,
     Configuration,
     CoordinationV1Api,
     CoreV1Api,
     CustomObjectsApi,
+    ResourceV1Api,  # resource.k8s.io/v1 (DRA): ResourceSlices, claims
     V1Binding,
     V1DeleteOptions,
     V1Eviction,
@@ -49,6 +51,7 @@ __all__ = [
     "CoordinationV1Api",
     "CoreV1Api",
     "CustomObjectsApi",
+    "ResourceV1Api",
     "V1Binding",
     "V1DeleteOptions",
     "V1Eviction",
@@ -57,6 +60,7 @@ __all__ = [
     "V1Preconditions",
     "kubeconfig_candidates",
     "load_api_client",
+    "serves_api_version",
 ]
 
 log = logging.getLogger(__name__)
@@ -109,3 +113,21 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         return ApiClient(configuration)
     log.info("no kubeconfig and not in a cluster: no Kubernetes API")
     return None
+
+
+def serves_api_version(api: ApiClient, api_version: str) -> bool:
+    """Whether the API server serves ``api_version`` (``group/version``), by discovery.
+
+    Raises ApiException when discovery itself fails (other than by not finding it).
+    """
+    group, _, version = api_version.partition("/")
+    try:
+        groups = ApisApi(api).get_api_versions()
+    except ApiException as exc:
+        if exc.status == 404:  # no named groups at all
+            return False
+        raise
+    return any(
+        served.name == group and any(v.version == version for v in served.versions or ())
+        for served in groups.groups or ()
+    )

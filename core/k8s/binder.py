@@ -101,7 +101,8 @@ def parse_gpu_indices(annotations: dict[str, str]) -> tuple[tuple[int, ...], int
     return indices, mig_start
 
 
-def _status_message(exc: ApiException) -> str:
+def status_message(exc: ApiException) -> str:
+    """The ``message`` of the Status the API server answered (else its reason or code)."""
     try:
         body = json.loads(exc.body or "{}")
     except (TypeError, ValueError):
@@ -218,7 +219,7 @@ class Binder:
     def _on_api_error(
         self, exc: ApiException, namespace: str, name: str, uid: str, node: str, where: str
     ) -> None:
-        message = _status_message(exc)
+        message = status_message(exc)
         if exc.status == 404:
             raise PodGoneError(f"{where} not found: {message}") from exc
         if exc.status == 409:

@@ -16,7 +16,9 @@
   pod is gone, its controller's replacement instead (:class:`Replacements`).
 - :func:`assume_and_bind` posts through the API server's Binding subresource
   (:class:`~kubesage.core.k8s.binder.Binder`, which does the API call; this module
-  decides what it posts); the embedded cluster posts into itself.
+  decides what it posts), after writing the chosen devices into the pod's
+  ResourceClaims when it has some (:mod:`~kubesage.core.k8s.dra_binding`; rolled back
+  if the bind fails); the embedded cluster posts into itself.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -35,6 +37,9 @@ from kubesage.core.loop.reconciler import Outcome, Result
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Placement, PodRequest
+
+if TYPE_CHECKING:
+    from kubesage.core.k8s.dra_binding import ClaimAllocator
 
 
 class BindRefusedError(KubesageError):
@@ -142,18 +147,43 @@ def assume_then_bind(view: AssumingView, policy: Policy, post: PostBinding) -> B
     return bind
 
 
-def assume_and_bind(view: AssumingView, binder: PodBinder, policy: Policy) -> BindFunction:
+def assume_and_bind(
+    view: AssumingView,
+    binder: PodBinder,
+    policy: Policy,
+    claims: ClaimAllocator | None = None,
+) -> BindFunction:
     """:func:`assume_then_bind` posting a Binding through the API server.
 
     The GPUs the policy picks are recorded on the pod by the binding's annotations, so
-    the state rebuilt from the API later agrees with this one.
+    the state rebuilt from the API later agrees with this one. With ``claims`` (the
+    secondary scheduler's and the control loop's binds), a pod that asks for its GPUs
+    through ResourceClaims gets them allocated to the chosen devices and reserved for it
+    first (:mod:`~kubesage.core.k8s.dra_binding`, as kube-scheduler's PreBind); a bind
+    that then fails rolls that allocation back. Without (the extender's binds:
+    kube-scheduler allocated the claims already) claims are left as they are.
     """
     # Imported on use: only the live-cluster path needs the Kubernetes client.
     from kubesage.core.k8s.binder import BindConflictError, PodGoneError, placement_annotations
+    from kubesage.core.k8s.dra_allocation import AllocationRefusedError
 
     def post(target: BindTarget, placement: Placement | None) -> None:
+        allocated = None
+        if claims is not None:
+            try:
+                allocated = claims.allocate(
+                    None,
+                    namespace=target.namespace,
+                    name=target.name,
+                    uid=target.uid,
+                    placement=placement,
+                    request=target.request,
+                )
+            except AllocationRefusedError as exc:
+                raise BindRefusedError(str(exc)) from exc  # re-decided, never half-applied
         annotations = {
             **(placement_annotations(placement) if placement else {}),
+            **(allocated.annotations if allocated else {}),
             **target.annotations,
         }
         try:
@@ -164,8 +194,12 @@ def assume_and_bind(view: AssumingView, binder: PodBinder, policy: Policy) -> Bi
                 target.node,
                 annotations=annotations or None,
             )
-        except (PodGoneError, BindConflictError) as exc:
-            raise BindRefusedError(str(exc)) from exc  # the world said no: not an error
+        except KubesageError as exc:
+            if claims is not None and allocated is not None:
+                claims.release(allocated)
+            if isinstance(exc, PodGoneError | BindConflictError):
+                raise BindRefusedError(str(exc)) from exc  # the world said no: not an error
+            raise
 
     return assume_then_bind(view, policy, post)
 
@@ -178,17 +212,19 @@ class LockedState:
         self._lock = threading.RLock()
 
     def locked(self) -> AbstractContextManager[tuple[ClusterState, Sequence[str]]]:
-        return _Held(self._lock, self.state)
+        return _Held(self._lock, self)
 
 
 class _Held:
-    def __init__(self, lock: threading.RLock, state: ClusterState):
+    def __init__(self, lock: threading.RLock, owner: LockedState):
         self._lock = lock
-        self._state = state
+        self._owner = owner
 
     def __enter__(self) -> tuple[ClusterState, Sequence[str]]:
         self._lock.acquire()
-        return self._state, self._state.node_names
+        # Read under the lock: the state may be replaced (embedded_nodes) while waiting.
+        state = self._owner.state
+        return state, state.node_names
 
     def __exit__(self, *exc: object) -> None:
         self._lock.release()

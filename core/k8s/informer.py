@@ -1,7 +1,8 @@
 """ClusterSync: the live cluster as a :class:`ClusterState`, kept in sync by list + watch.
 
-Two reflectors (:class:`~kubesage.core.k8s.watch_stream.ListWatch`), one for nodes
-and one for pods, each on its own thread, do what client-go's reflector does:
+Four reflectors (:class:`~kubesage.core.k8s.watch_stream.ListWatch`), for nodes, pods,
+the GPU driver's ResourceSlices and ResourceClaims, each on its own thread, do what
+client-go's reflector does:
 list (remembering the list's ``resourceVersion``), then watch from it with bookmarks;
 a watch that ends (server timeout) resumes from the last version seen; a ``410 Gone``
 (the version was compacted away; sent as an ``ERROR`` event or as an HTTP status)
@@ -12,8 +13,14 @@ kube-scheduler's field selector (``status.phase`` neither ``Succeeded`` nor
 releasing what it held.
 
 The caches hold the Node and Pod objects, each node's spec
-(:func:`~kubesage.core.k8s.translate.node_spec`) and each pod's request
-(:func:`~kubesage.core.k8s.translate.pod_request`, read once per ``resourceVersion``).
+(:func:`~kubesage.core.k8s.translate.node_spec`; a node that publishes GPUs through
+Dynamic Resource Allocation takes their count, model and MIG mode from its
+ResourceSlices, :mod:`~kubesage.core.k8s.slice_cache`, and on a cluster without
+``resource.k8s.io/v1`` the extended resources stay the source) and each pod's request
+(:func:`~kubesage.core.k8s.translate.pod_request` with the GPUs its ResourceClaims ask
+for, :mod:`~kubesage.core.k8s.claim_cache`; read once per ``resourceVersion`` and set
+of claims). A pod whose claims are allocated is accounted on their devices; a claim
+event re-accounts the pods it is reserved for.
 The state is one node per Node
 object with every bound, non-terminal pod allocated where it runs; which GPUs a pod
 holds, how a rebuild re-places pods, and the assumptions of pods kubesage has just
@@ -34,10 +41,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Unpack
 
+from kubesage.core.dra.nodes import NodeDevices
 from kubesage.core.errors import DependencyError
 from kubesage.core.k8s.accounting import BoundPod, PodAccounting
 from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
-from kubesage.core.k8s.translate import TranslateError, node_spec, pod_request
+from kubesage.core.k8s.claim_cache import ClaimCache, ClaimsPendingError
+from kubesage.core.k8s.slice_cache import SliceCache
+from kubesage.core.k8s.translate import TranslateError, node_spec
 from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
 from kubesage.core.observability import metrics
 from kubesage.core.perception import Snapshot
@@ -115,6 +125,14 @@ class ClusterSync(ReflectedCache):
         self._reflectors = Reflectors("ClusterSync", self._changed, clock=clock, options=options)
         self._watch("nodes", self._core.list_node, self._replace_nodes, self._apply_node)
         self._watch("pods", self._list_pods, self._replace_pods, self._apply_pod)
+        self._slices = SliceCache(api)
+        self._watch(
+            "resourceslices", self._slices.list_call, self._replace_slices, self._apply_slice
+        )
+        self._claims = ClaimCache(api)
+        self._watch(
+            "resourceclaims", self._claims.list_call, self._replace_claims, self._apply_claim
+        )
 
     # -- lifecycle (start, stop and `with` come from ReflectedCache) ---------------------
 
@@ -213,10 +231,34 @@ class ClusterSync(ReflectedCache):
         return self._accounts.rebuilds
 
     def topology(self) -> TopologySpec:
-        """The DRTG topology of the current nodes from their labels (InputError if unreadable)."""
+        """The DRTG topology of the current nodes from their labels and ResourceSlices
+        (InputError if unreadable)."""
         with self._lock:
             nodes = list(self._nodes.values())
-        return topology_from_nodes(nodes, rack_label=self.rack_label)
+            devices = dict(self._slices.devices)
+        return topology_from_nodes(nodes, rack_label=self.rack_label, devices=devices)
+
+    def node_devices(self) -> dict[str, NodeDevices]:
+        """The GPUs, MIG devices and partitions each node publishes through DRA."""
+        with self._lock:
+            return dict(self._slices.devices)
+
+    def resource_slices(self) -> list[Obj]:
+        """The GPU driver's ResourceSlice objects (treat as read-only)."""
+        with self._lock:
+            return self._slices.slices()
+
+    def request_of(self, pod: Mapping[str, Any]) -> PodRequest:
+        """``pod``'s request with the GPUs its ResourceClaims ask for, from the cache
+        (TranslateError; :class:`~kubesage.core.k8s.claim_cache.ClaimsPendingError`
+        while a claim it names is not created yet)."""
+        with self._lock:
+            return self._claims.request(pod)
+
+    @property
+    def dra_served(self) -> bool | None:
+        """Whether the cluster serves ``resource.k8s.io/v1`` (None until first listed)."""
+        return self._slices.served
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -279,7 +321,7 @@ class ClusterSync(ReflectedCache):
 
     def _spec(self, node: Obj) -> NodeSpec | None:
         try:
-            return node_spec(node, rack_label=self.rack_label)
+            return self._slices.node_spec(node_spec(node, rack_label=self.rack_label))
         except TranslateError as exc:
             self.untranslatable += 1
             log.warning("skipping node: %s", exc)
@@ -316,16 +358,65 @@ class ClusterSync(ReflectedCache):
         self._rebuild()
         return True
 
+    # -- resource slices ---------------------------------------------------------------------
+
+    def _replace_slices(self, items: list[Obj]) -> None:
+        self._respec(self._slices.replace(items))
+
+    def _apply_slice(self, kind: str, obj: Obj) -> bool:
+        return self._respec(self._slices.apply(kind, obj))
+
+    def _respec(self, nodes: set[str]) -> bool:
+        """Read again the specs of ``nodes`` (their devices changed); rebuild if any did."""
+        changed = False
+        for name in nodes & set(self._nodes):
+            spec = self._spec(self._nodes[name])
+            if spec == self._specs.get(name):
+                continue
+            changed = True
+            if spec is None:
+                self._specs.pop(name, None)
+            else:
+                self._specs[name] = spec
+        if changed:
+            self._rebuild()
+        return changed
+
+    # -- resource claims ---------------------------------------------------------------------
+
+    def _replace_claims(self, items: list[Obj]) -> None:
+        self._reaccount(self._claims.replace(items))
+
+    def _apply_claim(self, kind: str, obj: Obj) -> bool:
+        """A claim changed: its pods are accounted again; pending ones may fit now."""
+        self._reaccount(self._claims.apply(kind, obj))
+        return True
+
+    def _reaccount(self, keys: set[str]) -> None:
+        """Account again the bound pods with these keys (what their claims hold changed),
+        and those not accounted yet (a claim they waited for may have come)."""
+        if self._accounts.state is None:
+            return
+        for key in keys:
+            pod = self._pods.get(key)
+            bound = self._bound(key, pod) if pod is not None else None
+            if bound is not None:
+                self._accounts.seen_bound(bound)
+        self._retry_unaccounted()
+
     # -- pods --------------------------------------------------------------------------------------
 
     def _request(self, key: str, pod: Obj) -> PodRequest | None:
-        """The pod's request, cached per resourceVersion (None when it cannot be read)."""
-        version = str(pod["metadata"].get("resourceVersion") or "")
+        """The pod's request, cached per resourceVersion and claims (None when it cannot
+        be read, or while its claims are not known)."""
+        version = f"{pod['metadata'].get('resourceVersion') or ''}/{self._claims.fingerprint(pod)}"
         cached = self._requests.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
         try:
-            request: PodRequest | None = pod_request(pod)
+            request: PodRequest | None = self._claims.request(pod)
+        except ClaimsPendingError:
+            return None  # not cached: the claim's event accounts the pod
         except TranslateError as exc:
             if cached is None or cached[1] is not None:
                 log.warning("pod not accounted: %s", exc)
@@ -363,7 +454,8 @@ class ClusterSync(ReflectedCache):
         if node is None:
             return None
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        return BoundPod(key, self._request(key, pod), node, annotations)
+        held = self._claims.held(pod, self._slices.devices.get(node))
+        return BoundPod(key, self._request(key, pod), node, annotations, held)
 
     def _retry_unaccounted(self) -> None:
         """Place again the pods that did not fit (something was just released)."""

@@ -2,9 +2,9 @@
 
 Each cycle (on every cluster change, at least every ``interval_s``):
 
-1. take the pending pods that name this scheduler from :class:`ClusterSync`'s cache and
-   group them into gangs (:mod:`kubesage.core.k8s.gang`; a pod without a gang is a gang
-   of one), highest priority first, then oldest;
+1. take the pending pods naming this scheduler from :class:`ClusterSync`'s cache (with
+   the GPUs their ResourceClaims ask for; a pod whose claim is not created yet waits)
+   in gangs (:mod:`kubesage.core.k8s.gang`), highest priority first, then oldest;
 2. a gang with fewer members than ``min-available`` (counting members already bound)
    waits; past its waiting time it gets a ``FailedScheduling`` event and waits afresh;
 3. otherwise, under the state lock, all its pending members are placed on a copy of
@@ -12,9 +12,10 @@ Each cycle (on every cluster change, at least every ``interval_s``):
    node affinity and taint tolerations (and ``spec.unschedulable``) as kube-scheduler
    does; if that fails and more members are pending than needed, just the
    ``min-available`` first ones are tried. All placed: every member is *assumed* in
-   the live state, then bound (:class:`~kubesage.core.k8s.binder.Binder`), with a
-   ``Scheduled`` event. None placed: one ``FailedScheduling`` event per waiting time
-   and a retry at the next cycle;
+   the live state, its ResourceClaims (if any) allocated to the chosen devices and
+   reserved for it (:class:`~kubesage.core.k8s.dra_binding.ClaimAllocator`), then bound
+   (:class:`~kubesage.core.k8s.binder.Binder`), with a ``Scheduled`` event. None
+   placed: one ``FailedScheduling`` event per waiting time and a retry at the next cycle;
 4. a bind that fails un-assumes that member and reports it; members already bound stay
    bound (Kubernetes has no unbind), and the rest are retried: the gang counts its
    bound members towards ``min-available`` next time.
@@ -23,9 +24,8 @@ Once a gang has ``min-available`` members bound, later members are placed one by
 
 With ``defer`` (``kubesage serve`` passes the control loop's
 :meth:`~kubesage.core.loop.control.ControlLoop.claims`), a gang (or lone pod) with no
-member bound yet that the loop places itself — a whole-GPU gang ``gpu-gang`` puts on
-the AllReduce ring, Spark executors ``spark-placement`` keeps in their input's racks —
-is left to the loop and reported as waiting for it.
+member bound yet that the loop places itself (a whole-GPU gang ``gpu-gang`` rings,
+Spark executors ``spark-placement`` keeps near their input) is left to the loop.
 """
 
 from __future__ import annotations
@@ -44,13 +44,16 @@ import numpy as np
 import urllib3
 
 from kubesage.core.arrays import BoolArray
-from kubesage.core.errors import CapacityError, InputError
+from kubesage.core.errors import CapacityError, DependencyError, InputError
 from kubesage.core.k8s import apiclient as k8s_client
 from kubesage.core.k8s.apiclient import ApiException
-from kubesage.core.k8s.binder import Binder, BindError, placement_annotations
+from kubesage.core.k8s.binder import Binder, placement_annotations
+from kubesage.core.k8s.claim_cache import ClaimsPendingError
+from kubesage.core.k8s.dra_allocation import AllocationRefusedError
+from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, place_all
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
-from kubesage.core.k8s.translate import TranslateError, pod_request
+from kubesage.core.k8s.translate import TranslateError
 from kubesage.core.observability import metrics
 from kubesage.core.policy.base import Policy
 from kubesage.core.types import Placement, PodRequest
@@ -108,6 +111,7 @@ class SecondaryScheduler:
         identity: str = "",
         clock: Callable[[], float] = time.monotonic,
         defer: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
+        claims: ClaimAllocator | None = None,
     ) -> None:
         if not scheduler_name:
             raise InputError("SecondaryScheduler: scheduler_name must not be empty")
@@ -118,6 +122,8 @@ class SecondaryScheduler:
         self.policy = policy
         self.scheduler_name = scheduler_name
         self.binder = binder or Binder(api)
+        self.claims = claims or ClaimAllocator(api)
+        """Allocates the ResourceClaims of pods that ask for GPUs through DRA."""
         self.interval_s = interval_s
         self.identity = identity or scheduler_name
         self._clock = clock
@@ -189,7 +195,10 @@ class SecondaryScheduler:
         for pod in self.sync.pending_pods(self.scheduler_name):
             try:
                 gang = gang_of(pod)
-                request = pod_request(pod)
+                request = self.sync.request_of(pod)  # with its claims' GPUs, from the cache
+            except ClaimsPendingError as exc:  # the resourceclaim controller is on it
+                report.waiting[_name(pod)] = str(exc)
+                continue
             except (GangAnnotationError, TranslateError) as exc:
                 report.failed[_name(pod)] = str(exc)
                 self._report_bad(pod, str(exc))
@@ -290,15 +299,29 @@ class SecondaryScheduler:
         for member, placement in placed:
             metadata = member.pod["metadata"]
             name = _name(member.pod)
+            namespace, uid = metadata.get("namespace") or "default", str(metadata.get("uid") or "")
+            allocated = None
             try:
-                self.binder.bind(
-                    metadata.get("namespace") or "default",
-                    metadata["name"],
-                    str(metadata.get("uid") or ""),
-                    placement.node,
-                    annotations=placement_annotations(placement),
+                # A pod asking through ResourceClaims: its devices first (dra_binding).
+                allocated = self.claims.allocate(
+                    member.pod,
+                    namespace=namespace,
+                    name=metadata["name"],
+                    uid=uid,
+                    placement=placement,
+                    request=member.request,
                 )
-            except BindError as exc:
+                annotations = placement_annotations(placement)
+                self.binder.bind(
+                    namespace,
+                    metadata["name"],
+                    uid,
+                    placement.node,
+                    annotations={**annotations, **(allocated.annotations if allocated else {})},
+                )
+            except (DependencyError, AllocationRefusedError) as exc:  # BindError included
+                if allocated is not None:
+                    self.claims.release(allocated)
                 self.bind_failures += 1
                 metrics.BINDS.labels("failed").inc()
                 metrics.DECISIONS.labels("schedule", "bind_failed").inc()

@@ -116,6 +116,12 @@ class ClusterState:
         """Bit s set: memory slice s of that GPU is free (MIG GPUs only)."""
         self.mig_free_compute: IntArray = np.where(mig_gpu, MIG_COMPUTE_SLICES, 0)
         """Free compute slices per MIG GPU."""
+        self.mig_instances: dict[int, frozenset[tuple[int, str, int]]] = {
+            i: frozenset(n.mig_instances)
+            for i, n in enumerate(nodes)
+            if n.mig_instances is not None and self.node_mig_enabled[i]
+        }
+        """Nodes with a fixed MIG layout: the instances that exist (``NodeSpec.mig_instances``)."""
         self._model_masks: dict[tuple[str, ...], BoolArray] = {}
         self.capacity_cache: dict[Hashable, npt.NDArray[Any]] = {}
         """Arrays derived from the read-only capacity arrays only, by key (the fit rule
@@ -186,7 +192,30 @@ class ClusterState:
         slots: BoolArray = ((free[:, :, None] & masks) == masks) & (
             compute[:, :, None] >= shape.compute_slices
         )
+        if self.mig_instances:
+            published = self._published_slots(shape)
+            slots &= published if nodes is None else published[nodes]
         return slots
+
+    def _published_slots(self, shape: MigShape) -> BoolArray:
+        """``(N, G, S)``: False where a node's fixed MIG layout has no ``shape`` instance
+        at that slot (True on nodes whose layout is not fixed)."""
+        key = ("mig_published", shape.profile, shape.starts)
+        allowed = self.capacity_cache.get(key)
+        if allowed is None:
+            allowed = np.ones((*self.gpu_capacity_milli.shape, len(shape.starts)), dtype=bool)
+            for node, instances in self.mig_instances.items():
+                allowed[node] = False
+                for gpu, profile, start in instances:
+                    if (
+                        profile == shape.profile
+                        and start in shape.starts
+                        and gpu < len(allowed[node])
+                    ):
+                        allowed[node, gpu, shape.starts.index(start)] = True
+            allowed.setflags(write=False)
+            self.capacity_cache[key] = allowed
+        return allowed
 
     def gpus_that_fit(self, node: int, request: PodRequest) -> IntArray:
         """Indices of the GPUs on ``node`` with room for one share of ``request``."""
@@ -221,6 +250,12 @@ class ClusterState:
                 raise CapacityError(
                     f"{request.name}: {request.mig.profile} does not fit at slice "
                     f"{placement.mig_start} of GPU {gpu} on {placement.node}"
+                )
+            instance = (gpu, request.mig.profile, placement.mig_start)
+            if node in self.mig_instances and instance not in self.mig_instances[node]:
+                raise CapacityError(
+                    f"{request.name}: {placement.node} has no {request.mig.profile} instance "
+                    f"at slice {placement.mig_start} of GPU {gpu} (its MIG layout is fixed)"
                 )
         for gpu, milli in placement.gpu_milli_by_index:
             if self.gpu_free_milli[node, gpu] < milli:

@@ -18,6 +18,14 @@ or the kubernetes client's ``V1Node.to_dict()`` (both keep ``metadata.name``,
   promising bandwidth the node may lack.
 - Uplinks: ``rack_uplink_gbps`` and ``zone_uplink_gbps`` (defaults are
   placeholders; set them to the fabric's real capacity).
+- Devices: for a node that publishes GPUs through Dynamic Resource Allocation
+  (``devices``, read from its ResourceSlices by :mod:`kubesage.core.dra.nodes`), the
+  slices win over the labels: the GPU count and model come from them, GPUs that share
+  a ``resource.kubernetes.io/pcieRoot`` share a PCIe switch in the derived template
+  (when the roots group the GPUs evenly, in index order), and each GPU's identity
+  (DRA device name, UUID, PCIe root) is kept on the node's rack entry
+  (:class:`~kubesage.core.topology.spec.GpuIdentity`). :func:`split_kubectl_list`
+  separates the Nodes and ResourceSlices of ``kubectl get nodes,resourceslices -o json``.
 """
 
 from __future__ import annotations
@@ -26,8 +34,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kubesage.core.dra.nodes import NodeDevices
+from kubesage.core.dra.slices import is_resource_slice
 from kubesage.core.errors import InputError
 from kubesage.core.topology.spec import (
+    GpuIdentity,
     NodeTemplate,
     RackMember,
     RackSpec,
@@ -90,16 +101,42 @@ def memory_mib(quantity: str, where: str) -> int:
     return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])
 
 
+def _switch_width(roots: Sequence[str | None]) -> int | None:
+    """GPUs per PCIe switch when the roots group the GPUs evenly in index order
+    (``a a b b c c``: 2); None when they do not say."""
+    if not roots or any(root is None for root in roots):
+        return None
+    runs: list[tuple[str | None, int]] = []
+    for root in roots:
+        if runs and runs[-1][0] == root:
+            runs[-1] = (root, runs[-1][1] + 1)
+        else:
+            runs.append((root, 1))
+    sizes = {size for _, size in runs}
+    if len(sizes) != 1 or len({root for root, _ in runs}) != len(runs):
+        return None
+    return sizes.pop()
+
+
 def derived_template(
-    labels: Mapping[str, str], capacity: Mapping[str, str], where: str
+    labels: Mapping[str, str],
+    capacity: Mapping[str, str],
+    where: str,
+    devices: NodeDevices | None = None,
 ) -> NodeTemplate:
-    """A PCIe-only template from GFD labels and capacity (see the module docstring)."""
+    """A PCIe-only template from GFD labels and capacity, or from the node's
+    ResourceSlices when it publishes GPUs (see the module docstring)."""
     count_text = labels.get(GPU_COUNT_LABEL, capacity.get(GPU_RESOURCE, "0"))
+    product = labels.get(GPU_PRODUCT_LABEL)
+    width = None
+    if devices is not None and devices.gpu_count:
+        count_text = str(devices.gpu_count)
+        product = devices.product or product
+        width = _switch_width(devices.pcie_roots())
     try:
         gpus = int(count_text)
     except ValueError:
         raise InputError(f"{where}: GPU count '{count_text}' is not an integer") from None
-    product = labels.get(GPU_PRODUCT_LABEL)
     if gpus and not product:
         raise InputError(
             f"{where}: has {gpus} GPUs but no {GPU_PRODUCT_LABEL} label; label the node "
@@ -107,14 +144,51 @@ def derived_template(
         )
     sockets = 2 if gpus >= 2 and gpus % 2 == 0 else 1
     per_socket = gpus // sockets
+    if width is not None and per_socket % width:
+        sockets, per_socket = 1, gpus  # a switch spanning "sockets": do not split them
+    if width is None or per_socket % width:
+        width = 2 if per_socket and per_socket % 2 == 0 else 1
     return NodeTemplate(
         gpu_model=gpu_model_from_product(product) if product else None,
         gpus=gpus,
         sockets=sockets,
-        gpus_per_switch=2 if per_socket and per_socket % 2 == 0 else 1,
+        gpus_per_switch=width,
         cpu_milli=cpu_milli(capacity.get("cpu", "0"), where),
         memory_mib=memory_mib(capacity.get("memory", "0"), where),
     )
+
+
+def split_kubectl_list(items: Sequence[Any]) -> tuple[list[Mapping[str, Any]], list[Any]]:
+    """The Nodes and the ResourceSlices of a kubectl List (items without a ``kind``, as
+    in ``kubectl get nodes -o json``, are Nodes)."""
+    nodes: list[Mapping[str, Any]] = []
+    slices: list[Any] = []
+    for item in items:
+        if isinstance(item, Mapping) and is_resource_slice(item):
+            slices.append(item)
+        elif isinstance(item, Mapping) and item.get("kind", "Node") == "Node":
+            nodes.append(item)
+        else:
+            kind = item.get("kind") if isinstance(item, Mapping) else type(item).__name__
+            raise InputError(f"expected Nodes and ResourceSlices, got a {kind}")
+    return nodes, slices
+
+
+def gpu_identities(devices: NodeDevices) -> list[GpuIdentity]:
+    """Each GPU's identity as the node's ResourceSlices publish it."""
+    identities = []
+    for index in devices.gpu_indices:
+        gpu = devices.gpu(index)
+        parent_uuid = next((m.parent_uuid for m in devices.migs if m.parent_index == index), None)
+        identities.append(
+            GpuIdentity(
+                index=index,
+                device=gpu.name if gpu else None,
+                uuid=gpu.uuid if gpu else parent_uuid,
+                pcie_root=gpu.pcie_root if gpu else None,
+            )
+        )
+    return identities
 
 
 def topology_from_nodes(
@@ -124,8 +198,10 @@ def topology_from_nodes(
     rack_label: str = DEFAULT_RACK_LABEL,
     rack_uplink_gbps: float = 800.0,
     zone_uplink_gbps: float = 3_200.0,
+    devices: Mapping[str, NodeDevices] | None = None,
 ) -> TopologySpec:
-    """The Topology of ``nodes`` (see the module docstring)."""
+    """The Topology of ``nodes`` (see the module docstring); ``devices``: what nodes
+    publish through DRA, by node name."""
     if not nodes:
         raise InputError("no nodes to build a topology from")
     known = dict(templates or {})
@@ -139,6 +215,7 @@ def topology_from_nodes(
         where = f"node '{name}'"
         labels: Mapping[str, str] = metadata.get("labels") or {}
         capacity: Mapping[str, str] = (node.get("status") or {}).get("capacity") or {}
+        published = (devices or {}).get(name)
         template_name = labels.get(TEMPLATE_LABEL)
         if template_name is not None:
             if template_name not in known:
@@ -147,16 +224,27 @@ def topology_from_nodes(
                     f"(known: {', '.join(sorted(known)) or 'none'})"
                 )
             template = known[template_name]
+            if published is not None and published.gpu_count not in (0, template.gpus):
+                raise InputError(
+                    f"{where}: template {template_name} has {template.gpus} GPUs but the "
+                    f"node's ResourceSlices publish {published.gpu_count}"
+                )
         else:
-            template = derived_template(labels, capacity, where)
-            template_name = (
+            template = derived_template(labels, capacity, where, published)
+            base = (
                 f"auto-{template.gpu_model or 'cpu'}-{template.gpus}g-"
                 f"{template.cpu_milli // 1000}c-{template.memory_mib // 1024}gi"
             ).lower()
+            template_name, suffix = base, 2
+            while used.get(template_name, template) != template:  # same name, other layout
+                template_name, suffix = f"{base}-{suffix}", suffix + 1
         used[template_name] = template
         zone = labels.get(ZONE_LABEL, DEFAULT_ZONE)
         rack = labels.get(rack_label) or f"{name}-rack"
-        racks.setdefault((zone, rack), []).append(RackMember(name=name, template=template_name))
+        identities = gpu_identities(published) if published is not None else []
+        racks.setdefault((zone, rack), []).append(
+            RackMember(name=name, template=template_name, gpus=identities)
+        )
     zones = sorted({zone for zone, _ in racks})
     rack_zones: dict[str, set[str]] = {}
     for zone, rack in racks:

@@ -14,6 +14,10 @@ inside a node the NVLink/NVSwitch path when there is one, else PCIe (through the
 socket interconnect across sockets); across nodes each GPU's way out (PCIe to
 its switch's NIC, the NIC) plus the rack uplinks, and the zone uplinks, that the
 path crosses.
+
+GPU vertices (``<node>/gpu<g>``) carry the identity the node's DRA driver publishes
+when the topology has it (:attr:`DRTG.gpu_identity`: device name, UUID, PCIe root,
+from ``kubesage topology discover`` or the live informer's ResourceSlices).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from kubesage.core.topology.indicators import (
 )
 from kubesage.core.topology.layout import edge_indicators, indicator_row, node_layout
 from kubesage.core.topology.links import LinkKind
-from kubesage.core.topology.spec import TOPOLOGY_KIND, TopologySpec
+from kubesage.core.topology.spec import TOPOLOGY_KIND, GpuIdentity, TopologySpec
 from kubesage.core.topology.window import DEFAULT_WINDOW_S, SampleWindow
 from kubesage.core.types import NodeSpec
 
@@ -129,6 +133,16 @@ class DRTG:
         self.gpu_node: IntArray = np.array(gpu_node, dtype=np.int64)
         self.gpu_local: IntArray = np.array(gpu_local, dtype=np.int64)
         self.node_first_gpu: IntArray = np.searchsorted(self.gpu_node, np.arange(len(node_names)))
+        known = {
+            member.name: {gpu.index: gpu for gpu in member.gpus}
+            for rack in spec.racks
+            for member in rack.members
+        }
+        self.gpu_identity: tuple[GpuIdentity | None, ...] = tuple(
+            known.get(self.node_names[n], {}).get(g)
+            for n, g in zip(gpu_node, gpu_local, strict=True)
+        )
+        """Per global GPU: its DRA identity (device name, UUID, PCIe root), when known."""
 
         self._available: FloatArray = available_bandwidth(self.indicators)
         self.weight: FloatArray = edge_weight(self.indicators, self.coefficients)
@@ -413,6 +427,17 @@ class DRTG:
             edge_weight=torch.from_numpy(np.concatenate([self.weight, self.weight])).float(),
             num_nodes=len(self.vertex_names),
         )
+
+    def gpu_by_uuid(self, uuid: str) -> int:
+        """The global id of the GPU with this UUID (InputError when none has it)."""
+        for gpu, identity in enumerate(self.gpu_identity):
+            if identity is not None and identity.uuid == uuid:
+                return gpu
+        raise InputError(f"no GPU of the topology has UUID {uuid}")
+
+    def gpu_vertex(self, gpu: int) -> str:
+        """The vertex name of global GPU ``gpu`` (``<node>/gpu<g>``)."""
+        return f"{self.node_names[int(self.gpu_node[gpu])]}/gpu{int(self.gpu_local[gpu])}"
 
     def node_gpus(self, node: int) -> IntArray:
         """Global ids of the node's GPUs."""

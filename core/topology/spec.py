@@ -75,11 +75,26 @@ class ZoneSpec(StrictModel):
     """Capacity between this zone and the others."""
 
 
+class GpuIdentity(StrictModel):
+    """Who one GPU of a named node is, as its DRA driver publishes it (ResourceSlices)."""
+
+    index: int = Field(ge=0, le=63)
+    """The GPU's local index: the DRTG vertex ``<node>/gpu<index>``."""
+    device: str | None = None
+    """The DRA device name an allocation names (``gpu-3``); None for a GPU in MIG mode,
+    which publishes its MIG devices instead of itself."""
+    uuid: str | None = None
+    pcie_root: str | None = None
+    """``resource.kubernetes.io/pcieRoot``."""
+
+
 class RackMember(StrictModel):
     """One named node of a rack (racks discovered from a live cluster list them)."""
 
     name: str = Field(min_length=1)
     template: str
+    gpus: list[GpuIdentity] = Field(default_factory=list)
+    """Identity of the node's GPUs, when known (discovered from ResourceSlices)."""
 
 
 class RackSpec(StrictModel):
@@ -134,4 +149,12 @@ class TopologySpec(StrictModel):
                 if node in names:
                     raise ValueError(f"node name '{node}' appears twice")
                 names.add(node)
+            for member in rack.members:
+                indices = [gpu.index for gpu in member.gpus]
+                gpus = self.node_templates[member.template].gpus
+                if len(set(indices)) != len(indices) or any(i >= gpus for i in indices):
+                    raise ValueError(
+                        f"node '{member.name}': GPU identities {indices} are not distinct "
+                        f"indices below its template's {gpus} GPUs"
+                    )
         return self

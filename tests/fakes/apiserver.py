@@ -27,6 +27,8 @@ fake writes. What it serves, with the shapes of the real API:
 - Custom resources ``/apis/{group}/{version}[/namespaces/{ns}]/{plural}[/{name}]``
   (GET list/get, POST) for kinds registered with :meth:`FakeApiServer.register_custom`;
   ``kubesage.io/v1alpha1`` ``schedulingpolicies`` is registered by default.
+- Discovery: ``GET /apis`` (an APIGroupList of the groups the fake stores),
+  ``/apis/{group}`` and ``/apis/{group}/{version}`` (an APIResourceList).
 - ``POST /api/v1/namespaces/{ns}/events`` (stored; :meth:`FakeApiServer.events` reads
   them back).
 - ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (a policy/v1 ``Eviction``):
@@ -49,6 +51,15 @@ fake writes. What it serves, with the shapes of the real API:
   ``spec.parallelism`` is 422 ``Invalid``. Kinds stored for it: batch/v1 ``jobs``, and
   the custom resources kubeflow.org/v1 ``pytorchjobs`` and flink.apache.org/v1beta1
   ``flinkdeployments`` (registered by default, as ``schedulingpolicies``).
+- ``resource.k8s.io/v1`` (Dynamic Resource Allocation; ``FakeApiServer(dra=False)``
+  leaves the group out, so its URLs answer 404 as on a cluster without it):
+  cluster-scoped ``resourceslices`` (field selectors ``spec.driver``,
+  ``spec.nodeName``) and ``deviceclasses``, namespaced ``resourceclaims`` with the
+  ``/status`` subresource (GET, PUT, PATCH) and ``resourceclaimtemplates``; every
+  write is defaulted and validated as the real registry does (:mod:`tests.fakes.dra`:
+  422 ``Invalid`` naming the fields), a PUT with a stale ``metadata.resourceVersion``
+  is 409 ``Conflict``, a claim's ``status.allocation`` cannot change once set (only be
+  cleared, with ``reservedFor`` empty).
 
 Test-side helpers add, modify and delete objects (each change gets a new
 resourceVersion and a watch event), stand in for the controllers a real cluster runs
@@ -83,6 +94,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from kubesage.core.dra import api as dra_api
+from tests.fakes import dra
 from tests.fakes.disruption import budget_status, covers, eviction_refusal
 
 Obj = dict[str, Any]
@@ -198,7 +211,34 @@ FLINK_DEPLOYMENTS = Resource(
     namespaced=True,
     builtin=False,
 )
-_GENERATED = (PDBS, JOBS, PYTORCH_JOBS, FLINK_DEPLOYMENTS, SCHEDULING_POLICIES)
+RESOURCE_SLICES = Resource(
+    dra_api.GROUP, dra_api.VERSION, dra_api.RESOURCE_SLICES, "ResourceSlice", namespaced=False
+)
+DEVICE_CLASSES = Resource(
+    dra_api.GROUP, dra_api.VERSION, dra_api.DEVICE_CLASSES, "DeviceClass", namespaced=False
+)
+RESOURCE_CLAIMS = Resource(
+    dra_api.GROUP, dra_api.VERSION, dra_api.RESOURCE_CLAIMS, "ResourceClaim", namespaced=True
+)
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    dra_api.GROUP,
+    dra_api.VERSION,
+    dra_api.RESOURCE_CLAIM_TEMPLATES,
+    "ResourceClaimTemplate",
+    namespaced=True,
+)
+DRA_RESOURCES = (RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
+_WITH_STATUS = (RESOURCE_CLAIMS,)
+"""Kinds with a ``/status`` subresource the fake serves."""
+_GENERATED = (
+    PDBS,
+    JOBS,
+    PYTORCH_JOBS,
+    FLINK_DEPLOYMENTS,
+    SCHEDULING_POLICIES,
+    RESOURCE_SLICES,
+    DEVICE_CLASSES,
+)
 """Kinds whose ``metadata.generation`` counts changes of ``spec``."""
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -217,6 +257,7 @@ SELECTABLE_FIELDS: dict[Resource, tuple[str, ...]] = {
     ),
     NODES: ("spec.unschedulable",),
     NAMESPACES: ("status.phase",),
+    RESOURCE_SLICES: (dra_api.SLICE_DRIVER_FIELD, dra_api.SLICE_NODE_FIELD),
     EVENTS: (
         "involvedObject.kind",
         "involvedObject.namespace",
@@ -271,7 +312,8 @@ class Recorded:
 class FakeApiServer:
     """A FAKE Kubernetes API server (see the module docstring) for the real client."""
 
-    def __init__(self, *, bookmark_interval_s: float | None = None) -> None:
+    def __init__(self, *, bookmark_interval_s: float | None = None, dra: bool = True) -> None:
+        """``dra``: serve ``resource.k8s.io/v1`` (False: a cluster without DRA, 404)."""
         self._lock = threading.Condition(threading.RLock())
         self._rv = itertools.count(100)
         self._current_rv = 99
@@ -287,6 +329,9 @@ class FakeApiServer:
             PYTORCH_JOBS: {},
             FLINK_DEPLOYMENTS: {},
         }
+        if dra:
+            for resource in DRA_RESOURCES:
+                self._objects[resource] = {}
         self._history: list[Change] = []
         self._awaiting_replacement: dict[tuple[str, str], int] = {}
         """(namespace, budget) → pods it selected that were evicted and not re-created."""
@@ -443,6 +488,45 @@ class FakeApiServer:
     def job(self, namespace: str, name: str) -> Obj:
         return self.get(JOBS, namespace, name)
 
+    # resource.k8s.io/v1 (validated as through the API: a bad object raises ApiError 422)
+
+    def add_resource_slice(self, resource_slice: Obj) -> Obj:
+        return self.create(RESOURCE_SLICES, resource_slice)
+
+    def add_device_class(self, device_class: Obj) -> Obj:
+        return self.create(DEVICE_CLASSES, device_class)
+
+    def add_claim(self, claim: Obj) -> Obj:
+        """Create a ResourceClaim (its status dropped and its spec defaulted, as the API
+        does; set a status afterwards with :meth:`set_claim_status`)."""
+        return self.create(RESOURCE_CLAIMS, claim)
+
+    def add_claim_template(self, template: Obj) -> Obj:
+        return self.create(RESOURCE_CLAIM_TEMPLATES, template)
+
+    def claim(self, namespace: str, name: str) -> Obj:
+        return self.get(RESOURCE_CLAIMS, namespace, name)
+
+    def claims(self, namespace: str | None = None) -> list[Obj]:
+        with self._lock:
+            return [
+                copy.deepcopy(claim)
+                for (ns, _), claim in sorted(self._objects[RESOURCE_CLAIMS].items())
+                if namespace is None or ns == namespace
+            ]
+
+    def set_claim_status(self, namespace: str, name: str, claim_status: Obj) -> Obj:
+        """Write a claim's status through the ``/status`` rules (another scheduler
+        allocating it, say): 422 when the API would refuse it."""
+        current = self.claim(namespace, name)
+        return self.replace_status(
+            RESOURCE_CLAIMS, namespace, name, {**current, "status": claim_status}
+        )
+
+    def allocated_devices(self) -> dict[tuple[str, str, str], str]:
+        """``(driver, pool, device)`` → ``namespace/name`` of the claim holding it."""
+        return dra.allocated_devices(self.claims())
+
     def requests_to(self, method: str, pattern: str) -> list[Recorded]:
         regex = re.compile(pattern)
         with self._lock:
@@ -527,6 +611,10 @@ class FakeApiServer:
             if not name:
                 raise ApiError(422, f"{resource.kind} is invalid: metadata.name: Required value")
             key = (meta.get("namespace", ""), name)
+            if resource in DRA_RESOURCES and resource not in self._objects:
+                raise ApiError(
+                    404, f"the server could not find the requested resource ({resource.qualified})"
+                )
             store = self._objects.setdefault(resource, {})
             if key in store:
                 raise ApiError(
@@ -549,6 +637,7 @@ class FakeApiServer:
                 _namespace_defaults(obj)
             if resource in _GENERATED:
                 meta["generation"] = 1
+            self._admit(resource, obj, None)
             store[key] = obj
             self._record(resource, "ADDED", copy.deepcopy(obj))
             if resource is PODS:  # a controller's replacement of an evicted pod
@@ -597,18 +686,69 @@ class FakeApiServer:
             sent = (obj.get("metadata") or {}).get("resourceVersion")
             if sent and sent != current["metadata"]["resourceVersion"]:
                 raise _modified(resource, name)
-            kept = {k: current["metadata"][k] for k in ("uid", "creationTimestamp", "namespace")}
+            kept = {
+                k: current["metadata"].get(k) for k in ("uid", "creationTimestamp", "namespace")
+            }
+            new = copy.deepcopy(obj)
+            new["apiVersion"] = resource.api_version
+            new["kind"] = resource.kind
+            new.setdefault("metadata", {}).update({k: v for k, v in kept.items() if v is not None})
+            self._admit(resource, new, current)
 
             def put(target: Obj) -> None:
                 target.clear()
-                target.update(copy.deepcopy(obj))
-                target["apiVersion"] = resource.api_version
-                target["kind"] = resource.kind
-                target.setdefault("metadata", {}).update(
-                    {k: v for k, v in kept.items() if v is not None}
-                )
+                target.update(new)
 
             return self.modify(resource, namespace, name, put)
+
+    def replace_status(self, resource: Resource, namespace: str, name: str, obj: Obj) -> Obj:
+        """PUT of the ``/status`` subresource: only the status changes; the body's
+        resourceVersion must match the stored one."""
+        with self._lock:
+            current = self.get(resource, namespace, name)
+            sent = (obj.get("metadata") or {}).get("resourceVersion")
+            if sent and sent != current["metadata"]["resourceVersion"]:
+                raise _modified(resource, name)
+            new = copy.deepcopy(obj)
+            self._admit(resource, new, current, subresource="status")
+
+            def put(target: Obj) -> None:
+                target["status"] = copy.deepcopy(new.get("status") or {})
+
+            return self.modify(resource, namespace, name, put)
+
+    def _admit(
+        self, resource: Resource, new: Obj, old: Obj | None, subresource: str | None = None
+    ) -> None:
+        """The registry's defaulting and validation of ``resource.k8s.io`` writes (in
+        place); 422 ``Invalid`` with the problems."""
+        if resource is RESOURCE_SLICES:
+            problems = dra.slice_problems(new, old)
+        elif resource is DEVICE_CLASSES:
+            problems = dra.device_class_problems(new, old)
+        elif resource is RESOURCE_CLAIMS and subresource == "status":
+            assert old is not None
+            problems = dra.prepare_claim_status(new, old)
+        elif resource is RESOURCE_CLAIMS:
+            problems = dra.prepare_claim(new, old)
+        elif resource is RESOURCE_CLAIM_TEMPLATES:
+            problems = dra.prepare_template(new, old)
+        else:
+            return
+        if not problems:
+            return
+        name = (new.get("metadata") or {}).get("name", "")
+        listed = "; ".join(str(p) for p in problems)
+        raise ApiError(
+            422,
+            f'{resource.kind}.{resource.group} "{name}" is invalid: '
+            + (f"[{listed}]" if len(problems) > 1 else listed),
+            "Invalid",
+            name=name,
+            group=resource.group,
+            kind=resource.kind,
+            causes=[{"reason": p.reason, "message": p.detail, "field": p.field} for p in problems],
+        )
 
     def delete(self, resource: Resource, namespace: str, name: str) -> Obj:
         with self._lock:
@@ -674,9 +814,16 @@ class FakeApiServer:
             return status(201, "", "")
 
     def patch(
-        self, resource: Resource, namespace: str, name: str, patch: Obj, content_type: str
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: Obj,
+        content_type: str,
+        subresource: str | None = None,
     ) -> Obj:
-        """PATCH with a merge patch (see the module docstring)."""
+        """PATCH with a merge patch (see the module docstring); ``subresource``
+        ``status``: only the status changes."""
         media = content_type.split(";")[0].strip()
         accepted = [MERGE_PATCH] + ([STRATEGIC_MERGE_PATCH] if resource.builtin else [])
         if media not in accepted:
@@ -707,6 +854,9 @@ class FakeApiServer:
                         group="batch",
                         kind="Job",
                     )
+            self._admit(resource, patched, current, subresource)
+            if subresource == "status":
+                patched = {**current, "status": patched.get("status") or {}}
 
             def put(target: Obj) -> None:
                 target.clear()
@@ -783,6 +933,75 @@ class FakeApiServer:
 
             self.modify(PODS, namespace, name, assign)
             return status(201, "", "")
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    def discovery(self, path: str) -> Obj:
+        """``GET /apis`` (an APIGroupList of the groups stored), ``/apis/{group}`` (an
+        APIGroup) and ``/apis/{group}/{version}`` (an APIResourceList); 404 otherwise."""
+        with self._lock:
+            resources = [r for r in self._objects if r.group]
+        versions: dict[str, list[str]] = {}
+        for resource in resources:
+            known = versions.setdefault(resource.group, [])
+            if resource.version not in known:
+                known.append(resource.version)
+
+        def group(name: str) -> Obj:
+            listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions[name]]
+            return {"name": name, "versions": listed, "preferredVersion": listed[0]}
+
+        parts = [part for part in path.split("/") if part][1:]
+        if not parts:
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [group(name) for name in sorted(versions)],
+            }
+        if parts[0] in versions and len(parts) == 1:
+            return {"kind": "APIGroup", "apiVersion": "v1", **group(parts[0])}
+        if len(parts) == 2 and parts[1] in versions.get(parts[0], []):
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{parts[0]}/{parts[1]}",
+                "resources": [
+                    entry
+                    for r in resources
+                    if (r.group, r.version) == (parts[0], parts[1])
+                    for entry in [
+                        {
+                            "name": r.plural,
+                            "singularName": r.kind.lower(),
+                            "namespaced": r.namespaced,
+                            "kind": r.kind,
+                            "verbs": [
+                                "create",
+                                "delete",
+                                "get",
+                                "list",
+                                "patch",
+                                "update",
+                                "watch",
+                            ],
+                        },
+                        *(
+                            [
+                                {
+                                    "name": f"{r.plural}/status",
+                                    "singularName": "",
+                                    "namespaced": r.namespaced,
+                                    "kind": r.kind,
+                                    "verbs": ["get", "patch", "update"],
+                                }
+                            ]
+                            if r in _WITH_STATUS
+                            else []
+                        ),
+                    ]
+                ],
+            }
+        raise ApiError(404, f"the server could not find the requested resource {path}")
 
     # -- watch -------------------------------------------------------------------------------
 
@@ -1001,7 +1220,7 @@ _CORE = re.compile(
 )
 _GROUP = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
-    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
+    r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$"
 )
 
 
@@ -1084,6 +1303,8 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 values = query.get(name)
                 return values[0] if values else None
 
+            if method == "GET" and path.startswith("/apis") and _GROUP.match(path) is None:
+                return 200, fake.discovery(path)
             match = _CORE.match(path)
             if match is not None:
                 plural, ns, name, sub = match.group("plural", "ns", "name", "sub")
@@ -1103,10 +1324,9 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 match = _GROUP.match(path)
                 if match is None:
                     raise ApiError(404, f"the server could not find the requested resource {path}")
-                group, version, plural, ns, name = match.group(
-                    "group", "version", "plural", "ns", "name"
+                group, version, plural, ns, name, sub = match.group(
+                    "group", "version", "plural", "ns", "name", "sub"
                 )
-                sub = None
                 with fake._lock:
                     known = [
                         r
@@ -1121,6 +1341,16 @@ def _handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return 201, fake.bind(ns, name, self._body())
             if sub == "eviction" and resource is PODS and method == "POST" and name and ns:
                 return 201, fake.evict(ns, name, self._body())
+            if sub == "status" and resource in _WITH_STATUS and name is not None:
+                if method == "GET":
+                    return 200, fake.get(resource, namespace, name)
+                if method == "PUT":
+                    return 200, fake.replace_status(resource, namespace, name, self._body())
+                if method == "PATCH":
+                    content_type = self.headers.get("Content-Type") or ""
+                    return 200, fake.patch(
+                        resource, namespace, name, self._body(), content_type, "status"
+                    )
             if sub is not None:
                 raise ApiError(404, f"the server could not find the requested resource {path}")
             if method == "GET" and name is None:

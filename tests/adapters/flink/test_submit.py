@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
@@ -21,7 +23,11 @@ from kubesage.adapters.flink.submit import (
     submit,
     user_parallelism,
 )
+from kubesage.adapters.flink.taskmanager_gpus import GPU_DRIVER_FACTORY, taskmanager_gpus
+from kubesage.core.cli.main import app
+from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import ConfigError, InputError
+from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 
 JOB = "fdb4749fec8f525bb194110b606c1048"
 JM = "http://127.0.0.1:8081"
@@ -245,3 +251,79 @@ def test_a_failing_flink_run_is_an_error_with_its_output(
 def test_an_unreadable_registry_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the job registry"):
         JobRegistry(tmp_path).load()
+
+
+def test_taskmanager_gpus_through_the_device_plugin_set_the_config_key(tmp_path: Path) -> None:
+    gpus = taskmanager_gpus(2, DeviceMode.device_plugin, job="enrich.py", template_dir=tmp_path)
+    assert gpus.conf == {
+        "external-resources": "gpu",
+        "external-resource.gpu.amount": "2",
+        "external-resource.gpu.driver-factory.class": GPU_DRIVER_FACTORY,
+        "external-resource.gpu.kubernetes.config-key": "nvidia.com/gpu",
+    }
+    assert gpus.files == {}
+
+
+def test_taskmanager_gpus_through_dra_claim_in_the_pod_template(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    flink_home = tmp_path / "flink"
+    (flink_home / "bin").mkdir(parents=True)
+    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+    commands: list[list[str]] = []
+
+    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        commands.append(list(command))
+        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT, "")
+
+    out = tmp_path / "templates"
+    outcome = submit(
+        request(
+            flink_home=flink_home,
+            wait_running_s=0,
+            taskmanager_gpus=1,
+            devices=DeviceMode.dra,
+            template_dir=out,
+        ),
+        JobRegistry(tmp_path / "r.yaml"),
+        runner=flink,
+        client_factory=lambda url: replay_client("jobs_overview"),
+    )
+    options = {
+        arg[2:].split("=", 1)[0]: arg.split("=", 1)[1] for arg in commands[0] if arg[:2] == "-D"
+    }
+    assert "external-resource.gpu.kubernetes.config-key" not in options
+    assert options["external-resource.gpu.amount"] == "1"
+    pod = yaml.safe_load(Path(options["kubernetes.pod-template-file.taskmanager"]).read_text())
+    claim = yaml.safe_load((out / "gpu-claim-template.yaml").read_text())
+    validate_manifests([pod, claim], DRA_KUBERNETES_VERSION)
+    assert claim["metadata"]["name"] == "enrich-py-taskmanager-gpus"
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "gpus", "resourceClaimTemplateName": "enrich-py-taskmanager-gpus"}
+    ]
+    (container,) = pod["spec"]["containers"]
+    assert container == {
+        "name": "flink-main-container",
+        "resources": {"claims": [{"name": "gpus"}]},
+    }
+    assert any("through DRA" in reason for reason in outcome.reasons)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"devices": DeviceMode.dra}, "give --taskmanager-gpus"),
+        ({"taskmanager_gpus": -1}, "--taskmanager-gpus must be"),
+    ],
+)
+def test_bad_gpu_requests(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        request(**kwargs)
+
+
+def test_submit_options_before_the_separator_are_kubesages() -> None:
+    result = CliRunner().invoke(
+        app, ["flink", "submit", "--taskmanager-gpu", "1", "--", "-py", "a"]
+    )
+    assert result.exit_code == 2
+    assert "No such option: --taskmanager-gpu" in result.output

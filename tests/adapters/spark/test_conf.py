@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
-from kubesage.adapters.spark.conf import GROUP_LABEL, spark_settings
+import numpy as np
+import yaml
+from typer.testing import CliRunner
+
+from kubesage.adapters.spark.conf import GROUP_LABEL, SparkSettings, spark_settings
 from kubesage.adapters.spark.placement import ExecutorShape, place_executors
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile
-from kubesage.core.k8s.validation import validate_manifests
+from kubesage.core.cli.main import app
+from kubesage.core.dra.claims import DeviceMode
+from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from tests.adapters.spark.test_placement import loaded, topology
 
 GB = 10**9
@@ -54,3 +60,65 @@ def test_several_racks_get_weighted_preferences_and_no_selector() -> None:
     first = driver["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
     assert first["matchExpressions"][0] == {"key": "rack", "operator": "In", "values": ["za-r0"]}
     assert np.isfinite(placement.estimate.cross_rack_bytes)
+
+
+def gpu_settings(devices: DeviceMode) -> SparkSettings:
+    drtg = topology()
+    shape = ExecutorShape(4, 4, 8_192)
+    placement = place_executors(drtg, loaded(drtg, {}), shape, ShuffleProfile((GB,)))
+    return spark_settings(
+        drtg, placement, shape, template_dir="/t", gpus_per_executor=2, devices=devices
+    )
+
+
+def test_gpu_executors_with_the_device_plugin_use_sparks_resource_conf() -> None:
+    settings = gpu_settings(DeviceMode.device_plugin)
+    assert settings.conf["spark.executor.resource.gpu.amount"] == "2"
+    assert settings.conf["spark.executor.resource.gpu.vendor"] == "nvidia.com"
+    assert settings.conf["spark.executor.resource.gpu.discoveryScript"].endswith(
+        "getGpusResources.sh"
+    )
+    assert settings.claim_templates == ()
+    assert "resourceClaims" not in settings.executor_template["spec"]
+
+
+def test_gpu_executors_through_dra_claim_from_a_template_and_skip_sparks_gpu_conf() -> None:
+    settings = gpu_settings(DeviceMode.dra)
+    assert not any(key.startswith("spark.executor.resource.gpu") for key in settings.conf)
+    (template,) = settings.claim_templates
+    validate_manifests(
+        [settings.executor_template, settings.driver_template, template], DRA_KUBERNETES_VERSION
+    )
+    request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert request["deviceClassName"] == "gpu.nvidia.com" and request["count"] == 2
+    executor = settings.executor_template["spec"]
+    name = template["metadata"]["name"]
+    assert executor["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": name}]
+    assert executor["containers"][0]["resources"] == {"claims": [{"name": "gpus"}]}
+    assert "resourceClaims" not in settings.driver_template["spec"]
+
+
+def test_spark_conf_cli_writes_the_claim_template_for_dra(tmp_path: Path) -> None:
+    base = ["spark", "conf", "--executors", "2", "--cores", "1", "--memory", "1024"]
+    out = tmp_path / "conf"
+    dra = CliRunner().invoke(
+        app, [*base, "--out", str(out), "--executor-gpus", "1", "--devices", "dra"]
+    )
+    assert dra.exit_code == 0, dra.output
+    (template,) = yaml.safe_load_all((out / "gpu-claim-template.yaml").read_text())
+    assert template["kind"] == "ResourceClaimTemplate"
+    assert "gpu-claim-template.yaml" in (out / "plan.txt").read_text()
+    plugin = CliRunner().invoke(app, [*base, "--out", str(out), "--executor-gpus", "1"])
+    assert plugin.exit_code == 0, plugin.output
+    assert "spark.executor.resource.gpu.amount=1" in plugin.stdout
+    assert not (out / "gpu-claim-template.yaml").exists()
+    cpu_only = CliRunner().invoke(app, [*base, "--out", str(out), "--devices", "dra"])
+    assert cpu_only.exit_code == 2
+    assert "give --executor-gpus" in " ".join(cpu_only.output.split())
+
+
+def test_spark_submit_options_before_the_separator_are_kubesages() -> None:
+    args = ["spark", "submit", "--executors", "1", "--cores", "1", "--memory", "512"]
+    result = CliRunner().invoke(app, [*args, "--executor-gpu", "1", "--", "app.py"])
+    assert result.exit_code == 2
+    assert "No such option: --executor-gpu" in result.output

@@ -30,7 +30,8 @@ def test_collects_the_cluster_and_falls_back_to_the_last_snapshot() -> None:
             assert int(snapshot.data.gpu_count.sum()) == 8
             assert [rack.name for rack in collector.topology().racks] == ["r1"]
 
-            fake.wait_for_watches(2)  # one still connecting would miss the fault and the drop
+            # nodes, pods, slices, claims: one still connecting would miss the fault and the drop
+            fake.wait_for_watches(4)
             fake.fail("GET", r"^/api/v1/nodes$", 503, times=10_000)
             fake.drop_watches()
             wait_until(lambda: "nodes: HTTP 503" in (collector.collect().reason or ""))

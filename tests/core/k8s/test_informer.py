@@ -102,7 +102,7 @@ def test_resource_version_expired_relists(fake: FakeApiServer) -> None:
     fake.add_node(v1_node("n1", cpu="16", gpus=0))
     with make_sync(fake) as sync:
         assert sync.wait_until_ready(10)
-        fake.wait_for_watches(2)
+        fake.wait_for_watches(4)
         relists = sync.relists
         fake.add_pod(running_pod("a", "n1", cpu="1"))
         fake.compact()  # history gone: resuming from any version seen is 410
@@ -124,7 +124,7 @@ def test_dropped_watch_resumes_without_relist(fake: FakeApiServer) -> None:
     fake.add_node(v1_node("n1", cpu="16", gpus=0))
     with make_sync(fake) as sync:
         assert sync.wait_until_ready(10)
-        fake.wait_for_watches(2)
+        fake.wait_for_watches(4)
         relists = sync.relists
         fake.drop_watches()
         fake.add_pod(running_pod("late", "n1", cpu="3"))
@@ -141,7 +141,8 @@ def test_api_errors_back_off_then_recover_and_mark_stale(fake: FakeApiServer) ->
         assert sync.failures >= 2
         assert not sync.collect().stale
 
-        fake.wait_for_watches(2)  # a watch still connecting would miss the fault and the drop
+        # nodes, pods, slices: a watch still connecting would miss the fault and the drop
+        fake.wait_for_watches(4)
         fake.fail("GET", r"^/api/v1/pods$", 500, times=1_000)
         fake.drop_watches()
         wait_until(lambda: "pods: HTTP 500" in (sync.collect().reason or ""), what="stale")
@@ -255,7 +256,7 @@ def test_bookmarks_keep_a_quiet_watch_resumable_after_compaction() -> None:
         fake.add_node(v1_node("n1", cpu="16", gpus=0))
         with make_sync(fake) as sync:
             assert sync.wait_until_ready(10)
-            fake.wait_for_watches(2)
+            fake.wait_for_watches(4)
             fake.add_pod(running_pod("a", "n1", cpu="1"))  # a new version; nodes stay quiet
             version = str(fake.resource_version)
             wait_until(lambda: sync.resource_versions["nodes"] == version, what="bookmark")
