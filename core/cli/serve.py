@@ -32,6 +32,13 @@ import typer
 import uvloop
 
 from kubesage.core.cli.errors import user_errors
+from kubesage.core.cli.http_options import (
+    HeaderTimeoutOption,
+    KeepAliveOption,
+    MaxHeaderBytesOption,
+    MaxHeadersOption,
+    MaxUrlBytesOption,
+)
 from kubesage.core.cli.loop import (
     embedded_loop,
     live_loop,
@@ -49,10 +56,12 @@ from kubesage.core.cli.loop_options import (
     TopologyOption,
 )
 from kubesage.core.errors import InputError
+from kubesage.core.k8s import http_limits
 from kubesage.core.k8s.binding import assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.k8s.embedded_workload import DEFAULT_LIFETIME_S, EmbeddedWorkload
 from kubesage.core.k8s.extender import Extender
+from kubesage.core.k8s.http_limits import HttpLimits
 from kubesage.core.k8s.http_server import HttpServer
 from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
 from kubesage.core.k8s.server import HealthCheck, MutateHandler, create_app
@@ -368,6 +377,11 @@ def serve(
         float,
         typer.Option("--pod-lifetime-s", help="Embedded cluster: mean lifetime of an arrival."),
     ] = DEFAULT_LIFETIME_S,
+    max_url_bytes: MaxUrlBytesOption = http_limits.MAX_URL_BYTES,
+    max_header_bytes: MaxHeaderBytesOption = http_limits.MAX_HEADER_BYTES,
+    max_headers: MaxHeadersOption = http_limits.MAX_HEADERS,
+    header_timeout_s: HeaderTimeoutOption = http_limits.HEADER_TIMEOUT_S,
+    keep_alive_s: KeepAliveOption = http_limits.KEEP_ALIVE_S,
 ) -> None:
     """Serve the scheduler extender (/scheduler/*), the webhook (/mutate), /healthz, /metrics."""
     if log_level.upper() not in LOG_LEVELS:
@@ -421,7 +435,10 @@ def serve(
     # re-scanning it on every full collection (latency spikes on a large cluster).
     gc.collect()
     gc.freeze()
-    server = HttpServer(app, ssl_context=ssl_context)
+    limits = HttpLimits(
+        max_url_bytes, max_header_bytes, max_headers, header_timeout_s, keep_alive_s
+    )
+    server = HttpServer(app, ssl_context=ssl_context, limits=limits)
     log_event(
         log,
         logging.INFO,

@@ -18,7 +18,17 @@ HTTP behaviour:
   body is read, a chunked body at the moment it crosses the limit; the rest of the
   body is discarded and the connection closed after a short linger, so the client
   reads the 413 rather than a reset;
+- bounded request heads (:class:`~kubesage.core.k8s.http_limits.HttpLimits`): a URL
+  over ``max_url_bytes`` is 414, header fields over ``max_header_bytes`` in all or
+  more than ``max_headers`` of them 431 — decided while the head streams in, so a
+  client cannot make the server buffer more than the limits and one read;
+- timeouts for slow or stalled clients: headers not complete ``header_timeout_s``
+  after their first byte, or a body with no bytes for ``keep_alive_s``, get a 408;
+  an idle keep-alive connection is closed (unanswered) after ``keep_alive_s``, and so
+  is one whose client reads nothing of the answers for that long;
 - malformed HTTP gets a 400 with a message, then the connection is closed;
+- every connection the server closes on its own (a limit, a timeout, malformed HTTP)
+  is counted by reason in ``kubesage_http_connections_closed_total``;
 - ``Expect: 100-continue`` is honoured; HEAD answers GET routes without a body;
 - TLS when given an ``ssl.SSLContext``; graceful stop (in-flight requests finish,
   up to ``graceful_s``).
@@ -39,20 +49,28 @@ from typing import cast
 
 import httptools
 
+from kubesage.core.k8s.http_limits import HttpLimits
 from kubesage.core.k8s.server import App, Endpoint, Reply, error_reply
 from kubesage.core.observability import metrics
 
 log = logging.getLogger(__name__)
 
-KEEP_ALIVE_S = 5.0
-"""Idle keep-alive connections are closed after this long (as uvicorn does)."""
 LINGER_S = 2.0
-"""After a 413 or 400 the connection stays open this long, discarding input."""
+"""After an answer that closes (400, 408, 413, 414, 431) the connection stays open this
+long, discarding input, so that the client reads the answer rather than a reset."""
 MAX_QUEUED = 32
 """Pipelined requests queued per connection before reading pauses."""
 GRACEFUL_S = 5.0
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+# Where the connection is in the current request: between requests, reading its
+# head (request line and headers), reading its body.
+_IDLE, _HEAD, _BODY = 0, 1, 2
+
+
+class _RefusedError(Exception):
+    """Raised from a parser callback to stop parsing a request already answered."""
 
 
 @dataclass(slots=True)
@@ -75,12 +93,12 @@ class HttpServer:
         app: App,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        keep_alive_s: float = KEEP_ALIVE_S,
+        limits: HttpLimits | None = None,
         graceful_s: float = GRACEFUL_S,
     ):
         self.app = app
         self.ssl_context = ssl_context
-        self.keep_alive_s = keep_alive_s
+        self.limits = limits or HttpLimits()
         self.graceful_s = graceful_s
         self.connections: set[HttpProtocol] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,6 +137,7 @@ class HttpProtocol(asyncio.Protocol):
     def __init__(self, server: HttpServer):
         self._server = server
         self._app = server.app
+        self._limits = server.limits
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -141,6 +160,14 @@ class HttpProtocol(asyncio.Protocol):
         self._started = 0.0
         self._answered = False
         """This message was already answered (413 while its body streamed in)."""
+        self._phase = _IDLE
+        self._begun = 0
+        """Messages begun on this connection (tells whether one began within a read)."""
+        self._header_bytes = 0
+        self._header_count = 0
+        self._head_read = 0
+        """Bytes of reads that were all inside the current head (see data_received)."""
+        self._head_deadline = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -148,7 +175,7 @@ class HttpProtocol(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without deriving from it.
         self._transport = cast(asyncio.Transport, transport)
         self._server.connections.add(self)
-        self._arm(self._server.keep_alive_s)
+        self._arm(self._limits.keep_alive_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -159,25 +186,46 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return  # answered what it will answer; discard the rest
-        self._disarm()
+        if not self._write_paused:  # sending does not excuse not reading
+            self._disarm()
+        in_head, begun = self._phase == _HEAD, self._begun
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._closing = True  # answer what was read; this server speaks HTTP/1.1 only
         except httptools.HttpParserError as exc:
-            self._protocol_error(f"malformed HTTP request: {exc}")
+            if not self._closing:  # else a callback refused the request and answered it
+                self._protocol_error(f"malformed HTTP request: {exc}")
+        if not self._closing and in_head and self._phase == _HEAD and begun == self._begun:
+            # httptools buffers a header until it is complete, calling nothing: a read
+            # that began and ended inside this head is all head bytes, so count them
+            # here too (the read in which the head began is at most one read).
+            self._head_read += len(data)
+            if self._head_read > self._limits.max_url_bytes + self._limits.max_header_bytes:
+                self._refuse(431, "header_too_large", "the request head is over its size limit")
         self._pump()
+
+    def eof_received(self) -> bool:
+        # The client sent all it will (a half-close): answer what was read, then close.
+        self._closing = True
+        return bool(self._queue or self._busy)
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._arm(self._limits.keep_alive_s)  # a client that never reads: see _expire
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._disarm()
         self._pump()
 
     # -- httptools callbacks -------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._phase = _HEAD
+        self._begun += 1
+        self._header_bytes = self._header_count = self._head_read = 0
+        self._head_deadline = self._loop.time() + self._limits.header_timeout_s
         self._url = b""
         self._chunks = []
         self._size = 0
@@ -188,8 +236,23 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        if len(self._url) > self._limits.max_url_bytes:
+            limit = self._limits.max_url_bytes
+            self._refuse(414, "url_too_long", f"the request URL is over the {limit}-byte limit")
+            raise _RefusedError
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._header_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        if self._header_count > self._limits.max_headers:
+            limit = self._limits.max_headers
+            self._refuse(431, "too_many_headers", f"more than {limit} header fields")
+            raise _RefusedError
+        if self._header_bytes > self._limits.max_header_bytes:
+            limit = self._limits.max_header_bytes
+            message = f"the header fields are over the {limit}-byte limit"
+            self._refuse(431, "header_too_large", message)
+            raise _RefusedError
         lowered = name.lower()
         if lowered == b"content-length":
             self._declared = int(value) if value.strip().isdigit() else None
@@ -197,6 +260,7 @@ class HttpProtocol(asyncio.Protocol):
             self._expect_continue = True
 
     def on_headers_complete(self) -> None:
+        self._phase = _BODY
         self._started = time.perf_counter()
         method = self._parser.get_method().decode("latin-1")
         path = self._url.partition(b"?")[0].decode("latin-1")
@@ -219,6 +283,7 @@ class HttpProtocol(asyncio.Protocol):
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
+        self._phase = _IDLE
         if self._answered or self._closing:
             return
         keep_alive = bool(self._parser.should_keep_alive())
@@ -243,6 +308,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def _reject(self, reply: Reply) -> None:
         """Answer the current message now, discard the rest, close after a linger."""
+        metrics.HTTP_CLOSED.labels("body_too_large").inc()
         self._answered = True
         self._chunks = []
         self._closing = True
@@ -250,9 +316,14 @@ class HttpProtocol(asyncio.Protocol):
 
     def _protocol_error(self, message: str) -> None:
         metrics.ERRORS.labels("http", "bad_request").inc()
+        self._refuse(400, "malformed", message)
+
+    def _refuse(self, status: int, reason: str, message: str) -> None:
+        """Answer ``status`` after the requests already read, read nothing more, close."""
+        metrics.HTTP_CLOSED.labels(reason).inc()
         self._closing = True
         self._queue.append(
-            _Queued(None, error_reply(400, message), b"", 0.0, False, False, linger=True)
+            _Queued(None, error_reply(status, message), b"", 0.0, False, False, linger=True)
         )
 
     def _pump(self) -> None:
@@ -273,8 +344,10 @@ class HttpProtocol(asyncio.Protocol):
                     future.add_done_callback(partial(self._threaded_done, queued))
                     return
                 self._send(self._app.run(queued.endpoint, queued.body, queued.started), queued)
-        if self._transport is None or self._queue or self._busy:
+        if self._transport is None:
             return
+        if self._write_paused or self._queue or self._busy:
+            return  # (while writing is paused, the timer pause_writing armed runs)
         if self._read_paused:
             self._read_paused = False
             self._transport.resume_reading()
@@ -282,8 +355,10 @@ class HttpProtocol(asyncio.Protocol):
             return
         if self._closing:
             self._transport.close()
+        elif self._phase == _HEAD:
+            self._arm(max(self._head_deadline - self._loop.time(), 0.0))
         else:
-            self._arm(self._server.keep_alive_s)
+            self._arm(self._limits.keep_alive_s)
 
     def _threaded_done(self, queued: _Queued, future: asyncio.Future[Reply]) -> None:
         self._busy = False
@@ -346,8 +421,28 @@ class HttpProtocol(asyncio.Protocol):
 
     def _expire(self) -> None:
         self._timer = None
-        if self._transport is not None and not self._busy:
+        if self._transport is None:
+            return
+        if self._write_paused:  # the client read nothing of the answers for that long
+            if not self._lingering:
+                metrics.HTTP_CLOSED.labels("write_timeout").inc()
+            self._transport.abort()  # close() would wait for it to read
+        elif self._busy:
+            return
+        elif self._lingering or self._closing:
             self._transport.close()
+        elif self._phase == _IDLE:
+            metrics.HTTP_CLOSED.labels("idle_timeout").inc()
+            self._transport.close()
+        else:  # nothing is owed before it (the timer runs only then): a 408 can be read
+            if self._phase == _HEAD:
+                reason = "header_timeout"
+                message = f"the request headers took over {self._limits.header_timeout_s:g} s"
+            else:
+                reason = "body_timeout"
+                message = f"no request body bytes for {self._limits.keep_alive_s:g} s"
+            self._refuse(408, reason, message)
+            self._pump()
 
 
 _STATUS_LINES: dict[int, bytes] = {}

@@ -13,6 +13,7 @@ import httpx
 import orjson
 import pytest
 
+from kubesage.core.k8s.http_limits import HttpLimits
 from kubesage.core.k8s.http_server import HttpServer
 from kubesage.core.k8s.server import App, create_app
 from kubesage.core.observability import metrics
@@ -22,12 +23,12 @@ LIMIT = 64 * 1024
 
 
 @contextmanager
-def running(app: App, **options: float) -> Iterator[int]:
+def running(app: App, limits: HttpLimits | None = None) -> Iterator[int]:
     """Serve ``app`` on 127.0.0.1 (a free port) in a thread; yield the port; stop it."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    server = HttpServer(app, **options)
+    server = HttpServer(app, limits=limits)
     thread = threading.Thread(target=asyncio.run, args=(server.serve(sock),), daemon=True)
     thread.start()
     try:
@@ -229,7 +230,10 @@ def test_expect_continue_head_and_wrong_method(port: int) -> None:
 
 def test_idle_keep_alive_connections_are_closed() -> None:
     extender, _ = make_extender()
-    with running(create_app(extender), keep_alive_s=0.2) as bound, connect(bound) as connection:
+    with (
+        running(create_app(extender), HttpLimits(keep_alive_s=0.2)) as bound,
+        connect(bound) as connection,
+    ):
         connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
         responses = Responses(connection)
         assert responses.next()[0] == 200
