@@ -4,12 +4,8 @@ rendered object validates offline.
 - Built-in kinds: kubernetes-validate, strict, against the Kubernetes 1.31 schema.
 - SchedulingPolicy examples: against the openAPIV3Schema of the CRD as rendered.
 - The KubeSchedulerConfiguration inside its ConfigMap, ServiceMonitor and cert-manager's
-  Issuer/Certificate have no schema that ships offline (kubernetes-validate knows only
-  built-in kinds; the operators' CRDs are not vendored here). They are checked against
-  strict models of the fields this repository uses, transcribed from the upstream API
-  references (kubescheduler.config.k8s.io/v1 types, monitoring.coreos.com/v1,
-  cert-manager.io/v1): a misspelt or misplaced field fails, but defaulting and the
-  operators' own cross-field validation cannot be checked without their API servers.
+  Issuer/Certificate: against strict models of the fields used (manifests_support.py,
+  shared with the Helm chart's tests, says what they can and cannot catch).
 - RBAC is least privilege: the rules grant exactly the (resource, verb) pairs the
   Kubernetes client calls in core/ need, and docs/deploy.md justifies each one.
 """
@@ -17,57 +13,33 @@ rendered object validates offline.
 from __future__ import annotations
 
 import copy
-import inspect
-import os
-import re
 import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import jsonschema
-import kubernetes.client
 import pytest
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.policy_source import default_policy_dir
 from kubesage.core.k8s.tls import bootstrap
 from kubesage.core.k8s.validation import validate_manifests
+from tests.deploy.manifests_support import (
+    CLIENT_CALLS,
+    CRD_KINDS,
+    DEPLOY,
+    ROOT,
+    SPEC_MODELS,
+    CustomObject,
+    KubeSchedulerConfiguration,
+    called_client_methods,
+    find,
+    granted,
+    kustomize,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
 OVERLAYS = ("cert-manager", "self-signed")
-CRD_KINDS = {
-    ("monitoring.coreos.com/v1", "ServiceMonitor"),
-    ("cert-manager.io/v1", "Certificate"),
-    ("cert-manager.io/v1", "Issuer"),
-}
-
-
-def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(
-                "kubectl is not installed: the deploy tests render with `kubectl kustomize`"
-            )
-        pytest.skip("kubectl is not installed (needed for `kubectl kustomize`)")
-    return path
-
-
-def render(directory: Path) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [kubectl(), "kustomize", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, f"kubectl kustomize {directory} failed:\n{result.stderr}"
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +49,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[st
     shutil.copytree(DEPLOY, copy_root / "deploy")
     bootstrap("kubesage", "kubesage").write(copy_root / "deploy/overlays/self-signed/tls")
     return {
-        "base": render(DEPLOY / "base"),
-        "cert-manager": render(DEPLOY / "overlays/cert-manager"),
-        "self-signed": render(copy_root / "deploy/overlays/self-signed"),
+        "base": kustomize(DEPLOY / "base"),
+        "cert-manager": kustomize(DEPLOY / "overlays/cert-manager"),
+        "self-signed": kustomize(copy_root / "deploy/overlays/self-signed"),
     }
 
 
@@ -87,12 +59,6 @@ def objects(rendered: dict[str, list[dict[str, Any]]]) -> Iterator[tuple[str, di
     for overlay, docs in rendered.items():
         for doc in docs:
             yield overlay, doc
-
-
-def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    matches = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
-    assert len(matches) == 1, f"{kind} {name}: {len(matches)} found"
-    return matches[0]
 
 
 # --- built-in kinds ----------------------------------------------------------------------
@@ -221,73 +187,6 @@ def test_deployment_runs_two_hardened_replicas_of_serve(
 # --- kinds without an offline schema: strict models of the fields used -----------------
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ManagedResource(Strict):
-    name: str = Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.+-]+$")
-    ignoredByScheduler: bool = False  # noqa: N815 - the Go JSON names
-
-
-class ExtenderTls(Strict):
-    insecure: bool = False
-    serverName: str | None = None  # noqa: N815
-    certFile: str | None = None  # noqa: N815
-    keyFile: str | None = None  # noqa: N815
-    caFile: str | None = None  # noqa: N815
-    certData: str | None = None  # noqa: N815
-    keyData: str | None = None  # noqa: N815
-    caData: str | None = None  # noqa: N815
-
-
-class Extender(Strict):
-    """``Extender`` of k8s.io/kube-scheduler/config/v1 (JSON names as in types.go)."""
-
-    urlPrefix: str = Field(pattern=r"^https?://")  # noqa: N815
-    filterVerb: str | None = None  # noqa: N815
-    preemptVerb: str | None = None  # noqa: N815
-    prioritizeVerb: str | None = None  # noqa: N815
-    weight: int = 0
-    bindVerb: str | None = None  # noqa: N815
-    enableHTTPS: bool = False  # noqa: N815
-    tlsConfig: ExtenderTls | None = None  # noqa: N815
-    httpTimeout: str | None = Field(default=None, pattern=r"^[0-9]+(ms|s|m)$")  # noqa: N815
-    nodeCacheCapable: bool = False  # noqa: N815
-    managedResources: list[ManagedResource] = []  # noqa: N815
-    ignorable: bool = False
-
-
-class Profile(Strict):
-    schedulerName: str  # noqa: N815
-    percentageOfNodesToScore: int | None = None  # noqa: N815
-    plugins: dict[str, Any] | None = None
-    pluginConfig: list[dict[str, Any]] | None = None  # noqa: N815
-
-
-class LeaderElection(Strict):
-    leaderElect: bool  # noqa: N815
-    leaseDuration: str | None = None  # noqa: N815
-    renewDeadline: str | None = None  # noqa: N815
-    retryPeriod: str | None = None  # noqa: N815
-    resourceLock: str | None = None  # noqa: N815
-    resourceName: str | None = None  # noqa: N815
-    resourceNamespace: str | None = None  # noqa: N815
-
-
-class KubeSchedulerConfiguration(Strict):
-    apiVersion: Literal["kubescheduler.config.k8s.io/v1"]  # noqa: N815
-    kind: Literal["KubeSchedulerConfiguration"]
-    leaderElection: LeaderElection | None = None  # noqa: N815
-    clientConnection: dict[str, Any] | None = None  # noqa: N815
-    parallelism: int | None = None
-    percentageOfNodesToScore: int | None = None  # noqa: N815
-    podInitialBackoffSeconds: int | None = None  # noqa: N815
-    podMaxBackoffSeconds: int | None = None  # noqa: N815
-    profiles: list[Profile] = []
-    extenders: list[Extender] = []
-
-
 def test_scheduler_configuration_has_the_extender_entry(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
@@ -315,83 +214,6 @@ def test_scheduler_configuration_has_the_extender_entry(
     # A second kube-scheduler profile, distinct from kubesage's own secondary scheduler.
     assert profile_names and "kubesage" not in profile_names
     assert config.leaderElection is not None and config.leaderElection.leaderElect
-
-
-class SecretKey(Strict):
-    name: str
-    key: str
-
-
-class SafeTlsConfig(Strict):
-    serverName: str | None = None  # noqa: N815
-    ca: dict[Literal["secret", "configMap"], SecretKey] | None = None
-    insecureSkipVerify: bool | None = None  # noqa: N815
-
-
-class Endpoint(Strict):
-    port: str
-    path: str = "/metrics"
-    scheme: Literal["http", "https"] = "http"
-    interval: str | None = Field(default=None, pattern=r"^[0-9]+(ms|s|m|h)$")
-    tlsConfig: SafeTlsConfig | None = None  # noqa: N815
-
-
-class LabelSelectorModel(Strict):
-    matchLabels: dict[str, str] = {}  # noqa: N815
-    matchExpressions: list[dict[str, Any]] = []  # noqa: N815
-
-
-class ServiceMonitorSpec(Strict):
-    selector: LabelSelectorModel
-    endpoints: list[Endpoint] = Field(min_length=1)
-    namespaceSelector: dict[str, Any] | None = None  # noqa: N815
-    jobLabel: str | None = None  # noqa: N815
-
-
-class IssuerRef(Strict):
-    name: str
-    kind: Literal["Issuer", "ClusterIssuer"] = "Issuer"
-    group: str | None = None
-
-
-class PrivateKey(Strict):
-    algorithm: Literal["RSA", "ECDSA", "Ed25519"]
-    size: int | None = None
-    rotationPolicy: Literal["Never", "Always"] | None = None  # noqa: N815
-    encoding: Literal["PKCS1", "PKCS8"] | None = None
-
-
-class CertificateSpec(Strict):
-    secretName: str  # noqa: N815
-    issuerRef: IssuerRef  # noqa: N815
-    isCA: bool | None = None  # noqa: N815
-    commonName: str | None = None  # noqa: N815
-    dnsNames: list[str] | None = None  # noqa: N815
-    duration: str | None = Field(default=None, pattern=r"^[0-9]+(h|m|s)$")
-    renewBefore: str | None = Field(default=None, pattern=r"^[0-9]+(h|m|s)$")  # noqa: N815
-    usages: list[
-        Literal["server auth", "client auth", "digital signature", "key encipherment"]
-    ] = []
-    privateKey: PrivateKey | None = None  # noqa: N815
-
-
-class IssuerSpec(Strict):
-    selfSigned: dict[str, Any] | None = None  # noqa: N815
-    ca: dict[Literal["secretName"], str] | None = None
-
-
-class CustomObject(Strict):
-    apiVersion: str  # noqa: N815
-    kind: str
-    metadata: dict[str, Any]
-    spec: dict[str, Any]
-
-
-SPEC_MODELS: dict[str, type[Strict]] = {
-    "ServiceMonitor": ServiceMonitorSpec,
-    "Certificate": CertificateSpec,
-    "Issuer": IssuerSpec,
-}
 
 
 def test_operator_objects_match_their_api_shapes(
@@ -435,63 +257,6 @@ def test_example_policies_validate_against_the_rendered_crd(
 
 
 # --- RBAC: exactly what the code calls, each rule documented -------------------------------
-
-CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
-    # method of the kubernetes client -> (apiGroup, resource, verb) it needs
-    "list_node": {("", "nodes", "list"), ("", "nodes", "watch")},  # informer: list + watch=True
-    "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
-    "list_namespace": {("", "namespaces", "list"), ("", "namespaces", "watch")},
-    "read_namespaced_pod": {("", "pods", "get")},
-    "list_namespaced_pod": {("", "pods", "list")},  # the bind actuator's replacements
-    "create_namespaced_pod_binding": {("", "pods/binding", "create")},
-    "create_namespaced_binding": {("", "bindings", "create")},
-    "create_namespaced_event": {("", "events", "create")},
-    "read_namespaced_lease": {("coordination.k8s.io", "leases", "get")},
-    "create_namespaced_lease": {("coordination.k8s.io", "leases", "create")},
-    "replace_namespaced_lease": {("coordination.k8s.io", "leases", "update")},
-    "list_cluster_custom_object": {("kubesage.io", "schedulingpolicies", "list")},
-    "create_namespaced_pod_eviction": {("", "pods/eviction", "create")},
-    "patch_node": {("", "nodes", "patch")},
-    "patch_namespaced_job": {("batch", "jobs", "patch")},
-    "get_namespaced_custom_object": {("kubeflow.org", "pytorchjobs", "get")},
-    "patch_namespaced_custom_object": {
-        ("kubeflow.org", "pytorchjobs", "patch"),
-        ("flink.apache.org", "flinkdeployments", "patch"),
-    },
-}
-
-
-def client_methods() -> set[str]:
-    names: set[str] = set()
-    for name, cls in inspect.getmembers(kubernetes.client, inspect.isclass):
-        if name.endswith("Api") and name != "ApiClient":
-            names |= {m for m in dir(cls) if not m.startswith("_")}
-    return names
-
-
-def called_client_methods() -> set[str]:
-    known = client_methods()
-    called = set()
-    for path in (ROOT / "core").rglob("*.py"):
-        for match in re.finditer(r"\.([a-z_]+)\b", path.read_text()):
-            if match.group(1) in known and re.match(
-                r"(get|list|read|create|replace|patch|delete|connect)_", match.group(1)
-            ):
-                called.add(match.group(1))
-    return called
-
-
-def granted(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    pairs = set()
-    for doc in docs:
-        if doc["kind"] in ("ClusterRole", "Role"):
-            for rule in doc["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        for verb in rule["verbs"]:
-                            assert "*" not in (group, resource, verb), rule
-                            pairs.add((group, resource, verb))
-    return pairs
 
 
 def test_rbac_grants_exactly_what_the_code_calls(

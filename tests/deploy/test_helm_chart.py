@@ -1,0 +1,717 @@
+"""deploy/helm/kubesage: the Helm chart, rendered offline without a helm binary through
+the Helm library that helm-python-sdk (module ``helm_python``) binds.
+
+- A table of values (each mode × webhook × TLS source × one or three replicas, plus
+  leader election off, every loop and server option set, another release name, ...)
+  renders; every built-in kind validates strictly with kubernetes-validate at the newest
+  schema it ships (and the defaults also at the project's floor,
+  ``kubesage.core.k8s.validation.KUBERNETES_VERSION``); ServiceMonitor, cert-manager's
+  kinds and the KubeSchedulerConfiguration against the strict models of
+  manifests_support.py; the example SchedulingPolicies against the rendered CRD.
+- The Deployment's arguments parse with ``kubesage serve``'s own option parser, and
+  every in-cluster ``serve`` option is reachable from the values.
+- RBAC grants exactly the calls the code makes in that mode.
+- The default values render the objects of the kustomize ``self-signed`` overlay, and
+  ``tls.source=certManager`` those of the ``cert-manager`` overlay (see
+  :func:`normalised` for exactly what is normalised).
+- values.schema.json refuses bad values, naming them; Helm's lint passes.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import importlib
+import itertools
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import typer
+import yaml
+
+from kubesage.core.k8s.policy_source import default_policy_dir
+from kubesage.core.k8s.tls import TlsBundle, bootstrap, check_bundle
+from kubesage.core.k8s.validation import validate_manifests
+from kubesage.core.policy.registry import policy_names
+from tests.deploy.manifests_support import (
+    CLIENT_CALLS,
+    CRD_KINDS,
+    DEPLOY,
+    ROOT,
+    CustomObject,
+    called_client_methods,
+    ci,
+    client_calls_by_file,
+    find,
+    granted,
+    kustomize,
+    needed,
+    rbac_rows_missing,
+    scheduler_configuration,
+    validate_builtin,
+    validate_custom,
+)
+
+CHART = DEPLOY / "helm" / "kubesage"
+RELEASE = "kubesage"
+NAMESPACE = "kubesage"
+CURRENT_KUBERNETES = kubernetes_validate.latest_version()
+"""The newest schema kubernetes-validate ships: "a current Kubernetes"."""
+
+LEADER_ONLY_CALLS = {
+    # Client calls made only by kubesage's own scheduler and its Lease, which serve.py
+    # builds only under --scheduler-name: without it the chart grants neither.
+    "create_namespaced_event": Path("core/k8s/secondary.py"),
+    "read_namespaced_lease": Path("core/k8s/leader.py"),
+    "create_namespaced_lease": Path("core/k8s/leader.py"),
+    "replace_namespaced_lease": Path("core/k8s/leader.py"),
+}
+
+NOT_VALUES = {
+    # `kubesage serve` options the chart does not expose, and why.
+    "kubeconfig": "in a pod the in-cluster service account is the configuration",
+    "context": "a kubeconfig context; none in a pod",
+    "embedded": "the embedded simulated cluster is for trying kubesage out, not a cluster",
+    "nodes": "embedded cluster only",
+    "fill": "embedded cluster only",
+    "policies_dir": "embedded cluster only (in a cluster policies are API objects)",
+    "arrivals_per_s": "embedded cluster only",
+    "pod_lifetime_s": "embedded cluster only",
+    "host": "fixed: the pod listens on all addresses",
+    "tls_cert": "fixed: the mounted Secret",
+    "tls_key": "fixed: the mounted Secret",
+}
+
+
+# --- rendering -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm() -> ModuleType:
+    """helm_python, or a failure on CI / a skip elsewhere when its library cannot load."""
+    try:
+        return importlib.import_module("helm_python")
+    except Exception as exc:  # ImportError, or HelmLibraryError: no or a foreign native library
+        message = f"helm_python (package helm-python-sdk) cannot load: {exc}"
+        if ci():
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def render(
+    helm: ModuleType,
+    values: dict[str, Any] | None = None,
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> list[dict[str, Any]]:
+    """The objects the chart renders for ``values``, as `helm install` would create them."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(values or {}, name=release, namespace=namespace)
+    docs: list[dict[str, Any]] = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return docs
+
+
+def merged(helm: ModuleType, values: dict[str, Any]) -> dict[str, Any]:
+    with helm.Chart.load(CHART) as chart:
+        result: dict[str, Any] = chart.merge_values(values)
+        return result
+
+
+def electing(values: dict[str, Any]) -> bool:
+    """Whether the process runs --scheduler-name (its own scheduler and the Lease)."""
+    return bool(values["mode"] != "extender" or values["leaderElection"]["enabled"])
+
+
+MODES = ("extender", "secondary", "both")
+CASES: dict[str, dict[str, Any]] = {
+    f"{mode}-webhook-{'on' if webhook else 'off'}-{tls}-{replicas}r": {
+        "mode": mode,
+        "webhook": {"enabled": webhook},
+        "tls": {"source": tls},
+        "replicas": replicas,
+    }
+    for mode, webhook, tls, replicas in itertools.product(
+        MODES, (True, False), ("selfSigned", "certManager"), (1, 3)
+    )
+}
+CASES |= {
+    "defaults": {},
+    "extender-no-leader-election-1r": {
+        "mode": "extender",
+        "leaderElection": {"enabled": False},
+        "replicas": 1,
+    },
+    "extender-no-leader-election-dry-run-3r": {
+        "mode": "extender",
+        "leaderElection": {"enabled": False},
+        "replicas": 3,
+        "loop": {"dryRun": True},
+    },
+    "every-option": {
+        "schedulerName": "gpu-scheduler",
+        "policy": "gpupacking",
+        "logLevel": "debug",
+        "image": {
+            "repository": "registry.example/kubesage",
+            "tag": "1.2.3",
+            "pullPolicy": "Always",
+        },
+        "imagePullSecrets": [{"name": "regcred"}],
+        "loop": {
+            "tickS": 2.5,
+            "dryRun": True,
+            "maxEvictionsPerTick": 0,
+            "forecastWeight": 0.3,
+            "topology": "dgx-h100-pod",
+            "prometheus": "http://prometheus.monitoring.svc:9090",
+            "auditLog": "/tmp/audit.jsonl",
+        },
+        "server": {
+            "maxUrlBytes": 4096,
+            "maxHeaderBytes": 16384,
+            "maxHeaders": 50,
+            "headerTimeoutS": 5,
+            "keepAliveS": 2.5,
+        },
+        "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 5, "excludedNamespaces": ["a", "b"]},
+        "extender": {"profileSchedulerName": "gpu-extender", "weight": 10, "httpTimeout": "2s"},
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+        "tmpSizeLimit": "256Mi",
+        "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+        "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}],
+        "priorityClassName": "system-cluster-critical",
+        "podAnnotations": {"example.com/team": "platform"},
+        "podLabels": {"team": "platform"},
+        "service": {"port": 8443},
+        "containerPort": 9443,
+    },
+    "bare": {
+        "namespace": {"create": False},
+        "crds": {"install": False},
+        "serviceMonitor": {"enabled": False},
+        "podDisruptionBudget": {"enabled": False},
+    },
+    "cert-manager-cluster-issuer": {
+        "tls": {
+            "source": "certManager",
+            "certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "internal-ca"}},
+        }
+    },
+}
+OTHER_RELEASE = ("prod", "scheduling")
+"""A release name without the chart's: objects are named prod-kubesage."""
+
+
+@pytest.fixture(scope="module")
+def renders(helm: ModuleType) -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Every case: its merged values and its objects."""
+    return {case: (merged(helm, values), render(helm, values)) for case, values in CASES.items()}
+
+
+def objects_of(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    for case, (values, docs) in renders.items():
+        for doc in docs:
+            yield case, values, doc
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (only,) = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = only
+    return result
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+def test_every_builtin_object_validates_at_a_current_kubernetes(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    unique = {  # many cases render some objects identically: validate each one once
+        json.dumps(doc, sort_keys=True): doc
+        for _, _, doc in objects_of(renders)
+        if (doc["apiVersion"], doc["kind"]) not in CRD_KINDS
+    }
+    validate_builtin(unique.values(), CURRENT_KUBERNETES)
+    assert {doc["kind"] for doc in unique.values()} == {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+        "MutatingWebhookConfiguration",
+        "ConfigMap",
+        "Secret",
+    }
+
+
+def test_default_objects_validate_at_the_projects_floor_too(helm: ModuleType) -> None:
+    docs = render(helm)
+    validate_manifests(d for d in docs if (d["apiVersion"], d["kind"]) not in CRD_KINDS)
+
+
+def test_custom_kinds_match_their_api_shapes(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    seen = set()
+    for case, values, doc in objects_of(renders):
+        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
+            obj: CustomObject = validate_custom(doc)
+            assert obj.metadata["namespace"] == NAMESPACE, (case, doc["metadata"])
+            seen.add(doc["kind"])
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"].endswith("-scheduler-config"):
+            config = scheduler_configuration(doc)
+            (extender,) = config.extenders
+            assert extender.weight == values["extender"]["weight"] > 0
+            assert [r.name for r in extender.managedResources] == values["extender"][
+                "managedResources"
+            ]
+    assert seen == {"ServiceMonitor", "Certificate", "Issuer"}
+
+
+def test_example_policies_validate_against_the_rendered_crd(helm: ModuleType) -> None:
+    crd = find(render(helm), "CustomResourceDefinition")
+    (version,) = crd["spec"]["versions"]
+    validator = jsonschema.Draft202012Validator(version["schema"]["openAPIV3Schema"])
+    examples = sorted(default_policy_dir().glob("*.yaml"))
+    assert len(examples) >= 3
+    for path in examples:
+        validator.validate(yaml.safe_load(path.read_text()))
+
+
+def test_the_charts_crd_is_the_generated_one(helm: ModuleType) -> None:
+    base = DEPLOY / "base" / "crd-schedulingpolicy.yaml"
+    copy_in_chart = CHART / "files" / "crd-schedulingpolicy.yaml"
+    assert copy_in_chart.read_text() == base.read_text(), (
+        "the chart's CRD is stale: cp deploy/base/crd-schedulingpolicy.yaml "
+        "deploy/helm/kubesage/files/"
+    )
+    rendered = find(render(helm), "CustomResourceDefinition")
+    assert rendered["spec"] == yaml.safe_load(base.read_text())["spec"]
+
+
+# --- what the values switch ----------------------------------------------------------------
+
+
+def test_values_switch_the_objects(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    for case, (values, docs) in renders.items():
+        kinds = [doc["kind"] for doc in docs]
+        has = set(kinds)
+        args = container(docs)["args"]
+        assert has >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}, case
+        assert ("MutatingWebhookConfiguration" in has) == values["webhook"]["enabled"], case
+        extender_config = values["mode"] in ("extender", "both")
+        assert ("ConfigMap" in has) == extender_config, case
+        assert (f"--scheduler-name={values['schedulerName']}" in args) == electing(values), case
+        assert ("Role" in has and "RoleBinding" in has) == electing(values), case
+        cert_manager = values["tls"]["source"] == "certManager"
+        assert ("Certificate" in has) == cert_manager, case
+        assert ("Secret" in has) == (not cert_manager), case
+        assert ("--dry-run" in args) == values["loop"]["dryRun"], case
+        pdb = values["podDisruptionBudget"]["enabled"] and values["replicas"] > 1
+        assert ("PodDisruptionBudget" in has) == pdb, case
+        assert ("Namespace" in has) == values["namespace"]["create"], case
+        assert ("CustomResourceDefinition" in has) == values["crds"]["install"], case
+        assert ("ServiceMonitor" in has) == values["serviceMonitor"]["enabled"], case
+        assert find(docs, "Deployment")["spec"]["replicas"] == values["replicas"], case
+        assert len(kinds) == len({(d["kind"], d["metadata"]["name"]) for d in docs}), case
+
+
+def test_pod_values_reach_the_pod(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    values, docs = renders["every-option"]
+    template = find(docs, "Deployment")["spec"]["template"]
+    pod, c = template["spec"], container(docs)
+    assert c["image"] == "registry.example/kubesage:1.2.3" and c["imagePullPolicy"] == "Always"
+    assert c["resources"] == values["resources"]
+    assert c["ports"][0]["containerPort"] == 9443
+    assert template["metadata"]["labels"]["team"] == "platform"
+    assert template["metadata"]["annotations"] == values["podAnnotations"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["nodeSelector"] == values["nodeSelector"]
+    assert pod["tolerations"] == values["tolerations"]
+    tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
+    assert tmp["emptyDir"]["sizeLimit"] == "256Mi"
+    service = find(docs, "Service")["spec"]["ports"][0]
+    (webhook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert webhook["clientConfig"]["service"]["port"] == service["port"] == 8443
+    assert webhook["failurePolicy"] == "Fail" and webhook["timeoutSeconds"] == 5
+    excluded = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert excluded == ["a", "b", NAMESPACE]
+    default_pod = find(renders["defaults"][1], "Deployment")["spec"]["template"]["spec"]
+    assert "podAntiAffinity" in default_pod["affinity"]
+
+
+@functools.cache
+def serve_command() -> Any:
+    """``kubesage serve`` as a click command (only it: the whole CLI imports much more)."""
+    from kubesage.core.cli.serve import serve
+
+    app = typer.Typer()
+    app.command(name="serve")(serve)
+    return typer.main.get_command(app)
+
+
+def serve_options(args: list[str]) -> dict[str, Any]:
+    """What ``kubesage serve`` parses from ``args`` (its own parser: unknown flags, bad
+    types and out-of-range values fail), defaults included."""
+    assert args[0] == "serve"
+    context = serve_command().make_context("serve", list(args[1:]))
+    return dict(context.params)
+
+
+def test_the_arguments_parse_as_kubesage_serve_options(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    for case, (values, docs) in renders.items():
+        options = serve_options(container(docs)["args"])
+        assert options["policy"] == values["policy"], case
+        assert options["port"] == values["containerPort"], case
+        assert options["scheduler_name"] == (values["schedulerName"] if electing(values) else None)
+        assert options["dry_run"] is values["loop"]["dryRun"], case
+    everything = serve_options(container(renders["every-option"][1])["args"])
+    assert everything["tick_s"] == 2.5 and everything["max_evictions_per_tick"] == 0
+    assert everything["forecast_weight"] == 0.3 and everything["max_headers"] == 50
+    assert everything["prometheus"] == "http://prometheus.monitoring.svc:9090"
+    assert everything["header_timeout_s"] == 5.0 and everything["keep_alive_s"] == 2.5
+
+
+def test_every_in_cluster_serve_option_is_a_value(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    """A new `kubesage serve` option fails this until the chart exposes it (or it is
+    listed in NOT_VALUES with the reason)."""
+    command = serve_command()
+    defaults = {param.name: param.default for param in command.params}
+    options = serve_options(container(renders["every-option"][1])["args"])
+    not_set = {
+        name for name, value in options.items() if value == defaults[name] and name != "dry_run"
+    }
+    unexposed = not_set - NOT_VALUES.keys() - {"port"}
+    assert not unexposed, f"expose these serve options as chart values: {sorted(unexposed)}"
+    assert NOT_VALUES.keys() <= defaults.keys()
+
+
+def test_names_follow_the_release(helm: ModuleType) -> None:
+    release, namespace = OTHER_RELEASE
+    values = {"schedulerName": "gpu-scheduler", "tls": {"source": "certManager"}}
+    docs = render(helm, values, release=release, namespace=namespace)
+    fullname = f"{release}-kubesage"
+    service = find(docs, "Service", fullname)
+    assert service["metadata"]["namespace"] == namespace
+    pod = find(docs, "Deployment", fullname)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == fullname
+    assert set(service["spec"]["selector"].items()) <= set(
+        find(docs, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+    )
+    (webhook,) = find(docs, "MutatingWebhookConfiguration", fullname)["webhooks"]
+    assert webhook["clientConfig"]["service"]["name"] == fullname
+    excluded = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert excluded == ["kube-system", namespace]
+    annotations = find(docs, "MutatingWebhookConfiguration")["metadata"]["annotations"]
+    assert annotations["cert-manager.io/inject-ca-from"] == f"{namespace}/{fullname}-webhook"
+    certificate = find(docs, "Certificate", f"{fullname}-webhook")
+    assert f"{fullname}.{namespace}.svc" in certificate["spec"]["dnsNames"]
+    tls_volume = {"name": "tls", "secret": {"secretName": certificate["spec"]["secretName"]}}
+    assert tls_volume in pod["volumes"]
+    role = find(docs, "Role", f"{fullname}-leader-election")
+    assert [r["resourceNames"] for r in role["rules"] if "resourceNames" in r] == [
+        ["kubesage-gpu-scheduler"]  # serve.py: kubesage-<scheduler name>
+    ]
+    config = scheduler_configuration(find(docs, "ConfigMap", f"{fullname}-scheduler-config"))
+    assert config.extenders[0].urlPrefix == f"https://{fullname}.{namespace}.svc:443/scheduler"
+    monitor = find(docs, "ServiceMonitor", fullname)
+    assert all(
+        service["metadata"]["labels"][k] == v
+        for k, v in monitor["spec"]["selector"]["matchLabels"].items()
+    )
+
+
+# --- TLS ------------------------------------------------------------------------------------
+
+
+def tls_bundle(secret: dict[str, Any]) -> TlsBundle:
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    return TlsBundle(cert_pem=data["tls.crt"], key_pem=data["tls.key"], ca_pem=data["ca.crt"])
+
+
+def test_a_generated_certificate_serves_the_service(helm: ModuleType) -> None:
+    docs = render(helm)
+    secret = find(docs, "Secret", "kubesage-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    check_bundle(tls_bundle(secret), dns_name="kubesage.kubesage.svc")
+    (webhook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+
+
+def test_a_given_bundle_is_used_as_is(helm: ModuleType) -> None:
+    bundle = bootstrap("kubesage", "kubesage")
+    docs = render(helm, {"tls": {"selfSigned": pem_values(bundle)}})
+    assert tls_bundle(find(docs, "Secret")) == bundle
+    (webhook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == bundle.ca_pem
+
+
+def pem_values(bundle: TlsBundle) -> dict[str, str]:
+    return {
+        "cert": bundle.cert_pem.decode(),
+        "key": bundle.key_pem.decode(),
+        "ca": bundle.ca_pem.decode(),
+    }
+
+
+def test_half_a_bundle_is_refused(helm: ModuleType) -> None:
+    bundle = pem_values(bootstrap("kubesage", "kubesage"))
+    with pytest.raises(helm.HelmError, match=r"tls\.selfSigned: give cert, key and ca together"):
+        render(helm, {"tls": {"selfSigned": {"cert": bundle["cert"]}}})
+
+
+# --- RBAC ---------------------------------------------------------------------------------
+
+
+def test_rbac_grants_exactly_what_the_code_calls_in_each_mode(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    calls = client_calls_by_file()
+    for method, path in LEADER_ONLY_CALLS.items():
+        assert calls.get(method) == {path}, f"{method} is called outside {path}: {calls[method]}"
+    called = called_client_methods()
+    unknown = called - CLIENT_CALLS.keys()
+    assert not unknown, f"add the RBAC these calls need (and CLIENT_CALLS): {sorted(unknown)}"
+    everything = needed(called)
+    leader_only = needed(LEADER_ONLY_CALLS)
+    for case, (values, docs) in renders.items():
+        expected = everything if electing(values) else everything - leader_only
+        assert granted(docs) == expected, case
+
+
+def test_every_rbac_rule_is_justified_in_the_docs(helm: ModuleType) -> None:
+    missing = rbac_rows_missing((ROOT / "docs" / "deploy.md").read_text(), granted(render(helm)))
+    assert not missing, f"docs/deploy.md has no RBAC row for {missing}"
+
+
+# --- the same objects as the kustomize overlays ----------------------------------------------
+
+HELM_LABELS = frozenset(
+    {
+        "helm.sh/chart",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/version",
+    }
+)
+HELM_ANNOTATIONS = frozenset({"helm.sh/resource-policy"})
+OVERLAY_KINDS = frozenset({"Secret", "Issuer", "Certificate"})
+TLS_PLACEHOLDER = "<tls material>"
+
+
+def _drop_helm_labels(node: Any, *, labels: bool = False) -> Any:
+    """``node`` without :data:`HELM_LABELS` in any label map (``labels``,
+    ``matchLabels``, a Service's ``selector``) at any depth."""
+    if isinstance(node, dict):
+        return {
+            key: _drop_helm_labels(value, labels=key in ("labels", "matchLabels", "selector"))
+            for key, value in node.items()
+            if not (labels and key in HELM_LABELS)
+        }
+    if isinstance(node, list):
+        return [_drop_helm_labels(item) for item in node]
+    return node
+
+
+def normalised(doc: dict[str, Any], *, tls_material: bool = True) -> dict[str, Any]:
+    """``doc`` without what differs only because Helm or kustomize rendered it:
+
+    - Helm's bookkeeping labels (:data:`HELM_LABELS`: chart, managed-by, instance,
+      version) wherever labels are (metadata, pod template, selectors, the
+      anti-affinity term): Helm conventions, and `instance` keeps two releases' pods
+      apart, which a kustomize tree has no notion of;
+    - the annotation ``helm.sh/resource-policy: keep`` (Namespace, CRD): tells Helm not
+      to delete them on uninstall, not an API field;
+    - labels of the objects the overlays add (:data:`OVERLAY_KINDS`: the TLS Secret,
+      cert-manager's Issuers and Certificates): the base's ``labels:`` transformer does
+      not reach an overlay's generated or listed resources, so kustomize leaves them
+      unlabelled while the chart labels every object;
+    - the KubeSchedulerConfiguration text: compared parsed (comments and layout aside);
+    - the container's ``args``: compared as the options ``kubesage serve`` parses from
+      them, so passing a default explicitly (the chart's ``--policy=fgd``,
+      ``--log-level=info``) equals leaving it out;
+    - TLS material (Secret data, caBundle) is compared decoded, since kustomize wraps
+      base64 lines; with ``tls_material`` not at all: a generated CA and key are random
+      per render (the TLS tests check that they are consistent and serve the Service).
+    """
+    doc = _drop_helm_labels(copy.deepcopy(doc))
+    metadata = doc["metadata"]
+    annotations = {
+        k: v for k, v in metadata.pop("annotations", {}).items() if k not in HELM_ANNOTATIONS
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    if doc["kind"] in OVERLAY_KINDS:
+        metadata.pop("labels", None)
+    if not metadata.get("labels", True):
+        metadata.pop("labels")
+    if doc["kind"] == "ConfigMap":
+        doc["data"] = {k: yaml.safe_load(v) for k, v in doc["data"].items()}
+    if doc["kind"] == "Deployment":
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            c["args"] = serve_options(c["args"])
+    if doc["kind"] == "Secret":
+        doc["data"] = {k: tls_bytes(v, tls_material) for k, v in doc["data"].items()}
+    if doc["kind"] == "MutatingWebhookConfiguration":
+        for webhook in doc["webhooks"]:
+            client = webhook["clientConfig"]
+            if "caBundle" in client:
+                client["caBundle"] = tls_bytes(client["caBundle"], tls_material)
+    return doc
+
+
+def tls_bytes(encoded: str, placeholder: bool) -> str | bytes:
+    """Base64 TLS material as its bytes (kustomize wraps the base64 text, Helm does not),
+    or the placeholder."""
+    return TLS_PLACEHOLDER if placeholder else base64.b64decode("".join(encoded.split()))
+
+
+def by_name(docs: list[dict[str, Any]], **options: bool) -> dict[tuple[str, str], Any]:
+    return {(d["kind"], d["metadata"]["name"]): normalised(d, **options) for d in docs}
+
+
+def assert_same_objects(
+    helm_docs: list[dict[str, Any]], kustomize_docs: list[dict[str, Any]], **options: bool
+) -> None:
+    chart, overlay = by_name(helm_docs, **options), by_name(kustomize_docs, **options)
+    assert sorted(chart) == sorted(overlay)
+    for key, expected in overlay.items():
+        assert chart[key] == expected, key
+
+
+@pytest.fixture(scope="module")
+def self_signed_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[TlsBundle, Path]:
+    """A copy of deploy/ whose self-signed overlay holds a fresh bootstrap."""
+    root = tmp_path_factory.mktemp("deploy")
+    shutil.copytree(DEPLOY, root / "deploy", ignore=shutil.ignore_patterns("helm"))
+    bundle = bootstrap("kubesage", "kubesage")
+    bundle.write(root / "deploy/overlays/self-signed/tls")
+    return bundle, root / "deploy/overlays/self-signed"
+
+
+def test_default_values_render_the_self_signed_overlay(
+    helm: ModuleType, self_signed_overlay: tuple[TlsBundle, Path]
+) -> None:
+    _, overlay = self_signed_overlay
+    assert_same_objects(render(helm), kustomize(overlay))
+
+
+def test_the_same_bundle_renders_the_same_tls_objects_byte_for_byte(
+    helm: ModuleType, self_signed_overlay: tuple[TlsBundle, Path]
+) -> None:
+    bundle, overlay = self_signed_overlay
+    docs = render(helm, {"tls": {"selfSigned": pem_values(bundle)}})
+    assert_same_objects(docs, kustomize(overlay), tls_material=False)
+
+
+def test_cert_manager_values_render_the_cert_manager_overlay(helm: ModuleType) -> None:
+    assert_same_objects(
+        render(helm, {"tls": {"source": "certManager"}}),
+        kustomize(DEPLOY / "overlays" / "cert-manager"),
+    )
+
+
+def test_normalising_keeps_real_differences(
+    helm: ModuleType, self_signed_overlay: tuple[TlsBundle, Path]
+) -> None:
+    _, overlay = self_signed_overlay
+    kustomized = kustomize(overlay)
+    for values in ({"replicas": 3}, {"policy": "bestfit"}, {"webhook": {"timeoutSeconds": 3}}):
+        with pytest.raises(AssertionError):
+            assert_same_objects(render(helm, values), kustomized)
+
+
+# --- the schema and lint ------------------------------------------------------------------
+
+BAD_VALUES = [
+    ({"mode": "foo"}, "/mode"),
+    ({"replicas": -1}, "/replicas"),
+    ({"replicas": 1.5}, "/replicas"),
+    ({"bogus": True}, "'bogus' not allowed"),
+    ({"loop": {"tikS": 5}}, "'tikS' not allowed"),
+    ({"policy": "fastest"}, "/policy"),
+    ({"mode": "both", "leaderElection": {"enabled": False}}, "/leaderElection/enabled"),
+    ({"mode": "extender", "leaderElection": {"enabled": False}}, "/replicas"),
+    ({"loop": {"forecastWeight": 2}}, "/loop/forecastWeight"),
+    ({"loop": {"tickS": 0}}, "/loop/tickS"),
+    ({"loop": {"maxEvictionsPerTick": -1}}, "/loop/maxEvictionsPerTick"),
+    ({"loop": {"prometheus": "prometheus:9090"}}, "/loop/prometheus"),
+    ({"server": {"maxHeaders": 0}}, "/server/maxHeaders"),
+    ({"webhook": {"timeoutSeconds": 60}}, "/webhook/timeoutSeconds"),
+    ({"tls": {"source": "vault"}}, "/tls/source"),
+    ({"schedulerName": "Kube Sage"}, "/schedulerName"),
+    ({"extender": {"weight": 0}}, "/extender/weight"),
+]
+
+
+@pytest.mark.parametrize(("values", "named"), BAD_VALUES, ids=[n for _, n in BAD_VALUES])
+def test_the_schema_refuses_a_bad_value_naming_it(
+    helm: ModuleType, values: dict[str, Any], named: str
+) -> None:
+    with helm.Chart.load(CHART) as chart:
+        with pytest.raises(helm.HelmValuesError) as refused:
+            chart.validate_schema(values)
+        assert named in str(refused.value)
+        with pytest.raises(helm.HelmValuesError) as at_render:
+            chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        assert named in str(at_render.value)
+
+
+def test_the_schema_knows_every_policy_and_accepts_the_defaults(helm: ModuleType) -> None:
+    with helm.Chart.load(CHART) as chart:
+        assert chart.schema is not None
+        assert chart.schema["properties"]["policy"]["enum"] == policy_names()
+        for values in CASES.values():
+            chart.validate_schema(values)
+
+
+@pytest.mark.parametrize(
+    "case", ["defaults", "every-option", "bare", "extender-webhook-off-certManager-1r"]
+)
+def test_helm_lint_passes(helm: ModuleType, case: str) -> None:
+    report = helm.lint(
+        CHART,
+        CASES[case],
+        strict=True,
+        namespace=NAMESPACE,
+        kube_version=f"v{CURRENT_KUBERNETES}",
+    )
+    problems = [m for m in report["messages"] if m["severity"] >= 2]  # warnings and errors
+    assert report["total_charts_linted"] == 1
+    assert not report["errors"] and not problems, report
+
+
+def test_notes_say_how_to_check_the_install(helm: ModuleType) -> None:
+    with helm.Chart.load(CHART) as chart:
+        notes = chart.render({}, name=RELEASE, namespace=NAMESPACE)["kubesage/templates/NOTES.txt"]
+    assert "kubectl -n kubesage rollout status deployment/kubesage" in notes
+    assert "kubesage-scheduler-config" in notes
