@@ -77,6 +77,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/spark_locality.py
 	$(BIN)/python benchmarks/ppo.py
 	$(BIN)/python benchmarks/extender.py
+	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/flink_autoscale.py
 	$(BIN)/python benchmarks/flink_stagger.py
 

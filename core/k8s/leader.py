@@ -31,6 +31,7 @@ import urllib3
 
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoordinationV1Api
+from kubesage.core.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class LeaderElector:
         self._clock = clock
         self._wall = wall_clock
         self._leading = threading.Event()
+        self._leading_gauge = metrics.LEADER.labels(lease_name)
+        self._leading_gauge.set(0)
         self._observed_version: str | None = None
         self._observed_at = 0.0
         self._held_version: str | None = None
@@ -101,6 +104,7 @@ class LeaderElector:
                 stop.wait(self.retry_s * (1 + 0.2 * random.random()))
                 continue
             self._leading.set()
+            self._leading_gauge.set(1)
             log.info("%s leads lease %s/%s", self.identity, self.namespace, self.lease_name)
             try:
                 on_start()
@@ -122,6 +126,7 @@ class LeaderElector:
                         break
             finally:
                 self._leading.clear()
+                self._leading_gauge.set(0)
                 on_stop()
             if stop.is_set():
                 self.release()

@@ -55,6 +55,15 @@ ERRORS = Counter(
     ["component", "kind"],
     registry=REGISTRY,
 )
+HTTP_CLOSED = Counter(
+    "kubesage_http_connections_closed_total",
+    "Connections the HTTP server closed on its own, by reason: a limit (url_too_long 414, "
+    "header_too_large and too_many_headers 431, body_too_large 413), a timeout "
+    "(header_timeout and body_timeout 408; idle_timeout and write_timeout, unanswered) or "
+    "malformed HTTP (400).",
+    ["reason"],
+    registry=REGISTRY,
+)
 BINDS = Counter(
     "kubesage_binds_total",
     "Pod bindings attempted, by outcome (bound, failed, already_bound).",
@@ -106,6 +115,13 @@ LOOP_COLLECTOR_ERRORS = Counter(
     "kubesage_loop_collector_errors_total",
     "Collectors that raised during a tick (no snapshot yet, so skipped), by collector.",
     ["collector"],
+    registry=REGISTRY,
+)
+LEADER = Gauge(
+    "kubesage_leader",
+    "1 while this replica holds the leader-election Lease named by lease, else 0 "
+    "(only replicas that campaign export it: serve --scheduler-name).",
+    ["lease"],
     registry=REGISTRY,
 )
 

@@ -12,6 +12,7 @@ import pytest
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.apiclient import load_api_client
 from kubesage.core.k8s.leader import LeaderElector
+from kubesage.core.observability.metrics import REGISTRY
 from tests.fakes.apiserver import FakeApiServer, wait_until
 
 LEASE = r"^/apis/coordination.k8s.io/v1/namespaces/kubesage/leases"
@@ -176,3 +177,14 @@ def test_lead_runs_work_only_while_leading(fake: FakeApiServer) -> None:
 def test_inconsistent_timings_are_rejected(fake: FakeApiServer, timings: dict[str, Any]) -> None:
     with pytest.raises(InputError, match="retry_s < renew_s < lease_s"):
         elector(fake, "a", **timings)
+
+
+def test_the_leader_gauge_follows_the_lease(fake: FakeApiServer) -> None:
+    def gauge() -> float | None:
+        return REGISTRY.get_sample_value("kubesage_leader", {"lease": "kubesage-scheduler"})
+
+    with Replica(elector(fake, "a")) as a:
+        wait_until(lambda: gauge() == 1, what="the gauge at 1 while leading")
+        fake.fail("GET", LEASE, 500, times=10_000)
+        wait_until(lambda: a.stopped == 1, what="step down")
+        assert gauge() == 0
