@@ -51,11 +51,13 @@ and ≥ 1,000 pods/s at 10,000 nodes.
 
 JSON: ``{"nodes": {"<size>": {"<mode>": {the figures above, "names_per_request",
 "pods", "unschedulable"}}}, "fgd_cold_score_ms": {"<size>": {"<shape>"}},
-"reference", "targets_10000_nodes", "cpus", "load_average_1m_at_end", "fill"}``.
-``--tiny``: 200 nodes, 20 warm-up and 50 measured pods.
+"reference", "targets_10000_nodes", "cpus", "load_average_1m_at_end", "fill", "server"}``
+(``--server granian``: the same App served by granian, benchmarks/_extender_granian.py).
+``--tiny``: 200 nodes, 20 warm-up and 50 measured pods. ``--profile``: also each stage
+of filter and prioritize timed in-process, a table on stderr (:mod:`_extender_profile`).
 
     python benchmarks/extender.py [--nodes 5000 --nodes 10000] [--pods 2000] [--warmup 300]
-                                  [--tiny] [--format json]
+                                  [--tiny] [--format json] [--profile]
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ from typing import Any
 import numpy as np
 import orjson
 from _common import REPO, format_table, parse_args
+from _extender_granian import granian_server
+from _extender_profile import print_stage_profile
 
 from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION
 from kubesage.core.policy import PolicyContext
@@ -425,6 +429,17 @@ def main() -> int:
     )
     parser.add_argument("--mode", choices=["default", "all"], action="append")
     parser.add_argument("--format", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "--server",
+        choices=["kubesage", "granian"],
+        default="kubesage",
+        help="Serve the App with kubesage's HTTP server or with granian (_extender_granian.py).",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="Also time each stage of filter and prioritize in-process (table on stderr).",
+    )
     args = parse_args(parser, TINY)
     sizes = args.nodes or ([TINY_NODES] if args.tiny else [5_000, 10_000])
     modes = args.mode or ["default", "all"]
@@ -437,7 +452,12 @@ def main() -> int:
         results[str(size)] = {}
         cold[str(size)] = cold_score_ms(size)
         print(f"{size} nodes, cold FGD score ms: {cold[str(size)]}", file=sys.stderr, flush=True)
-        with extender_server(size) as port:
+        server = (
+            extender_server(size)
+            if args.server == "kubesage"
+            else granian_server(size, fill=FILL, tick_s=LOOP_TICK_S)
+        )
+        with server as port:
             for mode_number, mode in enumerate(modes):
                 window = feasible_nodes_to_find(size) if mode == "default" else size
                 # Fresh pods (new UIDs) per mode: the server keeps bound pods.
@@ -452,6 +472,8 @@ def main() -> int:
                     for number, pod in enumerate(firsts.values())
                 ] + pods[:warmup_pods]  # fmt: skip
                 figures = measure(port, node_names, window, warmup, measured)
+                if args.profile:
+                    print_stage_profile(size, FILL, window, warmup + measured)
                 results[str(size)][mode] = figures
                 print(f"{size} nodes, {mode}: {figures}", file=sys.stderr, flush=True)
     if args.format == "json":
@@ -463,6 +485,7 @@ def main() -> int:
             "cpus": os.cpu_count(),
             "load_average_1m_at_end": round(os.getloadavg()[0], 2),
             "fill": FILL,
+            "server": args.server,
         }
         print(json.dumps(document))
         return 0

@@ -215,7 +215,9 @@ def live_service(
             return True, f"live cluster, {state.num_nodes} nodes"
 
     service = Service(
-        extender=Extender(sync, policy, assume_and_bind(sync, binder, policy)),
+        extender=Extender(
+            sync, policy, assume_and_bind(sync, binder, policy), claim_requests=sync.request_of
+        ),
         description=f"live cluster through the API server, policy {policy_name}",
         health=health,
     )

@@ -29,18 +29,14 @@ from kubesage.core.dra import api as dra
 from kubesage.core.dra.nodes import NodeDevices
 from kubesage.core.k8s.apiclient import ApiClient, ResourceV1Api
 from kubesage.core.k8s.dra_inventory import claim_names, result_keys
-from kubesage.core.k8s.dra_requests import with_claims
+from kubesage.core.k8s.dra_requests import ClaimsPendingError, with_claims
 from kubesage.core.k8s.optional_group import OptionalListCall
-from kubesage.core.k8s.translate import TranslateError, pod_request
+from kubesage.core.k8s.translate import pod_request
 from kubesage.core.types import PodRequest
 
 Obj = dict[str, Any]
 Held = tuple[tuple[int, ...], int | None]
 """``(GPU indices in results order, MIG start slot)``, as the binder's annotations read."""
-
-
-class ClaimsPendingError(TranslateError):
-    """A claim the pod names is not created (or not seen) yet: the pod waits for it."""
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -28,6 +28,11 @@ from kubesage.core.dra import api
 from kubesage.core.k8s.translate import TranslateError, mig_shape
 from kubesage.core.types import PodRequest
 
+
+class ClaimsPendingError(TranslateError):
+    """A claim the pod names is not created (or not seen) yet: the pod waits for it."""
+
+
 GPU_CLASSES: frozenset[str] = frozenset({api.GPU_DEVICE_CLASS})
 MIG_CLASSES: frozenset[str] = frozenset({api.MIG_DEVICE_CLASS})
 

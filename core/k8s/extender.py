@@ -5,7 +5,8 @@ The wire format (models, fast parsing, score scaling) is
 are :mod:`kubesage.core.k8s.binding`.
 
 The handlers work on a whole request at once: the pod is translated once (and kept
-by uid and resourceVersion, so prioritize and bind reuse filter's work), the
+by uid and resourceVersion, so prioritize and bind reuse filter's work; a pod whose
+template was seen before is not parsed again, :mod:`~kubesage.core.k8s.pod_templates`), the
 candidate names are mapped to ClusterState indices through its name → index dict,
 and the fit check and the policy's scores are numpy over the candidates only —
 never over the whole cluster. Prioritize reuses what filter found for the same pod
@@ -39,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any
@@ -51,6 +52,7 @@ import orjson
 from kubesage.core.arrays import BoolArray, IntArray
 from kubesage.core.errors import KubesageError
 from kubesage.core.k8s.binding import BindFunction, BindTarget, StateView
+from kubesage.core.k8s.dra_requests import ClaimsPendingError
 from kubesage.core.k8s.extender_wire import (
     MAX_EXTENDER_PRIORITY,
     Args,
@@ -60,7 +62,8 @@ from kubesage.core.k8s.extender_wire import (
     parse_model,
     scale_scores,
 )
-from kubesage.core.k8s.translate import TranslateError, UnsupportedPodError, pod_request
+from kubesage.core.k8s.pod_templates import PodTemplates
+from kubesage.core.k8s.translate import TranslateError, UnsupportedPodError
 from kubesage.core.observability.logging import log_event
 from kubesage.core.observability.metrics import BINDS, DECISIONS, FALLBACKS
 from kubesage.core.policy.base import Policy
@@ -85,6 +88,8 @@ _NO_POSITIONS: IntArray = np.zeros(0, dtype=np.int64)
 _NO_POSITIONS.setflags(write=False)
 
 Response = tuple[int, bytes]
+ClaimRequests = Callable[[Mapping[str, Any]], PodRequest]
+"""A pod → its request including the GPUs of its ResourceClaims."""
 """HTTP status and JSON body."""
 
 
@@ -144,14 +149,20 @@ class Extender:
         bind: BindFunction | None = None,
         *,
         pod_cache_size: int = POD_CACHE_SIZE,
+        claim_requests: ClaimRequests | None = None,
     ):
         self.view = view
         self.policy = policy
         self._bind = bind
+        self._claim_requests = claim_requests
+        """A live cluster's translator for pods that ask for GPUs through ResourceClaims
+        (:meth:`~kubesage.core.k8s.informer.ClusterSync.request_of`): their GPUs are in the
+        claims, which the pod's own spec does not show."""
         self._pods: OrderedDict[tuple[str, str], PodRequest | UnsupportedPodError] = OrderedDict()
         self._pods_by_uid: OrderedDict[str, PodRequest] = OrderedDict()
         self._pod_cache_size = pod_cache_size
         self._pods_lock = threading.Lock()
+        self._templates = PodTemplates()
         self._entry_table: npt.NDArray[np.object_] = np.array([], dtype=object)
         self._entries_of: Sequence[str] | None = None
         self._passed: _Passed | None = None
@@ -319,10 +330,20 @@ class Extender:
                     self._pods.move_to_end(key)
                     return cached
         outcome: PodRequest | UnsupportedPodError
+        claims = self._claim_requests is not None and bool(
+            (pod.get("spec") or {}).get("resourceClaims")
+        )
         try:
-            outcome = pod_request(pod)
+            if claims and self._claim_requests is not None:
+                outcome = self._claim_requests(pod)
+            else:
+                outcome = self._templates.request(pod)
         except UnsupportedPodError as exc:
             outcome = exc
+        except ClaimsPendingError as exc:
+            # Not cached: the claim appears soon; until then kube-scheduler's own DRA
+            # plugin keeps the pod unschedulable, and kubesage leaves it to the default.
+            return UnsupportedPodError("a ResourceClaim it names is not created yet", path=exc.path)
         except TranslateError as exc:
             raise ExtenderRequestError(f"Pod: {exc}") from exc
         if uid:

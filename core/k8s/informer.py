@@ -45,7 +45,8 @@ from kubesage.core.dra.nodes import NodeDevices
 from kubesage.core.errors import DependencyError
 from kubesage.core.k8s.accounting import BoundPod, PodAccounting
 from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
-from kubesage.core.k8s.claim_cache import ClaimCache, ClaimsPendingError
+from kubesage.core.k8s.claim_cache import ClaimCache
+from kubesage.core.k8s.dra_requests import ClaimsPendingError
 from kubesage.core.k8s.slice_cache import SliceCache
 from kubesage.core.k8s.translate import TranslateError, node_spec
 from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
@@ -250,7 +251,7 @@ class ClusterSync(ReflectedCache):
 
     def request_of(self, pod: Mapping[str, Any]) -> PodRequest:
         """``pod``'s request with the GPUs its ResourceClaims ask for, from the cache
-        (TranslateError; :class:`~kubesage.core.k8s.claim_cache.ClaimsPendingError`
+        (TranslateError; :class:`~kubesage.core.k8s.dra_requests.ClaimsPendingError`
         while a claim it names is not created yet)."""
         with self._lock:
             return self._claims.request(pod)

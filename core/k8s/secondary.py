@@ -48,9 +48,9 @@ from kubesage.core.errors import CapacityError, DependencyError, InputError
 from kubesage.core.k8s import apiclient as k8s_client
 from kubesage.core.k8s.apiclient import ApiException
 from kubesage.core.k8s.binder import Binder, placement_annotations
-from kubesage.core.k8s.claim_cache import ClaimsPendingError
 from kubesage.core.k8s.dra_allocation import AllocationRefusedError
 from kubesage.core.k8s.dra_binding import ClaimAllocator
+from kubesage.core.k8s.dra_requests import ClaimsPendingError
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, place_all
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.translate import TranslateError

@@ -183,13 +183,7 @@ class FitReport:
         """Words by reason code (``""`` for :data:`NO_REASON`)."""
         table = self._tables.get(prefix)
         if table is None:
-            # Words only for the reasons present (usually two to four of the eleven):
-            # the extender's filter asks for them on every call.
-            table = np.full(len(_CHECKS) + 1, "", dtype=object)
-            present = np.flatnonzero(np.bincount(self.rejected_reasons, minlength=len(table)))
-            for code in present.tolist():
-                table[code] = prefix + _CHECKS[code - 1].words(self.request)
-            self._tables[prefix] = table
+            table = self._tables[prefix] = word_table(self.request, prefix)
         return table
 
     def counts(self) -> dict[FitCheck, int]:
@@ -208,6 +202,32 @@ class FitReport:
         ]
         more = len(counts) - limit
         return "; ".join(parts) + (f"; {more} other reason(s)" if more > 0 else "")
+
+
+WORD_TABLES_KEPT = 1024
+"""Request shapes whose reasons in words are kept (all dropped past that)."""
+_WORD_TABLES: dict[tuple[object, ...], npt.NDArray[np.object_]] = {}
+
+
+def word_table(request: PodRequest, prefix: str = "") -> npt.NDArray[np.object_]:
+    """Every reason of ``request`` in words after ``prefix``, by code (``""`` at
+    :data:`NO_REASON`); read-only, shared by the requests of one shape.
+
+    The extender's filter words the reasons of a few hundred nodes on every call;
+    the words depend only on the amounts the request asks for, so they are made once
+    per shape rather than once per call.
+    """
+    mig = request.mig.profile if request.mig is not None else None
+    key = (prefix, request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli,
+           request.gpu_models, mig)  # fmt: skip
+    table = _WORD_TABLES.get(key)
+    if table is None:
+        table = np.array([""] + [prefix + check.words(request) for check in _CHECKS], dtype=object)
+        table.setflags(write=False)
+        if len(_WORD_TABLES) >= WORD_TABLES_KEPT:
+            _WORD_TABLES.clear()
+        _WORD_TABLES[key] = table
+    return table
 
 
 def fit_mask(state: ClusterState, request: PodRequest, nodes: IntArray | None = None) -> BoolArray:

@@ -90,7 +90,9 @@ def check_extender(document: dict[str, Any]) -> None:
         "cpus",
         "load_average_1m_at_end",
         "fill",
+        "server",
     )
+    assert document["server"] in ("kubesage", "granian")
     for modes in document["nodes"].values():
         keys_are(modes, "default", "all")
         each_value_has(
@@ -205,6 +207,33 @@ def check_ppo(document: dict[str, Any]) -> None:
     keys_are(document["steps_per_s"], "1", "2")
 
 
+def check_soak(document: dict[str, Any]) -> None:
+    keys_are(
+        document,
+        "minutes",
+        "rss_mib_start",
+        "rss_mib_end",
+        "p99_ms_by_minute",
+        "status_counts",
+        "valid_requests_5xx",
+        "rss_mib_by_minute",
+        "rss_noise_pct",
+        "pods_by_minute",
+        "malformed",
+        "churn",
+        "nodes",
+        "checks",
+        "cpus",
+        "load_average_1m_by_minute",
+    )
+    keys_are(document["checks"], *SOAK_CHECKS)
+    keys_are(document["malformed"], "bad_json", "wrong_types", "huge_header", "cut_body")
+    assert document["valid_requests_5xx"] == 0  # a 5xx on a valid request is a bug at any size
+
+
+SOAK_CHECKS = ("rss_end_within_10pct_of_start", "no_5xx_on_valid", "p99_worst_within_3x_best")
+
+
 def check_spark_locality(document: dict[str, Any]) -> None:
     each_value_has(
         document, "cross_rack_bytes", "ours_over_spread_median", "ours_over_spread_worst"
@@ -236,6 +265,7 @@ BENCHMARKS = {
     "forecast_placement": Benchmark(check_forecast_placement),
     "placement_speed": Benchmark(check_placement_speed, needs=("openb",)),
     "ppo": Benchmark(check_ppo, needs=("openb",), marks=SLOW),  # Ray start-up
+    "soak": Benchmark(check_soak),
     "spark_locality": Benchmark(check_spark_locality, needs=("spark",), marks=SLOW),
 }
 

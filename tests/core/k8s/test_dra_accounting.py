@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from kubesage.core.dra import api as dra_api
 from kubesage.core.k8s.apiclient import ApiClient, load_api_client
+from kubesage.core.k8s.extender import Extender
 from kubesage.core.k8s.informer import ClusterSync
 from kubesage.core.k8s.secondary import SecondaryScheduler
 from kubesage.core.policy import PolicyContext, make_policy
@@ -167,3 +169,32 @@ def test_without_resource_k8s_io_device_plugin_pods_are_accounted_as_before() ->
                 assert [int(x) for x in state.gpu_free_milli[0]] == [0, 0, 0] + [1000] * 5
             assert sync.failures == 0 and sync.unaccounted == {}
             assert sync.request_of(pod).num_gpu == 3
+
+
+def test_the_extender_filters_a_claim_pod_by_the_gpus_its_claim_asks_for(
+    fake: FakeApiServer,
+) -> None:
+    fake.add_claim(fx.gpu_claim("theirs", count=6))
+    allocate(fake, "theirs", claim_pod(fake, "running", "theirs", node=DGX), 0, 1, 2, 3, 4, 5)
+    fake.add_claim(fx.gpu_claim("big", count=4))
+    big = claim_pod(fake, "big", "big")
+    fake.add_claim(fx.gpu_claim("small", count=2))
+    small = claim_pod(fake, "small", "small")
+    with make_sync(client(fake)) as sync:
+        assert sync.wait_until_ready(10)
+        wait_until(lambda: busy_gpus(sync) == list(range(6)), what="the running claim's GPUs")
+        policy = make_policy("bestfit", PolicyContext())
+        extender = Extender(sync, policy, claim_requests=sync.request_of)
+
+        def passed(pod: dict[str, Any]) -> list[str]:
+            status, body = extender.filter(orjson.dumps({"Pod": pod, "NodeNames": [DGX]}))
+            assert status == 200
+            names: list[str] = orjson.loads(body)["NodeNames"]
+            return names
+
+        # Four GPUs asked through the claim, two free: the node fails, as it would for
+        # nvidia.com/gpu: 4 (the pod's own spec asks for no GPU at all).
+        assert passed(big) == []
+        assert passed(small) == [DGX]
+        # A pod whose claim does not exist yet is left to kube-scheduler (passes, unscored).
+        assert passed(claim_pod(fake, "early", "not-yet")) == [DGX]
