@@ -94,7 +94,6 @@ def serve(nodes: int, commands: Connection) -> None:
     from kubesage.core.k8s.embedded import EmbeddedCluster
     from kubesage.core.k8s.embedded_nodes import add_nodes, remove_nodes
     from kubesage.core.k8s.http_server import HttpServer
-    from kubesage.core.k8s.server import create_app
     from kubesage.core.observability.logging import configure_logging
 
     configure_logging("warning")  # one INFO line per bind and per 400 would be the bench
@@ -102,13 +101,7 @@ def serve(nodes: int, commands: Connection) -> None:
     service = embedded_service(DEFAULT_POLICY, nodes=nodes, fill=FILL, loop=settings)
     cluster = service.extender.view
     assert isinstance(cluster, EmbeddedCluster)
-    app = create_app(
-        service.extender,
-        mutate=service.mutate,
-        health=service.health,
-        bind_waits_on_io=service.bind_waits_on_io,
-        loop=service.loop.debug if service.loop is not None else None,
-    )
+    app = service.app()
     gc.collect()
     gc.freeze()  # as `kubesage serve` does
     server = HttpServer(app)

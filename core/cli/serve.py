@@ -64,7 +64,7 @@ from kubesage.core.k8s.extender import Extender
 from kubesage.core.k8s.http_limits import HttpLimits
 from kubesage.core.k8s.http_server import HttpServer
 from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
-from kubesage.core.k8s.server import HealthCheck, MutateHandler, create_app
+from kubesage.core.k8s.server import App, HealthCheck, MutateHandler, create_app
 from kubesage.core.loop.control import ControlLoop
 from kubesage.core.loop.settings import DEFAULT_TICK_S, LoopSettings
 from kubesage.core.observability import metrics
@@ -113,6 +113,16 @@ class Service:
             self.stoppers.append(loop.start())
         self.description += f"; control loop every {loop.tick_s:g} s" + (
             " (dry run)" if loop.dry_run else ""
+        )
+
+    def app(self) -> App:
+        """The HTTP app serving this service: extender, webhook, health, /debug/loop."""
+        return create_app(
+            self.extender,
+            mutate=self.mutate,
+            health=self.health,
+            bind_waits_on_io=self.bind_waits_on_io,
+            loop=self.loop.debug if self.loop is not None else None,
         )
 
     def stop(self) -> None:
@@ -426,13 +436,7 @@ def serve(
         service = live_service(api, policy, scheduler_name=scheduler_name, loop=settings)
     sock = open_socket(host, port)
     actual_port = sock.getsockname()[1]
-    app = create_app(
-        service.extender,
-        mutate=service.mutate,
-        health=service.health,
-        bind_waits_on_io=service.bind_waits_on_io,
-        loop=service.loop.debug if service.loop is not None else None,
-    )
+    app = service.app()
     # What exists now lives as long as the process: keep the cyclic GC from
     # re-scanning it on every full collection (latency spikes on a large cluster).
     gc.collect()

@@ -2,7 +2,7 @@
 share: rendering with ``kubectl kustomize``, offline validation, strict models of the
 kinds that ship no offline schema, and the RBAC bookkeeping.
 
-- Built-in kinds: kubernetes-validate, strict (:func:`validate_builtin`).
+- Built-in kinds: kubernetes-validate, strict (``kubesage.core.k8s.validation.validate_manifests``).
 - The KubeSchedulerConfiguration inside its ConfigMap, ServiceMonitor and cert-manager's
   Issuer/Certificate have no schema that ships offline (kubernetes-validate knows only
   built-in kinds; the operators' CRDs are not vendored here). They are checked against
@@ -26,12 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import kubernetes.client
-import kubernetes_validate
 import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
-
-from kubesage.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -76,20 +73,6 @@ def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
     matches = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     assert len(matches) == 1, f"{kind} {name}: {len(matches)} found"
     return matches[0]
-
-
-def validate_builtin(manifests: Iterable[Mapping[str, Any]], kubernetes_version: str) -> None:
-    """Raise InputError naming the first manifest that is not valid Kubernetes
-    ``kubernetes_version`` (strict: unknown fields fail too)."""
-    for manifest in manifests:
-        try:
-            kubernetes_validate.validate(dict(manifest), kubernetes_version, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            name = (manifest.get("metadata") or {}).get("name", "?")
-            raise InputError(
-                f"{manifest.get('kind', '?')} '{name}' is not valid Kubernetes "
-                f"{kubernetes_version}: {exc.message}"
-            ) from exc
 
 
 # --- kinds without an offline schema: strict models of the fields used -----------------

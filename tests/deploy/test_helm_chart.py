@@ -56,7 +56,6 @@ from tests.deploy.manifests_support import (
     needed,
     rbac_rows_missing,
     scheduler_configuration,
-    validate_builtin,
     validate_custom,
 )
 
@@ -246,7 +245,7 @@ def test_every_builtin_object_validates_at_a_current_kubernetes(
         for _, _, doc in objects_of(renders)
         if (doc["apiVersion"], doc["kind"]) not in CRD_KINDS
     }
-    validate_builtin(unique.values(), CURRENT_KUBERNETES)
+    validate_manifests(unique.values(), CURRENT_KUBERNETES)
     assert {doc["kind"] for doc in unique.values()} == {
         "Namespace",
         "CustomResourceDefinition",
