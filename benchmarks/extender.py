@@ -121,6 +121,17 @@ def feasible_nodes_to_find(num_nodes: int, percentage: int = 0) -> int:
     return max(num_nodes * adaptive // 100, 100)
 
 
+def binding_args(pod: dict[str, Any], node: str) -> dict[str, str]:
+    """kube-scheduler's ExtenderBindingArgs binding ``pod`` to ``node``."""
+    metadata = pod["metadata"]
+    return {
+        "PodName": metadata["name"],
+        "PodNamespace": metadata["namespace"],
+        "PodUID": metadata["uid"],
+        "Node": node,
+    }
+
+
 def v1_pod(index: int, request: PodRequest) -> dict[str, Any]:
     """A pending v1 Pod as kube-scheduler sends it, asking what ``request`` asks."""
     requests = {"cpu": f"{request.cpu_milli}m", "memory": f"{request.memory_mib}Mi"}
@@ -334,13 +345,7 @@ class Cycle:
         elapsed = time.perf_counter() - started
         bind_started = time.perf_counter()
         if best is not None:
-            metadata = pod["metadata"]
-            binding = {
-                "PodName": metadata["name"],
-                "PodNamespace": metadata["namespace"],
-                "PodUID": metadata["uid"],
-                "Node": best,
-            }
+            binding = binding_args(pod, best)
             result = _post(self.connection, "/scheduler/bind", orjson.dumps(binding))
             if result["Error"]:
                 raise SystemExit(f"error: bind failed: {result['Error']}")

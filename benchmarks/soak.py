@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 import orjson
 from _common import format_table, parse_args
-from extender import FILL, KeepAlive, feasible_nodes_to_find, v1_pod
+from extender import FILL, KeepAlive, binding_args, feasible_nodes_to_find, v1_pod
 
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 
@@ -304,13 +304,7 @@ class Soak:
         elapsed = time.perf_counter() - started
         if best is not None:
             metadata = pod["metadata"]
-            binding = {
-                "PodName": metadata["name"],
-                "PodNamespace": metadata["namespace"],
-                "PodUID": metadata["uid"],
-                "Node": best,
-            }
-            status, content = self.post("/scheduler/bind", orjson.dumps(binding))
+            status, content = self.post("/scheduler/bind", orjson.dumps(binding_args(pod, best)))
             if status == 200 and not orjson.loads(content)["Error"]:
                 self.live.append((metadata["namespace"], metadata["name"], metadata["uid"]))
         return elapsed
