@@ -9,17 +9,30 @@ memory to pass to the next call. It does no I/O and reads no clock. Per vertex `
 - *true processing rate* per subtask = records in/s per subtask ÷ busy fraction, where
   the busy fraction is ``busyTimeMsPerSecond / 1000`` taken as the max over subtasks
   (the slowest subtask bounds the vertex); sources use records out;
-- *target rates*, in topological order from the sources: a source's target is its
-  demand — the observed (or, with a forecaster, the forecast) output rate plus the
-  growth of its backlog (``pendingRecords``) — plus ``backlog / catch_up_s``; every
-  other vertex receives the sum of its inputs' targets and passes on
-  ``target × (out / in)``;
+- *target rates* (:mod:`~kubesage.adapters.flink.demand`), in topological order from
+  the sources: a source's target is its demand — the observed (or, with a forecaster,
+  the forecast) output rate plus the growth of its backlog (``pendingRecords``) — plus
+  ``backlog / catch_up_s``; every other vertex receives the sum of its inputs' targets
+  and passes on ``target × (out / in)``;
 - *parallelism* = ``ceil(target / true rate per subtask / target utilisation)``, clamped
   to ``[min_parallelism, max parallelism]`` and, for a vertex behind a hash (keyBy)
   edge, raised to a divisor of its max parallelism so key groups spread evenly.
 
+Missing metrics hold only the vertex that lacks them, as Flink's operator autoscaler
+does: a vertex without busy time or without its record counts keeps its parallelism
+(a source: "held"), the others are still scaled from their own busy time and the
+records they receive, and the reasons say what was missing and what was assumed. A
+vertex that processed nothing while its demand is zero is idle: it goes to
+``min_parallelism`` (after the scale-down delay).
+
+A *saturated* source — no backlog metric, backpressured — emits only what the
+bottleneck takes, so its demand is only a lower bound. Then a vertex busier than the
+target utilisation is scaled up by ``saturated_step`` per rescale (bounded, re-measured
+after each: once the backpressure lifts the demand shows itself and the ordinary rule
+takes over), and nothing downstream of it is scaled down on that figure.
+
 Guard rails: no decision while the job is not RUNNING or within ``settle_s`` of its
-last (re)start, nor while metrics are missing; a change must be proposed by
+last (re)start; a change must be proposed by
 ``stable_observations`` consecutive observations; a vertex whose utilisation is within
 ``target ± boundary`` keeps its parallelism; scale-downs wait ``scale_down_delay_s``;
 no vertex reverses a rescale within ``oscillation_window_s``; and a plan that needs
@@ -33,50 +46,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from kubesage.adapters.flink.autoscaler_settings import AutoscalerSettings
+from kubesage.adapters.flink.demand import JobDemand, VertexDemand, job_demand
+from kubesage.adapters.flink.guard_rails import GuardRailMemory, VertexMemory, guard
 from kubesage.adapters.flink.observation import Observation, VertexObservation
-from kubesage.core.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class AutoscalerSettings:
-    """Tuning of the decision; defaults suit jobs whose rates change over minutes."""
-
-    target_utilisation: float = 0.8
-    """Fraction of its true processing rate a vertex should run at (headroom for spikes)."""
-    utilisation_boundary: float = 0.1
-    """A vertex within ``target ± boundary`` utilisation keeps its parallelism."""
-    settle_s: float = 20.0
-    """Seconds after a (re)start before metrics count: tasks warm up, buffers refill."""
-    stable_observations: int = 2
-    """Consecutive observations that must propose the same parallelism."""
-    scale_down_delay_s: float = 300.0
-    """A scale-down must be proposed this long before it happens."""
-    oscillation_window_s: float = 600.0
-    """No vertex reverses the direction of its last rescale within this window."""
-    catch_up_s: float = 300.0
-    """A backlog is planned to drain within this time."""
-    min_parallelism: int = 1
-    max_parallelism: int | None = None
-    exclude: frozenset[str] = frozenset()
-    """Vertex ids or names never rescaled (their rates still propagate)."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.target_utilisation <= 1.0:
-            raise ConfigError("must be in (0, 1]", field="target_utilisation")
-        if not 0.0 <= self.utilisation_boundary < self.target_utilisation:
-            raise ConfigError("must be in [0, target_utilisation)", field="utilisation_boundary")
-        if self.stable_observations < 1:
-            raise ConfigError("must be ≥ 1", field="stable_observations")
-        if self.min_parallelism < 1:
-            raise ConfigError("must be ≥ 1", field="min_parallelism")
-        if self.catch_up_s <= 0:
-            raise ConfigError("must be > 0", field="catch_up_s")
-
-    def excludes(self, vertex: VertexObservation) -> bool:
-        return vertex.vertex_id in self.exclude or vertex.name in self.exclude
+__all__ = [
+    "Autoscaler",
+    "AutoscalerSettings",
+    "GuardRailMemory",
+    "ScalingDecision",
+    "VertexDecision",
+    "decide",
+]
 
 
 @dataclass(frozen=True)
@@ -115,53 +100,6 @@ class ScalingDecision:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class VertexMemory:
-    """What the guard rails remember of one vertex between decisions."""
-
-    ideals: tuple[int, ...] = ()
-    """The rule's last ``stable_observations`` proposals, oldest first."""
-    scale_down_since_s: float | None = None
-    """When the scale-down now pending was first proposed."""
-    last_rescale_s: float | None = None
-    last_direction: int = 0
-    """+1: the last rescale went up, -1: down, 0: none yet."""
-
-
-@dataclass(frozen=True)
-class GuardRailMemory:
-    """The guard rails' memory of a job: vertex id → :class:`VertexMemory` (immutable)."""
-
-    vertices: Mapping[str, VertexMemory] = field(default_factory=dict)
-
-    def of(self, vertex_id: str) -> VertexMemory:
-        return self.vertices.get(vertex_id, VertexMemory())
-
-    def after_rescale(
-        self, time_s: float, old: Mapping[str, int], new: Mapping[str, int]
-    ) -> GuardRailMemory:
-        """The memory once a rescale from ``old`` to ``new`` was applied at ``time_s``.
-
-        The vertices that changed remember when and which way (the oscillation guard);
-        every pending proposal is forgotten: the next ones are measured on the new job.
-        """
-        vertices = dict(self.vertices)
-        for vertex_id, parallelism in new.items():
-            memory = vertices.get(vertex_id, VertexMemory())
-            before = old.get(vertex_id, parallelism)
-            if parallelism != before:
-                memory = replace(
-                    memory, last_rescale_s=time_s, last_direction=1 if parallelism > before else -1
-                )
-            vertices[vertex_id] = memory
-        return GuardRailMemory(
-            {
-                vertex_id: replace(memory, ideals=(), scale_down_since_s=None)
-                for vertex_id, memory in vertices.items()
-            }
-        )
-
-
 def decide(
     observation: Observation,
     memory: GuardRailMemory | None = None,
@@ -179,12 +117,12 @@ def decide(
         kept = tuple(_keep(v, skip) for v in observation.vertices)
         skipped = ScalingDecision(observation.job_id, observation.time_s, "skip", kept, (skip,))
         return skipped, memory
-    targets = _targets(observation, settings)
+    demand = job_demand(observation, settings.catch_up_s)
     remembered = dict(memory.vertices)
     decisions = []
     for vertex in observation.vertices:
         vertex_decision, vertex_memory = _vertex(
-            observation, vertex, targets, memory.of(vertex.vertex_id), settings
+            observation, vertex, demand.of(vertex.vertex_id), memory.of(vertex.vertex_id), settings
         )
         decisions.append(vertex_decision)
         if vertex_memory is not None:
@@ -195,6 +133,7 @@ def decide(
         f"rates over {observation.window_s:.0f} s, target utilisation "
         f"{settings.target_utilisation:.2f}"
     ]
+    reasons.extend(_job_notes(observation, demand, settings))
     if slot_reason:
         reasons.append(slot_reason)
     decision = ScalingDecision(
@@ -243,78 +182,101 @@ def _skip_reason(observation: Observation, settings: AutoscalerSettings) -> str 
             f"the measurement window starts {window_start:.0f} s after the (re)start; "
             f"it must start after {settings.settle_s:.0f} s"
         )
-    missing = [
-        v.name
-        for v in observation.vertices
-        if not settings.excludes(v)
-        and (
-            v.busy_ms_per_s is None
-            or (v.records_in_per_s if not v.is_source else v.records_out_per_s) is None
-        )
-    ]
-    if missing:
-        return f"metrics missing for {', '.join(missing)}"
+    if not any(_measured(v) for v in observation.vertices):
+        return "no vertex reports busy time and record counts yet"
     return None
 
 
-def _targets(
-    observation: Observation, settings: AutoscalerSettings
-) -> dict[str, tuple[float, float]]:
-    """Vertex id → (target records in/s, target records out/s), sources first."""
-    by_id = {v.vertex_id: v for v in observation.vertices}
-    targets: dict[str, tuple[float, float]] = {}
-    for vertex_id in _topological(observation.vertices):
-        vertex = by_id[vertex_id]
-        observed_in = vertex.records_in_per_s or 0.0
-        observed_out = vertex.records_out_per_s or 0.0
-        target_in = sum(targets[i][1] for i in vertex.inputs if i in targets)
-        if vertex.is_source or vertex.pending_records is not None:
-            demand = observed_out + (vertex.pending_growth_per_s or 0.0)
-            if vertex.forecast_records_per_s is not None:
-                demand = max(demand, vertex.forecast_records_per_s)
-            backlog = max(vertex.pending_records or 0.0, 0.0)
-            target_out = max(demand, 0.0) + backlog / settings.catch_up_s
-            targets[vertex_id] = (target_in or observed_in, target_out)
-            continue
-        selectivity = observed_out / observed_in if observed_in > 0 else 1.0
-        targets[vertex_id] = (target_in, target_in * selectivity)
-    return targets
+def _measured(vertex: VertexObservation) -> bool:
+    rate = vertex.records_out_per_s if vertex.is_source else vertex.records_in_per_s
+    return vertex.busy_ms_per_s is not None and rate is not None
+
+
+def _missing(vertex: VertexObservation) -> list[str]:
+    """The metrics the rule needs that this vertex did not report, in Flink's names."""
+    missing = []
+    if vertex.busy_ms_per_s is None:
+        missing.append("busy time (busyTimeMsPerSecond)")
+    if vertex.is_source and vertex.records_out_per_s is None:
+        missing.append("records out (numRecordsOut)")
+    if not vertex.is_source and vertex.records_in_per_s is None:
+        missing.append("records in (numRecordsIn)")
+    return missing
+
+
+def _job_notes(
+    observation: Observation, demand: JobDemand, settings: AutoscalerSettings
+) -> list[str]:
+    """The job-wide modes the decision ran in: saturated sources, vertices held for
+    missing metrics."""
+    notes = []
+    if demand.saturated:
+        notes.append(
+            f"saturated: {', '.join(demand.saturated)} (no backlog metric, no room to emit "
+            f"more): demand is a lower bound; bottlenecks grow ×{settings.saturated_step:g} "
+            "per rescale and are re-measured after each; no scale-down on that figure"
+        )
+    held = [
+        f"{v.name} ({', '.join(_missing(v))})"
+        for v in observation.vertices
+        if _missing(v) and not settings.excludes(v)
+    ]
+    if held:
+        notes.append(f"metrics missing, held: {'; '.join(held)}")
+    return notes
 
 
 def _vertex(
     observation: Observation,
     vertex: VertexObservation,
-    targets: Mapping[str, tuple[float, float]],
+    demand: VertexDemand,
     memory: VertexMemory,
     settings: AutoscalerSettings,
 ) -> tuple[VertexDecision, VertexMemory | None]:
     """The vertex's decision and its memory afterwards (None: nothing to remember)."""
-    target_in, target_out = targets[vertex.vertex_id]
+    target = demand.target_out if vertex.is_source else demand.target_in
     if settings.excludes(vertex):
-        return _keep(vertex, "excluded from scaling", target=target_in), None
+        return _keep(vertex, "excluded from scaling", target=target), None
+    missing = _missing(vertex)
+    if missing:
+        role = "source held" if vertex.is_source else "held"
+        return _keep(
+            vertex, f"{' and '.join(missing)} not reported: {role}", *demand.notes, target=target
+        ), None
+    if target is None:
+        return _keep(vertex, "demand unknown: held", *demand.notes, target=target), None
     assert vertex.busy_ms_per_s is not None
     rate = vertex.records_out_per_s if vertex.is_source else vertex.records_in_per_s
-    target = target_out if vertex.is_source else target_in
+    assert rate is not None
     busy = min(max(vertex.busy_ms_per_s, 0.0), 1000.0) / 1000.0
-    if not rate or busy <= 0.0:
-        return _keep(vertex, "no records processed in the window", target=target), None
-    true_rate = rate / vertex.parallelism / busy
-    utilisation = target / (true_rate * vertex.parallelism)
-    low = settings.target_utilisation - settings.utilisation_boundary
-    high = settings.target_utilisation + settings.utilisation_boundary
-    reasons = [
-        f"true rate {true_rate:.1f} rec/s per subtask (busy {busy * 1000:.0f} ms/s), "
-        f"target {target:.1f} rec/s, utilisation {utilisation:.2f}"
-    ]
-    ideal = math.ceil(target / (true_rate * settings.target_utilisation) - 1e-9)
-    ideal = _clamp(vertex, ideal, reasons, settings)
-    if low <= utilisation <= high:
-        ideal = vertex.parallelism
-        reasons.append(f"within {low:.2f}–{high:.2f}: keep")
+    reasons = list(demand.notes)
+    if rate <= 0.0 or busy <= 0.0:
+        if target > 0.0:
+            return _keep(
+                vertex,
+                f"no records processed in the window (demand {target:.1f} rec/s)",
+                *demand.notes,
+                target=target,
+            ), None
+        # Nothing arrives and nothing is owed: idle, as Flink's autoscaler reads it
+        # (an infinite true rate) — the smallest parallelism does.
+        true_rate, utilisation = None, 0.0
+        reasons.append("idle: no records in the window and no demand")
+        ideal = _clamp(vertex, settings.min_parallelism, reasons, settings)
+    else:
+        true_rate = rate / vertex.parallelism / busy
+        utilisation = target / (true_rate * vertex.parallelism)
+        reasons.append(
+            f"true rate {true_rate:.1f} rec/s per subtask (busy {busy * 1000:.0f} ms/s), "
+            f"target {target:.1f} rec/s, utilisation {utilisation:.2f}"
+        )
+        ideal = math.ceil(target / (true_rate * settings.target_utilisation) - 1e-9)
+        ideal = _clamp(vertex, ideal, reasons, settings)
+        ideal = _within_boundary(vertex, ideal, utilisation, demand, reasons, settings)
     memory = replace(memory, ideals=(*memory.ideals, ideal)[-settings.stable_observations :])
     proposed = ideal
     if proposed != vertex.parallelism:
-        proposed, memory = _guard(observation.time_s, vertex, memory, proposed, reasons, settings)
+        proposed, memory = guard(observation.time_s, vertex, memory, proposed, reasons, settings)
     else:
         memory = replace(memory, scale_down_since_s=None)
     decision = VertexDecision(
@@ -329,6 +291,41 @@ def _vertex(
         tuple(reasons),
     )
     return decision, memory
+
+
+def _within_boundary(
+    vertex: VertexObservation,
+    ideal: int,
+    utilisation: float,
+    demand: VertexDemand,
+    reasons: list[str],
+    settings: AutoscalerSettings,
+) -> int:
+    """The rule's ideal after the utilisation boundary and, when the demand is only a
+    lower bound (a saturated source upstream), after bounded probing."""
+    if demand.lower_bound:
+        if utilisation > settings.target_utilisation:
+            probe = _clamp(
+                vertex,
+                math.ceil(vertex.parallelism * settings.saturated_step - 1e-9),
+                reasons,
+                settings,
+            )
+            grown = max(probe, ideal)
+            reasons.append(
+                f"demand is a lower bound (saturated source): ×{settings.saturated_step:g} "
+                f"to {grown}, re-measured after the rescale"
+            )
+            return grown
+        if ideal < vertex.parallelism:
+            reasons.append("demand is a lower bound (saturated source): no scale-down")
+        return vertex.parallelism if ideal < vertex.parallelism else ideal
+    low = settings.target_utilisation - settings.utilisation_boundary
+    high = settings.target_utilisation + settings.utilisation_boundary
+    if low <= utilisation <= high:
+        reasons.append(f"within {low:.2f}–{high:.2f}: keep")
+        return vertex.parallelism
+    return ideal
 
 
 def _clamp(
@@ -349,48 +346,6 @@ def _clamp(
             )
             clamped = aligned
     return clamped
-
-
-def _guard(
-    now: float,
-    vertex: VertexObservation,
-    memory: VertexMemory,
-    proposed: int,
-    reasons: list[str],
-    settings: AutoscalerSettings,
-) -> tuple[int, VertexMemory]:
-    """The parallelism the guard rails allow for a proposed change, and the memory after."""
-    if len(memory.ideals) < settings.stable_observations or len(set(memory.ideals)) > 1:
-        reasons.append(
-            f"waiting for stable metrics: last proposals {list(memory.ideals)}, need "
-            f"{settings.stable_observations} equal"
-        )
-        return vertex.parallelism, memory
-    direction = 1 if proposed > vertex.parallelism else -1
-    if (
-        memory.last_rescale_s is not None
-        and memory.last_direction == -direction
-        and now - memory.last_rescale_s < settings.oscillation_window_s
-    ):
-        reasons.append(
-            f"would reverse the rescale of {now - memory.last_rescale_s:.0f} s ago "
-            f"(oscillation window {settings.oscillation_window_s:.0f} s): keep"
-        )
-        return vertex.parallelism, memory
-    if direction < 0:
-        since = now if memory.scale_down_since_s is None else memory.scale_down_since_s
-        memory = replace(memory, scale_down_since_s=since)
-        waited = now - since
-        if waited < settings.scale_down_delay_s:
-            reasons.append(
-                f"scale-down to {proposed} deferred: proposed for {waited:.0f} s, "
-                f"needs {settings.scale_down_delay_s:.0f} s"
-            )
-            return vertex.parallelism, memory
-    else:
-        memory = replace(memory, scale_down_since_s=None)
-    reasons.append(f"scale {'up' if direction > 0 else 'down'} to {proposed}")
-    return proposed, memory
 
 
 def _fit_slots(
@@ -429,7 +384,9 @@ def _fit_slots(
     return capped, reason
 
 
-def _keep(vertex: VertexObservation, reason: str, *, target: float | None = None) -> VertexDecision:
+def _keep(
+    vertex: VertexObservation, reason: str, *notes: str, target: float | None = None
+) -> VertexDecision:
     return VertexDecision(
         vertex.vertex_id,
         vertex.name,
@@ -439,7 +396,7 @@ def _keep(vertex: VertexObservation, reason: str, *, target: float | None = None
         target,
         None,
         None,
-        (reason,),
+        (reason, *notes),
     )
 
 
@@ -449,18 +406,3 @@ def _divisor_at_least(parallelism: int, max_parallelism: int) -> int:
         if max_parallelism % candidate == 0:
             return candidate
     return parallelism
-
-
-def _topological(vertices: tuple[VertexObservation, ...]) -> list[str]:
-    placed: set[str] = set()
-    order: list[str] = []
-    remaining = list(vertices)
-    known = {v.vertex_id for v in vertices}
-    while remaining:
-        ready = [v for v in remaining if all(i in placed or i not in known for i in v.inputs)]
-        ready = ready or remaining[:1]
-        for vertex in ready:
-            order.append(vertex.vertex_id)
-            placed.add(vertex.vertex_id)
-        remaining = [v for v in remaining if v.vertex_id not in placed]
-    return order

@@ -50,9 +50,10 @@ class ObservationCollector:
 
     Rates come from the difference of cumulative counters (``numRecordsIn``/``Out``
     summed over subtasks, ``accumulateBusyTimeMs`` max over subtasks) between the oldest
-    sample inside ``window_s`` and now: they follow a rescale within seconds, where
-    Flink's own ``…PerSecond`` meters average over 60 s. A restart of the job empties
-    the window. Without those counters (an older Flink) the meters are used.
+    sample inside ``window_s`` that has the counter and now: they follow a rescale
+    within seconds, where Flink's own ``…PerSecond`` meters average over 60 s. A
+    restart of the job empties the window. Without those counters (an older Flink) the
+    meters are used; a value Flink reports as NaN (not measured) is no reading.
     """
 
     def __init__(
@@ -90,9 +91,10 @@ class ObservationCollector:
         if running:
             for vertex in job.vertices:
                 counters[vertex.id], meters[vertex.id] = self._read(vertex.id)
-            # Flink's metric store fills on the first query after a (re)start: a sample
-            # without every counter would poison the window, so it is not kept.
-            if all(set(COUNTERS) <= set(values) for values in counters.values()):
+            # Flink's metric store fills on the first query after a (re)start, and some
+            # vertices never report some counters (a legacy source's busy time): each
+            # rate is taken from the oldest sample that has its counter (``_rate``).
+            if any(counters.values()):
                 self._samples.append(_Sample(now, counters))
             horizon = now - self.window_s
             while len(self._samples) > 2 and self._samples[1].time_s <= horizon:
@@ -101,7 +103,7 @@ class ObservationCollector:
         window = now - first.time_s if first is not None else 0.0
         inputs = job.inputs()
         vertices = tuple(
-            self._vertex(vertex, inputs[vertex.id], first, counters, meters, window)
+            self._vertex(vertex, inputs[vertex.id], counters, meters, window, now)
             for vertex in job.vertices
         )
         return Observation(
@@ -133,6 +135,8 @@ class ObservationCollector:
                 values[name] = metrics[name].max
         if pending and all(name in metrics for name in pending):
             values[PENDING_SUFFIX] = sum(metrics[name].sum for name in pending)
+        # NaN is Flink's "not measured" (a legacy source's busy time): not a reading.
+        values = {name: value for name, value in values.items() if math.isfinite(value)}
         meter_values = {
             "numRecordsInPerSecond": metrics["numRecordsInPerSecond"].sum
             if "numRecordsInPerSecond" in metrics
@@ -150,10 +154,10 @@ class ObservationCollector:
         self,
         vertex: JobVertex,
         edges: tuple[PlanInput, ...],
-        first: _Sample | None,
         counters: Mapping[str, Mapping[str, float]],
         meters: Mapping[str, Mapping[str, float]],
         window: float,
+        now: float,
     ) -> VertexObservation:
         vertex_id = vertex.id
         base = VertexObservation(
@@ -167,15 +171,11 @@ class ObservationCollector:
             slot_sharing_group=vertex.slot_sharing_group,
         )
         now_values = counters.get(vertex_id, {})
-        if first is None or window <= 0:
+        if window <= 0:
             return base
 
         def rate(name: str) -> float | None:
-            before = first.counters.get(vertex_id, {}).get(name)
-            after = now_values.get(name)
-            if before is None or after is None:
-                return None
-            return max(after - before, 0.0) / window
+            return self._rate(vertex_id, name, now_values.get(name), now)
 
         def meter(name: str) -> float | None:
             value = meters.get(vertex_id, {}).get(name, math.nan)
@@ -187,8 +187,7 @@ class ObservationCollector:
         pending = now_values.get(PENDING_SUFFIX)
         growth = None
         if pending is not None:
-            before = first.counters.get(vertex_id, {}).get(PENDING_SUFFIX, pending)
-            growth = (pending - before) / window
+            growth = self._rate(vertex_id, PENDING_SUFFIX, pending, now, counter=False)
         forecast = None
         if not edges or pending is not None:
             demand = (records_out or 0.0) + (growth or 0.0)
@@ -207,6 +206,27 @@ class ObservationCollector:
             pending_growth_per_s=growth,
             forecast_records_per_s=forecast,
         )
+
+    def _rate(
+        self,
+        vertex_id: str,
+        name: str,
+        now_value: float | None,
+        now_s: float,
+        *,
+        counter: bool = True,
+    ) -> float | None:
+        """Per-second change of ``name`` since the oldest sample in the window that has
+        it (None: not reported now, or by no earlier sample). A counter never goes back
+        (a reset reads as 0); a gauge such as a backlog may."""
+        if now_value is None:
+            return None
+        for sample in self._samples:
+            before = sample.counters.get(vertex_id, {}).get(name)
+            if before is not None and now_s > sample.time_s:
+                change = now_value - before
+                return (max(change, 0.0) if counter else change) / (now_s - sample.time_s)
+        return None
 
     def _forecast(self, vertex_id: str, demand: float) -> float | None:
         """The forecaster's highest predicted demand over the horizon (None without one)."""

@@ -181,11 +181,11 @@ def test_clamped_to_max_parallelism() -> None:
         ),
         (
             observe(tuple(replace(v, busy_ms_per_s=None) for v in pipeline())),
-            "metrics missing for slow",
+            "no vertex reports busy time",
         ),
         (
             observe(tuple(replace(v, busy_ms_per_s=float("nan")) for v in pipeline())),
-            "metrics missing for slow",
+            "no vertex reports busy time",
         ),
         (
             observe(tuple(replace(v, status="INITIALIZING") for v in pipeline())),
@@ -283,11 +283,156 @@ def test_forecast_scales_ahead_of_observed_rate() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("target_utilisation", 0.0), ("stable_observations", 0), ("min_parallelism", 0)],
+    [
+        ("target_utilisation", 0.0),
+        ("stable_observations", 0),
+        ("min_parallelism", 0),
+        ("saturated_step", 1.0),
+    ],
 )
 def test_bad_settings_name_the_field(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=field):
         AutoscalerSettings(**{field: value})  # type: ignore[arg-type]
+
+
+# -- jobs the rule was not written for: missing metrics, saturated sources, idleness ---
+
+
+def table_job(
+    *, capacity: float = 20.0, udf_parallelism: int = 1, demand: float = 60.0
+) -> tuple[VertexObservation, ...]:
+    """The shape a user's Table/SQL job reported: a datagen source with no busy time and
+    no backlog metric → a Python UDF, the bottleneck → a sink (chaining off).
+
+    The source offers ``demand`` rec/s but emits only what the UDF takes: backpressured.
+    """
+    throughput = min(demand, capacity * udf_parallelism)
+    saturated = demand > capacity * udf_parallelism
+    return (
+        VertexObservation(
+            "src",
+            "Source: src[1]",
+            1,
+            128,
+            records_out_per_s=throughput,
+            busy_ms_per_s=None,  # Flink reports NaN
+            backpressured_ms_per_s=950.0 if saturated else 0.0,
+        ),
+        VertexObservation(
+            "udf",
+            "PythonCalc[2]",
+            udf_parallelism,
+            128,
+            inputs=("src",),
+            records_in_per_s=throughput,
+            records_out_per_s=throughput,
+            busy_ms_per_s=1000.0 * throughput / (capacity * udf_parallelism),
+            backpressured_ms_per_s=0.0,
+        ),
+        VertexObservation(
+            "snk",
+            "Sink: snk[3]",
+            2,
+            128,
+            inputs=("udf",),
+            records_in_per_s=throughput,
+            records_out_per_s=0.0,
+            busy_ms_per_s=10.0,
+        ),
+    )
+
+
+def proposal(decision: ScalingDecision, vertex_id: str) -> int:
+    return next(v.proposed for v in decision.vertices if v.vertex_id == vertex_id)
+
+
+def reasons_of(decision: ScalingDecision, vertex_id: str) -> str:
+    return "; ".join(next(v.reasons for v in decision.vertices if v.vertex_id == vertex_id))
+
+
+def test_a_source_without_busy_time_is_held_and_the_rest_still_decides() -> None:
+    decision = Autoscaler(AutoscalerSettings(stable_observations=1)).decide(observe(table_job()))
+    assert decision.action == "rescale"
+    assert proposal(decision, "src") == 1
+    assert "busy time (busyTimeMsPerSecond) not reported: source held" in reasons_of(
+        decision, "src"
+    )
+    assert proposal(decision, "udf") == 2  # probing ×2: the source's demand is unreadable
+    assert any("metrics missing, held: Source: src[1]" in r for r in decision.reasons)
+
+
+def test_a_saturated_source_is_probed_step_by_step_until_the_demand_shows() -> None:
+    settings = AutoscalerSettings(stable_observations=1, scale_down_delay_s=0.0)
+    # demand 60 rec/s, 20 rec/s per UDF subtask: ideal ceil(60 / (20 × 0.8)) = 4
+    first = Autoscaler(settings).decide(observe(table_job(udf_parallelism=1)))
+    assert first.changes == {"udf": 2}
+    assert any(r.startswith("saturated: Source: src[1]") for r in first.reasons)
+    assert "lower bound (saturated source): ×2 to 2" in reasons_of(first, "udf")
+    assert proposal(first, "snk") == 2  # a lower bound never scales anything down
+    assert "no scale-down" in reasons_of(first, "snk")
+    second = Autoscaler(settings).decide(observe(table_job(udf_parallelism=2)))
+    assert second.changes == {"udf": 4}
+    # at 4 the UDF keeps up (75 % busy): the source is no longer backpressured, its
+    # output is the demand, and the ordinary rule keeps 4
+    third = Autoscaler(settings).decide(observe(table_job(udf_parallelism=4)))
+    assert proposal(third, "udf") == 4
+    assert not any(r.startswith("saturated") for r in third.reasons)
+    assert "no backlog metric: demand taken as its output 60.0 rec/s" in reasons_of(third, "src")
+
+
+def test_a_busy_source_without_backlog_probes_itself() -> None:
+    # datagen chained with the UDF: the source vertex is its own bottleneck
+    source = VertexObservation(
+        "src", "Source: src -> PythonCalc", 1, 128, records_out_per_s=20.0, busy_ms_per_s=990.0
+    )
+    sink = VertexObservation(
+        "snk", "Sink", 1, 128, inputs=("src",), records_in_per_s=20.0, busy_ms_per_s=5.0
+    )
+    decision = Autoscaler(AutoscalerSettings(stable_observations=1)).decide(observe((source, sink)))
+    assert decision.changes == {"src": 2}
+    assert "busy 990 ms/s" in reasons_of(decision, "src")
+
+
+def test_a_vertex_without_records_in_is_held_and_says_which_metric() -> None:
+    vertices = list(pipeline(pending=0.0))
+    vertices[2] = replace(vertices[2], records_in_per_s=None)
+    decision = Autoscaler(SETTINGS).decide(observe(tuple(vertices)))
+    assert decision.changes == {SLOW: 3}
+    assert "records in (numRecordsIn) not reported: held" in reasons_of(decision, SINK)
+
+
+def test_a_source_without_output_leaves_consumers_on_what_they_receive() -> None:
+    vertices = list(pipeline(rate=40.0, slow_parallelism=1))
+    vertices[0] = replace(vertices[0], records_out_per_s=None, records_in_per_s=None)
+    decision = Autoscaler(AutoscalerSettings(stable_observations=1)).decide(
+        observe(tuple(vertices))
+    )
+    assert "records out not reported: demand unknown" in reasons_of(decision, SOURCE)
+    slow = reasons_of(decision, SLOW)
+    assert "upstream demand unknown: target is what it receives now" in slow
+    # 20 rec/s at 100 % busy: the rule alone asks ceil(20 / (20 × 0.8)) = 2
+    assert proposal(decision, SLOW) == 2
+
+
+def test_an_idle_job_scales_down_to_the_minimum_after_the_delay() -> None:
+    idle = tuple(
+        replace(v, records_in_per_s=0.0, records_out_per_s=0.0, busy_ms_per_s=0.0)
+        for v in pipeline(slow_parallelism=3, pending=0.0, growth=0.0)
+    )
+    autoscaler = Autoscaler(replace(SETTINGS, scale_down_delay_s=30.0))
+    first = autoscaler.decide(observe(idle, time_s=100.0))
+    assert first.action == "hold"
+    assert "idle: no records in the window and no demand" in reasons_of(first, SLOW)
+    assert "scale-down to 1 deferred" in reasons_of(first, SLOW)
+    assert autoscaler.decide(observe(idle, time_s=131.0)).changes == {SLOW: 1}
+
+
+def test_a_stalled_vertex_with_demand_is_not_called_idle() -> None:
+    stalled = list(pipeline(slow_parallelism=2, pending=500.0, growth=40.0))
+    stalled[1] = replace(stalled[1], records_in_per_s=0.0, busy_ms_per_s=0.0)
+    decision = Autoscaler(SETTINGS).decide(observe(tuple(stalled)))
+    assert proposal(decision, SLOW) == 2
+    assert "no records processed in the window" in reasons_of(decision, SLOW)
 
 
 # -- the collector and the loop over recorded replies -------------------------------
@@ -339,6 +484,81 @@ def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkC
     assert observed.inputs == (source,)
     source_view = next(v for v in second.vertices if v.vertex_id == source)
     assert source_view.pending_records is not None and source_view.pending_growth_per_s is not None
+
+
+def test_a_source_reporting_nan_busy_time_still_lets_the_job_decide(
+    replay_client: Callable[..., FlinkClient],
+) -> None:
+    """Flink answers "NaN" for what a source does not measure; the first query after a
+    (re)start may lack a vertex entirely. Neither stops the other vertices' rates."""
+    job = recorded("job_running")["body"]
+    jid = job["jid"]
+    source, slow, sink = (v["id"] for v in job["vertices"])
+    base = f"/jobs/{jid}/vertices"
+    unmeasured = {"accumulateBusyTimeMs", "busyTimeMsPerSecond", "pace.pendingRecords"}
+
+    def source_reply(factor: float) -> dict[str, object]:
+        entry = recorded("metrics_source")
+        body = [
+            {**m, **{k: "NaN" for k in ("min", "max", "avg", "sum")}}
+            if m["id"] in unmeasured
+            else {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}}
+            for m in entry["body"]
+        ]
+        return {**entry, "body": body}
+
+    def scaled(name: str, factor: float) -> dict[str, object]:
+        entry = recorded(name)
+        body = [
+            {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}} for m in entry["body"]
+        ]
+        return {**entry, "body": body}
+
+    filling = recorded("metrics_slow")
+    filling = {**filling, "body": [m for m in filling["body"] if m["id"].endswith("PerSecond")]}
+    clock = iter([1000.0, 1010.0, 1020.0])
+    client = replay_client(
+        "job_running",
+        "overview",
+        **{
+            f"GET {base}/{source}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                source_reply(1.0),
+                source_reply(1.5),
+                source_reply(2.0),
+            ],
+            f"GET {base}/{slow}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                filling,  # the metric store has no counters for this vertex yet
+                scaled("metrics_slow", 1.5),
+                scaled("metrics_slow", 2.0),
+            ],
+            f"GET {base}/{sink}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_sink"),
+                scaled("metrics_sink", 1.5),
+                scaled("metrics_sink", 2.0),
+            ],
+        },
+    )
+    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    collector.collect()
+    collector.collect()
+    third = collector.collect()
+    source_view = next(v for v in third.vertices if v.vertex_id == source)
+    assert source_view.busy_ms_per_s is None and source_view.records_out_per_s is not None
+    slow_values = {m["id"]: m for m in recorded("metrics_slow")["body"]}
+    slow_view = next(v for v in third.vertices if v.vertex_id == slow)
+    # measured from the oldest sample that has the slow vertex's counters (t = 1010)
+    assert slow_view.records_in_per_s == pytest.approx(
+        slow_values["numRecordsIn"]["sum"] * 0.5 / 10
+    )
+    decision, _ = decide(
+        replace(third, running_since_s=0.0), settings=AutoscalerSettings(settle_s=0.0)
+    )
+    assert decision.action != "skip"
+    source_decision = next(v for v in decision.vertices if v.vertex_id == source)
+    assert "busy time (busyTimeMsPerSecond) not reported: source held" in source_decision.reasons
 
 
 def test_forecaster_feeds_source_demand() -> None:

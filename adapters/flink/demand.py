@@ -1,0 +1,169 @@
+"""What each vertex of a Flink job must process, and how far that figure can be trusted.
+
+The scaling rule (:func:`~kubesage.adapters.flink.autoscaler.decide`) needs, per vertex,
+the records per second it must accept. They come from the sources, in topological
+order, the way Flink's own operator autoscaler computes them:
+
+- a *source's demand* is its output (``numRecordsOut``; its records in when it reports
+  no output) plus the growth of its backlog (``pendingRecords``), or a forecaster's
+  prediction when that is higher, plus ``backlog / catch_up_s`` to drain what it owes;
+- every other vertex must accept the sum of its inputs' targets and passes on
+  ``target × (records out / records in)`` (its selectivity; 1 when it cannot be measured).
+
+Two things make a figure weaker, and both are recorded rather than hidden:
+
+- *missing metrics* — a vertex that reports no output, or no records in, gets what can
+  be measured instead (what it receives now, a selectivity of 1), and the
+  :class:`VertexDemand` notes say what was assumed; a source whose output is unknown
+  leaves its consumers on their own observed input;
+- *a saturated source* — one with no backlog metric that is backpressured (or is itself
+  busy) emits only what the job takes, so its demand is at least its output but its
+  true value cannot be read. Everything downstream of it inherits ``lower_bound``: the
+  decision may scale a bottleneck up step by step, re-measuring after each rescale,
+  and must not scale anything down on such a figure.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kubesage.adapters.flink.observation import Observation, VertexObservation
+
+SATURATED_BACKPRESSURE_MS = 500.0
+"""Backpressured ms/s from which a source emits only what downstream takes: Flink's
+"high" backpressure level starts at 50 %."""
+SATURATED_BUSY_MS = 900.0
+"""Busy ms/s from which a source (with its chained operators) is its own bottleneck."""
+
+
+@dataclass(frozen=True)
+class VertexDemand:
+    """What one vertex must process, in records/s (``None``: cannot be known)."""
+
+    target_in: float | None
+    target_out: float | None
+    lower_bound: bool = False
+    """The true demand is at least this (a saturated source upstream, or this one)."""
+    notes: tuple[str, ...] = ()
+    """The metrics that were missing and what was assumed instead."""
+
+    @property
+    def known(self) -> bool:
+        return self.target_in is not None or self.target_out is not None
+
+
+@dataclass(frozen=True)
+class JobDemand:
+    vertices: Mapping[str, VertexDemand]
+    """Vertex id → its demand."""
+    saturated: tuple[str, ...]
+    """Names of the sources whose demand is only a lower bound."""
+
+    def of(self, vertex_id: str) -> VertexDemand:
+        return self.vertices.get(vertex_id, VertexDemand(None, None))
+
+
+def job_demand(observation: Observation, catch_up_s: float) -> JobDemand:
+    """Every vertex's demand, from the sources downstream (see the module docstring)."""
+    by_id = {v.vertex_id: v for v in observation.vertices}
+    demands: dict[str, VertexDemand] = {}
+    saturated: list[str] = []
+    for vertex_id in topological(observation.vertices):
+        vertex = by_id[vertex_id]
+        if vertex.is_source or vertex.pending_records is not None:
+            demand = _source(vertex, catch_up_s, demands)
+            if demand.lower_bound and vertex.is_source:
+                saturated.append(vertex.name)
+        else:
+            demand = _downstream(vertex, demands)
+        demands[vertex_id] = demand
+    return JobDemand(demands, tuple(saturated))
+
+
+def is_saturated(vertex: VertexObservation) -> bool:
+    """A source whose true demand cannot be read: no backlog metric, and backpressured
+    or its own bottleneck."""
+    if vertex.pending_records is not None:
+        return False
+    backpressured = vertex.backpressured_ms_per_s or 0.0
+    busy = vertex.busy_ms_per_s or 0.0
+    return backpressured >= SATURATED_BACKPRESSURE_MS or busy >= SATURATED_BUSY_MS
+
+
+def _source(
+    vertex: VertexObservation, catch_up_s: float, upstream: Mapping[str, VertexDemand]
+) -> VertexDemand:
+    """A source's demand; also a vertex that reports a backlog (its own demand signal)."""
+    notes: list[str] = []
+    output = vertex.records_out_per_s
+    if output is None and vertex.records_in_per_s is not None:
+        output = vertex.records_in_per_s
+        notes.append("records out not reported: demand read from records in")
+    if output is None:
+        notes.append("records out not reported: demand unknown")
+        return VertexDemand(None, None, notes=tuple(notes))
+    demand = output + (vertex.pending_growth_per_s or 0.0)
+    if vertex.forecast_records_per_s is not None:
+        demand = max(demand, vertex.forecast_records_per_s)
+    backlog = max(vertex.pending_records or 0.0, 0.0)
+    target_out = max(demand, 0.0) + backlog / catch_up_s
+    lower_bound = vertex.is_source and is_saturated(vertex)
+    if lower_bound:
+        why = (
+            f"backpressured {vertex.backpressured_ms_per_s or 0.0:.0f} ms/s"
+            if (vertex.backpressured_ms_per_s or 0.0) >= SATURATED_BACKPRESSURE_MS
+            else f"busy {vertex.busy_ms_per_s or 0.0:.0f} ms/s"
+        )
+        notes.append(
+            f"saturated: no backlog metric and {why}, so demand is at least its output "
+            f"{output:.1f} rec/s"
+        )
+    elif vertex.is_source and vertex.pending_records is None:
+        notes.append(f"no backlog metric: demand taken as its output {output:.1f} rec/s")
+    inputs = [upstream[i] for i in vertex.inputs if i in upstream]
+    target_in = sum(d.target_out or 0.0 for d in inputs) or vertex.records_in_per_s
+    inherited = any(d.lower_bound for d in inputs)
+    return VertexDemand(target_in, target_out, lower_bound or inherited, tuple(notes))
+
+
+def _downstream(vertex: VertexObservation, upstream: Mapping[str, VertexDemand]) -> VertexDemand:
+    notes: list[str] = []
+    inputs = [upstream.get(i, VertexDemand(None, None)) for i in vertex.inputs]
+    lower_bound = any(d.lower_bound for d in inputs)
+    if inputs and all(d.target_out is not None for d in inputs):
+        target_in: float | None = sum(d.target_out or 0.0 for d in inputs)
+    else:
+        target_in = vertex.records_in_per_s
+        notes.append(
+            "upstream demand unknown: target is what it receives now"
+            if target_in is not None
+            else "upstream demand unknown and records in not reported"
+        )
+    observed_in, observed_out = vertex.records_in_per_s, vertex.records_out_per_s
+    if observed_in and observed_out is not None:
+        selectivity = observed_out / observed_in
+    else:
+        selectivity = 1.0
+        if observed_out is None or observed_in is None:
+            notes.append("records in/out not both reported: selectivity assumed 1")
+    target_out = target_in * selectivity if target_in is not None else None
+    return VertexDemand(target_in, target_out, lower_bound, tuple(notes))
+
+
+def topological(vertices: tuple[VertexObservation, ...]) -> list[str]:
+    """Vertex ids, every vertex after its inputs (a cycle is broken at its first vertex)."""
+    placed: set[str] = set()
+    order: list[str] = []
+    remaining = list(vertices)
+    known = {v.vertex_id for v in vertices}
+    while remaining:
+        ready = [v for v in remaining if all(i in placed or i not in known for i in v.inputs)]
+        ready = ready or remaining[:1]
+        for vertex in ready:
+            order.append(vertex.vertex_id)
+            placed.add(vertex.vertex_id)
+        remaining = [v for v in remaining if v.vertex_id not in placed]
+    return order
