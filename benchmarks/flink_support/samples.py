@@ -37,6 +37,7 @@ def submit_sample_copies(
     sample_args: Sequence[str] = BACKLOGGED_NO_PERIODIC,
     prefix: str = "stagger",
     checkpoint_interval_ms: int = 10_000,
+    script: Path = SAMPLE_JOB,
 ) -> list[str]:
     """Submit ``count`` copies at parallelism 1 through :func:`submit`; their job ids.
 
@@ -50,7 +51,7 @@ def submit_sample_copies(
                 flink_args=(
                     *cluster.python_args(),
                     "-py",
-                    str(SAMPLE_JOB),
+                    str(script),
                     *sample_args,
                     "--name",
                     f"{prefix}-{index}",
@@ -86,10 +87,18 @@ def cancel_jobs(rest_url: str, job_ids: Iterable[str]) -> None:
 
 @contextmanager
 def sample_copies(
-    cluster: LocalFlinkCluster, registry: JobRegistry, count: int
+    cluster: LocalFlinkCluster,
+    registry: JobRegistry,
+    count: int,
+    *,
+    sample_args: Sequence[str] = BACKLOGGED_NO_PERIODIC,
+    script: Path = SAMPLE_JOB,
 ) -> Iterator[list[str]]:
-    """:func:`submit_sample_copies` for the duration of a ``with`` block, then cancelled."""
-    job_ids = submit_sample_copies(cluster, registry, count)
+    """:func:`submit_sample_copies` for the duration of a ``with`` block, then cancelled.
+
+    ``script`` (run with ``sample_args``) replaces the sample job, e.g. ``state_job.py``.
+    """
+    job_ids = submit_sample_copies(cluster, registry, count, sample_args=sample_args, script=script)
     try:
         yield job_ids
     finally:

@@ -160,6 +160,14 @@ def check_flink_stagger(document: dict[str, Any]) -> None:
         "peak_concurrent_with",
         "peak_concurrent_without",
         "optimum",
+        "state_mb",
+        "fs_counter",
+        *with_and_without(
+            "peak_write_bytes_per_s",
+            "peak_write_bytes_per_s_1s",
+            "p95_duration_ms",
+            "fs_peak_write_bytes_per_s",
+        ),
         "scenarios",
     )
     keys_are(document["scenarios"], "roomy", "tight")
@@ -175,7 +183,24 @@ def check_flink_stagger(document: dict[str, Any]) -> None:
         "completed_with",
         "completed_without",
         "failed",
+        *with_and_without(
+            "peak_write_bytes_per_s",
+            "peak_write_bytes_per_s_1s",
+            "p95_duration_ms",
+            "written_bytes",
+            "fs_peak_write_bytes_per_s",
+            "fs_written_bytes",
+        ),
     )
+    for figures in document["scenarios"].values():
+        # Every completed checkpoint wrote something, and the file system saw it.
+        assert figures["written_bytes_without"] > 0, figures
+        assert figures["peak_write_bytes_per_s_without"] > 0, figures
+        assert figures["fs_written_bytes_without"] > 0, figures
+
+
+def with_and_without(*keys: str) -> list[str]:
+    return [f"{key}_{run}" for key in keys for run in ("with", "without")]
 
 
 def check_forecast(document: dict[str, Any]) -> None:
