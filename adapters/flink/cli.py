@@ -34,8 +34,13 @@ from kubesage.adapters.flink.stagger import (
     aligned_plan,
     plan_stagger,
 )
+from kubesage.adapters.flink.state_apply import (
+    DEFAULT_RUNNING_TIMEOUT_S,
+    StateApplier,
+    plan_apply,
+)
 from kubesage.adapters.flink.state_tiering import observe_state, recommend
-from kubesage.adapters.flink.submit import SubmitRequest, submit
+from kubesage.adapters.flink.submit import SubmitRequest, resolve_flink_home, submit
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.passthrough import PassThroughCommand
 from kubesage.core.dra.claims import DeviceMode
@@ -281,8 +286,31 @@ def state_command(
     local_dir: Annotated[
         str | None, typer.Option("--local-dir", help="Local disk dir for state or its cache.")
     ] = None,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply", help="Carry it out: savepoint, restart with it, roll back on failure."
+        ),
+    ] = False,
+    dry_run: DryRun = False,
+    savepoint_dir: Annotated[
+        str | None,
+        typer.Option("--savepoint-dir", help="Savepoint target (default: Flink's savepoint dir)."),
+    ] = None,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout-s", min=1.0, help="Wait this long for RUNNING.")
+    ] = DEFAULT_RUNNING_TIMEOUT_S,
+    flink_home: Annotated[
+        Path | None, typer.Option("--flink-home", help="Flink distribution (has bin/flink).")
+    ] = None,
+    registry: RegistryPath = None,
 ) -> None:
-    """Recommend a hot/cold state setup (backend, cache, TTL) per job, as config.yaml lines."""
+    """Recommend a hot/cold state setup (backend, cache, TTL) per job, as config.yaml lines;
+    with --apply, restart the job with it from a savepoint (rollback if it does not run)."""
+    if (apply or dry_run) and not job:
+        raise InputError("--apply restarts jobs (--dry-run shows how): name each with --job")
+    jobs_registry = JobRegistry(registry)
+    rolled_back = False
     with connect(jobmanager) as client:
         for job_id in job or running_job_ids(client):
             observation = observe_state(client, job_id)
@@ -291,6 +319,30 @@ def state_command(
                 continue
             advice = recommend(observation, remote_dir=remote_dir, local_dir=local_dir)
             typer.echo(advice.snippet())
+            if not (apply or dry_run):
+                continue
+            plan = plan_apply(job_id, advice.config, jobs_registry, savepoint_dir=savepoint_dir)
+            for note in plan.notes:
+                typer.echo(f"  note: {note}")
+            if not plan.settings:
+                typer.echo(f"job {job_id}: already runs with these settings; nothing to apply")
+            elif dry_run:
+                typer.echo("\n".join(f"  would {step}" for step in plan.steps()))
+            else:
+                applier = StateApplier(
+                    client,
+                    jobs_registry,
+                    resolve_flink_home(flink_home),
+                    running_timeout_s=timeout_s,
+                    on_step=lambda step: typer.echo(f"  {step}"),
+                )
+                outcome = applier.apply(plan)
+                rolled_back |= not outcome.applied
+                typer.echo(outcome.describe())
+                for note in outcome.notes:
+                    typer.echo(f"  note: {note}")
+    if rolled_back:
+        raise typer.Exit(code=1)
 
 
 def running_job_ids(client: FlinkClient) -> list[str]:

@@ -41,6 +41,7 @@ from kubesage.adapters.flink.rest_models import (
     JobSummary,
     ParallelismBounds,
     ResourceRequirement,
+    SavepointTrigger,
 )
 from kubesage.core.field_errors import first_problem
 
@@ -209,6 +210,30 @@ class FlinkClient:
         _require(data, "status", path)
         try:
             return CheckpointTrigger.from_reply(data)
+        except ValidationError as exc:
+            raise _response_error(exc, path) from exc
+
+    # -- savepoints ----------------------------------------------------------------
+
+    def stop_with_savepoint(self, job_id: str, target_directory: str | None) -> str:
+        """Stops the job with a canonical savepoint (no drain); the request id to poll.
+
+        ``target_directory`` None: Flink's ``execution.checkpointing.savepoint-dir``.
+        """
+        path = f"/jobs/{job_id}/stop"
+        body: dict[str, Any] = {"drain": False, "formatType": "CANONICAL"}
+        if target_directory:
+            body["targetDirectory"] = target_directory
+        return str(_require(self._request("POST", path, body=body), "request-id", path))
+
+    def savepoint_status(self, job_id: str, request_id: str) -> SavepointTrigger:
+        path = f"/jobs/{job_id}/savepoints/{request_id}"
+        data = self._request("GET", path)
+        if not isinstance(data, dict):
+            raise FlinkResponseError("expected an object", endpoint=path)
+        _require(data, "status", path)
+        try:
+            return SavepointTrigger.from_reply(data)
         except ValidationError as exc:
             raise _response_error(exc, path) from exc
 

@@ -67,6 +67,10 @@ class RunRecord(BaseModel):
     checkpoint_size_bytes: int | None = Field(None, ge=0)
     running_since_ms: int | None = None
     reasons: list[str] = Field(default_factory=list)
+    flink_args: list[str] = Field(default_factory=list)
+    """The user's own ``flink run`` arguments (after ``--``): what a restart resubmits."""
+    conf: dict[str, str] = Field(default_factory=dict)
+    """The ``-D`` settings kubesage submitted it with (``flink state --apply`` adds to them)."""
 
 
 class RegistryDocument(BaseModel):

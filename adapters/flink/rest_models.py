@@ -262,3 +262,35 @@ def _describe_cause(cause: Any) -> str | None:
                 return text.strip().splitlines()[0]
         return str(cause)
     return str(cause).strip().splitlines()[0] if str(cause).strip() else None
+
+
+class SavepointTrigger(FlinkModel):
+    """The state of a ``POST /jobs/<id>/stop`` (or ``/savepoints``) request.
+
+    Completed: ``location`` is the savepoint's path, or ``failure_cause`` says why none was
+    written (a failed trigger reports ``COMPLETED`` too: check ``succeeded``).
+    """
+
+    status: Literal["IN_PROGRESS", "COMPLETED"]
+    location: str | None = None
+    failure_cause: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "COMPLETED" and bool(self.location)
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> SavepointTrigger:
+        """From Flink's ``{"status": {"id": …}, "operation": {"location": …}}``."""
+        status = reply.get("status")
+        operation = reply.get("operation") or {}
+        if not isinstance(operation, dict):
+            operation = {}
+        cause = operation.get("failure-cause", operation.get("failureCause"))
+        return cls.model_validate(
+            {
+                "status": status.get("id") if isinstance(status, dict) else None,
+                "location": operation.get("location"),
+                "failure_cause": _describe_cause(cause),
+            }
+        )

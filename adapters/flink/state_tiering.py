@@ -27,7 +27,8 @@ Rules (thresholds are the named constants below):
 Every key emitted exists in Flink 2.3 (checked against its ``*Options`` classes):
 ``state.backend.type``, ``execution.checkpointing.incremental``,
 ``state.backend.forst.primary-dir``, ``state.backend.forst.cache.dir``,
-``state.backend.forst.cache.size-based-limit``, ``state.backend.rocksdb.memory.managed``,
+``state.backend.forst.cache.size-based-limit``, ``state.backend.forst.sync.enforce-local``,
+``state.backend.rocksdb.memory.managed``,
 ``state.backend.rocksdb.localdir``, ``state.latency-track.keyed-state-enabled``,
 ``table.exec.state.ttl`` (Table/SQL jobs; DataStream jobs set ``StateTtlConfig`` in code).
 """
@@ -179,6 +180,9 @@ def recommend(
         if local_dir:
             config["state.backend.forst.cache.dir"] = local_dir
         config["state.backend.forst.cache.size-based-limit"] = f"{cache}mb"
+        # By default ForSt keeps the state of synchronous operators (all SQL and most
+        # DataStream operators) local and uses the primary dir for async ones only.
+        config["state.backend.forst.sync.enforce-local"] = "false"
         reasons.append(
             f"{1 - hot:.0%} of the state is cold and ≥ {_size(DISAGGREGATED_MIN_BYTES)} per "
             f"subtask: ForSt keeps it remote, with a local cache of {cache} MiB "

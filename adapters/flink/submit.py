@@ -369,6 +369,8 @@ def submit(
             driven=request.driven and checkpointing.interval_ms is not None,
             checkpoint_duration_ms=checkpointing.duration_ms or None,
             reasons=reasons,
+            flink_args=list(request.flink_args),
+            conf=conf,
         )
         registry.add(run)
         run = _after_running(client, registry, run, request.wait_running_s, reasons)

@@ -66,6 +66,7 @@ def test_disaggregated_cache_is_sized_to_the_hot_set() -> None:
     assert advice.config["state.backend.forst.cache.size-based-limit"] == "768mb"
     assert advice.config["state.backend.forst.primary-dir"] == "s3://bucket/forst"
     assert advice.config["state.backend.forst.cache.dir"] == "/mnt/ssd"
+    assert advice.config["state.backend.forst.sync.enforce-local"] == "false"
 
 
 def test_missing_remote_dir_is_a_reason_not_a_guess() -> None:
