@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from kubesage.adapters.flink.autoscale_loop import run_autoscaler
-from kubesage.adapters.flink.autoscaler import ScalingDecision
+from kubesage.adapters.flink.autoscaler import AutoscalerSettings, ScalingDecision
 from kubesage.adapters.flink.checkpoint_coordinator import (
     CheckpointCoordinator,
     CheckpointRecord,
@@ -199,10 +199,46 @@ def autoscale_command(
         ),
     ] = None,
     duration_s: DurationS = None,
+    target_utilisation: Annotated[
+        float,
+        typer.Option(
+            "--target-utilisation",
+            min=0.05,
+            max=1.0,
+            help="Share of its capacity a vertex runs at.",
+        ),
+    ] = AutoscalerSettings.target_utilisation,
+    scale_down_delay_s: Annotated[
+        float,
+        typer.Option(
+            "--scale-down-delay-s", min=0.0, help="How long a scale-down must be proposed first."
+        ),
+    ] = AutoscalerSettings.scale_down_delay_s,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option("--exclude", help="A vertex name or id never rescaled (repeatable)."),
+    ] = None,
+    interval_s: Annotated[
+        float, typer.Option("--interval-s", min=1.0, help="Seconds between decisions.")
+    ] = 5.0,
 ) -> None:
     """Run the backpressure-driven autoscaler, printing each decision with its reasons."""
+    settings = AutoscalerSettings(
+        target_utilisation=target_utilisation,
+        utilisation_boundary=min(AutoscalerSettings.utilisation_boundary, target_utilisation / 2),
+        scale_down_delay_s=scale_down_delay_s,
+        exclude=frozenset(exclude or ()),
+    )
     with connect(jobmanager) as client, stop_after(duration_s) as stop:
-        stats = run_autoscaler(client, job, dry_run=dry_run, on_decision=print_decision, stop=stop)
+        stats = run_autoscaler(
+            client,
+            job,
+            dry_run=dry_run,
+            on_decision=print_decision,
+            stop=stop,
+            settings=settings,
+            interval_s=interval_s,
+        )
     typer.echo(
         f"{stats.decisions} decision(s), {stats.rescales} rescale(s), "
         f"{stats.failed_rescales} failed, {stats.errors} Flink error(s)"
