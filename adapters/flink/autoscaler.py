@@ -32,8 +32,9 @@ after each: once the backpressure lifts the demand shows itself and the ordinary
 takes over), and nothing downstream of it is scaled down on that figure.
 
 Guard rails: no decision while the job is not RUNNING or within ``settle_s`` of its
-last (re)start; a change must be proposed by
-``stable_observations`` consecutive observations; a vertex whose utilisation is within
+last (re)start or over a window shorter than ``min_window_s``; a change must be
+proposed, in the same direction, by ``stable_observations`` consecutive observations
+(the smallest of those changes is made); a vertex whose utilisation is within
 ``target ± boundary`` keeps its parallelism; scale-downs wait ``scale_down_delay_s``;
 no vertex reverses a rescale within ``oscillation_window_s``; and a plan that needs
 more task slots than the cluster has is capped to the slots there are, saying so.
@@ -176,6 +177,11 @@ def _skip_reason(observation: Observation, settings: AutoscalerSettings) -> str 
         return f"job (re)started {since:.0f} s ago; metrics count after {settings.settle_s:.0f} s"
     if observation.window_s <= 0:
         return "no measurement window yet (rates need two samples)"
+    if observation.window_s < settings.min_window_s:
+        return (
+            f"measurement window {observation.window_s:.0f} s; decisions need "
+            f"{settings.min_window_s:.0f} s"
+        )
     window_start = observation.time_s - observation.window_s - observation.running_since_s
     if window_start < settings.settle_s:
         return (

@@ -23,7 +23,9 @@ class AutoscalerSettings:
     settle_s: float = 20.0
     """Seconds after a (re)start before metrics count: tasks warm up, buffers refill."""
     stable_observations: int = 2
-    """Consecutive observations that must propose the same parallelism."""
+    """Consecutive observations that must propose a change in the same direction."""
+    min_window_s: float = 10.0
+    """Rates over a shorter window (the first seconds after a restart) decide nothing."""
     scale_down_delay_s: float = 300.0
     """A scale-down must be proposed this long before it happens."""
     oscillation_window_s: float = 600.0
@@ -45,6 +47,8 @@ class AutoscalerSettings:
             raise ConfigError("must be in [0, target_utilisation)", field="utilisation_boundary")
         if self.stable_observations < 1:
             raise ConfigError("must be ≥ 1", field="stable_observations")
+        if self.min_window_s < 0:
+            raise ConfigError("must be ≥ 0", field="min_window_s")
         if self.min_parallelism < 1:
             raise ConfigError("must be ≥ 1", field="min_parallelism")
         if self.catch_up_s <= 0:

@@ -75,7 +75,8 @@ class ObservationCollector:
         self._samples: list[_Sample] = []
         self._running_since_ms = -1
         self._pending_names: dict[str, list[str]] = {}
-        self._demand_history: dict[str, list[float]] = {}
+        self._demand_history: dict[str, list[tuple[float, float]]] = {}
+        self._settled = False
 
     def collect(self) -> Observation:
         job = self.client.job(self.job_id)
@@ -95,12 +96,26 @@ class ObservationCollector:
             # vertices never report some counters (a legacy source's busy time): each
             # rate is taken from the oldest sample that has its counter (``_rate``).
             if any(counters.values()):
+                if self._went_back(counters):
+                    # A counter that falls (subtasks replaced: a rescale or a TaskManager
+                    # restarted, seen before the job's restart time moved) would read
+                    # as a window of zero rates — an idle job that is not idle.
+                    log.info(
+                        "job %s: counters went back; measurement window restarted", self.job_id
+                    )
+                    self._samples.clear()
                 self._samples.append(_Sample(now, counters))
             horizon = now - self.window_s
             while len(self._samples) > 2 and self._samples[1].time_s <= horizon:
                 self._samples.pop(0)
         first = self._samples[0] if len(self._samples) > 1 else None
         window = now - first.time_s if first is not None else 0.0
+        # Demand joins a forecaster's history only from a window that starts a full
+        # window after the (re)start: before that the new subtasks warm up (their Python
+        # workers start, a backlog drains) and what is measured is not demand.
+        self._settled = first is not None and (
+            first.time_s - job.running_since_ms / 1000.0 >= self.window_s
+        )
         inputs = job.inputs()
         vertices = tuple(
             self._vertex(vertex, inputs[vertex.id], counters, meters, window, now)
@@ -191,7 +206,7 @@ class ObservationCollector:
         forecast = None
         if not edges or pending is not None:
             demand = (records_out or 0.0) + (growth or 0.0)
-            forecast = self._forecast(vertex_id, demand)
+            forecast = self._forecast(vertex_id, demand, now if self._settled else None)
         return replace(
             base,
             records_in_per_s=records_in
@@ -205,6 +220,18 @@ class ObservationCollector:
             pending_records=pending,
             pending_growth_per_s=growth,
             forecast_records_per_s=forecast,
+        )
+
+    def _went_back(self, counters: Mapping[str, Mapping[str, float]]) -> bool:
+        """Whether a cumulative counter is below its value in the latest sample."""
+        if not self._samples:
+            return False
+        latest = self._samples[-1].counters
+        return any(
+            value < latest.get(vertex_id, {}).get(name, value)
+            for vertex_id, values in counters.items()
+            for name, value in values.items()
+            if name in COUNTERS
         )
 
     def _rate(
@@ -228,23 +255,39 @@ class ObservationCollector:
                 return (max(change, 0.0) if counter else change) / (now_s - sample.time_s)
         return None
 
-    def _forecast(self, vertex_id: str, demand: float) -> float | None:
-        """The forecaster's highest predicted demand over the horizon (None without one)."""
+    def _forecast(self, vertex_id: str, demand: float, time_s: float | None = -1.0) -> float | None:
+        """The forecaster's highest predicted demand over the horizon (None without one).
+
+        ``demand`` joins the history at ``time_s`` (-1: one step after the last); None
+        keeps it out — a rate measured soon after a (re)start is the backlog's drain and
+        the new subtasks' warm-up, not demand. The history lies on a grid of
+        the collection interval with the gaps (a rescale's pause) masked, so the pause
+        does not read as a jump.
+        """
         history = self._demand_history.setdefault(vertex_id, [])
-        history.append(demand)
-        del history[:-256]
+        if time_s is not None:
+            if time_s < 0:
+                time_s = history[-1][0] + 1.0 if history else 0.0
+            history.append((time_s, demand))
+            del history[:-256]
         if self.forecaster is None or len(history) < 2:
             return None
         from kubesage.core.forecast.panel import MetricPanel
 
-        values = np.asarray(history, dtype=np.float64).reshape(-1, 1, 1)
+        times = np.asarray([t for t, _ in history], dtype=np.float64)
+        step_s = max(float(np.median(np.diff(times))), 1e-3)
+        steps = np.round((times - times[0]) / step_s).astype(np.int64)
+        values = np.zeros((int(steps[-1]) + 1, 1, 1))
+        mask = np.zeros_like(values, dtype=bool)
+        values[steps, 0, 0] = [d for _, d in history]
+        mask[steps, 0, 0] = True
         panel = MetricPanel(
             entities=(vertex_id,),
             metrics=("records_per_s",),
-            start_s=0.0,
-            step_s=1.0,
+            start_s=float(times[0]),
+            step_s=step_s,
             values=values,
-            mask=np.ones_like(values, dtype=bool),
+            mask=mask,
             alive=np.ones(values.shape[:2], dtype=bool),
         )
         try:

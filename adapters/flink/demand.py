@@ -4,8 +4,9 @@ The scaling rule (:func:`~kubesage.adapters.flink.autoscaler.decide`) needs, per
 the records per second it must accept. They come from the sources, in topological
 order, the way Flink's own operator autoscaler computes them:
 
-- a *source's demand* is its output (``numRecordsOut``; its records in when it reports
-  no output) plus the growth of its backlog (``pendingRecords``), or a forecaster's
+- a *source's demand* is its output (``numRecordsOut``; what the consumers it alone
+  feeds receive when it reports none or 0 against their records in; its records in
+  otherwise) plus the growth of its backlog (``pendingRecords``), or a forecaster's
   prediction when that is higher, plus ``backlog / catch_up_s`` to drain what it owes;
 - every other vertex must accept the sum of its inputs' targets and passes on
   ``target × (records out / records in)`` (its selectivity; 1 when it cannot be measured).
@@ -74,7 +75,8 @@ def job_demand(observation: Observation, catch_up_s: float) -> JobDemand:
     for vertex_id in topological(observation.vertices):
         vertex = by_id[vertex_id]
         if vertex.is_source or vertex.pending_records is not None:
-            demand = _source(vertex, catch_up_s, demands)
+            received = _received_from(vertex_id, observation.vertices)
+            demand = _source(vertex, catch_up_s, demands, received)
             if demand.lower_bound and vertex.is_source:
                 saturated.append(vertex.name)
         else:
@@ -93,12 +95,35 @@ def is_saturated(vertex: VertexObservation) -> bool:
     return backpressured >= SATURATED_BACKPRESSURE_MS or busy >= SATURATED_BUSY_MS
 
 
+def _received_from(vertex_id: str, vertices: tuple[VertexObservation, ...]) -> float | None:
+    """Records/s that consumers fed by ``vertex_id`` alone receive (None: none reports).
+
+    A consumer's records in is the most reliable measure of an edge (Flink's operator
+    autoscaler reads it first): a chain ending in a Python operator may report no output.
+    """
+    rates = [
+        v.records_in_per_s
+        for v in vertices
+        if v.inputs == (vertex_id,) and v.records_in_per_s is not None
+    ]
+    return sum(rates) if rates else None
+
+
 def _source(
-    vertex: VertexObservation, catch_up_s: float, upstream: Mapping[str, VertexDemand]
+    vertex: VertexObservation,
+    catch_up_s: float,
+    upstream: Mapping[str, VertexDemand],
+    received: float | None,
 ) -> VertexDemand:
     """A source's demand; also a vertex that reports a backlog (its own demand signal)."""
     notes: list[str] = []
     output = vertex.records_out_per_s
+    if not output and received:
+        notes.append(
+            f"records out {'reads 0' if output is not None else 'not reported'} while its "
+            f"consumers receive {received:.1f} rec/s: output taken from them"
+        )
+        output = received
     if output is None and vertex.records_in_per_s is not None:
         output = vertex.records_in_per_s
         notes.append("records out not reported: demand read from records in")

@@ -1,7 +1,8 @@
 """The autoscaler's guard rails and what they remember of a job between decisions.
 
 A proposed parallelism becomes a rescale only when ``stable_observations`` consecutive
-observations proposed it, when it does not reverse the vertex's last rescale within
+observations proposed a change in the same direction (the smallest of those changes is
+made), when it does not reverse the vertex's last rescale within
 ``oscillation_window_s``, and — for a scale-down — when it has been proposed for
 ``scale_down_delay_s``. :class:`GuardRailMemory` is immutable: each decision returns
 the memory for the next one.
@@ -72,12 +73,19 @@ def guard(
     settings: AutoscalerSettings,
 ) -> tuple[int, VertexMemory]:
     """The parallelism the guard rails allow for a proposed change, and the memory after."""
-    if len(memory.ideals) < settings.stable_observations or len(set(memory.ideals)) > 1:
+    sides = {(ideal > vertex.parallelism) - (ideal < vertex.parallelism) for ideal in memory.ideals}
+    if len(memory.ideals) < settings.stable_observations or len(sides) > 1:
         reasons.append(
             f"waiting for stable metrics: last proposals {list(memory.ideals)}, need "
-            f"{settings.stable_observations} equal"
+            f"{settings.stable_observations} on the same side of {vertex.parallelism}"
         )
         return vertex.parallelism, memory
+    # Proposals that agree on the direction but not the size (a probe beside a
+    # measurement, noise): the smallest change they all support.
+    agreed = min(memory.ideals) if proposed > vertex.parallelism else max(memory.ideals)
+    if agreed != proposed:
+        reasons.append(f"last proposals {list(memory.ideals)}: the smallest change, {agreed}")
+        proposed = agreed
     direction = 1 if proposed > vertex.parallelism else -1
     if (
         memory.last_rescale_s is not None

@@ -225,11 +225,22 @@ def test_decide_is_pure_and_hands_back_its_memory() -> None:
     assert after.of(SLOW).last_rescale_s == 110.0
 
 
-def test_unstable_proposals_do_not_rescale() -> None:
-    autoscaler = Autoscaler(replace(SETTINGS, stable_observations=2))
-    autoscaler.decide(observe(pipeline(rate=40.0, pending=0.0)))
-    flip = autoscaler.decide(observe(pipeline(rate=80.0, pending=0.0), time_s=105.0))
+def test_proposals_on_opposite_sides_do_not_rescale() -> None:
+    autoscaler = Autoscaler(replace(SETTINGS, stable_observations=2, scale_down_delay_s=0.0))
+    autoscaler.decide(observe(pipeline(rate=20.0, slow_parallelism=3, pending=0.0)))  # → 2
+    flip = autoscaler.decide(
+        observe(pipeline(rate=80.0, slow_parallelism=3, pending=0.0), time_s=105.0)
+    )  # → 5
     assert flip.action == "hold"
+    assert "need 2 on the same side of 3" in reasons_of(flip, SLOW)
+
+
+def test_proposals_agreeing_on_direction_make_the_smallest_change() -> None:
+    autoscaler = Autoscaler(replace(SETTINGS, stable_observations=2))
+    autoscaler.decide(observe(pipeline(rate=40.0, pending=0.0)))  # → 3
+    second = autoscaler.decide(observe(pipeline(rate=80.0, pending=0.0), time_s=105.0))  # → 5
+    assert second.changes == {SLOW: 3}
+    assert "last proposals [3, 5]: the smallest change, 3" in reasons_of(second, SLOW)
 
 
 def test_utilisation_within_boundary_keeps_parallelism() -> None:
@@ -401,17 +412,31 @@ def test_a_vertex_without_records_in_is_held_and_says_which_metric() -> None:
     assert "records in (numRecordsIn) not reported: held" in reasons_of(decision, SINK)
 
 
-def test_a_source_without_output_leaves_consumers_on_what_they_receive() -> None:
+def test_a_chain_reporting_no_output_is_read_through_its_consumer() -> None:
+    # "Source: src[1] -> PythonCalc[2]" fully chained: Flink reports 0 records out
+    vertices = list(pipeline(rate=40.0, slow_parallelism=1))
+    vertices[0] = replace(vertices[0], records_out_per_s=0.0)
+    decision = Autoscaler(AutoscalerSettings(stable_observations=1)).decide(
+        observe(tuple(vertices))
+    )
+    assert "records out reads 0 while its consumers receive 20.0 rec/s" in reasons_of(
+        decision, SOURCE
+    )
+    # 20 rec/s at 100 % busy, the source's demand taken as 20: ceil(20 / (20 × 0.8)) = 2
+    assert proposal(decision, SLOW) == 2
+
+
+def test_unknown_demand_leaves_consumers_on_what_they_receive() -> None:
     vertices = list(pipeline(rate=40.0, slow_parallelism=1))
     vertices[0] = replace(vertices[0], records_out_per_s=None, records_in_per_s=None)
+    vertices[1] = replace(vertices[1], records_in_per_s=None)
     decision = Autoscaler(AutoscalerSettings(stable_observations=1)).decide(
         observe(tuple(vertices))
     )
     assert "records out not reported: demand unknown" in reasons_of(decision, SOURCE)
-    slow = reasons_of(decision, SLOW)
-    assert "upstream demand unknown: target is what it receives now" in slow
-    # 20 rec/s at 100 % busy: the rule alone asks ceil(20 / (20 × 0.8)) = 2
-    assert proposal(decision, SLOW) == 2
+    assert "records in (numRecordsIn) not reported: held" in reasons_of(decision, SLOW)
+    assert "upstream demand unknown: target is what it receives now" in reasons_of(decision, SINK)
+    assert decision.changes == {}
 
 
 def test_an_idle_job_scales_down_to_the_minimum_after_the_delay() -> None:
@@ -438,18 +463,52 @@ def test_a_stalled_vertex_with_demand_is_not_called_idle() -> None:
 # -- the collector and the loop over recorded replies -------------------------------
 
 
+def scaled(name: str, factor: float) -> dict[str, object]:
+    """A recorded metrics reply with every aggregate multiplied by ``factor``."""
+    entry = recorded(name)
+    body = [
+        {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}} for m in entry["body"]
+    ]
+    return {**entry, "body": body}
+
+
+def test_counters_that_fall_restart_the_window(replay_client: Callable[..., FlinkClient]) -> None:
+    """Subtasks replaced before the job's restart time moves: counters fall. That must
+    not read as a window of zero rates (an idle job that is not idle)."""
+    job = recorded("job_running")["body"]
+    jid = job["jid"]
+    base = f"/jobs/{jid}/vertices"
+    names = ("metrics_source", "metrics_slow", "metrics_sink")
+    clock = iter([1000.0, 1010.0, 1020.0, 1030.0])
+    client = replay_client(
+        "job_running",
+        "overview",
+        **{
+            f"GET {base}/{vertex['id']}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                *(scaled(name, factor) for factor in (1.0, 1.5, 0.1, 0.2)),
+            ]
+            for vertex, name in zip(job["vertices"], names, strict=True)
+        },
+    )
+    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    collector.collect()
+    assert collector.collect().window_s == pytest.approx(10.0)
+    fallen = collector.collect()
+    assert fallen.window_s == 0.0
+    assert all(v.records_in_per_s is None for v in fallen.vertices)
+    again = collector.collect()
+    assert again.window_s == pytest.approx(10.0)
+    slow = next(v for v in again.vertices if v.name == job["vertices"][1]["name"])
+    slow_in = {m["id"]: m for m in recorded("metrics_slow")["body"]}["numRecordsIn"]["sum"]
+    assert slow.records_in_per_s == pytest.approx(slow_in * 0.1 / 10)
+
+
 def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkClient]) -> None:
     job = recorded("job_running")["body"]
     jid = job["jid"]
     source, slow, sink = (v["id"] for v in job["vertices"])
     base = f"/jobs/{jid}/vertices"
-
-    def scaled(name: str, factor: float) -> dict[str, object]:
-        entry = recorded(name)
-        body = [
-            {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}} for m in entry["body"]
-        ]
-        return {**entry, "body": body}
 
     clock = iter([1000.0, 1010.0])
     client = replay_client(
@@ -504,13 +563,6 @@ def test_a_source_reporting_nan_busy_time_still_lets_the_job_decide(
             if m["id"] in unmeasured
             else {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}}
             for m in entry["body"]
-        ]
-        return {**entry, "body": body}
-
-    def scaled(name: str, factor: float) -> dict[str, object]:
-        entry = recorded(name)
-        body = [
-            {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}} for m in entry["body"]
         ]
         return {**entry, "body": body}
 
