@@ -14,7 +14,23 @@ backlog has grown at the measured rate for that long.
 
 ``--tiny``: half a minute of observation (``--deadline-s 30``).
 
+``--scenario ramp``: scaling ahead of load. Two copies of the sample job run side by
+side with the same changing input (``--schedule``: ``daily`` — a day compressed to four
+minutes, with a morning ramp from a fifth of ``--rate`` to ``--rate``, an afternoon
+dip, an evening peak and the decline —, ``ramp`` or ``T:R,…``; see
+``flink_support/rate_schedule.py``) and the same start time; one is scaled reactively,
+the other with a forecast of its source's demand (``--forecaster``: ``trend``, a
+least-squares line through the last minute, or the core's ridge ``linear``), looking
+``--forecast-horizon-s`` ahead. Both use the same settings (scale-down delay 30 s,
+oscillation window 60 s, so the evening decline can scale down within the run). JSON
+adds ``reactive`` and ``predictive``, each with ``backpressured_s`` (seconds the
+source was backpressured), ``max_lag_records`` (its highest ``pendingRecords``),
+``rescales`` and ``slot_seconds`` (task slots held × seconds) over the schedule;
+``--repeats N`` gives medians over N runs. ``--tiny`` compresses the schedule to a
+minute (``--schedule-duration-s 60``).
+
     python benchmarks/flink_autoscale.py [--rate 40] [--capacity 20] [--tiny] [--format table|json]
+    python benchmarks/flink_autoscale.py --scenario ramp [--schedule daily] [--forecaster trend]
 """
 
 from __future__ import annotations
@@ -30,6 +46,8 @@ from typing import Any
 
 from _common import format_table, parse_args
 from flink_support.cluster import LocalFlinkCluster
+from flink_support.ramp_scenario import FIGURES as RAMP_FIGURES
+from flink_support.ramp_scenario import RampOptions, run_ramp
 from flink_support.samples import SAMPLE_JOB
 
 from kubesage.adapters.flink.autoscaler import Autoscaler, AutoscalerSettings
@@ -168,18 +186,49 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
+def print_ramp_table(result: dict[str, Any]) -> None:
+    print(
+        f"Schedule {result['schedule']} {result['schedule_points']} (s, rec/s); "
+        f"{result['capacity']:g} rec/s per slow subtask (ideal at the peak "
+        f"{result['ideal_parallelism_peak']}); forecaster {result['forecaster']} "
+        f"{result['forecast_horizon_s']:g} s ahead; medians of {result['repeats']}"
+    )
+    rows = [
+        [figure, result["reactive"][figure], result["predictive"][figure]]
+        for figure in (*RAMP_FIGURES, "max_parallelism", "failed_rescales")
+    ]
+    print(format_table(["figure", "reactive", "predictive"], rows, digits=1))
+    print(
+        f"predictive / reactive: {result['predictive_over_reactive']}; "
+        f"goal (less backpressure and lag, ≤ 10 % more slot-seconds) met: {result['goal_met']}"
+    )
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rate", type=float, default=40.0)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", choices=["default", "ramp"], default="default")
+    parser.add_argument("--rate", type=float, default=40.0, help="records/s (ramp: the peak)")
     parser.add_argument("--capacity", type=float, default=20.0)
     parser.add_argument("--slots", type=int, default=6)
     parser.add_argument("--deadline-s", type=float, default=300.0)
     parser.add_argument("--format", choices=["table", "json"], default="table")
-    # Tiny: observe for half a minute (the job runs and is observed; no decision is needed).
-    args = parse_args(parser, {"deadline_s": 30.0})
+    RampOptions.add_arguments(parser)
+    # Tiny: observe for half a minute (the job runs and is observed; no decision is
+    # needed); the ramp scenario's schedule compressed to a minute.
+    args = parse_args(parser, {"deadline_s": 30.0, "schedule_duration_s": 60.0})
     logging.basicConfig(level=logging.WARNING)
     if not SAMPLE_JOB.is_file():
         raise SystemExit(f"error: {Path(SAMPLE_JOB).name} not found")
+    if args.scenario == "ramp":
+        logging.getLogger("flink_support").setLevel(logging.INFO)
+        ramp = run_ramp(RampOptions.from_args(args))
+        if args.format == "json":
+            print(json.dumps(ramp))
+        else:
+            print_ramp_table(ramp)
+        return 0
     result = run(args.rate, args.capacity, args.slots, args.deadline_s)
     if args.format == "json":
         print(json.dumps(result))

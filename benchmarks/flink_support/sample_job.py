@@ -11,10 +11,12 @@ Pipeline::
 - ``sequence`` numbers the records 0, 1, 2, … (parallelism 1; its position is
   checkpointed, so a restart resumes where it stopped);
 - ``pace`` releases record ``n`` at ``start + n / rate``: the demand is a set rate in
-  records/s. When the job falls behind, the records it owes form a backlog that it
-  reports as the gauge ``pendingRecords`` (what a Kafka source reports as its lag) and
-  releases as fast as downstream accepts them. It sleeps while it waits, so it is
-  pinned at parallelism 1 and the autoscaler must not scale it;
+  records/s (with ``--rate-schedule``, a rate that changes over time: ``ramp``,
+  ``daily`` or ``T:R,T:R,…`` — see ``rate_schedule.py`` — and record ``n`` is released
+  when the schedule has offered ``n`` records). When the job falls behind, the records
+  it owes form a backlog that it reports as the gauge ``pendingRecords`` (what a Kafka
+  source reports as its lag) and releases as fast as downstream accepts them. It
+  sleeps while it waits, so it is pinned at parallelism 1 and the autoscaler must not scale it;
 - ``slow`` sleeps ``1 / capacity`` s per record: a per-subtask capacity of ``capacity``
   records/s, so the ideal parallelism is ``ceil(rate / capacity)`` at full utilisation;
 - ``sink`` discards.
@@ -36,9 +38,12 @@ kubesage's coordinator sends).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import cloudpickle
 from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.datastream import (
     CheckpointingMode,
@@ -48,6 +53,13 @@ from pyflink.datastream import (
 )
 from pyflink.datastream.connectors.base import Sink
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
+
+# rate_schedule.py lies beside this file; `flink run -py` does not ship it to the Python
+# workers, so the schedule inside Pace is pickled by value rather than by module name.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rate_schedule
+
+cloudpickle.register_pickle_by_value(rate_schedule)
 
 DISCARDING_SINK = "org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink"
 BUNDLE_SIZE = 4
@@ -64,24 +76,56 @@ progress after a minute."""
 
 
 class Pace(MapFunction):  # type: ignore[misc]
-    """Releases record ``n`` at ``start_s + n / rate``; reports the records it owes."""
+    """Releases record ``n`` at ``start_s + n / rate`` (or when ``schedule`` has offered
+    ``n`` records); reports the records it owes."""
 
-    def __init__(self, rate: float, start_s: float, record_bytes: int) -> None:
+    def __init__(
+        self,
+        rate: float,
+        start_s: float,
+        record_bytes: int,
+        schedule: rate_schedule.RateSchedule | None = None,
+    ) -> None:
         self.rate = rate
         self.start_s = start_s
         self.padding = "x" * record_bytes
         self.pending = 0
+        self.schedule = schedule
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        runtime_context.get_metrics_group().gauge("pendingRecords", lambda: int(self.pending))
+        self.metrics = runtime_context.get_metrics_group()
+        self.reporting = False
+        if self.schedule is None:
+            self._report_pending()
+
+    def _report_pending(self) -> None:
+        # Registered at the first record: until then the backlog after a restart is
+        # unknown, and no reading is better than a 0 (a collector would take the drain
+        # of the backlog for demand). Without a schedule the gauge is there from open().
+        if not self.reporting:
+            self.metrics.gauge("pendingRecords", lambda: int(self.pending))
+            self.reporting = True
 
     def map(self, value: Any) -> Any:
+        if self.schedule is not None:
+            return self._map_scheduled(value, self.schedule)
         due_s = self.start_s + value / self.rate
         now_s = time.time()
         if due_s > now_s:
             time.sleep(due_s - now_s)
             now_s = due_s
         self.pending = max(0, int(self.rate * (now_s - self.start_s)) - int(value))
+        return f"{value}:{self.padding}"
+
+    def _map_scheduled(self, value: Any, schedule: rate_schedule.RateSchedule) -> Any:
+        due_s = self.start_s + schedule.time_of(value)
+        now_s = time.time()
+        self.pending = max(0, int(schedule.records_due(now_s - self.start_s)) - int(value))
+        self._report_pending()
+        if due_s > now_s:
+            time.sleep(due_s - now_s)
+            now_s = due_s
+        self.pending = max(0, int(schedule.records_due(now_s - self.start_s)) - int(value))
         return f"{value}:{self.padding}"
 
 
@@ -112,6 +156,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Flink's periodic checkpoint interval; 0: none (checkpoints only on request, "
         "e.g. from kubesage's coordinator over REST)",
     )
+    parser.add_argument(
+        "--rate-schedule",
+        default=None,
+        help="a rate that changes over time: 'ramp', 'daily' (peak --rate) or "
+        "'T:R,T:R,…' (seconds since record 0 : records/s, piecewise linear, then held)",
+    )
+    parser.add_argument(
+        "--schedule-duration-s",
+        type=float,
+        default=None,
+        help="length of a named --rate-schedule shape (default: its own, a few minutes)",
+    )
     parser.add_argument("--start-time", type=float, default=None, help="epoch s of record 0")
     parser.add_argument("--name", default="kubesage-sample")
     args, _ = parser.parse_known_args(argv)
@@ -119,6 +175,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--rate and --capacity must be positive")
     if args.checkpoint_interval_ms < 0:
         parser.error("--checkpoint-interval-ms must be ≥ 0 (0: no periodic checkpoints)")
+    args.schedule = None
+    if args.rate_schedule is not None:
+        try:
+            args.schedule = rate_schedule.parse_schedule(
+                args.rate_schedule, peak_rate=args.rate, duration_s=args.schedule_duration_s
+            )
+        except ValueError as exc:
+            parser.error(f"--rate-schedule: {exc}")
     return args
 
 
@@ -130,7 +194,10 @@ def build(env: StreamExecutionEnvironment, args: argparse.Namespace) -> None:
             NumberSequenceSource(0, 2**62), WatermarkStrategy.no_watermarks(), "sequence"
         )
         .set_parallelism(1)
-        .map(Pace(args.rate, start_s, args.record_bytes), output_type=Types.STRING())
+        .map(
+            Pace(args.rate, start_s, args.record_bytes, args.schedule),
+            output_type=Types.STRING(),
+        )
         .name("pace")
         .uid("pace")
         .set_parallelism(1)
