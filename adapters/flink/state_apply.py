@@ -15,6 +15,11 @@ The steps, each named in an error together with where the job was left:
 4. ``rollback``, only when step 3 fails: the new job is cancelled and the job is
    resubmitted from the same savepoint with its recorded settings.
 
+Both resubmissions restore the parallelism each vertex ran at before the stop (the
+autoscaler's in-place rescales, not the submitted parallelism): read in step 1, set in
+the new job's resource requirements as soon as it has a JobMaster, and awaited after
+step 3 (:mod:`~kubesage.adapters.flink.vertex_parallelism`).
+
 The savepoint path is in every outcome and every error after step 2, so the state is
 never lost: ``flink run -s <path> …`` restores it by hand. The registry records the new
 run (job id, settings).
@@ -35,7 +40,7 @@ import logging
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kubesage.adapters.flink.client import FlinkClient
@@ -47,6 +52,14 @@ from kubesage.adapters.flink.submit import (
     flink_run_command,
     parse_job_id,
     run_flink,
+)
+from kubesage.adapters.flink.vertex_parallelism import (
+    ParallelismRequest,
+    ParallelismRestore,
+    VertexParallelism,
+    confirm_parallelism,
+    request_parallelism,
+    vertex_parallelism,
 )
 from kubesage.core.errors import InputError
 
@@ -104,7 +117,8 @@ class ApplyPlan:
         return [
             f"savepoint: stop job {self.job_id} with a savepoint in {target} (no drain)",
             f"restart: flink run -s <savepoint> {flags} … (the registered job "
-            f"'{self.run.job_key}', its own arguments and settings otherwise)",
+            f"'{self.run.job_key}', its own arguments and settings otherwise), each vertex "
+            "at the parallelism it runs at now (the adaptive scheduler's resource requirements)",
             "wait: every vertex RUNNING, then steady for a few seconds",
             "rollback if it does not run: cancel it, resubmit from the same savepoint with "
             "the registered settings",
@@ -123,6 +137,8 @@ class ApplyOutcome:
     failure: str | None = None
     """Why the restart with the new settings failed (``applied`` False)."""
     notes: list[str] = field(default_factory=list)
+    parallelism: ParallelismRestore | None = None
+    """The per-vertex parallelism before the stop, and what the new job runs at."""
 
     def describe(self) -> str:
         if self.applied:
@@ -132,7 +148,8 @@ class ApplyOutcome:
                 f"job {self.old_job_id} → {self.job_id}: restart failed ({self.failure}); "
                 "rolled back, running with the old settings"
             )
-        return f"{head}; savepoint {self.savepoint}"
+        restored = f"; {self.parallelism.describe()}" if self.parallelism else ""
+        return f"{head}; savepoint {self.savepoint}{restored}"
 
 
 def plan_apply(
@@ -189,23 +206,25 @@ class StateApplier:
 
     def apply(self, plan: ApplyPlan) -> ApplyOutcome:
         """Savepoint, restart with the new settings, roll back on failure (module docstring)."""
-        state = self._state(plan.job_id)
-        if state != "RUNNING":
-            raise StateApplyError("check", f"job {plan.job_id} is {state}", job_state=state)
+        before = self._check(plan.job_id)
         savepoint = self._stop_with_savepoint(plan)
         self.on_step(f"savepoint: {savepoint}")
         self._wait_ended(plan.job_id)
         try:
-            job_id = self._start(plan, plan.new_conf, savepoint)
+            job_id, request = self._start(plan, plan.new_conf, savepoint, before)
         except _RestartError as exc:
             failure = str(exc)
             self.on_step(f"restart failed: {failure}; rolling back")
         else:
-            notes = self._check_backend(job_id, plan.new_conf)
-            self._register(plan, job_id, plan.new_conf, savepoint, "state settings applied")
-            return ApplyOutcome(plan.job_id, savepoint, job_id, True, plan.new_conf, None, notes)
+            restore = self._confirm_parallelism(job_id, request)
+            notes = [*self._check_backend(job_id, plan.new_conf), *restore.notes]
+            why = f"state settings applied; {restore.describe()}"
+            self._register(plan, job_id, plan.new_conf, savepoint, why)
+            return ApplyOutcome(
+                plan.job_id, savepoint, job_id, True, plan.new_conf, None, notes, restore
+            )
         try:
-            job_id = self._start(plan, plan.run.conf, savepoint)
+            job_id, request = self._start(plan, plan.run.conf, savepoint, before)
         except _RestartError as exc:
             raise StateApplyError(
                 "rollback",
@@ -213,8 +232,32 @@ class StateApplier:
                 job_state="not running",
                 savepoint=savepoint,
             ) from exc
-        self._register(plan, job_id, plan.run.conf, savepoint, f"rolled back: {failure}")
-        return ApplyOutcome(plan.job_id, savepoint, job_id, False, plan.run.conf, failure)
+        restore = self._confirm_parallelism(job_id, request)
+        why = f"rolled back: {failure}; {restore.describe()}"
+        self._register(plan, job_id, plan.run.conf, savepoint, why)
+        return ApplyOutcome(
+            plan.job_id,
+            savepoint,
+            job_id,
+            False,
+            plan.run.conf,
+            failure,
+            list(restore.notes),
+            restore,
+        )
+
+    def _check(self, job_id: str) -> tuple[VertexParallelism, ...]:
+        """The job RUNNING (else a ``check`` error); its vertices at their parallelism now."""
+        try:
+            detail = self.client.job(job_id)
+        except FlinkError as exc:
+            state = f"unknown ({exc})"
+            raise StateApplyError("check", f"job {job_id} is {state}", job_state=state) from exc
+        if detail.state != "RUNNING":
+            raise StateApplyError(
+                "check", f"job {job_id} is {detail.state}", job_state=detail.state
+            )
+        return vertex_parallelism(detail)
 
     def _state(self, job_id: str) -> str:
         try:
@@ -266,8 +309,15 @@ class StateApplier:
                 return
             self.sleep(POLL_S)
 
-    def _start(self, plan: ApplyPlan, conf: Mapping[str, str], savepoint: str) -> str:
-        """Resubmit from ``savepoint`` with ``conf``; the job id once it runs steadily."""
+    def _start(
+        self,
+        plan: ApplyPlan,
+        conf: Mapping[str, str],
+        savepoint: str,
+        before: tuple[VertexParallelism, ...],
+    ) -> tuple[str, ParallelismRequest]:
+        """Resubmit from ``savepoint`` with ``conf``, each vertex asked for its parallelism
+        ``before`` the stop; the job id once it runs steadily, and that request."""
         run = plan.run
         command = flink_run_command(
             self.flink_home,
@@ -288,14 +338,24 @@ class StateApplier:
             job_id = parse_job_id(output)
         except FlinkError as exc:
             raise _RestartError(str(exc)) from exc
-        failure = self._wait_steady(job_id)
+        request = request_parallelism(
+            self.client,
+            job_id,
+            before,
+            timeout_s=self.running_timeout_s,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        first_running: dict[str, int] = {}
+        failure = self._wait_steady(job_id, first_running)
         if failure is not None:
             self._cancel(job_id)
             raise _RestartError(f"job {job_id} {failure}")
-        return job_id
+        return job_id, replace(request, first_running=first_running)
 
-    def _wait_steady(self, job_id: str) -> str | None:
-        """None once every vertex has run for ``settle_s``; else what the job did instead."""
+    def _wait_steady(self, job_id: str, first_running: dict[str, int]) -> str | None:
+        """None once every vertex has run for ``settle_s``; else what the job did instead.
+        ``first_running`` gets the parallelism (vertex id → p) the job first ran at."""
         deadline = self.clock() + self.running_timeout_s
         steady_since: float | None = None
         last = "not seen yet"
@@ -310,6 +370,8 @@ class StateApplier:
                 if detail.state in TERMINAL_STATES:
                     return f"ended {last}"
                 if detail.state == "RUNNING" and vertices == ["RUNNING"]:
+                    if not first_running:
+                        first_running.update({v.id: v.parallelism for v in detail.vertices})
                     steady_since = steady_since if steady_since is not None else self.clock()
                     if self.clock() - steady_since >= self.settle_s:
                         return None
@@ -317,6 +379,18 @@ class StateApplier:
                     steady_since = None
             self.sleep(POLL_S)
         return f"not running steadily within {self.running_timeout_s:.0f} s: {last}"
+
+    def _confirm_parallelism(self, job_id: str, request: ParallelismRequest) -> ParallelismRestore:
+        restore = confirm_parallelism(
+            self.client,
+            job_id,
+            request,
+            timeout_s=self.running_timeout_s,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        self.on_step(restore.describe())
+        return restore
 
     def _cancel(self, job_id: str) -> None:
         if self._state(job_id) in TERMINAL_STATES:

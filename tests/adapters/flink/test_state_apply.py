@@ -2,14 +2,18 @@
 
 The cluster tests run a Table/SQL job with keyed state (``keyed_state_job.py``, a
 ``GROUP BY`` count) submitted through ``submit`` with a registry in ``tmp_path``; a
-local directory stands in for ForSt's remote primary storage.
+local directory stands in for ForSt's remote primary storage. The restarted job keeps
+the per-vertex parallelism the job ran at (an in-place rescale), not the submitted one.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +24,8 @@ from benchmarks.flink_support.samples import cancel_jobs
 from kubesage.adapters.flink.cli import flink_app
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.adapters.flink.rescale import rescale_in_place
+from kubesage.adapters.flink.rest_models import ParallelismBounds
 from kubesage.adapters.flink.state_apply import (
     FORST_RESTORE_CONF,
     TTL_KEY,
@@ -35,8 +41,13 @@ from kubesage.adapters.flink.state_tiering import (
     recommend,
 )
 from kubesage.adapters.flink.submit import Runner, SubmitRequest, run_flink, submit
+from kubesage.adapters.flink.vertex_parallelism import (
+    VertexParallelism,
+    match_vertices,
+    restored_requirements,
+)
 from kubesage.core.errors import InputError
-from tests.adapters.flink.conftest import recorded, wait_until
+from tests.adapters.flink.conftest import recorded, replay, wait_until
 
 KEYED_JOB = Path(__file__).with_name("keyed_state_job.py")
 
@@ -174,6 +185,120 @@ def test_a_failed_rollback_says_so_and_gives_the_savepoint(
     assert "-Dexecution.checkpointing.interval=10 s" in commands[1]
 
 
+def test_the_requirements_raise_only_the_rescaled_vertex_to_its_old_parallelism() -> None:
+    current = {
+        "src": ParallelismBounds(lower=1, upper=1),
+        "agg": ParallelismBounds(lower=1, upper=1),
+        "sink": ParallelismBounds(lower=3, upper=4),
+    }
+
+    updated = restored_requirements(current, {"src": 1, "agg": 3, "sink": 2})
+
+    assert updated == {
+        "src": ParallelismBounds(lower=1, upper=1),
+        "agg": ParallelismBounds(lower=1, upper=3),
+        "sink": ParallelismBounds(lower=2, upper=2),
+    }
+    assert restored_requirements(updated, {"agg": 3}) is None
+    with pytest.raises(ValueError, match="below 1"):
+        restored_requirements(current, {"agg": 0})
+
+
+def test_vertices_are_matched_by_id_else_by_a_unique_name() -> None:
+    before = [
+        VertexParallelism("a1", "Source: src[1]", 1),
+        VertexParallelism("b1", "GroupAggregate[3]", 3),
+        VertexParallelism("c1", "twin", 2),
+    ]
+    after = [
+        VertexParallelism("a1", "Source: src[1]", 1),
+        VertexParallelism("b2", "GroupAggregate[3]", 1),
+        VertexParallelism("c2", "twin", 1),
+        VertexParallelism("c3", "twin", 1),
+    ]
+
+    match = match_vertices(before, after)
+
+    assert match.wanted == {"a1": 1, "b2": 3}
+    assert (match.by_name, match.unmatched) == (("GroupAggregate[3]",), ("twin",))
+    assert any("matched by name: GroupAggregate[3]" in note for note in match.notes())
+
+
+def job_reply(job_id: str, state: str, parallelism: dict[str, int]) -> dict[str, object]:
+    """The recorded running job under another id, in ``state``, at ``parallelism`` by name."""
+    body = recorded("job_running")["body"]
+    vertices = [
+        {**v, "parallelism": parallelism.get(v["name"], v["parallelism"]), "status": state}
+        for v in body["vertices"]
+    ]
+    return reply({**body, "jid": job_id, "state": state, "vertices": vertices})
+
+
+@pytest.mark.parametrize(
+    ("first_run", "how"),
+    [
+        ({"slow": 3}, "restored at submission"),
+        ({"slow": 1}, "restored by an in-place rescale right after the restart"),
+    ],
+)
+def test_the_restarted_job_is_asked_for_each_vertex_s_parallelism_before_the_stop(
+    tmp_path: Path, first_run: dict[str, int], how: str
+) -> None:
+    old, new = "a" * 32, "b" * 32
+    routes: dict[tuple[str, str], Any] = {
+        ("GET", f"/jobs/{old}"): [
+            job_reply(old, "RUNNING", {"slow": 3}),
+            job_reply(old, "FINISHED", {"slow": 3}),
+        ],
+        ("POST", f"/jobs/{old}/stop"): reply({"request-id": "r1"}),
+        ("GET", f"/jobs/{old}/savepoints/r1"): reply(
+            {"status": {"id": "COMPLETED"}, "operation": {"location": "file:/sp/savepoint-1"}}
+        ),
+        # Submitted at 1 (the recorded -p); runs first at ``first_run``, then at the
+        # bounds kubesage sets.
+        ("GET", f"/jobs/{new}"): [
+            job_reply(new, "CREATED", {}),
+            job_reply(new, "RUNNING", first_run),
+            job_reply(new, "RUNNING", {"slow": 3}),
+        ],
+        ("GET", f"/jobs/{new}/resource-requirements"): recorded("resource_requirements"),
+        ("PUT", f"/jobs/{new}/resource-requirements"): reply({}, 202),
+    }
+    sent: list[httpx.Request] = []
+    inner = replay(routes)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return inner.handle_request(request)
+
+    client = FlinkClient("http://flink.test", transport=httpx.MockTransport(handler))
+    registry = registered(tmp_path)
+    plan = plan_apply(old, {"state.backend.type": "rocksdb"}, registry)
+    ticks = itertools.count()
+    applier = StateApplier(
+        client,
+        registry,
+        Path("flink"),
+        runner=lambda command, env: subprocess.CompletedProcess(
+            list(command), 0, f"Job has been submitted with JobID {new}", ""
+        ),
+        clock=lambda: float(next(ticks)),
+        sleep=lambda _: None,
+    )
+
+    outcome = applier.apply(plan)
+
+    puts = [json.loads(r.content) for r in sent if r.method == "PUT"]
+    slow = "59fa767824610e31f4a11d6125e09bf4"
+    assert [body[slow]["parallelism"] for body in puts] == [{"lowerBound": 1, "upperBound": 3}]
+    assert outcome.applied and outcome.parallelism is not None
+    assert outcome.parallelism.restored and outcome.parallelism.running["slow"] == 3
+    assert outcome.parallelism.how == how
+    assert "parallelism restored" in outcome.describe() and "slow 3" in outcome.describe()
+    new_run = registry.find(new)
+    assert new_run is not None and "slow 3" in new_run.reasons[0]
+
+
 # -- on the real cluster --------------------------------------------------------------
 
 
@@ -251,7 +376,7 @@ def restored_from(rest_url: str, job_id: str) -> str:
 
 
 @pytest.mark.slow
-def test_apply_restarts_the_job_on_forst_from_its_savepoint(
+def test_apply_restarts_the_job_on_forst_from_its_savepoint_at_its_parallelism(
     flink_cluster: LocalFlinkCluster,
     flink_client: FlinkClient,
     keyed_job: tuple[str, JobRegistry],
@@ -260,6 +385,10 @@ def test_apply_restarts_the_job_on_forst_from_its_savepoint(
     job_id, registry = keyed_job
     primary = tmp_path / "remote-tier"
     primary.mkdir()
+    # As the autoscaler does: the aggregation rescaled in place, away from the submitted 1.
+    aggregate = next(v for v in flink_client.job(job_id).vertices if "GroupAggregate" in v.name)
+    rescaled = rescale_in_place(flink_client, job_id, {aggregate.id: 2}, timeout_s=90)
+    assert rescaled.succeeded, rescaled.message
     dry = CliRunner().invoke(
         flink_app,
         [
@@ -283,10 +412,17 @@ def test_apply_restarts_the_job_on_forst_from_its_savepoint(
     assert outcome.applied, outcome.describe()
     assert outcome.job_id != job_id and outcome.savepoint
     assert flink_client.job(outcome.job_id).state == "RUNNING"
+    parallelism = {v.name: v.parallelism for v in flink_client.job(outcome.job_id).vertices}
+    assert parallelism[aggregate.name] == 2, outcome.describe()
+    assert outcome.parallelism is not None and outcome.parallelism.restored
+    assert f"{aggregate.name} 2" in outcome.describe()
     assert flink_client.checkpoint_config(outcome.job_id).state_backend == "ForStStateBackend"
-    assert Path(restored_from(flink_cluster.rest_url, outcome.job_id).removeprefix("file:")) == (
-        Path(outcome.savepoint.removeprefix("file:"))
-    )
+    # From the savepoint; or, when the scheduler started the job before the parallelism
+    # bounds arrived and rescaled it in place, from a checkpoint of the new job.
+    restored = restored_from(flink_cluster.rest_url, outcome.job_id).removeprefix("file:")
+    assert Path(restored) == Path(outcome.savepoint.removeprefix("file:")) or (
+        "in-place rescale" in outcome.parallelism.how and outcome.job_id in Path(restored).parts
+    ), (restored, outcome.describe())
     try:
         wait_until(
             lambda: any(p.is_file() for p in primary.rglob("*")),
@@ -353,6 +489,7 @@ def test_the_cli_applies_what_it_recommends(
 
     assert result.exit_code == 0, result.output
     assert "running with the new settings" in result.output
+    assert "parallelism as submitted" in result.output
     new_run = registry.runs()[-1]
     assert new_run.job_id != job_id and job_id in result.output
     assert new_run.conf["state.backend.type"] == "hashmap"
