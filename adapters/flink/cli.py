@@ -61,6 +61,9 @@ RegistryPath = Annotated[
     Path | None,
     typer.Option("--registry", help="Job registry file (default: user cache dir)."),
 ]
+FlinkHome = Annotated[
+    Path | None, typer.Option("--flink-home", help="Flink distribution (has bin/flink).")
+]
 DryRun = Annotated[
     bool, typer.Option("--dry-run", help="Decide and print what it would do; change nothing.")
 ]
@@ -136,9 +139,7 @@ def submit_command(
             "or let Flink (phase within a window).",
         ),
     ] = True,
-    flink_home: Annotated[
-        Path | None, typer.Option("--flink-home", help="Flink distribution (has bin/flink).")
-    ] = None,
+    flink_home: FlinkHome = None,
     registry: RegistryPath = None,
     taskmanager_gpus: Annotated[
         int, typer.Option("--taskmanager-gpus", min=0, help="GPUs per TaskManager.")
@@ -336,9 +337,7 @@ def state_command(
     timeout_s: Annotated[
         float, typer.Option("--timeout-s", min=1.0, help="Wait this long for RUNNING.")
     ] = DEFAULT_RUNNING_TIMEOUT_S,
-    flink_home: Annotated[
-        Path | None, typer.Option("--flink-home", help="Flink distribution (has bin/flink).")
-    ] = None,
+    flink_home: FlinkHome = None,
     registry: RegistryPath = None,
 ) -> None:
     """Recommend a hot/cold state setup (backend, cache, TTL) per job, as config.yaml lines;

@@ -204,12 +204,8 @@ class FlinkClient:
 
     def checkpoint_trigger_status(self, job_id: str, request_id: str) -> CheckpointTrigger:
         path = f"/jobs/{job_id}/checkpoints/{request_id}"
-        data = self._request("GET", path)
-        if not isinstance(data, dict):
-            raise FlinkResponseError("expected an object", endpoint=path)
-        _require(data, "status", path)
         try:
-            return CheckpointTrigger.from_reply(data)
+            return CheckpointTrigger.from_reply(self._operation_status(path))
         except ValidationError as exc:
             raise _response_error(exc, path) from exc
 
@@ -228,14 +224,18 @@ class FlinkClient:
 
     def savepoint_status(self, job_id: str, request_id: str) -> SavepointTrigger:
         path = f"/jobs/{job_id}/savepoints/{request_id}"
+        try:
+            return SavepointTrigger.from_reply(self._operation_status(path))
+        except ValidationError as exc:
+            raise _response_error(exc, path) from exc
+
+    def _operation_status(self, path: str) -> dict[str, Any]:
+        """The reply to a poll of an asynchronous operation (``{"status": …, …}``)."""
         data = self._request("GET", path)
         if not isinstance(data, dict):
             raise FlinkResponseError("expected an object", endpoint=path)
         _require(data, "status", path)
-        try:
-            return SavepointTrigger.from_reply(data)
-        except ValidationError as exc:
-            raise _response_error(exc, path) from exc
+        return data
 
     # -- rescaling ----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from kubesage.adapters.flink.client import FlinkClient
 from tests.services import require_flink
 
 RECORDED = Path(__file__).parent / "recorded"
-TASK_SLOTS = 6
+TASK_SLOTS = 16
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -88,15 +88,20 @@ def submit_sample(
     job_id = cluster.submit_python(
         SAMPLE_JOB, ["--rate", str(rate), "--capacity", str(capacity)], parallelism=1
     )
+    wait_running(client, job_id, timeout_s=60)
+    return job_id
+
+
+def wait_running(client: FlinkClient, job_id: str, *, timeout_s: float) -> None:
+    """Waits until the job and every one of its vertices are RUNNING."""
     wait_until(
         lambda: (
             (job := client.job(job_id)).state == "RUNNING"
             and all(v.status == "RUNNING" for v in job.vertices)
         ),
-        timeout_s=60,
+        timeout_s=timeout_s,
         what=f"job {job_id} RUNNING",
     )
-    return job_id
 
 
 def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:

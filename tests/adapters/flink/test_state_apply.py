@@ -47,7 +47,7 @@ from kubesage.adapters.flink.vertex_parallelism import (
     restored_requirements,
 )
 from kubesage.core.errors import InputError
-from tests.adapters.flink.conftest import recorded, replay, wait_until
+from tests.adapters.flink.conftest import recorded, replay, wait_running, wait_until
 
 KEYED_JOB = Path(__file__).with_name("keyed_state_job.py")
 
@@ -340,14 +340,7 @@ def keyed_job(
 
 
 def wait_steady(client: FlinkClient, job_id: str) -> None:
-    wait_until(
-        lambda: (
-            (job := client.job(job_id)).state == "RUNNING"
-            and all(v.status == "RUNNING" for v in job.vertices)
-        ),
-        timeout_s=90,
-        what=f"job {job_id} RUNNING",
-    )
+    wait_running(client, job_id, timeout_s=90)
 
 
 def apply(
