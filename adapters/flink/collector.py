@@ -73,8 +73,6 @@ class ObservationCollector:
         self.forecaster = forecaster
         self.forecast_horizon = forecast_horizon
         self._samples: list[_Sample] = []
-        self._falls = 0
-        """Consecutive readings with a counter below the latest sample's (``_fell``)."""
         self._running_since_ms = -1
         self._pending_names: dict[str, list[str]] = {}
         self._demand_history: dict[str, list[tuple[float, float]]] = {}
@@ -87,10 +85,8 @@ class ObservationCollector:
         if job.running_since_ms != self._running_since_ms:
             self._samples.clear()
             self._pending_names.clear()
-            self._falls = 0
             self._running_since_ms = job.running_since_ms
         running = job.state == "RUNNING" and all(v.status == "RUNNING" for v in job.vertices)
-        glitch = False
         counters: dict[str, dict[str, float]] = {}
         meters: dict[str, dict[str, float]] = {}
         if running:
@@ -99,15 +95,12 @@ class ObservationCollector:
             # Flink's metric store fills on the first query after a (re)start, and some
             # vertices never report some counters (a legacy source's busy time): each
             # rate is taken from the oldest sample that has its counter (``_rate``).
-            glitch = False
             if any(counters.values()):
-                glitch = self._fell(counters)
-                if not glitch:
-                    self._samples.append(_Sample(now, counters))
+                self._samples.append(_Sample(now, counters))
             horizon = now - self.window_s
             while len(self._samples) > 2 and self._samples[1].time_s <= horizon:
                 self._samples.pop(0)
-        first = self._samples[0] if len(self._samples) > 1 and not glitch else None
+        first = self._samples[0] if len(self._samples) > 1 else None
         window = now - first.time_s if first is not None else 0.0
         # Demand joins a forecaster's history only from a window that starts a full
         # window after the (re)start: before that the new subtasks warm up (their Python
@@ -220,31 +213,6 @@ class ObservationCollector:
             pending_growth_per_s=growth,
             forecast_records_per_s=forecast,
         )
-
-    def _fell(self, counters: Mapping[str, Mapping[str, float]]) -> bool:
-        """Whether this sample is to be left out because a cumulative counter fell.
-
-        A counter below its value in the latest sample is either one reading short of a
-        subtask (the aggregate sums the subtasks that answered: the sample is left out,
-        its observation has no rates) or, when the next reading is still below, subtasks
-        that were replaced (a rescale or a restarted TaskManager seen before the job's
-        restart time moved): the window starts again. Either way no fall reads as a
-        window of zero rates — an idle job that is not idle.
-        """
-        latest = self._samples[-1].counters if self._samples else {}
-        fell = any(
-            value < latest.get(vertex_id, {}).get(name, value)
-            for vertex_id, values in counters.items()
-            for name, value in values.items()
-            if name in COUNTERS
-        )
-        self._falls = self._falls + 1 if fell else 0
-        if self._falls >= 2:
-            log.info("job %s: counters were reset; measurement window restarted", self.job_id)
-            self._samples.clear()
-            self._falls = 0
-            return False
-        return fell
 
     def _rate(
         self,

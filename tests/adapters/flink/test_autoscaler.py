@@ -472,51 +472,6 @@ def scaled(name: str, factor: float) -> dict[str, object]:
     return {**entry, "body": body}
 
 
-@pytest.mark.parametrize(
-    ("factors", "windows"),
-    [
-        # one reading short of a subtask: left out, the window goes on
-        ((1.0, 1.5, 0.5, 2.0), (0.0, 10.0, 0.0, 30.0)),
-        # subtasks replaced: a second low reading restarts the window
-        ((1.0, 1.5, 0.1, 0.2, 0.3), (0.0, 10.0, 0.0, 0.0, 10.0)),
-    ],
-    ids=["dip", "reset"],
-)
-def test_counters_that_fall_never_read_as_zero_rates(
-    replay_client: Callable[..., FlinkClient],
-    factors: tuple[float, ...],
-    windows: tuple[float, ...],
-) -> None:
-    """The aggregate sums the subtasks that answered, and replaced subtasks count from 0:
-    a fall must never read as a window of zero rates (an idle job that is not idle)."""
-    job = recorded("job_running")["body"]
-    jid = job["jid"]
-    base = f"/jobs/{jid}/vertices"
-    names = ("metrics_source", "metrics_slow", "metrics_sink")
-    clock = iter(1000.0 + 10.0 * i for i in range(len(factors)))
-    client = replay_client(
-        "job_running",
-        "overview",
-        **{
-            f"GET {base}/{vertex['id']}/subtasks/metrics": [
-                recorded("metric_names_source"),
-                *(scaled(name, factor) for factor in factors),
-            ]
-            for vertex, name in zip(job["vertices"], names, strict=True)
-        },
-    )
-    collector = ObservationCollector(client, jid, window_s=60.0, clock=lambda: next(clock))
-    slow_name = job["vertices"][1]["name"]
-    for factor, window in zip(factors, windows, strict=True):
-        observation = collector.collect()
-        assert observation.window_s == pytest.approx(window), factor
-        slow = observation.vertex(slow_name)
-        if window == 0.0:
-            assert slow.records_in_per_s is None
-        else:
-            assert slow.records_in_per_s is not None and slow.records_in_per_s > 0
-
-
 def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkClient]) -> None:
     job = recorded("job_running")["body"]
     jid = job["jid"]
