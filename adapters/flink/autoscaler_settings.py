@@ -24,8 +24,9 @@ class AutoscalerSettings:
     """Seconds after a (re)start before metrics count: tasks warm up, buffers refill."""
     stable_observations: int = 2
     """Consecutive observations that must propose a change in the same direction."""
-    min_window_s: float = 10.0
-    """Rates over a shorter window (the first seconds after a restart) decide nothing."""
+    min_window_s: float = 5.0
+    """Rates over a shorter window (the first seconds after a restart) decide nothing;
+    keep it below the collector's window (``window_s``, 20 s by default)."""
     scale_down_delay_s: float = 300.0
     """A scale-down must be proposed this long before it happens."""
     oscillation_window_s: float = 600.0

@@ -84,6 +84,7 @@ BACKPRESSURE_OK_MS_PER_S = 100.0
 """Flink's "OK" backpressure level: at most 10 % of the time backpressured."""
 
 SHAPE_SETTINGS = AutoscalerSettings(
+    min_window_s=10.0,
     settle_s=8.0,
     scale_down_delay_s=10.0,
     oscillation_window_s=60.0,
