@@ -188,14 +188,9 @@ def _skip_reason(observation: Observation, settings: AutoscalerSettings) -> str 
             f"the measurement window starts {window_start:.0f} s after the (re)start; "
             f"it must start after {settings.settle_s:.0f} s"
         )
-    if not any(_measured(v) for v in observation.vertices):
+    if all(_missing(v) for v in observation.vertices):
         return "no vertex reports busy time and record counts yet"
     return None
-
-
-def _measured(vertex: VertexObservation) -> bool:
-    rate = vertex.records_out_per_s if vertex.is_source else vertex.records_in_per_s
-    return vertex.busy_ms_per_s is not None and rate is not None
 
 
 def _missing(vertex: VertexObservation) -> list[str]:
@@ -222,11 +217,8 @@ def _job_notes(
             f"more): demand is a lower bound; bottlenecks grow ×{settings.saturated_step:g} "
             "per rescale and are re-measured after each; no scale-down on that figure"
         )
-    held = [
-        f"{v.name} ({', '.join(_missing(v))})"
-        for v in observation.vertices
-        if _missing(v) and not settings.excludes(v)
-    ]
+    missing = {v.name: _missing(v) for v in observation.vertices if not settings.excludes(v)}
+    held = [f"{name} ({', '.join(metrics)})" for name, metrics in missing.items() if metrics]
     if held:
         notes.append(f"metrics missing, held: {'; '.join(held)}")
     return notes
@@ -325,7 +317,7 @@ def _within_boundary(
             return grown
         if ideal < vertex.parallelism:
             reasons.append("demand is a lower bound (saturated source): no scale-down")
-        return vertex.parallelism if ideal < vertex.parallelism else ideal
+        return max(ideal, vertex.parallelism)
     low = settings.target_utilisation - settings.utilisation_boundary
     high = settings.target_utilisation + settings.utilisation_boundary
     if low <= utilisation <= high:
