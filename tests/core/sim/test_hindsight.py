@@ -100,7 +100,9 @@ def test_checkpoints_are_positions_after_the_arrival_that_reaches_each_percentag
 def test_bad_searches_are_refused() -> None:
     nodes, workload, arrivals = small_run()
     with pytest.raises(InputError, match="base policy 'best'"):
-        hindsight_search(nodes, arrivals, seed=0, portfolio=default_portfolio(workload), base="best")
+        hindsight_search(
+            nodes, arrivals, seed=0, portfolio=default_portfolio(workload), base="best"
+        )
     with pytest.raises(InputError, match="empty"):
         hindsight_search(nodes, [], seed=0, portfolio=default_portfolio(workload))
     with pytest.raises(InputError, match="no GPUs"):
