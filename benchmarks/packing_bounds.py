@@ -80,7 +80,7 @@ def one_run(
     return {
         "trace": trace,
         "seed": seed,
-        "fgd": result.fgd.allocation_pct,
+        "fgd": result.base.allocation_pct,
         "hindsight": result.hindsight.allocation_pct,
         "upper_bound": bound.percent,
         "throughout": result.throughout,
@@ -91,11 +91,11 @@ def one_run(
             "surely_placed": bound.surely_placed,
             "big_shares": bound.big_shares,
         },
-        "failed_fgd": result.fgd.failed_by_kind,
+        "failed_fgd": result.base.failed_by_kind,
         "failed_hindsight": result.hindsight.failed_by_kind,
-        "failed_gpu_fgd": result.fgd.failed_gpu_by_kind,
+        "failed_gpu_fgd": result.base.failed_gpu_by_kind,
         "failed_gpu_hindsight": result.hindsight.failed_gpu_by_kind,
-        "free_fgd": result.fgd.free_gpu_by_model,
+        "free_fgd": result.base.free_gpu_by_model,
         "free_hindsight": result.hindsight.free_gpu_by_model,
         "placed_elsewhere": result.placed_elsewhere,
         "switches": [

@@ -122,7 +122,8 @@ class RunOutcome:
 
 @dataclass(frozen=True)
 class HindsightResult:
-    fgd: RunOutcome
+    base: RunOutcome
+    """The base policy's own run (FGD's by default)."""
     hindsight: RunOutcome
     switches: tuple[Switch, ...]
     placements: tuple[Placement | None, ...]
@@ -233,7 +234,7 @@ def hindsight_search(
         if a is not None and b is not None and a.node_index != b.node_index
     )
     return HindsightResult(
-        fgd=outcome(first, arrivals),
+        base=outcome(first, arrivals),
         hindsight=outcome(best, arrivals),
         switches=tuple(switches),
         placements=tuple(best.placements),

@@ -44,13 +44,13 @@ def test_the_search_starts_from_the_simulators_fgd_run_and_never_ends_below_it()
         lambda state: FragmentationMeasure(typical, state.gpu_models),
     )
     simulator.run_arrivals(arrivals)
-    assert result.fgd.allocation_pct == pytest.approx(simulator.state.gpu_allocation_ratio * 100)
-    assert result.throughout["fgd"] == pytest.approx(result.fgd.allocation_pct)
-    assert result.hindsight.allocation_pct >= result.fgd.allocation_pct
+    assert result.base.allocation_pct == pytest.approx(simulator.state.gpu_allocation_ratio * 100)
+    assert result.throughout["fgd"] == pytest.approx(result.base.allocation_pct)
+    assert result.hindsight.allocation_pct >= result.base.allocation_pct
     assert result.hindsight.allocation_pct >= max(result.throughout.values()) - 1e-9
     gained = sum(switch.gain_gpu_milli for switch in result.switches)
     capacity = ClusterState(nodes).gpu_capacity_milli_total
-    assert result.hindsight.allocation_pct - result.fgd.allocation_pct == pytest.approx(
+    assert result.hindsight.allocation_pct - result.base.allocation_pct == pytest.approx(
         gained * 100 / capacity
     )
 
