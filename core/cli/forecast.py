@@ -14,7 +14,7 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 
 forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
@@ -58,6 +58,20 @@ UntilOption = Annotated[
 ]
 EpochsOption = Annotated[int, typer.Option("--epochs", min=1, help="Most training epochs.")]
 SeedOption = Annotated[int, typer.Option("--seed", min=0, help="Training seed.")]
+DeviceOption = Annotated[
+    str, typer.Option("--device", help="Torch device to train on: cpu, or cuda where present.")
+]
+
+
+def parse_names(text: str, known: tuple[str, ...], option: str) -> list[str]:
+    """A comma-separated subset of ``known`` (``all``: every one), unknown names refused."""
+    chosen = list(known) if text.strip() == "all" else [n.strip() for n in text.split(",")]
+    chosen = [n for n in chosen if n]
+    unknown = [n for n in chosen if n not in known]
+    if unknown:
+        kind = "model(s)" if option == "--models" else "ablation(s)"
+        raise InputError(f"unknown {kind} {unknown}; known: {', '.join(known)}")
+    return chosen
 
 
 @forecast_app.command("train")
@@ -68,13 +82,14 @@ def train_command(
     out: Annotated[Path, typer.Option("--out", help="Model file to write (safetensors).")],
     model: Annotated[str, typer.Option("--model", help="stgcn or lstm.")] = "stgcn",
     horizon: Annotated[int, typer.Option("--horizon", min=1, help="Steps to forecast.")] = 15,
-    epochs: EpochsOption = 30,
+    epochs: EpochsOption = 20,
     seed: SeedOption = 0,
+    device: DeviceOption = "cpu",
 ) -> None:
     """Train a neural forecaster on everything before the cut-off and save it."""
     from kubesage.core.forecast.forecaster import NeuralForecaster
     from kubesage.core.forecast.persistence import save_forecaster
-    from kubesage.core.forecast.training import TrainConfig
+    from kubesage.core.forecast.training import TrainConfig, check_device
 
     if model not in ("stgcn", "lstm"):
         raise InputError(f"--model must be stgcn or lstm, got '{model}'")
@@ -84,7 +99,7 @@ def train_command(
     forecaster = NeuralForecaster(
         kind="stgcn" if model == "stgcn" else "lstm",
         horizon=horizon,
-        config=TrainConfig(epochs=epochs, seed=seed),
+        config=TrainConfig(epochs=epochs, seed=seed, device=check_device(device)),
     )
     with stderr.status(f"training {model} on {step} steps") as status:
         forecaster.fit(
@@ -117,47 +132,88 @@ def eval_command(
     models: Annotated[
         str, typer.Option("--models", help="Comma-separated subset of the models.")
     ] = ",".join(MODEL_NAMES),
-    epochs: EpochsOption = 30,
+    epochs: EpochsOption = 20,
     seed: SeedOption = 0,
+    rolling: Annotated[
+        int,
+        typer.Option(
+            "--rolling",
+            min=1,
+            help="Split the steps after --train-until into N test blocks; retrain before each "
+            "and report every block and the mean.",
+        ),
+    ] = 1,
+    ablations: Annotated[
+        str,
+        typer.Option(
+            "--ablations",
+            help="ST-GCN ablations, reported apart: 'all' or some of " + ", ".join(ABLATION_NAMES),
+        ),
+    ] = "",
+    device: DeviceOption = "cpu",
 ) -> None:
     """Train every model before the cut-off and score them all after it."""
     from kubesage.core.forecast.evaluate import evaluate
-    from kubesage.core.forecast.training import TrainConfig
+    from kubesage.core.forecast.rolling import rolling_evaluate
+    from kubesage.core.forecast.training import TrainConfig, check_device
 
     panel = read_panel(data)
     stderr.print(describe(panel))
     step, timestamp = cut_off_step(panel, train_until)
-    chosen = [m.strip() for m in models.split(",") if m.strip()]
-    unknown = [m for m in chosen if m not in MODEL_NAMES]
-    if unknown:
-        raise InputError(f"unknown model(s) {unknown}; known: {', '.join(MODEL_NAMES)}")
+    chosen = parse_names(models, MODEL_NAMES, "--models")
+    removed = parse_names(ablations, ABLATION_NAMES, "--ablations")
     steps = parse_horizons(horizons)
+    config = TrainConfig(epochs=epochs, seed=seed, device=check_device(device))
     with stderr.status("evaluating") as status:
-        result = evaluate(
-            panel,
-            step,
-            horizons=steps,
-            models=chosen,
-            train_until_label=timestamp,
-            config=TrainConfig(epochs=epochs, seed=seed),
-            progress=status.update,
-        )
+        if rolling > 1:
+            result = rolling_evaluate(
+                panel,
+                step,
+                rolling,
+                horizons=steps,
+                models=chosen,
+                ablations=removed,
+                config=config,
+                progress=status.update,
+            )
+        else:
+            result = evaluate(
+                panel,
+                step,
+                horizons=steps,
+                models=chosen,
+                ablations=removed,
+                train_until_label=timestamp,
+                config=config,
+                progress=status.update,
+            )
     stderr.print(f"graph: {result.graph}")
     for name, note in result.notes.items():
         stderr.print(f"[yellow]warning:[/] {name}: {note}")
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(result.document))
         return
-    _print_eval(result.document, steps, Console())
+    console = Console()
+    blocks = result.document.get("blocks")
+    if isinstance(blocks, list):
+        for k, block in enumerate(blocks, start=1):
+            _print_eval(block, steps, console, f"block {k}/{len(blocks)}: ")
+        _print_eval(result.document, steps, console, f"mean over {len(blocks)} blocks: ")
+    else:
+        _print_eval(result.document, steps, console)
 
 
-def _print_eval(document: dict[str, object], horizons: list[int], console: Console) -> None:
+def _print_eval(
+    document: dict[str, object], horizons: list[int], console: Console, title: str = ""
+) -> None:
     models = document["models"]
     assert isinstance(models, dict)
+    ablations = document.get("ablations", {})
+    assert isinstance(ablations, dict)
     metrics = document["metrics"]
     assert isinstance(metrics, list)
-    table = Table(title="WAPE by horizon (headline = mean over metrics; lower is better)")
-    table.add_column("model")
+    table = Table(title=f"{title}WAPE by horizon (headline = mean over metrics; lower is better)")
+    table.add_column("model", no_wrap=True)
     for h in horizons:
         table.add_column(f"h={h}", justify="right")
         table.add_column(f"burst h={h}", justify="right")
@@ -167,7 +223,9 @@ def _print_eval(document: dict[str, object], horizons: list[int], console: Conso
     def fmt(value: object) -> str:
         return "–" if value is None else f"{value:.3f}"
 
-    for name, per_h in models.items():
+    for name, per_h in {**models, **ablations}.items():
+        if name == next(iter(ablations), None):
+            table.add_section()  # the ablations below the models
         row = [name]
         for h in horizons:
             row += [fmt(per_h[str(h)]["wape"]), fmt(per_h[str(h)]["burst"]["wape"])]

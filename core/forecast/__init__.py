@@ -1,4 +1,4 @@
-"""Load forecasting: per-entity metric panels, ST-GCN (GAT + TCN) and honest baselines.
+"""Load forecasting: per-entity metric panels, ST-GCN (LSTM + gated graph) and honest baselines.
 
 This package module stays light (no torch import) so the CLI starts fast; the
 models live in :mod:`kubesage.core.forecast.forecaster`.
@@ -6,3 +6,7 @@ models live in :mod:`kubesage.core.forecast.forecaster`.
 
 MODEL_NAMES = ("stgcn", "lstm", "last_value", "moving_average", "linear")
 """Every forecasting model, ST-GCN first; the rest are the baselines it is measured against."""
+
+ABLATION_NAMES = ("stgcn_temporal", "stgcn_no_adaptive", "stgcn_no_correlation")
+"""ST-GCN with parts removed: its temporal part alone, without the self-adaptive
+adjacency (correlation graph only), without the correlation graph (adaptive only)."""

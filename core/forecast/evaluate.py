@@ -1,7 +1,14 @@
-"""The evaluation protocol behind ``kubesage forecast eval`` and the benchmark.
+"""The evaluation protocol behind ``kubesage forecast eval`` and the benchmark (one cut-off).
 
 Every model trains on the steps before the cut-off and is scored on every forecast
-origin from the cut-off on, with the same windows, at each requested horizon.
+origin from the cut-off up to the end of the test block (the end of the data by
+default), with the same windows, at each requested horizon; targets after the
+test block are not scored. :mod:`kubesage.core.forecast.rolling` repeats this over
+several cut-offs.
+
+The ST-GCN's temporal part is the LSTM baseline trained the same way, so when
+both are evaluated the fitted LSTM is reused as that part rather than trained
+twice; the ST-GCN's training seconds include it.
 """
 
 from __future__ import annotations
@@ -11,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.forecaster import (
     DEFAULT_HISTORY,
     NeuralForecaster,
@@ -42,44 +50,60 @@ def evaluate(
     panel: MetricPanel,
     until_step: int,
     *,
+    test_until: int | None = None,
     horizons: Sequence[int] = (1, 5, 15),
     models: Sequence[str] = MODEL_NAMES,
+    ablations: Sequence[str] = (),
     config: TrainConfig | None = None,
     history: int = DEFAULT_HISTORY,
     train_until_label: float | None = None,
     progress: Progress | None = None,
 ) -> Evaluation:
+    """Train on steps ``[0, until_step)``, score forecasts from origins in
+    ``[until_step, test_until)`` whose targets lie in that block too."""
+    end = panel.steps if test_until is None else test_until
     if not horizons or min(horizons) < 1:
         raise InputError(f"horizons must be positive, got {list(horizons)}")
-    if not history < until_step < panel.steps:
+    if not history < until_step < end <= panel.steps:
         raise InputError(
             f"the cut-off must leave history ({history} steps) before it and test steps after it; "
-            f"it is step {until_step} of {panel.steps}"
+            f"it is step {until_step} of {end}"
         )
+    unknown = [name for name in ablations if name not in ABLATION_NAMES]
+    if unknown:
+        raise InputError(f"unknown ablation(s) {unknown}; known: {', '.join(ABLATION_NAMES)}")
     horizon = max(horizons)
     graph = correlation_graph(panel, until_step)
-    origins = np.arange(until_step, panel.steps)
+    origins = np.arange(until_step, end)
     truth_steps = origins[:, None] + np.arange(horizon)[None, :]
-    valid = truth_steps < panel.steps
+    valid = truth_steps < end
     clipped = np.minimum(truth_steps, panel.steps - 1)
     truth = panel.values[clipped]
     truth_mask = panel.mask[clipped] & valid[:, :, None, None]
     results: dict[str, dict[str, object]] = {}
     seconds: dict[str, float] = {}
     notes: dict[str, str] = {}
-    for name in models:
+    temporal: tuple[torch.nn.Module, float] | None = None
+    # The LSTM first: its fit is the ST-GCN's temporal part.
+    order = sorted([*models, *ablations], key=lambda name: name != "lstm")
+    for name in order:
         if progress:
             progress(f"training {name}")
         started = time.perf_counter()
         forecaster: WindowedForecaster = make_forecaster(
             name, config=config, history=history, horizon=horizon
         )
+        reused = 0.0
         if isinstance(forecaster, NeuralForecaster):
-            forecaster.fixed_graph = graph  # the same correlation graph for both fits
+            forecaster.fixed_graph = graph  # the same correlation graph for every fit
+            if forecaster.kind == "stgcn" and temporal is not None:
+                forecaster.temporal_from, reused = temporal
         forecaster.fit(panel, until_step)
-        seconds[name] = time.perf_counter() - started
+        seconds[name] = time.perf_counter() - started + reused
         if forecaster.fallback_reason:
             notes[name] = forecaster.fallback_reason
+        elif isinstance(forecaster, NeuralForecaster) and temporal is None:
+            temporal = _temporal_part(forecaster, seconds[name])
         assert forecaster.normaliser is not None
         windows = make_windows(
             panel, forecaster.normaliser, origins, history=history, horizon=horizon
@@ -97,11 +121,27 @@ def evaluate(
         "entities": len(panel.entities),
         "metrics": list(panel.metrics),
         "graph": graph.description,
-        "models": results,
+        "models": {name: results[name] for name in models},
     }
+    if ablations:
+        document["ablations"] = {name: results[name] for name in ablations}
     return Evaluation(
         document=document, graph=graph.description, train_seconds=seconds, notes=notes
     )
+
+
+def _temporal_part(
+    forecaster: NeuralForecaster, seconds: float
+) -> tuple[torch.nn.Module, float] | None:
+    """The fitted temporal part another ST-GCN may reuse, and what training it took."""
+    model = forecaster.model
+    if forecaster.kind == "lstm" and model is not None:
+        return model, seconds
+    report = forecaster.temporal_report
+    temporal = getattr(model, "temporal", None)
+    if isinstance(temporal, torch.nn.Module) and report is not None:
+        return temporal, report.seconds
+    return None
 
 
 def _score_horizons(
@@ -124,6 +164,7 @@ def _score_horizons(
         }
         out[str(h)] = {
             "wape": mean_of([v["wape"] for v in per_metric.values()]),
+            "mape_nonzero": mean_of([v["mape_nonzero"] for v in per_metric.values()]),
             "smape": mean_of([v["smape"] for v in per_metric.values()]),
             "per_metric": per_metric,
             "burst": {

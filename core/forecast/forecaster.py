@@ -20,21 +20,28 @@ import torch
 
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import MODEL_NAMES, baselines
+from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES, baselines
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
 from kubesage.core.forecast.panel import MetricPanel
-from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline
+from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, Spatial
 from kubesage.core.forecast.training import (
     ProgressCallback,
     TrainConfig,
     TrainReport,
     predict_windows,
     train,
+    train_residual,
 )
 from kubesage.core.forecast.windows import Normaliser, Windows, make_windows
 
 NeuralKind = Literal["stgcn", "lstm"]
 BaselineKind = Literal["last_value", "moving_average", "linear"]
+ABLATION_SPATIAL: dict[str, Spatial] = {
+    "stgcn_temporal": "none",
+    "stgcn_no_adaptive": "correlation",
+    "stgcn_no_correlation": "adaptive",
+}
+"""The ST-GCN ablations (see ABLATION_NAMES) by the graphs their spatial part keeps."""
 
 DEFAULT_HISTORY = 24
 """Input steps (about 23 minutes at the GenAI trace's 57 s)."""
@@ -189,25 +196,42 @@ class BaselineForecaster(WindowedForecaster):
 class NeuralForecaster(WindowedForecaster):
     kind: NeuralKind = "stgcn"
     config: TrainConfig = field(default_factory=TrainConfig)
-    hidden: int = 32
+    hidden: int = 64
+    spatial: Spatial = "both"
+    """The ST-GCN's graphs (``none``: its temporal part alone); unused by the LSTM."""
     entities: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
     fixed_graph: EntityGraph | None = None
     """A graph to use instead of the correlation graph (the topology graph)."""
+    temporal_from: torch.nn.Module | None = None
+    """A fitted LSTM baseline (same windows and seed) to take as the ST-GCN's temporal
+    part instead of training that stage again — the two are the same computation."""
     graph: EntityGraph | None = None
     """The graph the model was trained with."""
     model: torch.nn.Module | None = None
     report: TrainReport | None = None
+    temporal_report: TrainReport | None = None
+    """The ST-GCN's first stage (its temporal part), when it was trained here."""
 
     @property
     def name(self) -> str:
+        if self.kind == "stgcn" and self.spatial != "both":
+            return next(k for k, v in ABLATION_SPATIAL.items() if v == self.spatial)
         return self.kind
 
     def build(self, metrics: int) -> torch.nn.Module:
         torch.manual_seed(self.config.seed)
         if self.kind == "stgcn":
-            return STGCN(2 * metrics, metrics, self.horizon, hidden=self.hidden)
-        return LSTMBaseline(2 * metrics, metrics, self.horizon, hidden=2 * self.hidden)
+            # Built temporal part first, so under one seed it starts as the LSTM baseline does.
+            return STGCN(
+                2 * metrics,
+                metrics,
+                self.horizon,
+                nodes=len(self.entities),
+                hidden=self.hidden,
+                spatial=self.spatial,
+            )
+        return LSTMBaseline(2 * metrics, metrics, self.horizon, hidden=self.hidden)
 
     def fit(
         self, panel: MetricPanel, until_step: int, on_epoch: ProgressCallback | None = None
@@ -216,15 +240,20 @@ class NeuralForecaster(WindowedForecaster):
         self.graph = self.fixed_graph or correlation_graph(panel, until_step)
         windows = self._training_windows(panel, until_step)
         self.model = self.build(len(panel.metrics))
+        self.report = self.temporal_report = None
         if windows is None:
             return
-        self.report = train(
-            self.model,
-            windows,
-            self._edge_index(),
-            self.config,
-            on_epoch,
-        )
+        edges = self._edge_index()
+        if not isinstance(self.model, STGCN):
+            self.report = train(self.model, windows, edges, self.config, on_epoch)
+            return
+        if self.temporal_from is not None:
+            self.model.temporal.load_state_dict(self.temporal_from.state_dict())
+        else:
+            self.temporal_report = train(self.model.temporal, windows, edges, self.config, on_epoch)
+            self.report = self.temporal_report
+        if self.spatial != "none":
+            self.report = train_residual(self.model, windows, edges, self.config, on_epoch)
 
     def _edge_index(self) -> torch.Tensor:
         assert self.graph is not None
@@ -261,7 +290,15 @@ def make_forecaster(
     history: int = DEFAULT_HISTORY,
     horizon: int = DEFAULT_HORIZON,
 ) -> WindowedForecaster:
-    """A forecaster by model name (see MODEL_NAMES)."""
+    """A forecaster by model name (see MODEL_NAMES and ABLATION_NAMES)."""
+    if name in ABLATION_SPATIAL:
+        return NeuralForecaster(
+            history=history,
+            horizon=horizon,
+            kind="stgcn",
+            spatial=ABLATION_SPATIAL[name],
+            config=config or TrainConfig(),
+        )
     if name in ("stgcn", "lstm"):
         return NeuralForecaster(
             history=history,
@@ -271,4 +308,5 @@ def make_forecaster(
         )
     if name in ("last_value", "moving_average", "linear"):
         return BaselineForecaster(history=history, horizon=horizon, kind=name)  # type: ignore[arg-type]
-    raise InputError(f"unknown model '{name}'; known: {', '.join(MODEL_NAMES)}")
+    known = ", ".join((*MODEL_NAMES, *ABLATION_NAMES))
+    raise InputError(f"unknown model '{name}'; known: {known}")

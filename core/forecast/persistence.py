@@ -23,7 +23,8 @@ from kubesage.core.forecast.graph import EntityGraph
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import Normaliser
 
-FORMAT = "kubesage.forecast/v1"
+FORMAT = "kubesage.forecast/v2"
+"""v2: the ST-GCN is the LSTM temporal part plus a gated graph residual."""
 
 
 def save_forecaster(
@@ -34,7 +35,8 @@ def save_forecaster(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {
-        f"model.{k}": v.detach().contiguous() for k, v in forecaster.model.state_dict().items()
+        f"model.{k}": v.detach().cpu().contiguous()
+        for k, v in forecaster.model.state_dict().items()
     }
     tensors["normaliser.mean"] = torch.from_numpy(forecaster.normaliser.mean.copy())
     tensors["normaliser.std"] = torch.from_numpy(forecaster.normaliser.std.copy())
@@ -45,6 +47,7 @@ def save_forecaster(
         "history": forecaster.history,
         "horizon": forecaster.horizon,
         "hidden": forecaster.hidden,
+        "spatial": forecaster.spatial,
         "seed": forecaster.config.seed,
         "entities": list(forecaster.entities),
         "metrics": list(forecaster.metrics),
@@ -76,6 +79,9 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
         kind = header["kind"]
         if kind not in ("stgcn", "lstm"):
             raise ValueError(f"unknown model kind {kind!r}")
+        spatial = header.get("spatial", "both")
+        if spatial not in ("both", "correlation", "adaptive", "none"):
+            raise ValueError(f"unknown spatial part {spatial!r}")
         entities = tuple(str(e) for e in header["entities"])
         metrics = tuple(str(m) for m in header["metrics"])
         mean = tensors["normaliser.mean"].numpy().astype(np.float64)
@@ -95,6 +101,7 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
             kind=kind,
             config=TrainConfig(seed=int(header["seed"])),
             hidden=int(header["hidden"]),
+            spatial=spatial,
             entities=entities,
             metrics=metrics,
             graph=EntityGraph(edge_index=edge_index, description=str(header["graph"])),

@@ -1,17 +1,31 @@
-"""ST-GCN: graph attention across entities at every step, a dilated causal TCN over time.
+"""ST-GCN: a strong temporal encoder plus a gated graph residual across entities.
 
-Input ``(B, T, N, F)`` windows (normalised values and their mask), a graph over the
-N entities, and each series' last observed value ``(B, N, M)``. Every step's graph
-is processed at once as one disjoint graph of ``B·T`` copies (no Python loop over
-batch or time). The temporal convolutions are causal (left padding only), and the
-head reads the last step, so a forecast made at time t never depends on inputs
-after t. Each window is rescaled by its own spread (see ``window_scaled``), and
-the head predicts the change from the last observed value, in that scale, for all
-horizons and metrics at once (multi-task). The LSTM baseline gets the same inputs,
-scaling and head, so the comparison isolates the graph.
+Input ``(B, T, N, F)`` windows (normalised values and their mask, all of an
+entity's metrics as node features), a graph over the N entities, and each series'
+last observed value ``(B, N, M)``. Each window is rescaled by its own spread (see
+``window_scaled``) and every head predicts the change from the last observed
+value, in that scale, for all horizons and metrics at once (multi-task).
+
+The temporal part is one LSTM shared by every entity — the ``lstm`` baseline
+itself (:class:`LSTMBaseline`), so the comparison isolates the graph. The
+spatial part reads the temporal encodings of all entities at the forecast time
+and mixes them along two graphs:
+
+* the correlation (or topology) graph, with graph attention (PyG ``GATConv``);
+* a self-adaptive adjacency learned from node embeddings,
+  ``softmax(relu(E₁ E₂ᵀ))`` (Graph WaveNet), which can link entities whose
+  relation the correlation of the training window does not show.
+
+Its forecast is added through a learned gate initialised at zero (a gated
+residual): with the gate at zero the ST-GCN is exactly its temporal part, so the
+graph can only add to it (training keeps the gate at zero unless the graph
+lowers the validation loss; see :mod:`kubesage.core.forecast.training`). Every
+operation is causal: a forecast made at time t depends on inputs up to t only.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from torch import nn
@@ -20,6 +34,9 @@ from torch_geometric.nn import GATConv
 
 WINDOW_STD_FLOOR = 0.1
 """Smallest window scale, in units of the series' training standard deviation."""
+
+Spatial = Literal["both", "correlation", "adaptive", "none"]
+"""Which graphs the spatial part mixes along (``none``: the temporal part alone)."""
 
 
 def window_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,53 +63,80 @@ def batched_edges(edge_index: torch.Tensor, copies: int, nodes: int) -> torch.Te
     return edge_index.repeat(1, copies) + offsets * nodes
 
 
-class CausalConvBlock(nn.Module):
-    """Residual dilated causal convolution over time: ``(batch, channels, T)`` → same."""
+class LSTMBaseline(nn.Module):
+    """One LSTM shared by every entity (no graph); also the ST-GCN's temporal part."""
 
-    def __init__(self, channels: int, dilation: int, kernel_size: int = 2, dropout: float = 0.0):
+    def __init__(self, in_features: int, metrics: int, horizon: int, *, hidden: int = 64):
         super().__init__()
-        self.left_pad = (kernel_size - 1) * dilation
-        self.conv = nn.Conv1d(channels, channels, kernel_size, dilation=dilation)
-        self.dropout = nn.Dropout(dropout)
+        self.metrics, self.horizon = metrics, horizon
+        self.lstm = nn.LSTM(in_features, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, horizon * metrics)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = x + self.dropout(F.relu(self.conv(F.pad(x, (self.left_pad, 0)))))
+    def encode(self, scaled: torch.Tensor) -> torch.Tensor:
+        """Per-step encodings ``(B, T, N, C)`` of window-scaled inputs; step τ sees steps ≤ τ."""
+        batch, steps, nodes, features = scaled.shape
+        series = scaled.permute(0, 2, 1, 3).reshape(batch * nodes, steps, features)
+        output, _ = self.lstm(series)
+        encoded: torch.Tensor = output.reshape(batch, nodes, steps, -1).permute(0, 2, 1, 3)
+        return encoded
+
+    def change(self, state: torch.Tensor) -> torch.Tensor:
+        """The change ``(B, H, N, M)``, in window scale, from the last encodings ``(B, N, C)``."""
+        batch, nodes, _ = state.shape
+        out: torch.Tensor = (
+            self.head(state).reshape(batch, nodes, self.horizon, self.metrics).permute(0, 2, 1, 3)
+        )
+        return out
+
+    def forward(
+        self, x: torch.Tensor, edge_index: torch.Tensor, last: torch.Tensor
+    ) -> torch.Tensor:
+        scaled, scale = window_scaled(x)
+        out: torch.Tensor = last[:, None] + self.change(self.encode(scaled)[:, -1]) * scale[:, None]
         return out
 
 
-class STGCN(nn.Module):
-    """Spatio-temporal graph network: [GAT → causal TCN] × blocks → multi-horizon head.
-
-    The defaults (one block, one attention head, 32 channels) keep a training epoch
-    on the GenAI trace's 124 entities to seconds on two CPU cores.
-    """
+class SpatialResidual(nn.Module):
+    """The graph part: entity encodings ``(B, N, C)`` → a change ``(B, H, N, M)``."""
 
     def __init__(
         self,
-        in_features: int,
+        hidden: int,
         metrics: int,
         horizon: int,
         *,
-        hidden: int = 32,
+        nodes: int,
+        spatial: Spatial = "both",
+        embedding: int = 10,
         heads: int = 1,
-        blocks: int = 1,
-        dilations: tuple[int, ...] = (1, 2, 4, 8),
         dropout: float = 0.1,
     ):
         super().__init__()
-        self.metrics, self.horizon = metrics, horizon
-        self.project = nn.Linear(in_features, hidden)
-        self.spatial = nn.ModuleList(
+        self.metrics, self.horizon, self.spatial = metrics, horizon, spatial
+        self.attention = (
             GATConv(hidden, hidden, heads=heads, concat=False, dropout=dropout)
-            for _ in range(blocks)
+            if spatial in ("both", "correlation")
+            else None
         )
-        self.spatial_norm = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(blocks))
-        self.temporal = nn.ModuleList(
-            nn.Sequential(*(CausalConvBlock(hidden, d, dropout=dropout) for d in dilations))
-            for _ in range(blocks)
-        )
+        self.source: nn.Parameter | None = None
+        self.target: nn.Parameter | None = None
+        self.adaptive = None
+        if spatial in ("both", "adaptive"):
+            self.source = nn.Parameter(torch.randn(nodes, embedding) / embedding**0.5)
+            self.target = nn.Parameter(torch.randn(nodes, embedding) / embedding**0.5)
+            self.adaptive = nn.Linear(hidden, hidden)
+        paths = (self.attention is not None) + (self.adaptive is not None)
+        self.mix = nn.Linear(hidden * (1 + paths), hidden)
         self.head = nn.Linear(hidden, horizon * metrics)
+        self.gate = nn.Parameter(torch.zeros(horizon * metrics))
+        """Per horizon and metric; zero: the ST-GCN is its temporal part."""
         self._edge_cache: dict[tuple[int, int, int], torch.Tensor] = {}
+
+    def adjacency(self) -> torch.Tensor | None:
+        """The self-adaptive adjacency ``softmax(relu(E₁ E₂ᵀ))`` (rows sum to 1)."""
+        if self.source is None or self.target is None:
+            return None
+        return torch.softmax(F.relu(self.source @ self.target.T), dim=1)
 
     def _edges(self, edge_index: torch.Tensor, copies: int, nodes: int) -> torch.Tensor:
         key = (copies, nodes, int(edge_index.shape[1]))
@@ -102,47 +146,64 @@ class STGCN(nn.Module):
             self._edge_cache = {key: cached}
         return cached
 
-    def features(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        """Per-step features ``(B, T, N, C)``; step τ depends on inputs up to τ only."""
-        batch, steps, nodes, _ = x.shape
-        h = self.project(x)
-        edges = self._edges(edge_index, batch * steps, nodes)
-        for gat, norm, tcn in zip(self.spatial, self.spatial_norm, self.temporal, strict=True):
-            mixed = gat(h.reshape(batch * steps * nodes, -1), edges).reshape(h.shape)
-            h = norm(h + F.relu(mixed))
-            channels = h.shape[-1]
-            series = h.permute(0, 2, 3, 1).reshape(batch * nodes, channels, steps)
-            h = tcn(series).reshape(batch, nodes, channels, steps).permute(0, 3, 1, 2)
-        features: torch.Tensor = h
-        return features
-
-    def forward(
-        self, x: torch.Tensor, edge_index: torch.Tensor, last: torch.Tensor
-    ) -> torch.Tensor:
-        batch, _, nodes, _ = x.shape
-        scaled, scale = window_scaled(x)
-        h = self.features(scaled, edge_index)
-        change = self.head(h[:, -1]).reshape(batch, nodes, self.horizon, self.metrics)
-        out: torch.Tensor = last[:, None] + change.permute(0, 2, 1, 3) * scale[:, None]
+    def forward(self, state: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        batch, nodes, channels = state.shape
+        parts = [state]
+        if self.attention is not None:
+            edges = self._edges(edge_index, batch, nodes)
+            mixed = self.attention(state.reshape(batch * nodes, channels), edges)
+            parts.append(mixed.reshape(batch, nodes, channels))
+        adjacency = self.adjacency()
+        if adjacency is not None and self.adaptive is not None:
+            parts.append(torch.einsum("nm,bmc->bnc", adjacency, self.adaptive(state)))
+        hidden = F.relu(self.mix(torch.cat(parts, dim=-1)))
+        change = self.head(hidden) * self.gate
+        out: torch.Tensor = change.reshape(batch, nodes, self.horizon, self.metrics).permute(
+            0, 2, 1, 3
+        )
         return out
 
 
-class LSTMBaseline(nn.Module):
-    """One LSTM shared by every entity (no graph), same inputs and head as ST-GCN."""
+class STGCN(nn.Module):
+    """Temporal part (the LSTM baseline) + gated graph residual → multi-horizon forecast."""
 
-    def __init__(self, in_features: int, metrics: int, horizon: int, *, hidden: int = 64):
+    def __init__(
+        self,
+        in_features: int,
+        metrics: int,
+        horizon: int,
+        *,
+        nodes: int,
+        hidden: int = 64,
+        spatial: Spatial = "both",
+    ):
         super().__init__()
         self.metrics, self.horizon = metrics, horizon
-        self.lstm = nn.LSTM(in_features, hidden, batch_first=True)
-        self.head = nn.Linear(hidden, horizon * metrics)
+        self.temporal = LSTMBaseline(in_features, metrics, horizon, hidden=hidden)
+        self.residual = SpatialResidual(hidden, metrics, horizon, nodes=nodes, spatial=spatial)
+        self.spatial: Spatial = spatial
+
+    def features(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        """Per-step temporal encodings ``(B, T, N, C)`` of window-scaled inputs; step τ
+        depends on inputs up to τ only."""
+        return self.temporal.encode(x)
+
+    def combine(
+        self,
+        state: torch.Tensor,
+        scale: torch.Tensor,
+        last: torch.Tensor,
+        edge_index: torch.Tensor,
+    ) -> torch.Tensor:
+        """The forecast from the entities' last encodings ``(B, N, C)``."""
+        change = self.temporal.change(state)
+        if self.spatial != "none":
+            change = change + self.residual(state, edge_index)
+        out: torch.Tensor = last[:, None] + change * scale[:, None]
+        return out
 
     def forward(
         self, x: torch.Tensor, edge_index: torch.Tensor, last: torch.Tensor
     ) -> torch.Tensor:
-        batch, steps, nodes, features = x.shape
         scaled, scale = window_scaled(x)
-        series = scaled.permute(0, 2, 1, 3).reshape(batch * nodes, steps, features)
-        _, (hidden, _) = self.lstm(series)
-        change = self.head(hidden[-1]).reshape(batch, nodes, self.horizon, self.metrics)
-        out: torch.Tensor = last[:, None] + change.permute(0, 2, 1, 3) * scale[:, None]
-        return out
+        return self.combine(self.temporal.encode(scaled)[:, -1], scale, last, edge_index)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.persistence import load_forecaster
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
 
@@ -56,10 +57,54 @@ def test_eval_json_shape_on_any_hours(
     for per_horizon in document["models"].values():
         assert set(per_horizon) == {"1", "5"}
         for entry in per_horizon.values():
-            assert {"wape", "smape", "per_metric"} <= set(entry)
+            assert {"wape", "mape_nonzero", "smape", "per_metric", "burst"} <= set(entry)
             for metric in document["metrics"]:
                 assert {"wape", "mae", "rmse", "smape"} <= set(entry["per_metric"][metric])
     assert "graph: correlation k-NN" in done.stderr
+    assert "ablations" not in document and "blocks" not in document
+
+
+def test_rolling_eval_on_plain_csv_files_reports_blocks_mean_and_ablations(
+    tmp_path: Path,
+) -> None:
+    compressed = write_synthetic_metrics(tmp_path / "gz", entities=5, steps=240)
+    data = tmp_path / "plain"
+    data.mkdir()
+    for path in compressed.iterdir():
+        (data / path.name.removesuffix(".gz")).write_bytes(gzip.decompress(path.read_bytes()))
+    done = kubesage(
+        "eval",
+        "--data",
+        str(data),
+        "--train-until",
+        "+2h",
+        "--rolling",
+        "2",
+        "--models",
+        "stgcn,lstm,last_value",
+        "--ablations",
+        "all",
+        "--epochs",
+        "1",
+        "--horizons",
+        "1,5",
+        "--device",
+        "cpu",
+        "--format",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["rolling"] == 2
+    assert set(document["models"]) == {"stgcn", "lstm", "last_value"}
+    assert set(document["ablations"]) == set(ABLATION_NAMES)
+    blocks = document["blocks"]
+    assert len(blocks) == 2
+    assert blocks[0]["test_until"] == pytest.approx(blocks[1]["train_until"])
+    for block in blocks:
+        assert block["train_until"] < block["test_until"]
+        assert set(block["models"]) == set(document["models"])
+        assert set(block["models"]["stgcn"]["5"]) >= {"wape", "mape_nonzero", "smape", "per_metric"}
 
 
 def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
@@ -92,6 +137,9 @@ def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
         (["--train-until", "+100h"], "outside the data"),
         (["--train-until", "+2h", "--horizons", "0,5"], "positive step counts"),
         (["--train-until", "+2h", "--models", "prophet"], "unknown model(s) ['prophet']"),
+        (["--train-until", "+2h", "--ablations", "lstm"], "unknown ablation(s) ['lstm']"),
+        (["--train-until", "+2h", "--device", "abacus"], "not a torch device"),
+        (["--train-until", "+2h", "--rolling", "500"], "cannot make 500 blocks"),
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path: Path, args: list[str], message: str) -> None:

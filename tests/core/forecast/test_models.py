@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.evaluate import evaluate
 from kubesage.core.forecast.forecaster import Forecaster, NeuralForecaster, make_forecaster
 from kubesage.core.forecast.graph import correlation_graph
@@ -17,9 +17,9 @@ from kubesage.core.forecast.panel import MetricPanel, read_panel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
 from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, batched_edges
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
-from kubesage.core.forecast.training import TrainConfig
+from kubesage.core.forecast.training import TrainConfig, check_device
 
-TINY = TrainConfig(epochs=2, batch_size=8, seed=3)
+TINY = TrainConfig(epochs=2, batch_size=32, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def panel(tmp_path_factory: pytest.TempPathFactory) -> MetricPanel:
 def test_output_shapes() -> None:
     x, last = torch.randn(3, 12, 5, 8), torch.zeros(3, 5, 4)
     edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
-    assert STGCN(8, 4, 6).forward(x, edges, last).shape == (3, 6, 5, 4)
+    assert STGCN(8, 4, 6, nodes=5).forward(x, edges, last).shape == (3, 6, 5, 4)
     assert LSTMBaseline(8, 4, 6).forward(x, edges, last).shape == (3, 6, 5, 4)
 
 
@@ -44,7 +44,7 @@ def test_disjoint_batching_offsets_each_copy() -> None:
 @pytest.mark.parametrize("changed_step", [3, 7, 11])
 def test_stgcn_is_causal(changed_step: int) -> None:
     torch.manual_seed(0)
-    model = STGCN(8, 4, 6).eval()
+    model = STGCN(8, 4, 6, nodes=5).eval()
     edges = torch.tensor([[0, 1, 2, 3, 4, 1], [1, 2, 3, 4, 0, 0]])
     x = torch.randn(2, 12, 5, 8)
     later = x.clone()
@@ -172,7 +172,72 @@ def test_evaluate_scores_every_model_at_every_horizon(panel: MetricPanel) -> Non
         assert set(per_horizon) == {"1", "3"}
         for entry in per_horizon.values():
             assert set(entry["per_metric"]) == set(panel.metrics)
-            assert entry["wape"] == pytest.approx(
-                np.mean([m["wape"] for m in entry["per_metric"].values()])
-            )
+            for key in ("wape", "mape_nonzero"):
+                assert entry[key] == pytest.approx(
+                    np.mean([m[key] for m in entry["per_metric"].values()])
+                )
     assert "correlation k-NN" in result.graph
+
+
+@pytest.mark.parametrize("spatial", ["both", "correlation", "adaptive"])
+def test_with_the_gate_at_zero_the_stgcn_is_its_temporal_part(spatial: str) -> None:
+    torch.manual_seed(0)
+    model = STGCN(8, 4, 6, nodes=5, spatial=spatial).eval()  # type: ignore[arg-type]
+    edges = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+    x = torch.cat([torch.randn(2, 12, 5, 4), torch.ones(2, 12, 5, 4)], dim=-1)  # values, mask
+    last = torch.randn(2, 5, 4)
+    with torch.no_grad():
+        assert torch.equal(model(x, edges, last), model.temporal(x, edges, last))
+        model.residual.gate.fill_(0.5)
+        assert not torch.allclose(model(x, edges, last), model.temporal(x, edges, last))
+
+
+def test_self_adaptive_adjacency_is_row_stochastic() -> None:
+    adjacency = STGCN(8, 4, 6, nodes=7).residual.adjacency()
+    assert adjacency is not None and adjacency.shape == (7, 7)
+    assert torch.allclose(adjacency.sum(dim=1), torch.ones(7))
+    assert STGCN(8, 4, 6, nodes=7, spatial="correlation").residual.adjacency() is None
+
+
+def test_stgcn_never_validates_worse_than_its_temporal_part(panel: MetricPanel) -> None:
+    forecaster = make_forecaster("stgcn", config=TINY, horizon=5)
+    assert isinstance(forecaster, NeuralForecaster)
+    forecaster.fit(panel, 120)
+    assert forecaster.report is not None and forecaster.temporal_report is not None
+    assert (
+        forecaster.report.best_validation_loss
+        <= forecaster.temporal_report.best_validation_loss + 1e-9
+    )
+
+
+def test_ablations_are_reported_apart_and_the_temporal_part_is_the_lstm(
+    panel: MetricPanel,
+) -> None:
+    result = evaluate(
+        panel,
+        120,
+        horizons=(1, 3),
+        models=("stgcn", "lstm"),
+        ablations=ABLATION_NAMES,
+        config=TINY,
+    )
+    document = result.document
+    assert set(document["models"]) == {"stgcn", "lstm"}  # type: ignore[arg-type]
+    ablations = document["ablations"]
+    assert isinstance(ablations, dict) and set(ablations) == set(ABLATION_NAMES)
+    models = document["models"]
+    assert isinstance(models, dict)
+    assert ablations["stgcn_temporal"] == models["lstm"]
+    assert "ablations" not in evaluate(panel, 120, horizons=(1,), models=("last_value",)).document
+
+
+def test_training_on_the_cpu_device_and_refusing_others(panel: MetricPanel) -> None:
+    forecaster = make_forecaster("lstm", config=TrainConfig(epochs=1, device="cpu"), horizon=5)
+    forecaster.fit(panel, 120)
+    assert np.isfinite(forecaster.predict(panel.head(140), 5).values).all()
+    assert check_device("cpu") == "cpu"
+    with pytest.raises(InputError, match="not a torch device"):
+        check_device("abacus")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA device"):
+            check_device("cuda")
