@@ -61,7 +61,7 @@ lint: $(STAMP)
 	$(BIN)/mypy -p kubesage.core -p kubesage.adapters; status=$$?; \
 	  $(BIN)/python -m pip install --quiet -e '.[dev]'; exit $$status
 
-## bench: quality and speed tables beside their baselines (about an hour on 2 cores;
+## bench: quality and speed tables beside their baselines (about two hours on 2 cores;
 ## the Flink ones start a real Flink cluster, which make services installs). Every script
 ## takes --tiny (or KUBESAGE_BENCH_TINY=1): seconds, figures meaningless; make test runs
 ## them so (tests/benchmarks).
@@ -70,12 +70,14 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/placement_speed.py
 	$(BIN)/python benchmarks/forecast.py
 	$(BIN)/python benchmarks/forecast_placement.py
+	$(BIN)/python benchmarks/forecast_packing.py
 	$(BIN)/python benchmarks/drtg.py
 	$(BIN)/python benchmarks/allreduce.py
 	$(BIN)/python benchmarks/elastic.py
 	$(BIN)/python benchmarks/defrag.py
 	$(BIN)/python benchmarks/spark_locality.py
 	$(BIN)/python benchmarks/ppo.py
+	$(BIN)/python benchmarks/packing_bounds.py
 	$(BIN)/python benchmarks/extender.py
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/flink_autoscale.py

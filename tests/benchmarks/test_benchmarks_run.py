@@ -114,6 +114,25 @@ def check_extender(document: dict[str, Any]) -> None:
         keys_are(shapes, "cpu-only", "half-gpu", "one-gpu", "eight-gpu")
 
 
+def check_packing_bounds(document: dict[str, Any]) -> None:
+    keys_are(document, "seeds", "traces", "wall_s")
+    each_value_has(
+        document["traces"],
+        "fgd",
+        "hindsight",
+        "upper_bound",
+        "ppo",
+        "hindsight_minus_fgd",
+        "headroom_captured",
+        "bound",
+        "throughout",
+        "what_changed",
+        "per_seed",
+    )
+    for entry in document["traces"].values():
+        assert entry["fgd"] <= entry["hindsight"] <= entry["upper_bound"] <= 100.0
+
+
 def check_fgd_reproduction(document: dict[str, Any]) -> None:
     keys_are(document, "seeds", "traces")
     for policies in document["traces"].values():
@@ -204,11 +223,16 @@ def with_and_without(*keys: str) -> list[str]:
 
 
 def check_forecast(document: dict[str, Any]) -> None:
-    keys_are(document, "train_until", "entities", "metrics", "graph", "models", "train_seconds")
+    keys_are(
+        document,
+        *("train_until", "entities", "metrics", "graph", "models", "train_seconds"),
+        *("rolling", "blocks"),
+    )
     assert set(document["train_seconds"]) == set(document["models"])
+    assert len(document["blocks"]) == document["rolling"]
     for horizons in document["models"].values():
         keys_are(horizons, "1", "5", "15")
-        each_value_has(horizons, "wape", "smape", "per_metric", "burst")
+        each_value_has(horizons, "wape", "mape_nonzero", "smape", "per_metric", "burst")
 
 
 def check_forecast_placement(document: dict[str, Any]) -> None:
@@ -216,6 +240,35 @@ def check_forecast_placement(document: dict[str, Any]) -> None:
     keys_are(document["baseline"], "contended", "overload", "rejected", "arrivals")
     assert {name.split("@")[0] for name in document["variants"]} == {"last", "mean15", "oracle"}
     each_value_has(document["variants"], "contended", "overload", "rejected", "arrivals")
+
+
+def check_forecast_packing(document: dict[str, Any]) -> None:
+    keys_are(
+        document,
+        "policies",
+        "train_hours",
+        "replay_hours",
+        "interval_steps",
+        "quantile",
+        "scale",
+        "gpu_memory_gib",
+        "pods",
+        "decisions",
+        "train_seconds",
+        "data",
+        *(["notes"] if "notes" in document else []),
+    )
+    assert {"one_per_pod", "history_peak", "stgcn", "lstm", "last_value", "oracle"} <= set(
+        document["policies"]
+    )
+    each_value_has(
+        document["policies"],
+        "gpu_hours",
+        "overload_minutes",
+        "migrations_per_pod_hour",
+        "distance_to_oracle",
+    )
+    assert document["policies"]["oracle"]["overload_minutes"] == 0  # the bound, at any size
 
 
 def check_placement_speed(document: dict[str, Any]) -> None:
@@ -288,6 +341,8 @@ BENCHMARKS = {
     "forecast": Benchmark(check_forecast, needs=("genai",)),
     # Without the GenAI trace it replays synthetic metrics: it needs nothing.
     "forecast_placement": Benchmark(check_forecast_placement),
+    "forecast_packing": Benchmark(check_forecast_packing),  # synthetic without the trace
+    "packing_bounds": Benchmark(check_packing_bounds, needs=("openb",)),
     "placement_speed": Benchmark(check_placement_speed, needs=("openb",)),
     "ppo": Benchmark(check_ppo, needs=("openb",), marks=SLOW),  # Ray start-up
     "soak": Benchmark(check_soak),

@@ -1,0 +1,214 @@
+"""GPU-sharing pods packed by forecast peaks: GPU-hours, overload and migrations.
+
+Replays the GPU duty cycle and GPU memory of the Alibaba GenAI serving pods
+(``../shared/data/genai``) on a pool of GPUs. Every ``--interval`` steps (57 s each)
+the pods present are (re)packed so that each pod's reservation for the coming
+interval — per policy, below — fits each GPU (sum of duty ≤ 100 %, sum of memory ≤
+``--gpu-memory-gib``), by one sticky first-fit-decreasing rule
+(``kubesage.core.forecast.packing``); the interval then plays out on the true usage
+(``kubesage.core.forecast.packing_replay``, which also says how missing samples count).
+
+Policies: ``one_per_pod`` (a GPU per pod: what requests imply), ``history_peak``
+(each pod's peak so far), ``last_value``, ``lstm``, ``stgcn`` (each forecaster's
+``--quantile`` upper quantile of the pod's peak over the interval, calibrated
+conformally on the last ``--calibration-fraction`` of the training hours:
+``kubesage.core.forecast.quantile``), and ``oracle`` (the interval's true peak: the
+bound). Forecasters train only on the hours before ``--train-until``; the replay is
+the hours after it, which no forecaster saw.
+
+Memory capacity: 80 GiB by default, an 80 GB A100/H100 — the largest pod in the
+trace uses 47 GiB, more than a 40/48 GB GPU holds, so 80 GB is the smallest common
+GPU every pod fits on.
+
+Reported per policy: ``gpu_hours``; ``overload_minutes`` (per GPU and step whose
+pods' true duty cycles sum over 100 % or memory over capacity, the step's minutes);
+``migrations_per_pod_hour``; ``distance_to_oracle`` = |GPU-hours − oracle's| /
+oracle's + |overload − oracle's| / max(history_peak's overload, 1). JSON:
+``{"policies": {"<name>": {...those four...}}, "train_hours", "replay_hours",
+"interval_steps", "quantile", "scale", "gpu_memory_gib", "pods", "decisions", "train_seconds",
+"data"}``. ``--tiny``: the first 160 steps, one epoch.
+
+    python benchmarks/forecast_packing.py [--data-dir DIR] [--train-until +10h]
+        [--interval 5] [--quantile 0.95] [--gpu-memory-gib 80] [--epochs 30]
+        [--calibration-fraction 0.2] [--scale series|window] [--seed 0] [--tiny]
+        [--format table|json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import find_shared_data, format_table, parse_args
+
+from kubesage.core.durations import parse_duration_s
+from kubesage.core.errors import InputError
+from kubesage.core.forecast.forecaster import make_forecaster
+from kubesage.core.forecast.packing_replay import (
+    DUTY_CAPACITY,
+    ReplayResult,
+    decision_steps,
+    distance_to_oracle,
+    forecast_peaks,
+    history_peak,
+    oracle,
+    replay,
+    usage_of,
+    whole_gpu,
+)
+from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
+from kubesage.core.forecast.quantile import QuantileForecaster
+from kubesage.core.forecast.synthetic import write_synthetic_metrics
+from kubesage.core.forecast.training import TrainConfig
+
+FORECASTERS = ("last_value", "lstm", "stgcn")
+POLICIES = ("one_per_pod", "history_peak", *FORECASTERS, "oracle")
+GIB = 2.0**30
+TINY = {"steps": 160, "train_until": "+100m", "epochs": 1}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_panel(data_dir: Path | None) -> tuple[MetricPanel, str]:
+    shared = find_shared_data(data_dir, "genai")
+    if shared is not None:
+        return read_panel(shared / "genai"), "genai"
+    log("no GenAI trace found; using synthetic metrics")
+    folder = Path(tempfile.mkdtemp(prefix="kubesage-genai-"))
+    return read_panel(write_synthetic_metrics(folder, entities=40, steps=1011)), "synthetic"
+
+
+def first_steps(panel: MetricPanel, steps: int) -> MetricPanel:
+    return panel.head(steps) if 0 < steps < panel.steps else panel
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--train-until", default="+10h", help="+DURATION after the first sample.")
+    parser.add_argument("--interval", type=int, default=5, help="Steps between re-packings.")
+    parser.add_argument("--quantile", type=float, default=0.95)
+    parser.add_argument("--calibration-fraction", type=float, default=0.2)
+    parser.add_argument(
+        "--scale",
+        choices=["series", "window"],
+        default="series",
+        help="Residual scale of the quantile calibration (kubesage.core.forecast.quantile).",
+    )
+    parser.add_argument("--gpu-memory-gib", type=float, default=80.0)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=0, help="Use only the first N steps.")
+    parser.add_argument("--format", choices=["table", "json"], default="table")
+    args = parse_args(parser, TINY)
+    panel, source = load_panel(args.data_dir)
+    panel = first_steps(panel, args.steps)
+    log(describe(panel))
+    if not args.train_until.startswith("+"):
+        raise SystemExit("--train-until must be +DURATION (e.g. +10h) after the first sample")
+    cut = panel.step_of(panel.start_s + parse_duration_s(args.train_until[1:], "--train-until"))
+    if not 0 < cut < panel.steps:
+        raise SystemExit(
+            f"--train-until {args.train_until} leaves no replay in {panel.steps} steps"
+        )
+    capacity = np.array([DUTY_CAPACITY, args.gpu_memory_gib * GIB])
+    usage = usage_of(panel)
+    origins = decision_steps(cut, panel.steps, args.interval)
+    reservations = {
+        "one_per_pod": whole_gpu(usage, origins, capacity),
+        "history_peak": history_peak(usage, origins, args.interval),
+        "oracle": oracle(usage, origins, args.interval),
+    }
+    train_seconds: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    config = TrainConfig(epochs=args.epochs, seed=args.seed)
+    for name in FORECASTERS:
+        log(f"training {name} on steps before {cut} (calibrating on the last part)")
+        started = time.perf_counter()
+        forecaster = QuantileForecaster(
+            make_forecaster(name, config=config, horizon=args.interval),
+            quantile=args.quantile,
+            calibration_fraction=args.calibration_fraction,
+            scale=args.scale,
+        )
+        try:
+            forecaster.fit(panel, cut)
+        except InputError as exc:
+            raise SystemExit(f"{name}: {exc}") from None
+        train_seconds[name] = round(time.perf_counter() - started, 1)
+        if forecaster.note:
+            notes[name] = forecaster.note
+        reservations[name] = forecast_peaks(forecaster, panel, usage, origins, args.interval)
+    results: dict[str, ReplayResult] = {}
+    for name in POLICIES:
+        log(f"replaying {name}")
+        results[name] = replay(usage, origins, args.interval, reservations[name], capacity)
+    scale = results["history_peak"].overload_minutes
+    policies = {
+        name: {
+            "gpu_hours": round(r.gpu_hours, 3),
+            "overload_minutes": round(r.overload_minutes, 2),
+            "migrations_per_pod_hour": round(r.migrations_per_pod_hour, 4),
+            "distance_to_oracle": round(distance_to_oracle(r, results["oracle"], scale), 4),
+        }
+        for name, r in results.items()
+    }
+    hours = panel.step_s / 3600.0
+    document: dict[str, object] = {
+        "policies": policies,
+        "train_hours": [0.0, round(cut * hours, 3)],
+        "replay_hours": [round(cut * hours, 3), round(panel.steps * hours, 3)],
+        "interval_steps": args.interval,
+        "quantile": args.quantile,
+        "scale": args.scale,
+        "gpu_memory_gib": args.gpu_memory_gib,
+        "pods": len(panel.entities),
+        "decisions": int(origins.size),
+        "train_seconds": train_seconds,
+        "data": source,
+    }
+    if notes:
+        document["notes"] = notes
+    if args.format == "json":
+        print(json.dumps(document, separators=(",", ":")))
+        return 0
+    print(
+        f"{source}: {len(panel.entities)} pods, {panel.step_s:g} s steps; forecasters train on "
+        f"hours 0–{cut * hours:.2f}, the replay is hours {cut * hours:.2f}–"
+        f"{panel.steps * hours:.2f} ({origins.size} re-packings every {args.interval} steps); "
+        f"GPUs of 100 % duty and {args.gpu_memory_gib:g} GiB; q = {args.quantile:g}"
+    )
+    rows = [
+        [
+            name,
+            p["gpu_hours"],
+            p["overload_minutes"],
+            p["migrations_per_pod_hour"],
+            p["distance_to_oracle"],
+            train_seconds.get(name),
+        ]
+        for name, p in policies.items()
+    ]
+    print(
+        format_table(
+            ["policy", "GPU-hours", "overload min", "migrations/pod-h", "to oracle", "train s"],
+            rows,
+            digits=3,
+        )
+    )
+    for name, note in notes.items():
+        print(f"{name}: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
