@@ -69,6 +69,14 @@ def shared_data_dir(explicit: Path | None = None) -> Path:
     )
 
 
+def openb_traces(openb: Path, chosen: str) -> list[str]:
+    """The pod lists named in ``chosen`` (comma-separated), or every ``openb_pod_list_*.csv``
+    in ``openb`` when it names none."""
+    return [t for t in chosen.split(",") if t] or sorted(
+        p.stem.removeprefix("openb_pod_list_") for p in openb.glob("openb_pod_list_*.csv")
+    )
+
+
 def format_table(
     headers: Sequence[str], rows: Sequence[Sequence[object]], *, digits: int = 2
 ) -> str:

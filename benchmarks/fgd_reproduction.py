@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import format_table, parse_args, shared_data_dir
+from _common import format_table, openb_traces, parse_args, shared_data_dir
 
 from kubesage.core.policy import PAPER_POLICIES
 from kubesage.core.sim.runner import RunSpec, default_jobs, run_many
@@ -67,9 +67,7 @@ def main() -> int:
     data = shared_data_dir(args.data_dir)
     seeds = parse_seeds(args.seeds)
     openb = data / "openb"
-    traces = [t for t in args.traces.split(",") if t] or sorted(
-        p.stem.removeprefix("openb_pod_list_") for p in openb.glob("openb_pod_list_*.csv")
-    )
+    traces = openb_traces(openb, args.traces)
     reference = published(data)
     nodes = read_nodes(openb / "openb_node_list_gpu_node.csv")
     if args.node_limit:

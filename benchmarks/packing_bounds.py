@@ -41,7 +41,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, parse_args, shared_data_dir
+from _common import format_table, openb_traces, parse_args, shared_data_dir
 
 from kubesage.core.sim.hindsight import (
     DEFAULT_CHECKPOINTS_PCT,
@@ -183,9 +183,7 @@ def main() -> int:
         checkpoints = tuple(float(p) for p in args.checkpoints.split(",") if p.strip())
     except ValueError:
         parser.error(f"--checkpoints takes numbers separated by commas, got {args.checkpoints!r}")
-    traces = [t for t in args.traces.split(",") if t] or sorted(
-        p.stem.removeprefix("openb_pod_list_") for p in openb.glob("openb_pod_list_*.csv")
-    )
+    traces = openb_traces(openb, args.traces)
     tasks = [(trace, seed) for trace in traces for seed in seeds]
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, shared_data_dir
+from _common import format_table, openb_traces, parse_args, shared_data_dir
 
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.rl.network import PlacementNetwork
@@ -150,9 +150,7 @@ def main() -> int:
     load_network(args.model)  # a bad model is an error here, not a silent FGD run
     openb = shared_data_dir(args.data_dir) / "openb"
     seeds = list(parse_seeds(args.seeds))
-    traces = [t for t in args.traces.split(",") if t] or sorted(
-        p.stem.removeprefix("openb_pod_list_") for p in openb.glob("openb_pod_list_*.csv")
-    )
+    traces = openb_traces(openb, args.traces)
     alloc = allocation(openb, traces, seeds, args.model, args.jobs, args.node_limit)
     print("latency...", file=sys.stderr, flush=True)
     p50, p99 = latency(args.model, args.latency_nodes, args.decisions)

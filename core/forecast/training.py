@@ -116,32 +116,56 @@ def train(
     model.to(device)
     edges = edge_index.to(device)
     train_index, validation_index = split(windows.inputs.shape[0], windows.targets.shape[1], config)
+
+    def batch_loss(index: np.ndarray) -> torch.Tensor:
+        inputs, targets, mask, last = _tensors(windows, index, device)
+        return masked_l1(model(inputs, edges, last), targets, mask)
+
+    def validation_loss() -> float:
+        return _validation_loss(model, windows, validation_index, edges, config.batch_size)
+
+    return _early_stopped(
+        model, batch_loss, validation_loss, train_index, config, on_epoch, float("inf"), started
+    )
+
+
+def _early_stopped(
+    trained: nn.Module,
+    batch_loss: Callable[[np.ndarray], torch.Tensor],
+    validation_loss: Callable[[], float],
+    train_index: np.ndarray,
+    config: TrainConfig,
+    on_epoch: ProgressCallback | None,
+    start_loss: float,
+    started: float,
+) -> TrainReport:
+    """Adam over ``trained``'s parameters, epoch by epoch in a seeded order, with
+    gradient clipping; the best validation loss is kept (``start_loss`` and the
+    current weights count as epoch 0) and training stops ``patience`` epochs after it."""
     generator = torch.Generator().manual_seed(config.seed)
     optimiser = torch.optim.Adam(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        trained.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
-    best_loss, best_epoch, best_state = float("inf"), 0, copy.deepcopy(model.state_dict())
+    best_loss, best_epoch, best_state = start_loss, 0, copy.deepcopy(trained.state_dict())
     epoch = 0
     for epoch in range(1, config.epochs + 1):
-        model.train()
+        trained.train()
         order = train_index[torch.randperm(train_index.size, generator=generator).numpy()]
         for start in range(0, order.size, config.batch_size):
-            inputs, targets, mask, last = _tensors(
-                windows, order[start : start + config.batch_size], device
-            )
             optimiser.zero_grad()
-            loss = masked_l1(model(inputs, edges, last), targets, mask)
+            loss = batch_loss(order[start : start + config.batch_size])
             loss.backward()  # type: ignore[no-untyped-call]
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
             optimiser.step()
-        validation = _validation_loss(model, windows, validation_index, edges, config.batch_size)
+        validation = validation_loss()
         if on_epoch is not None:
             on_epoch(epoch, config.epochs, validation)
         if validation < best_loss - 1e-6:
-            best_loss, best_epoch, best_state = validation, epoch, copy.deepcopy(model.state_dict())
+            best_loss, best_epoch = validation, epoch
+            best_state = copy.deepcopy(trained.state_dict())
         elif epoch - best_epoch >= config.patience:
             break
-    model.load_state_dict(best_state)
+    trained.load_state_dict(best_state)
     return TrainReport(
         epochs_run=epoch,
         best_epoch=best_epoch,
@@ -210,13 +234,9 @@ def train_residual(
     edges = edge_index.to(device)
     data = _encode(model, windows, device, config.batch_size)
     train_index, validation_index = split(windows.inputs.shape[0], windows.targets.shape[1], config)
-    generator = torch.Generator().manual_seed(config.seed)
     residual = model.residual
     for parameter in model.temporal.parameters():
         parameter.requires_grad_(False)  # frozen: stage two only learns the graph
-    optimiser = torch.optim.Adam(
-        residual.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
 
     def loss_on(index: np.ndarray) -> torch.Tensor:
         chosen = torch.from_numpy(index).to(device)
@@ -229,35 +249,19 @@ def train_residual(
             return float(loss_on(validation_index))
 
     # Epoch 0 is the gate at zero: the temporal part alone.
-    best_loss, best_epoch = validation_loss(), 0
-    best_state = copy.deepcopy(residual.state_dict())
-    epoch = 0
-    for epoch in range(1, config.epochs + 1):
-        residual.train()
-        order = train_index[torch.randperm(train_index.size, generator=generator).numpy()]
-        for start in range(0, order.size, config.batch_size):
-            optimiser.zero_grad()
-            loss = loss_on(order[start : start + config.batch_size])
-            loss.backward()  # type: ignore[no-untyped-call]
-            nn.utils.clip_grad_norm_(residual.parameters(), 1.0)
-            optimiser.step()
-        validation = validation_loss()
-        if on_epoch is not None:
-            on_epoch(epoch, config.epochs, validation)
-        if validation < best_loss - 1e-6:
-            best_loss, best_epoch = validation, epoch
-            best_state = copy.deepcopy(residual.state_dict())
-        elif epoch - best_epoch >= config.patience:
-            break
-    residual.load_state_dict(best_state)
+    report = _early_stopped(
+        residual,
+        loss_on,
+        validation_loss,
+        train_index,
+        config,
+        on_epoch,
+        validation_loss(),
+        started,
+    )
     for parameter in model.temporal.parameters():
         parameter.requires_grad_(True)
-    return TrainReport(
-        epochs_run=epoch,
-        best_epoch=best_epoch,
-        best_validation_loss=best_loss,
-        seconds=time.perf_counter() - started,
-    )
+    return report
 
 
 def check_device(name: str) -> str:
