@@ -77,6 +77,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/defrag.py
 	$(BIN)/python benchmarks/spark_locality.py
 	$(BIN)/python benchmarks/ppo.py
+	$(BIN)/python benchmarks/openb_variants.py
 	$(BIN)/python benchmarks/packing_bounds.py
 	$(BIN)/python benchmarks/extender.py
 	$(BIN)/python benchmarks/soak.py

@@ -1,4 +1,4 @@
-"""``kubesage data …``: fetch public traces into the local cache."""
+"""``kubesage data …``: fetch public traces into the local cache; generate openb variants."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.paths import cache_dir as default_cache_dir
+from kubesage.core.traces import read_nodes, read_pods, write_pods
 from kubesage.core.traces.fetch import DATASETS, fetch_dataset
+from kubesage.core.traces.openb_variants import gpus_per_model, openb_variant, variant_statistics
 
-data_app = typer.Typer(help="Public trace data: download and verify.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Public trace data: download and verify; generate variants.", no_args_is_help=True
+)
 
 
 @data_app.command("fetch")
@@ -49,3 +53,40 @@ def fetch(
     stderr.print(f"{len(paths)} file(s) verified in {root}")
     for path in paths:
         typer.echo(str(path))
+
+
+@data_app.command("variant")
+@user_errors
+def variant(
+    name: Annotated[
+        str, typer.Argument(help="Variant: gpushare<N>, multigpu<N>, gpuspec<N> or cpu<NNN>.")
+    ],
+    base: Annotated[Path, typer.Option("--base", help="The openb pod list to draw from.")],
+    out: Annotated[Path, typer.Option("--out", help="Pod list CSV to write.")],
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    specs_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--specs-from", help="gpuspec: a pod list whose GPU-model constraints are drawn."
+        ),
+    ] = None,
+    nodes: Annotated[
+        Path | None,
+        typer.Option("--nodes", help="gpuspec without --specs-from: constraints by GPU model."),
+    ] = None,
+) -> None:
+    """Generate one of the FGD paper's openb workload variants from a base pod list."""
+    pods = openb_variant(
+        read_pods(base),
+        name,
+        seed=seed,
+        specs=read_pods(specs_from) if specs_from else (),
+        models=gpus_per_model(read_nodes(nodes)) if nodes else None,
+    )
+    write_pods(pods, out)
+    shares = variant_statistics(pods)
+    stderr.print(
+        f"{len(pods)} pods written to {out}: GPU in shares {shares['gpushare']:.1%}, "
+        f"multi-GPU {shares['multigpu']:.1%}, constrained {shares['gpuspec']:.1%}; "
+        f"CPU-only pods {shares['cpu']:.1%}"
+    )

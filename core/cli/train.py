@@ -14,6 +14,7 @@ from kubesage.core.cli.options import Mode
 from kubesage.core.rl.persistence import save_network
 from kubesage.core.rl.training import TrainSettings, train
 from kubesage.core.traces import read_nodes, read_pods
+from kubesage.core.traces.openb_variants import gpus_per_model, openb_variant
 
 train_app = typer.Typer(help="Train learned policies in the simulator.", no_args_is_help=True)
 
@@ -36,10 +37,23 @@ def ppo(
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="An existing Ray cluster (default: local).")
     ] = None,
+    variants: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--variant",
+            help="Also train on this openb variant (gpushare60, multigpu30, gpuspec25, cpu200, "
+            "...) generated from the first --pods list (repeatable; docs/ppo.md).",
+        ),
+    ] = None,
 ) -> None:
     """Train the ppo policy on the FGD protocol over the given traces; write the model."""
     node_specs = read_nodes(nodes)
     workloads = [read_pods(path) for path in pods]
+    models = gpus_per_model(node_specs)
+    workloads += [
+        openb_variant(workloads[0], name, seed=seed + number, models=models)
+        for number, name in enumerate(variants or [])
+    ]
     settings = TrainSettings(
         iterations=iterations,
         steps_per_worker=steps,
@@ -76,6 +90,7 @@ def ppo(
         info={
             "nodes": nodes.name,
             "pods": [p.name for p in pods],
+            "variants": list(variants or []),
             "iterations": iterations,
             "steps_per_worker": steps,
             "workers": workers,

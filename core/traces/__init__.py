@@ -1,5 +1,5 @@
 """Trace readers, synthetic generators and the downloader."""
 
-from kubesage.core.traces.openb import read_nodes, read_pods
+from kubesage.core.traces.openb import read_nodes, read_pods, write_pods
 
-__all__ = ["read_nodes", "read_pods"]
+__all__ = ["read_nodes", "read_pods", "write_pods"]

@@ -1,4 +1,4 @@
-"""Readers for the Alibaba openb GPU trace (cluster-trace-gpu-v2023) CSV files.
+"""Readers and a writer for the Alibaba openb GPU trace (cluster-trace-gpu-v2023) CSV files.
 
 Node lists: ``sn,cpu_milli,memory_mib,gpu,model``.
 Pod lists: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli`` and optionally
@@ -13,7 +13,7 @@ the 1-based line and the field. Nothing is skipped silently.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -183,3 +183,26 @@ def read_pods(path: Path | str) -> list[PodRequest]:
     if not pods:
         raise TraceFormatError("no pod rows", path=path, line=1)
     return pods
+
+
+def write_pods(pods: Sequence[PodRequest], path: Path | str) -> None:
+    """Write ``pods`` as an openb pod list with all eleven columns, readable by
+    :func:`read_pods` (times left empty where a pod has none; no phase or scheduled
+    time: the simulator does not read them)."""
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(POD_REQUIRED_COLUMNS + POD_OPTIONAL_COLUMNS)
+        for pod in pods:
+            writer.writerow(
+                [
+                    pod.name, pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli,
+                    "|".join(pod.gpu_models), pod.qos, "",
+                    _time(pod.creation_time_s), _time(pod.deletion_time_s), "",
+                ]
+            )  # fmt: skip
+
+
+def _time(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return str(int(seconds)) if float(seconds).is_integer() else repr(seconds)

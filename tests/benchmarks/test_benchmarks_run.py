@@ -133,6 +133,25 @@ def check_packing_bounds(document: dict[str, Any]) -> None:
         assert entry["fgd"] <= entry["hindsight"] <= entry["upper_bound"] <= 100.0
 
 
+def check_openb_variants(document: dict[str, Any]) -> None:
+    keys_are(
+        document,
+        "variants",
+        "mean",
+        "ppo_at_least_fgd",
+        "model",
+        "seeds",
+        "generator_seed",
+        "wall_s",
+    )
+    for entry in document["variants"].values():
+        for key in ("fgd", "bestfit", "ppo", "published_fgd", "published_bestfit"):
+            assert key in entry, key
+        assert entry["ppo_minus_fgd"] == pytest.approx(entry["ppo"] - entry["fgd"], abs=1e-3)
+        assert isinstance(entry["trained_on"], bool)
+    keys_are(document["model"], "file", "trained_on")
+
+
 def check_fgd_reproduction(document: dict[str, Any]) -> None:
     keys_are(document, "seeds", "traces")
     for policies in document["traces"].values():
@@ -342,6 +361,7 @@ BENCHMARKS = {
     # Without the GenAI trace it replays synthetic metrics: it needs nothing.
     "forecast_placement": Benchmark(check_forecast_placement),
     "forecast_packing": Benchmark(check_forecast_packing),  # synthetic without the trace
+    "openb_variants": Benchmark(check_openb_variants, needs=("openb",)),
     "packing_bounds": Benchmark(check_packing_bounds, needs=("openb",)),
     "placement_speed": Benchmark(check_placement_speed, needs=("openb",)),
     "ppo": Benchmark(check_ppo, needs=("openb",), marks=SLOW),  # Ray start-up
