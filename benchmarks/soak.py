@@ -39,11 +39,26 @@ Figures, per interval of ``--interval-s`` (a minute by default; the first is war
 JSON: ``{"minutes", "rss_mib_start", "rss_mib_end", "p99_ms_by_minute",
 "status_counts", "valid_requests_5xx", "rss_mib_by_minute", "rss_noise_pct",
 "pods_by_minute", "malformed", "churn", "nodes", "checks", "cpus",
-"load_average_1m_by_minute"}`` (client and server share the machine's cores: the load
-says how much else ran).
+"load_average_1m_by_minute", "memory"}`` (client and server share the machine's cores:
+the load says how much else ran). ``memory``: ``malloc_mib_by_minute`` (glibc's
+``mallinfo2`` of the server each minute: in use vs kept, :mod:`_soak_memory`) and
+``loop_shapes_warmed`` (one pod of every shape placed by the control loop before the
+first minute, filling its bounded score cache: :func:`_soak_memory.place_by_loop`).
+
+``--trace-memory`` (a diagnostic, off by default): the server runs ``tracemalloc``
+once its modules are imported (building the cluster then takes minutes); after each
+minute it compares a snapshot with the one after the warm-up and prints the top growth
+sites (file:line, size and block count difference) on stderr; ``memory`` then also has
+``traced_mib_by_minute``, ``growth_sites`` and ``growth_chains`` (the top growing call
+chains) of the last minute. Tracing slows the server about tenfold (its caches fill
+later) and snapshots inflate its heap: a traced run's latencies and RSS are not the
+soak's.
+
+The server trims the C heap as ``kubesage serve`` does (:mod:`kubesage.core.heap`).
 ``--tiny``: 0.1 minutes in intervals of 2 s, 200 nodes, churn every second.
 
-    python benchmarks/soak.py [--minutes 10] [--nodes 10000] [--tiny] [--format json]
+    python benchmarks/soak.py [--minutes 10] [--nodes 10000] [--trace-memory] [--tiny]
+                              [--format json]
 """
 
 from __future__ import annotations
@@ -67,6 +82,15 @@ from typing import Any
 import numpy as np
 import orjson
 from _common import format_table, parse_args
+from _soak_memory import (
+    MARK,
+    REPORT,
+    describe,
+    memory_document,
+    place_by_loop,
+    probe,
+    start_tracing,
+)
 from extender import FILL, KeepAlive, binding_args, feasible_nodes_to_find, v1_pod
 
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
@@ -84,18 +108,21 @@ TINY = {"minutes": 0.1, "interval_s": 2.0, "nodes": 200, "churn_s": 1.0, "live_p
 # -- the server process --------------------------------------------------------------------
 
 
-def serve(nodes: int, commands: Connection) -> None:
+def serve(nodes: int, commands: Connection, trace_memory: bool = False) -> None:
     """The server process: ``kubesage serve --embedded``'s service on an ephemeral port,
     and a thread that applies the client's churn commands to its embedded cluster."""
     import uvloop
 
     from kubesage.core.cli.loop import loop_inputs
     from kubesage.core.cli.serve import DEFAULT_POLICY, embedded_service, open_socket
+    from kubesage.core.heap import start_trimming
     from kubesage.core.k8s.embedded import EmbeddedCluster
     from kubesage.core.k8s.embedded_nodes import add_nodes, remove_nodes
     from kubesage.core.k8s.http_server import HttpServer
     from kubesage.core.observability.logging import configure_logging
 
+    if trace_memory:  # after the imports: tracing them takes minutes, and they stay
+        start_tracing()
     configure_logging("warning")  # one INFO line per bind and per 400 would be the bench
     settings, _ = loop_inputs(policy=DEFAULT_POLICY, embedded=True, kubeconfig=None, context=None)
     service = embedded_service(DEFAULT_POLICY, nodes=nodes, fill=FILL, loop=settings)
@@ -103,7 +130,8 @@ def serve(nodes: int, commands: Connection) -> None:
     assert isinstance(cluster, EmbeddedCluster)
     app = service.app()
     gc.collect()
-    gc.freeze()  # as `kubesage serve` does
+    gc.freeze()  # as `kubesage serve` does, and it trims the C heap (kubesage.core.heap)
+    service.stoppers.append(start_trimming())
     server = HttpServer(app)
     sock = open_socket("127.0.0.1", 0)
 
@@ -115,6 +143,12 @@ def serve(nodes: int, commands: Connection) -> None:
                 server.stop()
                 return
             try:
+                if verb in ("memory", "warm"):  # answered with their figures
+                    answer = (
+                        probe(argument) if verb == "memory" else place_by_loop(cluster, argument)
+                    )
+                    commands.send(answer)
+                    continue
                 if verb == "add":
                     add_nodes(cluster, argument)
                 elif verb == "remove":
@@ -237,6 +271,28 @@ class Soak:
         self.nodes = names
         self.candidates = [name for name in self.nodes if name not in self.cordoned]
 
+    def warm_loop(self) -> int:
+        """One pod of every shape of the workload, placed by the server's control loop."""
+        shapes = {(r.cpu_milli, r.num_gpu, r.gpu_milli, r.gpu_models): r for r in self.workload}
+        self.commands.send(("warm", list(shapes.values())))
+        if not self.commands.poll(300):
+            raise SystemExit("error: the server did not answer 'warm' in 5 minutes")
+        placed: int = self.commands.recv()
+        self.connection.close()  # idle meanwhile for longer than the server's keep-alive
+        self.connection = KeepAlive(self.port)
+        return placed
+
+    def memory(self, action: str) -> dict[str, Any]:
+        """The server's memory probe (:mod:`_soak_memory`)."""
+        self.commands.send(("memory", action))
+        if not self.commands.poll(300):
+            raise SystemExit("error: the server did not answer 'memory' in 5 minutes")
+        answer: dict[str, Any] = self.commands.recv()
+        if "traced_mib" in answer:  # a snapshot can outlast the keep-alive: reconnect
+            self.connection.close()
+            self.connection = KeepAlive(self.port)
+        return answer
+
     def churn_step(self) -> None:
         """Add, cordon or remove 1 % of the nodes, in turn."""
         count = max(1, round(len(self.nodes) * CHURN_SHARE))
@@ -313,7 +369,9 @@ class Soak:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    server = context.Process(target=serve, args=(args.nodes, theirs), name="soak-server")
+    server = context.Process(
+        target=serve, args=(args.nodes, theirs, args.trace_memory), name="soak-server"
+    )
     server.start()
     try:
         if not ours.poll(900):
@@ -335,6 +393,8 @@ def measure(args: argparse.Namespace, soak: Soak, pid: int) -> dict[str, Any]:
     rss: list[float] = []
     pods: list[int] = []
     load: list[float] = []
+    probes: list[dict[str, Any]] = []
+    warmed = soak.warm_loop()  # the loop's scoring cache (_soak_memory.place_by_loop)
     next_churn = time.monotonic() + args.churn_s
     next_end = time.monotonic() + END_EVERY_S
     for interval in range(intervals):
@@ -353,6 +413,7 @@ def measure(args: argparse.Namespace, soak: Soak, pid: int) -> dict[str, Any]:
         rss.append(round(rss_mib(pid), 1))
         pods.append(len(latencies))
         load.append(round(os.getloadavg()[0], 2))
+        probes.append(soak.memory(MARK if interval == 0 else REPORT))  # after the RSS
         print(
             f"minute {interval + 1}/{intervals}: {len(latencies)} pods, p99 {p99s[-1]} ms, "
             f"RSS {rss[-1]} MiB, {len(soak.nodes)} nodes, {soak.churn.get('bound_pods')} pods "
@@ -361,6 +422,7 @@ def measure(args: argparse.Namespace, soak: Soak, pid: int) -> dict[str, Any]:
             file=sys.stderr,
             flush=True,
         )
+        print(describe(probes[-1]), file=sys.stderr, flush=True)
     soak.connection.close()
     steady_p99, steady_rss = p99s[1:], rss[1:]
     return {
@@ -383,6 +445,7 @@ def measure(args: argparse.Namespace, soak: Soak, pid: int) -> dict[str, Any]:
         },
         "cpus": os.cpu_count(),
         "load_average_1m_by_minute": load,
+        "memory": {"loop_shapes_warmed": warmed, **memory_document(probes)},
     }
 
 
@@ -398,6 +461,11 @@ def main() -> int:
     parser.add_argument("--churn-s", type=float, default=15.0, help="Seconds between churn steps.")
     parser.add_argument(
         "--live-pods", type=int, default=2_000, help="Most of the client's pods bound at once."
+    )
+    parser.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="Run tracemalloc in the server; report what grew since the warm-up.",
     )
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)

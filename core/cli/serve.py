@@ -56,6 +56,7 @@ from kubesage.core.cli.loop_options import (
     TopologyOption,
 )
 from kubesage.core.errors import InputError
+from kubesage.core.heap import start_trimming
 from kubesage.core.k8s import http_limits
 from kubesage.core.k8s.binding import assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
@@ -441,6 +442,8 @@ def serve(
     # re-scanning it on every full collection (latency spikes on a large cluster).
     gc.collect()
     gc.freeze()
+    # glibc keeps freed numpy arrays' pages for good (see kubesage.core.heap): hand them back.
+    service.stoppers.append(start_trimming())
     limits = HttpLimits(
         max_url_bytes, max_header_bytes, max_headers, header_timeout_s, keep_alive_s
     )

@@ -322,8 +322,11 @@ def check_soak(document: dict[str, Any]) -> None:
         "checks",
         "cpus",
         "load_average_1m_by_minute",
+        "memory",
     )
     keys_are(document["checks"], *SOAK_CHECKS)
+    # without --trace-memory: no traced figures
+    keys_are(document["memory"], "loop_shapes_warmed", "malloc_mib_by_minute")
     keys_are(document["malformed"], "bad_json", "wrong_types", "huge_header", "cut_body")
     assert document["valid_requests_5xx"] == 0  # a 5xx on a valid request is a bug at any size
 
