@@ -1,9 +1,10 @@
 """``benchmarks/extender.py --profile``: where a filter and a prioritize spend their time.
 
 The same pods and candidate windows as the HTTP run, through the handlers in this
-process (no HTTP, no control loop): each stage of the request path is timed per call
-by wrapping the function that does it, and the table (p50 and mean microseconds per
-call) goes to stderr. The stages are the extender's own helpers, so a stage that a
+process (no HTTP, no control loop; filter's prescore run between filter and prioritize,
+as the server runs it after filter's answer): each stage of the request path is timed
+per call by wrapping the function that does it, and the table (p50 and mean microseconds
+per call) goes to stderr. The stages are the extender's own helpers, so a stage that a
 later version renames or merges is simply missing from the table; "other" is the
 handler's time outside the named stages (JSON encoding of the answer, locks, metrics).
 Timing wrappers add about a microsecond per stage.
@@ -28,13 +29,14 @@ STAGES = {
     "filter": (
         ("parse_args", "JSON decode (orjson) + shape check"),
         ("_request", "pod -> PodRequest"),
-        ("_candidates", "names -> state indices"),
-        ("_filter", "fit + reasons"),
-        ("_passed", "memo for prioritize"),
+        ("map_candidates", "names -> state indices"),
+        ("filter_candidates", "fit + reasons"),
+        ("passed_of", "memo for prioritize"),
     ),
+    "prescore": (("score_nodes", "policy scores (after filter answered)"),),
     "prioritize": (
         ("parse_args", "JSON decode (orjson) + shape check"),
-        ("_candidates", "names -> state indices (reused)"),
+        ("map_candidates", "names -> state indices (reused)"),
         ("score_nodes", "policy scores"),
         ("scale_scores", "scale to 0..10"),
         ("_entries", "encode (per-node byte table)"),
@@ -42,7 +44,7 @@ STAGES = {
 }
 
 
-MODULE_STAGES = ("parse_args", "_candidates", "_filter", "_passed", "scale_scores")
+MODULE_STAGES = ("parse_args", "map_candidates", "filter_candidates", "passed_of", "scale_scores")
 
 
 def stage_profile(size: int, fill: float, window: int, pods: list[dict[str, Any]]) -> str:
@@ -104,6 +106,8 @@ def _run(
         )
         if not passing["NodeNames"]:
             continue
+        current[0] = "prescore"  # as the server does once filter's answer is written
+        verbs["prescore"]()
         current[0] = "prioritize"
         body = orjson.dumps({"Pod": pod, "NodeNames": passing["NodeNames"]})
         scores = orjson.loads(verbs["prioritize"](body)[1])

@@ -21,6 +21,13 @@ What each figure means:
   request headers read to answer ready, so without the client, the kernel's
   loopback and the time the client's bytes take to arrive.
 - ``bind_p50_ms``: the bind round trip (not in the figures above).
+- ``client_json_mean_ms``: the client's own JSON work per pod (encoding both requests,
+  decoding both answers), inside the pod's latency.
+- ``round_trip_floor_p50_ms``: one round trip carrying a filter request's bytes to a
+  path the server answers 404 without deciding anything (measured after the pods, 500
+  times): what HTTP over loopback costs on this machine, both processes waking
+  included. A pod makes two such trips, so ``2 × floor + client JSON`` is the part of
+  its latency no server-side work can remove.
 - ``loop_ticks``, ``loop_tick_mean_ms``: the control loop runs in the server as it is
   deployed (``kubesage serve`` always runs it), here every second rather than the
   default 5 s so that several ticks fall inside the few seconds the pods are measured
@@ -173,6 +180,9 @@ def v1_pod(index: int, request: PodRequest) -> dict[str, Any]:
     }
 
 
+FLOOR_PATH = "/scheduler/floor"
+"""Not a route: the server answers 404 after reading the request, deciding nothing."""
+FLOOR_ROUND_TRIPS = 500
 LOOP_TICK_S = 1.0
 """The server's control-loop tick here (see ``loop_ticks`` in the module docstring)."""
 
@@ -321,6 +331,9 @@ class Cycle:
         self.node_names = node_names
         self.window = window
         self.start_index = 0
+        self.json_s = 0.0
+        """The client's own JSON work (encoding requests, decoding answers) in the
+        filter + prioritize round trips so far."""
 
     def schedule(self, pod: dict[str, Any]) -> tuple[float, float, bool]:
         """``(filter+prioritize seconds, bind seconds, scheduled)`` for one pod."""
@@ -330,17 +343,11 @@ class Cycle:
             names += self.node_names[: end - len(self.node_names)]
         self.start_index = (self.start_index + self.window) % len(self.node_names)
         started = time.perf_counter()
-        filtered = _post(
-            self.connection, "/scheduler/filter", orjson.dumps({"Pod": pod, "NodeNames": names})
-        )
+        filtered = self._post("/scheduler/filter", {"Pod": pod, "NodeNames": names})
         passing = filtered["NodeNames"]
         best = None
         if passing:
-            scores = _post(
-                self.connection,
-                "/scheduler/prioritize",
-                orjson.dumps({"Pod": pod, "NodeNames": passing}),
-            )
+            scores = self._post("/scheduler/prioritize", {"Pod": pod, "NodeNames": passing})
             best = max(scores, key=itemgetter("Score"))["Host"]
         elapsed = time.perf_counter() - started
         bind_started = time.perf_counter()
@@ -350,6 +357,32 @@ class Cycle:
             if result["Error"]:
                 raise SystemExit(f"error: bind failed: {result['Error']}")
         return elapsed, time.perf_counter() - bind_started, best is not None
+
+    def _post(self, path: str, document: dict[str, Any]) -> Any:
+        """POST ``document``; the decoded answer. JSON time is added to ``json_s``."""
+        started = time.perf_counter()
+        body = orjson.dumps(document)
+        encoded = time.perf_counter()
+        status, content = self.connection.post(path, body)
+        answered = time.perf_counter()
+        if status != 200:
+            raise SystemExit(f"error: {path} answered {status}: {content[:300]!r}")
+        answer = orjson.loads(content)
+        self.json_s += (encoded - started) + (time.perf_counter() - answered)
+        return answer
+
+    def round_trip_floor_ms(self, pod: dict[str, Any], count: int = FLOOR_ROUND_TRIPS) -> float:
+        """p50 of a round trip that carries a filter request's bytes to a path the server
+        answers 404 at once: HTTP, loopback and both processes waking, no decision."""
+        body = orjson.dumps({"Pod": pod, "NodeNames": self.node_names[: self.window]})
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            status, _ = self.connection.post(FLOOR_PATH, body)
+            times.append(time.perf_counter() - started)
+            if status != 404:
+                raise SystemExit(f"error: {FLOOR_PATH} answered {status}, expected 404")
+        return float(np.percentile(np.array(times) * 1000, 50))
 
 
 def measure(
@@ -378,6 +411,8 @@ def measure(
         bind_latencies.append(bind_elapsed)
         unschedulable += not scheduled
     wall_s = time.perf_counter() - started - sum(bind_latencies)
+    json_ms = cycle.json_s / max(len(pods), 1) * 1000
+    floor_ms = cycle.round_trip_floor_ms(pods[-1])
     cycle.connection.close()
     text = metrics_text(port)
     after, loop_after = server_seconds(text), loop_seconds(text)
@@ -406,6 +441,8 @@ def measure(
         "bind_p50_ms": round(float(np.percentile(np.array(bind_latencies) * 1000, 50)), 3),
         "loop_ticks": int(ticks),
         "loop_tick_mean_ms": round((loop_after[0] - loop_before[0]) / max(ticks, 1) * 1000, 1),
+        "client_json_mean_ms": round(json_ms, 3),
+        "round_trip_floor_p50_ms": round(floor_ms, 3),
     }
 
 

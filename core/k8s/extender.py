@@ -1,8 +1,10 @@
 """The kube-scheduler extender's handlers: filter, prioritize and bind.
 
 The wire format (models, fast parsing, score scaling) is
-:mod:`kubesage.core.k8s.extender_wire`; the state the handlers read and the bind path
-are :mod:`kubesage.core.k8s.binding`.
+:mod:`kubesage.core.k8s.extender_wire`; the per-request work over the candidate nodes
+(names → indices, the fit with reasons, what filter passed) is
+:mod:`kubesage.core.k8s.extender_candidates`; the state the handlers read and the bind
+path are :mod:`kubesage.core.k8s.binding`.
 
 The handlers work on a whole request at once: the pod is translated once (and kept
 by uid and resourceVersion, so prioritize and bind reuse filter's work; a pod whose
@@ -13,6 +15,15 @@ never over the whole cluster. Prioritize reuses what filter found for the same p
 and the same names (the index mapping, and the fit while none of those nodes has
 changed since: their ``node_version`` stamps are compared). Responses are plain
 dicts serialised by orjson — no per-node pydantic objects in the hot path.
+
+Filter's answer also starts the prioritize that follows it: once the answer is written,
+:meth:`Extender.prescore` scores the nodes that passed (the server runs it on the event
+loop while kube-scheduler reads the answer and sends prioritize). Prioritize uses those
+scores when it asks about exactly those nodes for the same pod and none of them has
+changed since — the same condition as reusing the fit, and the same snapshot semantics
+as kube-scheduler's own score plugins, which score the nodes as of the cycle's start.
+After :data:`PRESCORES_UNUSED_LIMIT` unused ones in a row (no prioritize configured,
+or another extender narrowing the list) it stops until a prioritize uses one again.
 
 What the handlers decide, and their fallbacks:
 
@@ -41,21 +52,26 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
-from kubesage.core.arrays import BoolArray, IntArray
+from kubesage.core.arrays import BoolArray, FloatArray, IntArray
 from kubesage.core.errors import KubesageError
 from kubesage.core.k8s.binding import BindFunction, BindTarget, StateView
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
+from kubesage.core.k8s.extender_candidates import (
+    Candidates,
+    Passed,
+    filter_candidates,
+    map_candidates,
+    passed_of,
+)
 from kubesage.core.k8s.extender_wire import (
     MAX_EXTENDER_PRIORITY,
-    Args,
     ExtenderBindingArgs,
     ExtenderRequestError,
     parse_args,
@@ -68,15 +84,14 @@ from kubesage.core.observability.logging import log_event
 from kubesage.core.observability.metrics import BINDS, DECISIONS, FALLBACKS
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.state.fit import fit_report
 from kubesage.core.types import PodRequest
 
 log = logging.getLogger(__name__)
 
 POD_CACHE_SIZE = 4096
 """Translated pods kept by (uid, resourceVersion) for prioritize and bind."""
-REASON_PREFIX = "kubesage: "
-"""Starts every filter failure reason, so users see which extender said no."""
+PRESCORES_UNUSED_LIMIT = 16
+"""Filter answers scored ahead for nothing, in a row, before prescoring pauses."""
 
 _SCORES = range(MAX_EXTENDER_PRIORITY + 1)
 # The hot path's metric children, looked up once (labels() costs a dict lookup and a lock).
@@ -84,8 +99,6 @@ _FILTER_FEASIBLE = DECISIONS.labels("filter", "feasible")
 _FILTER_NO_FIT = DECISIONS.labels("filter", "no_fit")
 _PRIORITIZE_SCORED = DECISIONS.labels("prioritize", "scored")
 _UNKNOWN_NODES = FALLBACKS.labels("extender", "unknown_node")
-_NO_POSITIONS: IntArray = np.zeros(0, dtype=np.int64)
-_NO_POSITIONS.setflags(write=False)
 
 Response = tuple[int, bytes]
 ClaimRequests = Callable[[Mapping[str, Any]], PodRequest]
@@ -94,49 +107,6 @@ ClaimRequests = Callable[[Mapping[str, Any]], PodRequest]
 
 
 # -- the handlers --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Candidates:
-    names: list[str]
-    index: IntArray
-    """ClusterState index of each candidate; -1 for a node the state does not know."""
-    items: list[dict[str, Any]] | None
-    """The full Node objects, when kube-scheduler sent them (not node-cache mode)."""
-    unknown: IntArray
-    """Positions of the candidates the state does not know."""
-
-
-@dataclass(frozen=True)
-class _Passed:
-    """What filter last passed (NodeNames mode): prioritize usually asks about exactly
-    those names, for the same pod, with nothing changed in between."""
-
-    node_set: Sequence[str]
-    """The state's ``node_names`` the mapping was made against (compared by identity)."""
-    names: list[str]
-    index: IntArray
-    unknown: IntArray
-    state: ClusterState
-    """The state the fit was decided on (compared by identity)."""
-    pod: tuple[str, str]
-    """The pod's (uid, resourceVersion); its uid is never empty when ``request`` is set."""
-    request: PodRequest | None
-    """The translated pod; None when the fit may not be reused (unsupported pod, no uid)."""
-    known: IntArray
-    """The passed nodes the state knows (``index`` without the unknown ones)."""
-    stamps: IntArray
-    """``node_version`` of the ``known`` nodes when filter decided."""
-
-    def still_fits(self, state: ClusterState, pod: tuple[str, str]) -> PodRequest | None:
-        """The pod's request when every passed node still fits it: same pod, same state
-        object, and none of those nodes changed since (their stamps are the same; every
-        allocate, release and cordon renews a node's stamp). None otherwise."""
-        if self.request is None or pod != self.pod or state is not self.state:
-            return None
-        if not (state.node_version[self.known] == self.stamps).all():
-            return None
-        return self.request
 
 
 class Extender:
@@ -165,8 +135,13 @@ class Extender:
         self._templates = PodTemplates()
         self._entry_table: npt.NDArray[np.object_] = np.array([], dtype=object)
         self._entries_of: Sequence[str] | None = None
-        self._passed: _Passed | None = None
+        self._passed: Passed | None = None
         """What filter last passed: prioritize usually asks about exactly those names."""
+        self._prescored: tuple[Passed, FloatArray] | None = None
+        """The policy's raw scores of ``_passed``'s nodes, computed after filter answered."""
+        self._prescores_unused = 0
+        self.prescores_used = 0
+        """Prioritize answers that used scores computed ahead (a figure for tests)."""
 
     # -- filter ----------------------------------------------------------------------
 
@@ -176,17 +151,17 @@ class Extender:
         pod = _pod_key(args.pod)
         request = self._request(args.pod, pod)
         with self.view.locked() as (state, _):
-            candidates = _candidates(state, args, None)
+            candidates = map_candidates(state, args, None)
             if isinstance(request, UnsupportedPodError):
                 passed = np.ones(len(candidates.names), dtype=bool)
                 failed: dict[str, str] = {}
                 unresolvable: dict[str, str] = {}
                 self._fallback("filter", "unsupported_pod", request)
             else:
-                passed, failed, unresolvable = _filter(state, request, candidates)
-            memo: _Passed | None = None
+                passed, failed, unresolvable = filter_candidates(state, request, candidates)
+            memo: Passed | None = None
             if candidates.items is None:  # NodeNames mode: keep the outcome for prioritize
-                memo = self._passed = _passed(state, candidates, passed, pod, request)
+                memo = self._passed = passed_of(state, candidates, passed, pod, request)
         if candidates.unknown.size:
             _UNKNOWN_NODES.inc(candidates.unknown.size)
         result: dict[str, Any] = {
@@ -210,29 +185,57 @@ class Extender:
         args = parse_args(body)
         pod = _pod_key(args.pod)
         passed = self._passed
+        prescored, self._prescored = self._prescored, None
         with self.view.locked() as (state, _):
-            candidates = _candidates(state, args, passed)
-            request: PodRequest | UnsupportedPodError | None = None
+            candidates = map_candidates(state, args, passed)
+            reused: PodRequest | None = None
             if passed is not None and candidates.index is passed.index:
-                request = passed.still_fits(state, pod)
-            fits: BoolArray | None = None  # None: every known candidate fits
-            if request is None:
+                reused = passed.still_fits(state, pod)
+            if reused is not None:  # filter's nodes, all known and still fitting
+                self._prescores_unused = 0  # prioritize follows filter: prescoring pays
+                if prescored is not None and prescored[0] is passed:
+                    scores = scale_scores(prescored[1])  # scored ahead, nothing changed since
+                    self.prescores_used += 1
+                else:
+                    scores = self._scores(state, reused, candidates, None)
+            else:
+                self._prescores_unused += prescored is not None
                 request = self._request(args.pod, pod)
-                if not isinstance(request, UnsupportedPodError):
+                if isinstance(request, UnsupportedPodError):
+                    scores = np.zeros(len(candidates.names), dtype=np.int64)
+                    self._fallback("prioritize", "unsupported_pod", request)
+                else:
                     known = candidates.index >= 0
                     fits = known.copy()
                     fits[known] = state.feasible(request, candidates.index[known])
-            if isinstance(request, UnsupportedPodError):
-                scores = np.zeros(len(candidates.names), dtype=np.int64)
-                self._fallback("prioritize", "unsupported_pod", request)
-            else:
-                scores = self._scores(state, request, candidates, fits)
+                    scores = self._scores(state, request, candidates, fits)
             entries = self._entries(state, candidates, scores)
         _PRIORITIZE_SCORED.inc()
         return 200, b"[" + b",".join(entries) + b"]"
 
+    def prescore(self) -> None:
+        """Score the nodes filter just passed, for the prioritize that follows (see the
+        module docstring); nothing when that prioritize could not use them."""
+        memo = self._passed
+        if self._prescored is not None:  # the last one was never asked for
+            self._prescores_unused += 1
+            self._prescored = None
+        if (
+            memo is None
+            or memo.request is None
+            or memo.unknown.size
+            or memo.known.size == 0
+            or self._prescores_unused >= PRESCORES_UNUSED_LIMIT
+        ):
+            return
+        with self.view.locked() as (state, _):
+            if memo.still_fits(state, memo.pod) is None:
+                return
+            raw = self.policy.score_nodes(state, memo.request, memo.known)
+        self._prescored = (memo, np.asarray(raw, dtype=np.float64))
+
     def _entries(
-        self, state: ClusterState, candidates: _Candidates, scores: IntArray
+        self, state: ClusterState, candidates: Candidates, scores: IntArray
     ) -> list[bytes]:
         """Each candidate's ``{"Host":"<name>","Score":<n>}`` — the bytes orjson would
         write, looked up in a per-(node, score) table instead of serialising a dict per
@@ -260,7 +263,7 @@ class Extender:
         self,
         state: ClusterState,
         request: PodRequest,
-        candidates: _Candidates,
+        candidates: Candidates,
         fits: BoolArray | None,
     ) -> IntArray:
         """Scores 0..10 of the candidates that fit (``fits``; None: every known one);
@@ -377,118 +380,3 @@ def _pod_key(pod: dict[str, Any]) -> tuple[str, str]:
     if not isinstance(metadata, dict):
         return "", ""
     return _text(metadata.get("uid")), _text(metadata.get("resourceVersion"))
-
-
-def _passed(
-    state: ClusterState,
-    candidates: _Candidates,
-    passed: BoolArray,
-    pod: tuple[str, str],
-    request: PodRequest | UnsupportedPodError,
-) -> _Passed:
-    """Filter's outcome kept for prioritize; the fit is reusable only for a pod with a
-    uid that the core models."""
-    index = candidates.index[passed]
-    known, unknown = index, _NO_POSITIONS
-    if candidates.unknown.size:
-        known, unknown = index[index >= 0], np.flatnonzero(index < 0)
-    reusable = isinstance(request, PodRequest) and bool(pod[0])
-    return _Passed(
-        node_set=state.node_names,
-        names=list(compress(candidates.names, passed.tolist())),
-        index=index,
-        unknown=unknown,
-        state=state,
-        pod=pod,
-        request=request if reusable and isinstance(request, PodRequest) else None,
-        known=known,
-        stamps=state.node_version[known],
-    )
-
-
-# -- helpers ---------------------------------------------------------------------------
-
-
-def _candidates(state: ClusterState, args: Args, known: _Passed | None) -> _Candidates:
-    """The candidates mapped to state indices; ``known``: a mapping that may be reused.
-
-    kube-scheduler sends prioritize the nodes that passed every filter, its extenders'
-    included, in the order filter returned them — with kubesage as the only (or last)
-    extender, exactly the list filter passed. Comparing the two lists (cache-hot
-    strings) is several times cheaper than looking every name up again, and the
-    mapping holds while the state's node set is the same object; any other list is
-    looked up afresh.
-    """
-    items: list[dict[str, Any]] | None = None
-    if args.node_names is not None:
-        names = args.node_names
-        if known is not None and known.node_set is state.node_names and known.names == names:
-            return _Candidates(names=names, index=known.index, items=None, unknown=known.unknown)
-    elif args.items is not None:
-        items = args.items
-        names = [_item_name(item, position) for position, item in enumerate(items)]
-    else:
-        raise ExtenderRequestError("ExtenderArgs: neither NodeNames nor Nodes is set")
-    try:
-        index = np.fromiter(
-            map(state.node_index.get, names, repeat(-1)), dtype=np.int64, count=len(names)
-        )
-    except TypeError:  # an unhashable entry (a list or an object)
-        raise ExtenderRequestError("ExtenderArgs.NodeNames: every entry must be a string") from None
-    unknown = np.flatnonzero(index < 0)
-    for position in unknown.tolist():
-        if not isinstance(names[position], str):  # only a string can be a known name
-            raise ExtenderRequestError(
-                f"ExtenderArgs.NodeNames[{position}]: expected a string, "
-                f"got {type(names[position]).__name__}"
-            )
-    return _Candidates(names=names, index=index, items=items, unknown=unknown)
-
-
-def _item_name(item: dict[str, Any], position: int) -> str:
-    metadata = item.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    if not isinstance(name, str) or not name:
-        raise ExtenderRequestError(
-            f"ExtenderArgs: Nodes.items[{position}].metadata.name is missing"
-        )
-    return name
-
-
-def _filter(
-    state: ClusterState, request: PodRequest, candidates: _Candidates
-) -> tuple[BoolArray, dict[str, str], dict[str, str]]:
-    """Which candidates pass, and the fit rule's reason for each other known one, split
-    into those preemption might fix and those it cannot."""
-    index = candidates.index
-    known: IntArray | None = None
-    if candidates.unknown.size == 0:  # the usual case: the state knows every candidate
-        report = fit_report(state, request, index)
-        passed = report.fits
-    else:
-        known = np.flatnonzero(index >= 0)
-        passed = np.ones(index.size, dtype=bool)  # unknown nodes pass through untouched
-        if known.size == 0:
-            return passed, {}, {}
-        report = fit_report(state, request, index[known])
-        passed[known] = report.fits
-    if report.rejected.size == 0:
-        return passed, {}, {}
-    failing = report.rejected if known is None else known[report.rejected]
-    names = candidates.names
-    permanent = report.rejected_unresolvable
-    if not permanent.any():
-        return passed, _reasons(names, failing, report.rejected_words(REASON_PREFIX)), {}
-    if permanent.all():
-        return passed, {}, _reasons(names, failing, report.rejected_words(REASON_PREFIX))
-    fixable = ~permanent
-    return (
-        passed,
-        _reasons(names, failing[fixable], report.rejected_words(REASON_PREFIX, fixable)),
-        _reasons(names, failing[permanent], report.rejected_words(REASON_PREFIX, permanent)),
-    )
-
-
-def _reasons(names: list[str], positions: IntArray, texts: list[str]) -> dict[str, str]:
-    """``{name: reason}`` for the candidates at ``positions``, in their order."""
-    return dict(zip(map(names.__getitem__, positions.tolist()), texts, strict=True))

@@ -30,6 +30,8 @@ HTTP behaviour:
 - every connection the server closes on its own (a limit, a timeout, malformed HTTP)
   is counted by reason in ``kubesage_http_connections_closed_total``;
 - ``Expect: 100-continue`` is honoured; HEAD answers GET routes without a body;
+- a reply's ``after`` work runs on the event loop right after its bytes are written
+  (:attr:`~kubesage.core.k8s.server.Reply.after`);
 - TLS when given an ``ssl.SSLContext``; graceful stop (in-flight requests finish,
   up to ``graceful_s``).
 """
@@ -50,7 +52,7 @@ from typing import cast
 import httptools
 
 from kubesage.core.k8s.http_limits import HttpLimits
-from kubesage.core.k8s.server import App, Endpoint, Reply, error_reply
+from kubesage.core.k8s.server import App, Endpoint, Reply, error_reply, run_after
 from kubesage.core.observability import metrics
 
 log = logging.getLogger(__name__)
@@ -390,6 +392,9 @@ class HttpProtocol(asyncio.Protocol):
             transport.write(head)
         else:
             transport.writelines((head, reply.body))
+        if reply.after is not None:
+            # Next loop iteration: the answer's bytes are on their way first.
+            self._loop.call_soon(run_after, reply.after)
         if queued.linger:
             self._queue.clear()
             self._lingering = True

@@ -74,6 +74,10 @@ class Reply:
     body: bytes
     content_type: str = JSON
     headers: tuple[tuple[str, str], ...] = ()
+    after: Callable[[], None] | None = None
+    """Work to run once the answer is written (the extender scores what filter passed
+    while kube-scheduler reads the answer); it may not fail the request: an exception
+    is logged and counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +182,8 @@ class App:
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         body_out = b"" if scope["method"] == "HEAD" else reply.body
         await send({"type": "http.response.body", "body": body_out})
+        if reply.after is not None:
+            run_after(reply.after)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The request body, or None when it is over the limit."""
@@ -217,10 +223,10 @@ def create_app(
     (a thread hop costs more than the bind, and two threads contend for the GIL).
     """
 
-    def wrap(handler: Handler) -> Callable[[bytes], Reply]:
+    def wrap(handler: Handler, after: Callable[[], None] | None = None) -> Callable[[bytes], Reply]:
         def answer(body: bytes) -> Reply:
             status, content = handler(body)
-            return Reply(status, content)
+            return Reply(status, content, after=after if status == 200 else None)
 
         return answer
 
@@ -251,7 +257,7 @@ def create_app(
         return Reply(200, content, content_type)
 
     endpoints = [
-        Endpoint("filter", "POST", wrap(extender.filter), threaded=False),
+        Endpoint("filter", "POST", wrap(extender.filter, extender.prescore), threaded=False),
         Endpoint("prioritize", "POST", wrap(extender.prioritize), threaded=False),
         Endpoint("bind", "POST", wrap(extender.bind), threaded=bind_waits_on_io),
         Endpoint("mutate", "POST", mutate_reply, threaded=True),
@@ -282,6 +288,16 @@ def _declared_length(scope: Scope) -> int | None:
 def _error_body(message: str) -> bytes:
     # "Error" is what kube-scheduler reads from an extender; "error" what people read.
     return orjson.dumps({"error": message, "Error": message})
+
+
+def run_after(work: Callable[[], None]) -> None:
+    """Run a reply's :attr:`Reply.after` work; an exception is logged and counted
+    (``kubesage_errors_total{endpoint="http",kind="after"}``), never raised."""
+    try:
+        work()
+    except Exception:
+        metrics.ERRORS.labels("http", "after").inc()
+        log.exception("work after an answer failed")
 
 
 def error_reply(status: int, message: str) -> Reply:

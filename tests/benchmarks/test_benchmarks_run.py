@@ -109,6 +109,8 @@ def check_extender(document: dict[str, Any]) -> None:
             "bind_p50_ms",
             "loop_ticks",
             "loop_tick_mean_ms",
+            "client_json_mean_ms",
+            "round_trip_floor_p50_ms",
         )
     for shapes in document["fgd_cold_score_ms"].values():
         keys_are(shapes, "cpu-only", "half-gpu", "one-gpu", "eight-gpu")

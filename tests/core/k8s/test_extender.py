@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubesage.core.k8s.embedded import EmbeddedCluster
-from kubesage.core.k8s.extender import Extender
+from kubesage.core.k8s.extender import PRESCORES_UNUSED_LIMIT, Extender
 from kubesage.core.k8s.extender_wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -360,6 +360,54 @@ def test_prioritize_sees_a_change_to_a_passed_node_after_filter() -> None:
     assert scores == fresh_priorities(cluster, args(pod, passing))
 
 
+def test_prescored_scores_are_used_only_while_filters_nodes_are_unchanged() -> None:
+    extender, cluster = make_extender()
+    pod = gpu_pod("ahead-1", gpus="1", cpu="1", memory="1Gi")
+    passing = filter_result(extender, args(pod)).node_names
+    assert passing and "h100-a" in passing
+    extender.prescore()
+    assert priorities(extender, args(pod, passing)) == fresh_priorities(cluster, args(pod, passing))
+    assert extender.prescores_used == 1
+    # A node filter passed changes after the prescore: prioritize scores afresh.
+    pod = gpu_pod("ahead-2", gpus="1", cpu="1", memory="1Gi")
+    passing = filter_result(extender, args(pod)).node_names
+    assert passing and "h100-a" in passing
+    extender.prescore()
+    with cluster.locked() as (state, _):
+        other = pod_request(gpu_pod("elsewhere", gpus="4", cpu="2", memory="8Gi"))
+        node = state.node_index["h100-a"]
+        state.allocate(other, state.placement(node, range(4), other))
+    assert priorities(extender, args(pod, passing)) == fresh_priorities(cluster, args(pod, passing))
+    assert extender.prescores_used == 1
+
+
+def test_prescoring_pauses_when_no_prioritize_follows_and_resumes_when_one_does() -> None:
+    extender, cluster = make_extender()
+    calls: list[int] = []
+    score_nodes = extender.policy.score_nodes
+
+    def counted(*arguments: Any) -> Any:
+        calls.append(1)
+        return score_nodes(*arguments)
+
+    extender.policy.score_nodes = counted  # type: ignore[method-assign]
+    for number in range(PRESCORES_UNUSED_LIMIT + 3):  # filter only: no prioritize verb
+        pod = gpu_pod(f"only-filter-{number}", gpus="1", cpu="1", memory="1Gi")
+        filter_result(extender, args(pod))
+        extender.prescore()
+    assert len(calls) == PRESCORES_UNUSED_LIMIT  # then it stopped scoring ahead
+    pod = gpu_pod("both-verbs", gpus="1", cpu="1", memory="1Gi")
+    passing = filter_result(extender, args(pod)).node_names
+    extender.prescore()  # paused: scores nothing
+    priorities(extender, args(pod, passing))  # prioritize follows filter again
+    pod = gpu_pod("both-verbs-2", gpus="1", cpu="1", memory="1Gi")
+    passing = filter_result(extender, args(pod)).node_names
+    extender.prescore()
+    used = extender.prescores_used
+    assert priorities(extender, args(pod, passing)) == fresh_priorities(cluster, args(pod, passing))
+    assert extender.prescores_used == used + 1
+
+
 def test_prioritize_for_another_pod_or_version_does_not_reuse_filters_fit() -> None:
     extender, cluster = make_extender()
     small = gpu_pod("reuse-1", gpus="1", cpu="1", memory="1Gi")
@@ -385,18 +433,19 @@ def test_prioritize_for_another_pod_or_version_does_not_reuse_filters_fit() -> N
             st.sampled_from(["1", "2", "4", "8", "share"]),
             st.booleans(),  # bind the best node between filter and prioritize?
             st.booleans(),  # prioritize with filter's exact list, or every name?
+            st.booleans(),  # prescore after filter, as the server does?
         ),
         min_size=1,
         max_size=12,
     )
 )
 def test_prioritize_answers_as_an_extender_without_caches_would(
-    steps: list[tuple[str, bool, bool]],
+    steps: list[tuple[str, bool, bool, bool]],
 ) -> None:
     """Whatever happens between filter and prioritize, the answer is the one computed
     from scratch on the state as it is then."""
     extender, cluster = make_extender()
-    for number, (gpus, bind_between, exact) in enumerate(steps):
+    for number, (gpus, bind_between, exact, prescore) in enumerate(steps):
         annotations = {"kubesage.io/gpu-milli": "300"} if gpus == "share" else {}
         count = "1" if gpus == "share" else gpus
         pod = v1_pod(
@@ -414,6 +463,8 @@ def test_prioritize_answers_as_an_extender_without_caches_would(
         if not passing:
             continue
         names = passing if exact else NAMES
+        if prescore:
+            extender.prescore()
         if bind_between:
             scores = priorities(extender, args(pod, names))
             assert bind(extender, pod, max(scores, key=scores.__getitem__)) == ""

@@ -15,7 +15,7 @@ import pytest
 
 from kubesage.core.k8s.http_limits import HttpLimits
 from kubesage.core.k8s.http_server import HttpServer
-from kubesage.core.k8s.server import App, create_app
+from kubesage.core.k8s.server import App, Endpoint, Reply, create_app
 from kubesage.core.observability import metrics
 from tests.core.k8s.test_extender import NAMES, args, gpu_pod, make_extender
 
@@ -114,6 +114,38 @@ def test_keep_alive_serves_a_whole_scheduling_cycle_on_one_connection(port: int)
         scores = orjson.loads(body)
         assert status == 200 and [entry["Host"] for entry in scores] == passing
         assert max(entry["Score"] for entry in scores) == 10
+
+
+def test_the_server_prescores_filters_nodes_for_the_prioritize_that_follows() -> None:
+    extender, _ = make_extender()
+    with running(create_app(extender, max_body_bytes=LIMIT)) as bound, connect(bound) as conn:
+        responses = Responses(conn)
+        pod = gpu_pod("ahead-0", gpus="1", cpu="1", memory="1Gi")
+        conn.sendall(post("/scheduler/filter", args(pod)))
+        passing = orjson.loads(responses.next()[2])["NodeNames"]
+        conn.sendall(post("/scheduler/prioritize", args(pod, passing)))
+        status, _, body = responses.next()
+    assert status == 200
+    assert extender.prescores_used == 1  # scored after filter's answer, before this request
+    fresh, _ = make_extender()
+    fresh.filter(args(pod))
+    assert body == fresh.prioritize(args(pod, passing))[1]  # the same bytes as unscored ahead
+
+
+def test_work_after_an_answer_that_fails_is_counted_and_the_connection_serves_on() -> None:
+    def failing() -> None:
+        raise RuntimeError("after-work broke")
+
+    endpoints = {
+        "/x": Endpoint("x", "POST", lambda body: Reply(200, b"{}", after=failing), threaded=False)
+    }
+    before = metrics.ERRORS.labels("http", "after")._value.get()
+    with running(App(endpoints)) as bound, connect(bound) as connection:
+        responses = Responses(connection)
+        for _ in range(2):
+            connection.sendall(post("/x", b"{}"))
+            assert responses.next()[0] == 200
+    assert metrics.ERRORS.labels("http", "after")._value.get() == before + 2
 
 
 def test_pipelined_requests_are_answered_in_order_around_a_threaded_one(port: int) -> None:
