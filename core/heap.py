@@ -30,9 +30,10 @@ import ctypes
 import ctypes.util
 import logging
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
+
+from kubesage.core.periodic import every
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +75,7 @@ def trim() -> bool:
 def start_trimming(every_s: float = TRIM_EVERY_S) -> Callable[[], None]:
     """Trim every ``every_s`` seconds from a daemon thread (nothing where :func:`can_trim`
     is False); return the function that stops it."""
-    stop = threading.Event()
     if not can_trim():
         log.debug("no malloc_trim in this C library: the heap is not trimmed")
-        return stop.set
-
-    def run() -> None:
-        while not stop.wait(every_s):
-            trim()
-
-    thread = threading.Thread(target=run, name="heap-trim", daemon=True)
-    thread.start()
-
-    def stopper() -> None:
-        stop.set()
-        thread.join(5.0)
-
-    return stopper
+        return lambda: None
+    return every(every_s, trim, name="heap-trim")

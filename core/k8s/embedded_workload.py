@@ -13,7 +13,6 @@ queue without bound).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import numpy as np
 
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.embedded import EmbeddedCluster
+from kubesage.core.periodic import every
 
 NAMESPACE = "embedded"
 DEFAULT_LIFETIME_S = 300.0
@@ -87,17 +87,4 @@ class EmbeddedWorkload:
 
     def start(self, period_s: float = 0.5) -> Callable[[], None]:
         """Step every ``period_s`` in a daemon thread; return the function that stops it."""
-        stop = threading.Event()
-
-        def run() -> None:
-            while not stop.wait(period_s):
-                self.step()
-
-        thread = threading.Thread(target=run, name="embedded-workload", daemon=True)
-        thread.start()
-
-        def stopper() -> None:
-            stop.set()
-            thread.join(5.0)
-
-        return stopper
+        return every(period_s, self.step, name="embedded-workload")
