@@ -11,6 +11,7 @@ progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -99,3 +100,31 @@ def _cell(value: object, digits: int) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+PUBLISHED_NAMES = {
+    "random": "Random",
+    "dotprod": "DotProd",
+    "gpuclustering": "GpuClustering",
+    "gpupacking": "GpuPacking",
+    "bestfit": "BestFit",
+    "fgd": "FGD",
+}
+"""Our policy names → the names in ``published_allocation_ratio.csv``."""
+
+
+def published_allocation(openb: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(workload, published policy name) → (allocation % at 100 %, at 130 % arrived)``
+    from the FGD paper's simulator (``openb/published_allocation_ratio.csv``); empty when
+    the file is not there."""
+    path = openb / "published_allocation_ratio.csv"
+    if not path.is_file():
+        return {}
+    with path.open() as handle:
+        return {
+            (row["workload"], row["policy"]): (
+                float(row["alloc_at_100"]),
+                float(row["alloc_at_130"]),
+            )
+            for row in csv.DictReader(handle)
+        }

@@ -27,14 +27,14 @@ snapshot stalls it for a moment: its latencies and RSS are not the soak's figure
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import linecache
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
+
+from kubesage.core.heap import glibc_function
 
 MARK = "mark"
 """Probe argument: keep the baseline snapshot (after the warm-up), then report."""
@@ -74,15 +74,10 @@ class _Mallinfo2(ctypes.Structure):
 
 
 def _libc_mallinfo2() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        function = libc.mallinfo2  # glibc >= 2.33; musl has none
-    except (OSError, AttributeError):
-        return None
-    function.restype = _Mallinfo2
-    function.argtypes = []
+    function = glibc_function("mallinfo2")  # glibc >= 2.33
+    if function is not None:
+        function.restype = _Mallinfo2
+        function.argtypes = []
     return function
 
 

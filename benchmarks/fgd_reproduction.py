@@ -17,40 +17,27 @@ JSON: ``{"seeds": [...], "traces": {"<trace>": {"<policy>": {"ours_at_100",
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from _common import format_table, openb_traces, parse_args, shared_data_dir
+from _common import (
+    PUBLISHED_NAMES,
+    format_table,
+    openb_traces,
+    parse_args,
+    published_allocation,
+    shared_data_dir,
+)
 
 from kubesage.core.policy import PAPER_POLICIES
 from kubesage.core.sim.runner import RunSpec, default_jobs, run_many
 from kubesage.core.sim.settings import parse_seeds
 from kubesage.core.traces import read_nodes, read_pods
 
-PUBLISHED_NAMES = {
-    "random": "Random",
-    "dotprod": "DotProd",
-    "gpuclustering": "GpuClustering",
-    "gpupacking": "GpuPacking",
-    "bestfit": "BestFit",
-    "fgd": "FGD",
-}
 TINY = {"seeds": "42", "traces": "default", "node_limit": 100}
-
-
-def published(data: Path) -> dict[tuple[str, str], tuple[float, float]]:
-    with (data / "openb" / "published_allocation_ratio.csv").open() as handle:
-        return {
-            (row["workload"], row["policy"]): (
-                float(row["alloc_at_100"]),
-                float(row["alloc_at_130"]),
-            )
-            for row in csv.DictReader(handle)
-        }
 
 
 def main() -> int:
@@ -68,7 +55,7 @@ def main() -> int:
     seeds = parse_seeds(args.seeds)
     openb = data / "openb"
     traces = openb_traces(openb, args.traces)
-    reference = published(data)
+    reference = published_allocation(openb)
     nodes = read_nodes(openb / "openb_node_list_gpu_node.csv")
     if args.node_limit:
         nodes = nodes[: args.node_limit]

@@ -32,7 +32,6 @@ the first 100 nodes (figures meaningless).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
@@ -40,7 +39,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, parse_args, shared_data_dir
+from _common import (
+    PUBLISHED_NAMES,
+    format_table,
+    parse_args,
+    published_allocation,
+    shared_data_dir,
+)
 
 from kubesage.core.rl.persistence import load_network
 from kubesage.core.rl.policy import default_model
@@ -54,19 +59,8 @@ from kubesage.core.traces.openb_variants import (
 )
 
 POLICIES = ("fgd", "bestfit", "ppo")
-PUBLISHED_NAMES = {"fgd": "FGD", "bestfit": "BestFit"}
+PUBLISHED_POLICIES = ("fgd", "bestfit")
 TINY = {"seeds": "42", "variants": "gpushare60", "node_limit": 100}
-
-
-def published(openb: Path) -> dict[tuple[str, str], float]:
-    """``(variant, policy) → published allocation % at 130 % arrived``."""
-    path = openb / "published_allocation_ratio.csv"
-    if not path.is_file():
-        return {}
-    with path.open() as handle:
-        return {
-            (r["workload"], r["policy"]): float(r["alloc_at_130"]) for r in csv.DictReader(handle)
-        }
 
 
 def mean_allocation(results: list[RunResult], policy: str) -> float:
@@ -111,7 +105,7 @@ def main() -> int:
     base = read_pods(openb / "openb_pod_list_default.csv")
     spec_file = openb / "openb_pod_list_gpuspec20.csv"
     specs = read_pods(spec_file) if spec_file.is_file() else []
-    reference = published(openb)
+    reference = published_allocation(openb)
     seen = trained_on(args.model) if "ppo" in policies else []
     document: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
@@ -123,8 +117,8 @@ def main() -> int:
         print(f"{name}: {len(runs)} runs...", file=sys.stderr, flush=True)
         results = run_many(runs, nodes, pods, jobs=args.jobs)
         figures: dict[str, Any] = {p: mean_allocation(results, p) for p in policies}
-        for policy, label in PUBLISHED_NAMES.items():
-            paper = reference.get((name, label))
+        for policy in PUBLISHED_POLICIES:
+            paper = reference.get((name, PUBLISHED_NAMES[policy]), (None, None))[1]
             figures[f"published_{policy}"] = paper
             if policy in figures and paper is not None:
                 figures[f"{policy}_minus_published"] = round(figures[policy] - paper, 3)

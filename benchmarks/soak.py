@@ -93,6 +93,7 @@ from _soak_memory import (
 )
 from extender import FILL, KeepAlive, binding_args, feasible_nodes_to_find, v1_pod
 
+from kubesage.core.policy.fgd import shape_key
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 
 MALFORMED_SHARE = 0.01
@@ -273,7 +274,7 @@ class Soak:
 
     def warm_loop(self) -> int:
         """One pod of every shape of the workload, placed by the server's control loop."""
-        shapes = {(r.cpu_milli, r.num_gpu, r.gpu_milli, r.gpu_models): r for r in self.workload}
+        shapes = {shape_key(request): request for request in self.workload}
         self.commands.send(("warm", list(shapes.values())))
         if not self.commands.poll(300):
             raise SystemExit("error: the server did not answer 'warm' in 5 minutes")

@@ -41,14 +41,22 @@ TRIM_EVERY_S = 10.0
 """How often :func:`start_trimming` trims: about two control-loop ticks at the default."""
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none."""
+def glibc_function(name: str) -> Any | None:
+    """The C library's function ``name`` (ctypes, types still to declare), or None where
+    there is none: not Linux, or not glibc (musl has no ``malloc_trim``, no ``mallinfo2``)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        function: Any = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return getattr(libc, name)
+    except (OSError, AttributeError):
+        return None
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none."""
+    function = glibc_function("malloc_trim")
+    if function is None:
         return None
     function.argtypes = [ctypes.c_size_t]
     function.restype = ctypes.c_int

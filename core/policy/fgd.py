@@ -61,6 +61,11 @@ class _Fragments:
     value: FloatArray
 
 
+def shape_key(request: PodRequest) -> ShapeKey:
+    """What FGD's scores depend on in a request: requests alike here score alike."""
+    return (request.cpu_milli, request.num_gpu, request.gpu_milli, request.gpu_models)
+
+
 def fgd_score(fragment_before: FloatArray, fragment_after: FloatArray) -> FloatArray:
     """``floor(100 · sigmoid((before − after) / 1000))``; equal fragments score exactly 50."""
     # Rounding the difference keeps float noise from turning "no change" into 49.
@@ -112,7 +117,7 @@ class FgdPolicy(ScoringPolicy):
     ) -> _ShapeScores:
         """The shape's cached scores, brought up to date for ``nodes`` (only those)."""
         measure = self.measure(state)
-        key: ShapeKey = (request.cpu_milli, request.num_gpu, request.gpu_milli, request.gpu_models)
+        key = shape_key(request)
         entry = self._cache.get(key)
         if entry is None or entry.lineage != state.lineage:
             entry = _ShapeScores(

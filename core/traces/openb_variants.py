@@ -86,15 +86,10 @@ def gpus_per_model(nodes: Sequence[NodeSpec]) -> dict[str, int]:
     return counts
 
 
-def pod_gpu_milli(pod: PodRequest) -> int:
-    """The milli-GPU a pod requests (a share, or 1,000 per whole GPU)."""
-    return pod.num_gpu * pod.gpu_milli if pod.num_gpu == 1 else pod.num_gpu * 1000
-
-
 def variant_statistics(pods: Sequence[PodRequest]) -> dict[str, float]:
     """What the variant kinds control: ``gpushare``, ``multigpu`` and ``gpuspec`` as
     shares of the requested GPU, ``cpu`` as the share of pods, and ``pods``."""
-    gpu = np.array([pod_gpu_milli(pod) for pod in pods], dtype=np.float64)
+    gpu = np.array([pod.total_gpu_milli for pod in pods], dtype=np.float64)
     total = gpu.sum() or 1.0
     sharing = np.array([pod.is_gpu_sharing for pod in pods], dtype=bool)
     multi = np.array([pod.num_gpu > 1 for pod in pods], dtype=bool)
@@ -161,7 +156,7 @@ def _gpushare(
     rng: np.random.Generator,
 ) -> list[PodRequest]:
     sharing = np.array([pod.is_gpu_sharing for pod in gpu_pods], dtype=bool)
-    gpu = np.array([pod_gpu_milli(pod) for pod in gpu_pods], dtype=np.float64)
+    gpu = np.array([pod.total_gpu_milli for pod in gpu_pods], dtype=np.float64)
     shared, other = gpu[sharing].sum(), gpu[~sharing].sum()
     if shared == 0:
         raise InputError(f"openb variant {variant.name}: the base has no GPU-sharing pods")
@@ -183,14 +178,14 @@ def _multigpu(
     multi = [pod for pod in pods if pod.num_gpu > 1]
     if not multi:
         raise InputError(f"openb variant {variant.name}: the base has no multi-GPU pods")
-    total = float(sum(pod_gpu_milli(pod) for pod in pods))
-    held = float(sum(pod_gpu_milli(pod) for pod in multi))
+    total = float(sum(pod.total_gpu_milli for pod in pods))
+    held = float(sum(pod.total_gpu_milli for pod in multi))
     drawn = list(pods)
     while held < variant.share * total:
         pod = multi[int(rng.integers(len(multi)))]
         drawn.append(pod)
-        held += pod_gpu_milli(pod)
-        total += pod_gpu_milli(pod)
+        held += pod.total_gpu_milli
+        total += pod.total_gpu_milli
     return drawn
 
 
@@ -212,7 +207,7 @@ def _gpuspec(
         counts = np.array([models[m] for m in names], dtype=np.float64)
         picks = rng.choice(len(names), size=len(pods), p=counts / counts.sum())
         pool = [(names[i],) for i in picks.tolist()]
-    total = float(sum(pod_gpu_milli(pod) for pod in pods))
+    total = float(sum(pod.total_gpu_milli for pod in pods))
     drawn = list(pods)
     held = 0.0
     for position in rng.permutation(len(pods)).tolist():
@@ -223,7 +218,7 @@ def _gpuspec(
             continue
         constraint = pool[int(rng.integers(len(pool)))]
         drawn[position] = pod.model_copy(update={"gpu_models": constraint})
-        held += pod_gpu_milli(pod)
+        held += pod.total_gpu_milli
     return drawn
 
 
