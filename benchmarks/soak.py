@@ -52,9 +52,7 @@ sites (file:line, size and block count difference) on stderr; ``memory`` then al
 ``traced_mib_by_minute``, ``growth_sites`` and ``growth_chains`` (the top growing call
 chains) of the last minute. Tracing slows the server about tenfold (its caches fill
 later) and snapshots inflate its heap: a traced run's latencies and RSS are not the
-soak's.
-
-The server trims the C heap as ``kubesage serve`` does (:mod:`kubesage.core.heap`).
+soak's. The server trims the C heap as ``kubesage serve`` does (:mod:`kubesage.core.heap`).
 ``--tiny``: 0.1 minutes in intervals of 2 s, 200 nodes, churn every second.
 
     python benchmarks/soak.py [--minutes 10] [--nodes 10000] [--trace-memory] [--tiny]
