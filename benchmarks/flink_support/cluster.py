@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,6 +92,7 @@ class LocalFlinkCluster:
         self.rest_port = 0
         self._workdir: Path | None = None
         self._pids: set[int] = set()
+        self._replacing = threading.Lock()  # one replacement TaskManager at a time
 
     @property
     def rest_url(self) -> str:
@@ -303,24 +305,26 @@ class LocalFlinkCluster:
         survive; a fresh TaskManager restores the cluster's slots. A dead JVM is seen
         from the pid files at once (the JobManager only notices on a lost heartbeat);
         this returns once the JobManager lists the new TaskManager and not the old.
+        Callers on several threads start one replacement between them.
         """
         if self._workdir is None:
             raise FlinkClusterError("the cluster is not started")
-        if self.taskmanager_pids():
-            return False
-        log.warning("the TaskManager of %s is gone; starting a new one", self.rest_url)
-        known = self._taskmanager_ids()
-        self._run_script("taskmanager.sh", "start")
-        deadline = time.monotonic() + timeout_s
-        # Registered, and the dead one dropped (after the heartbeat timeout).
-        while not (listed := self._taskmanager_ids()) or listed & known:
-            if time.monotonic() > deadline:
-                raise FlinkClusterError(
-                    f"no new TaskManager alone in the JobManager's view within "
-                    f"{timeout_s:.0f} s (listed: {sorted(listed)}); logs in {self.log_dir}"
-                )
-            time.sleep(0.5)
-        return True
+        with self._replacing:
+            if self.taskmanager_pids():
+                return False
+            log.warning("the TaskManager of %s is gone; starting a new one", self.rest_url)
+            known = self._taskmanager_ids()
+            self._run_script("taskmanager.sh", "start")
+            deadline = time.monotonic() + timeout_s
+            # Registered, and the dead one dropped (after the heartbeat timeout).
+            while not (listed := self._taskmanager_ids()) or listed & known:
+                if time.monotonic() > deadline:
+                    raise FlinkClusterError(
+                        f"no new TaskManager alone in the JobManager's view within "
+                        f"{timeout_s:.0f} s (listed: {sorted(listed)}); logs in {self.log_dir}"
+                    )
+                time.sleep(0.5)
+            return True
 
     def submit_python(
         self,

@@ -42,8 +42,10 @@ def submit_sample_copies(
     """Submit ``count`` copies at parallelism 1 through :func:`submit`; their job ids.
 
     Each is registered as ``<prefix>-<i>`` with ``checkpoint_interval_ms``, driven by the
-    coordinator. On a failure the copies already running are cancelled.
+    coordinator. On a failure the copies already running are cancelled. A TaskManager
+    lost to an earlier job's crash is replaced first, so the copies get slots.
     """
+    cluster.ensure_taskmanager()
     job_ids: list[str] = []
     try:
         for index in range(count):

@@ -84,7 +84,12 @@ def replay_client() -> Callable[..., FlinkClient]:
 def submit_sample(
     cluster: LocalFlinkCluster, client: FlinkClient, *, rate: float, capacity: float
 ) -> str:
-    """Submits the sample job at parallelism 1 and waits until all its vertices run."""
+    """Submits the sample job at parallelism 1 and waits until all its vertices run.
+
+    Module-scoped fixtures submit before the per-test TaskManager check runs, so a
+    TaskManager lost to an earlier test's crash is replaced here first.
+    """
+    cluster.ensure_taskmanager()
     job_id = cluster.submit_python(
         SAMPLE_JOB, ["--rate", str(rate), "--capacity", str(capacity)], parallelism=1
     )

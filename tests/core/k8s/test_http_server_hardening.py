@@ -92,7 +92,14 @@ def get(target: str, *headers: str) -> bytes:
 def test_the_defaults_refuse_a_200_kb_header_with_431(default: int) -> None:
     before = closed("header_too_large")
     status, error = refused(default, get("/healthz", "Host: t", "X-Big: " + "a" * 200_000))
-    assert (status, error) == (431, "the header fields are over the 32768-byte limit")
+    # One send, but the kernel may hand it over in several reads: a complete field over
+    # the limit is refused when httptools reports it, a field still arriving when the
+    # bytes read in this head pass the limit. Either is the same refusal.
+    assert status == 431
+    assert error in (
+        "the header fields are over the 32768-byte limit",
+        "the request head is over its size limit",
+    )
     assert closed("header_too_large") == before + 1
 
 
