@@ -172,6 +172,30 @@ def test_candidate_zero_is_always_fgds_choice() -> None:
     assert checked > 1_000
 
 
+def test_fgds_choice_stands_unless_the_network_prefers_another_by_the_margin() -> None:
+    nodes = synthetic_cluster(300, seed=5)
+    pods = synthetic_workload(800, seed=6)
+    fgd = make_policy("fgd", PolicyContext(seed=9, workload=pods))
+    always_fgd = make_policy("ppo", PolicyContext(seed=9, workload=pods))
+    always_fgd.margin = float("inf")  # type: ignore[attr-defined]
+    never_fgd = make_policy("ppo", PolicyContext(seed=9, workload=pods))
+    never_fgd.margin = 0.0  # type: ignore[attr-defined]
+    state = ClusterState(nodes)
+    differ = 0
+    for pod in pods:
+        expected = fgd.decide(state, pod)
+        kept = always_fgd.decide(state, pod)
+        assert kept.placement == expected.placement
+        if kept.explanation.startswith("FGD's choice stands"):
+            assert "runner-up" in kept.explanation
+        differ += never_fgd.decide(state, pod).placement != expected.placement
+        if expected.placement is not None:
+            state.allocate(pod, expected.placement)
+    assert differ > 0  # the network does leave FGD's choice: the margin is what kept it
+    assert always_fgd.deferred >= differ > 0  # type: ignore[attr-defined]
+    assert never_fgd.deferred == 0  # type: ignore[attr-defined]
+
+
 def test_the_shipped_model_matches_this_versions_schema() -> None:
     # Changing a feature without retraining the shipped model fails here, not in users' runs.
     load_network(default_model())
