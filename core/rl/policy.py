@@ -54,7 +54,7 @@ DEFER_MARGIN = 0.5
 The shipped model's choices are tie-breaks among FGD's best-scored candidates; where
 it barely prefers one, its choice gained nothing on workloads it was not trained on.
 Chosen from 0, 0.5, 1 and 2 on generated openb variants (generator seed 1, arrival
-seed 42), then measured on others (generator seed 0) and the shipped traces
+seed 42), then measured on others (generator seeds 0 and 2) and the shipped traces
 (docs/ppo.md)."""
 
 
