@@ -73,6 +73,16 @@ class _Logits:
     choice: int
     """The slot decided: ``order[0]``, or 0 (FGD's choice) within the margin."""
 
+    @property
+    def preferred(self) -> int:
+        """The network's first preference."""
+        return int(self.order[0])
+
+    @property
+    def fgd_kept(self) -> bool:
+        """FGD's choice stands although the network preferred another candidate."""
+        return self.choice != self.preferred
+
 
 class PpoPolicy:
     name: ClassVar[str] = "ppo"
@@ -138,8 +148,8 @@ class PpoPolicy:
             f"{state.node_names[node]} (FGD rank {best}) scored {scores[best]:.3g} "
             f"under ppo, best of {int(real.sum())} candidate(s)"
         )
-        preferred = int(outcome.order[0])
-        if best != preferred:
+        preferred = outcome.preferred
+        if outcome.fgd_kept:
             self.deferred += 1
             explanation = (
                 f"FGD's choice stands (ppo preferred another candidate by "
@@ -147,7 +157,7 @@ class PpoPolicy:
             )
         if real.sum() > 1:
             # The runner-up: the network's preference when FGD's choice stands.
-            second = preferred if best != preferred else int(outcome.order[1])
+            second = preferred if outcome.fgd_kept else int(outcome.order[1])
             difference = observation.candidates[best] - observation.candidates[second]
             top = np.argsort(-np.abs(difference))[:3]
             named = ", ".join(
@@ -176,7 +186,7 @@ class PpoPolicy:
             return scores  # no model, or nothing fits: FGD ranks them all
         real = outcome.observation.mask
         ranked = outcome.scores.copy()
-        if outcome.choice != int(outcome.order[0]):  # FGD's choice stands: it goes first
+        if outcome.fgd_kept:  # FGD's choice stands: it goes first
             ranked[outcome.choice] = ranked[real].max() + 1.0
         logits = ranked[real]
         position = np.full(state.num_nodes, -1, dtype=np.int64)
