@@ -86,27 +86,36 @@ def submit_sample(
 ) -> str:
     """Submits the sample job at parallelism 1 and waits until all its vertices run.
 
-    Module-scoped fixtures submit before the per-test TaskManager check runs, so a
-    TaskManager lost to an earlier test's crash is replaced here first.
+    Module-scoped fixtures submit before the per-test TaskManager check runs, and the
+    crash an earlier test's cancel causes can come seconds after it: a lost TaskManager
+    is replaced before the submission and while waiting (the job is then scheduled on
+    the new one; a replacement takes up to a heartbeat timeout, hence the longer wait).
     """
     cluster.ensure_taskmanager()
     job_id = cluster.submit_python(
         SAMPLE_JOB, ["--rate", str(rate), "--capacity", str(capacity)], parallelism=1
     )
-    wait_running(client, job_id, timeout_s=60)
+    wait_running(client, job_id, timeout_s=150, cluster=cluster)
     return job_id
 
 
-def wait_running(client: FlinkClient, job_id: str, *, timeout_s: float) -> None:
-    """Waits until the job and every one of its vertices are RUNNING."""
-    wait_until(
-        lambda: (
-            (job := client.job(job_id)).state == "RUNNING"
-            and all(v.status == "RUNNING" for v in job.vertices)
-        ),
-        timeout_s=timeout_s,
-        what=f"job {job_id} RUNNING",
-    )
+def wait_running(
+    client: FlinkClient,
+    job_id: str,
+    *,
+    timeout_s: float,
+    cluster: LocalFlinkCluster | None = None,
+) -> None:
+    """Waits until the job and every one of its vertices are RUNNING; with ``cluster``,
+    a TaskManager lost meanwhile is replaced."""
+
+    def running() -> bool:
+        if cluster is not None:
+            cluster.ensure_taskmanager()
+        job = client.job(job_id)
+        return job.state == "RUNNING" and all(v.status == "RUNNING" for v in job.vertices)
+
+    wait_until(running, timeout_s=timeout_s, what=f"job {job_id} RUNNING")
 
 
 def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
