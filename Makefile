@@ -80,6 +80,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/openb_variants.py
 	$(BIN)/python benchmarks/packing_bounds.py
 	$(BIN)/python benchmarks/extender.py
+	$(BIN)/python benchmarks/loop_scale.py
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/flink_autoscale.py
 	$(BIN)/python benchmarks/flink_stagger.py

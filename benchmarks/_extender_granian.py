@@ -4,9 +4,9 @@ Issue 19 asks whether a maintained server (granian: Rust HTTP, Python app) would
 as well as :mod:`kubesage.core.k8s.http_server`. ``benchmarks/extender.py --server
 granian`` measures it through :func:`granian_server`, which runs this file as a
 process: the same embedded service as ``kubesage serve --embedded`` (the synthetic
-cluster pre-loaded by FGD, the control loop ticking, ``gc.freeze()`` after start-up),
-the same :class:`~kubesage.core.k8s.server.App`, but served by granian's embedded
-server, one worker on the process's uvloop event loop.
+cluster pre-loaded by FGD, the control loop ticking, the garbage collector settled
+after start-up as it does), the same :class:`~kubesage.core.k8s.server.App`, but
+served by granian's embedded server, one worker on the process's uvloop event loop.
 
 Interfaces: ``rsgi`` (the default; granian's own protocol, its fastest path) through
 :class:`RsgiApp`, a thin adapter doing what the in-house server does per request
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import http.client
 import os
 import socket
@@ -133,6 +132,7 @@ def main() -> int:
     from granian.log import LogLevels
     from granian.server.embed import Server
 
+    from kubesage.core import gc_pauses
     from kubesage.core.cli.loop import loop_inputs
     from kubesage.core.cli.serve import DEFAULT_POLICY, embedded_service
     from kubesage.core.k8s.server import create_app
@@ -152,8 +152,7 @@ def main() -> int:
         bind_waits_on_io=service.bind_waits_on_io,
         loop=service.loop.debug,
     )
-    gc.collect()
-    gc.freeze()
+    gc_pauses.settle()
     rsgi = args.interface == "rsgi"
     server = Server(
         RsgiApp(app) if rsgi else app,

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import math
 import multiprocessing
@@ -112,6 +111,7 @@ def serve(nodes: int, commands: Connection, trace_memory: bool = False) -> None:
     and a thread that applies the client's churn commands to its embedded cluster."""
     import uvloop
 
+    from kubesage.core import gc_pauses
     from kubesage.core.cli.loop import loop_inputs
     from kubesage.core.cli.serve import DEFAULT_POLICY, embedded_service, open_socket
     from kubesage.core.heap import start_trimming
@@ -128,8 +128,7 @@ def serve(nodes: int, commands: Connection, trace_memory: bool = False) -> None:
     cluster = service.extender.view
     assert isinstance(cluster, EmbeddedCluster)
     app = service.app()
-    gc.collect()
-    gc.freeze()  # as `kubesage serve` does, and it trims the C heap (kubesage.core.heap)
+    gc_pauses.settle()  # as `kubesage serve` does, and it trims the C heap (kubesage.core.heap)
     service.stoppers.append(start_trimming())
     server = HttpServer(app)
     sock = open_socket("127.0.0.1", 0)

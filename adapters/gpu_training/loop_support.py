@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of
+from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, names_a_gang
 from kubesage.core.loop.actions import ObjectRef, PodRef
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.types import Placement, PodRequest
@@ -26,7 +26,9 @@ def running_pods(view: WorldView) -> tuple[dict[str, Running], dict[str, PodInfo
     """Running pods as the planners want them (by request name), and each one's PodInfo."""
     running: dict[str, Running] = {}
     infos: dict[str, PodInfo] = {}
-    for _, info in sorted(view.running.items()):
+    pods = view.running
+    for name in sorted(pods):  # the names, not (name, info) pairs: one object fewer a pod
+        info = pods[name]
         assert info.placement is not None
         running[info.request.name] = (info.request, info.placement)
         infos[info.request.name] = info
@@ -53,6 +55,8 @@ def gang_spec(info: PodInfo) -> GangSpec | None:
     A malformed gang annotation reads as no gang here: the secondary scheduler reports it
     on the pod.
     """
+    if not names_a_gang(info.annotations, info.labels):
+        return None  # most pods name none: spare building the object (every pod, every tick)
     pod: Mapping[str, Any] = {
         "metadata": {
             "namespace": info.ref.namespace,

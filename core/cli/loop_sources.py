@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.embedded import EmbeddedCluster, PendingPod
+from kubesage.core.k8s.embedded import BoundPod, EmbeddedCluster, PendingPod
 from kubesage.core.k8s.gang import GangAnnotationError, gang_of
 from kubesage.core.k8s.informer import ClusterSync, pod_key
 from kubesage.core.k8s.translate import pod_request
@@ -27,8 +28,53 @@ from kubesage.core.loop.world import ClusterObservation
 from kubesage.core.perception import Collector, Snapshot
 from kubesage.core.topology.examples import topology_file
 from kubesage.core.topology.graph import DRTG
+from kubesage.core.types import Placement
 
 DEFAULT_SCHEDULER = "default-scheduler"
+_NONE = object()
+
+
+class _KeptInfos:
+    """Each pod's PodInfo from the last collect, reused while the pod is unchanged.
+
+    A collect runs every tick over every pod; a cluster of tens of thousands of pods
+    would otherwise rebuild (and, for a live cluster, translate) each of them every
+    tick, and those objects live through the tick — enough to set the cyclic garbage
+    collector scanning the whole heap, which pauses the extender's thread too. So
+    nothing here allocates per pod while it is unchanged. Only the pods of the latest
+    collect are kept.
+    """
+
+    def __init__(self) -> None:
+        self._versions: dict[str, object] = {}
+        self._infos: dict[str, PodInfo | None] = {}
+        self._seen_versions: dict[str, object] = {}
+        self._seen_infos: dict[str, PodInfo | None] = {}
+
+    def get(
+        self,
+        key: str,
+        version: object,
+        placement: Placement | None,
+        build: Callable[[], PodInfo | None],
+    ) -> PodInfo | None:
+        """The PodInfo of pod ``key`` at ``version`` and ``placement`` (kept, or built now)."""
+        kept = self._versions.get(key, _NONE)
+        info = self._infos.get(key)
+        if not (
+            (kept is version or kept == version)
+            and info is not None
+            and (info.placement is placement or info.placement == placement)
+        ):
+            info = build()
+        self._seen_versions[key] = version
+        self._seen_infos[key] = info
+        return info
+
+    def done(self) -> None:
+        """End of a collect: keep what it saw, forget the pods that are gone."""
+        self._versions, self._seen_versions = self._seen_versions, {}
+        self._infos, self._seen_infos = self._seen_infos, {}
 
 
 class EmbeddedClusterCollector:
@@ -37,6 +83,7 @@ class EmbeddedClusterCollector:
 
     def __init__(self, cluster: EmbeddedCluster) -> None:
         self.cluster = cluster
+        self._infos = _KeptInfos()
 
     @property
     def name(self) -> str:
@@ -51,20 +98,33 @@ class EmbeddedClusterCollector:
         with self.cluster.locked() as (state, _):
             copy = state.copy()
             for key, bound in self.cluster.bound.items():
-                ref = _ref(key, bound.namespace, bound.name)
-                pods[str(ref)] = PodInfo(ref, bound.request, bound.placement)
-            for key, pending in self.cluster.pending.items():
-                ref = _ref(key, pending.namespace, pending.name)
-                pods[str(ref)] = PodInfo(
-                    ref,
-                    pending.request,
-                    gang=_gang({"metadata": _metadata(pending)}),
-                    labels=dict(pending.labels),
-                    annotations=dict(pending.annotations),
-                    loop_places=True,
-                    claimable=True,
+                info = self._infos.get(
+                    key, bound, bound.placement, partial(_bound_info, key, bound)
                 )
+                assert info is not None
+                pods[str(info.ref)] = info
+            for key, pending in self.cluster.pending.items():
+                info = self._infos.get(key, pending, None, partial(_pending_info, key, pending))
+                assert info is not None
+                pods[str(info.ref)] = info
+        self._infos.done()
         return Snapshot(ClusterObservation(copy, pods), time.time())
+
+
+def _bound_info(key: str, bound: BoundPod) -> PodInfo:
+    return PodInfo(_ref(key, bound.namespace, bound.name), bound.request, bound.placement)
+
+
+def _pending_info(key: str, pending: PendingPod) -> PodInfo:
+    return PodInfo(
+        _ref(key, pending.namespace, pending.name),
+        pending.request,
+        gang=_gang({"metadata": _metadata(pending)}),
+        labels=dict(pending.labels),
+        annotations=dict(pending.annotations),
+        loop_places=True,
+        claimable=True,
+    )
 
 
 def _metadata(pending: PendingPod) -> dict[str, Any]:
@@ -101,6 +161,7 @@ class LiveClusterCollector:
     def __init__(self, sync: ClusterSync, scheduler_names: Iterable[str] = ()) -> None:
         self.sync = sync
         self.scheduler_names = tuple(dict.fromkeys((DEFAULT_SCHEDULER, *scheduler_names)))
+        self._infos = _KeptInfos()
 
     @property
     def name(self) -> str:
@@ -114,17 +175,36 @@ class LiveClusterCollector:
         snapshot = self.sync.collect()
         pods: dict[str, PodInfo] = {}
         for pod in self.sync.bound_pods():
-            info = pod_info(pod, self.sync.placement_of(pod_key(pod)))
+            key = pod_key(pod)
+            placement = self.sync.placement_of(key)
+            info = self._infos.get(
+                key, _resource_version(pod), placement, partial(pod_info, pod, placement)
+            )
             if info is not None and info.placement is not None:
                 pods[str(info.ref)] = info
         for scheduler in self.scheduler_names:
+            ours = scheduler != DEFAULT_SCHEDULER
             for pod in self.sync.pending_pods(scheduler):
-                info = pod_info(pod, None)
+                info = self._infos.get(
+                    pod_key(pod), _resource_version(pod), None, partial(_pending, pod, ours)
+                )
                 if info is not None:
-                    ours = scheduler != DEFAULT_SCHEDULER
-                    pods[str(info.ref)] = dataclasses.replace(info, claimable=ours)
+                    pods[str(info.ref)] = info
+        self._infos.done()
         observation = ClusterObservation(snapshot.data, pods)
         return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
+
+
+def _resource_version(pod: Mapping[str, Any]) -> object:
+    """What tells one state of a pod from the next: its resourceVersion (a pod without one,
+    never seen from an API server, is never taken as unchanged)."""
+    version = (pod.get("metadata") or {}).get("resourceVersion")
+    return version if version else object()
+
+
+def _pending(pod: Mapping[str, Any], claimable: bool) -> PodInfo | None:
+    info = pod_info(pod, None)
+    return dataclasses.replace(info, claimable=claimable) if info is not None else None
 
 
 def pod_info(pod: Mapping[str, Any], placement: Any = None) -> PodInfo | None:

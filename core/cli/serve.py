@@ -16,7 +16,6 @@ In both modes the control loop (:mod:`kubesage.core.loop`, wired by
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 import uvloop
 
+from kubesage.core import gc_pauses
 from kubesage.core.cli.errors import user_errors
 from kubesage.core.cli.http_options import (
     HeaderTimeoutOption,
@@ -438,10 +438,9 @@ def serve(
     sock = open_socket(host, port)
     actual_port = sock.getsockname()[1]
     app = service.app()
-    # What exists now lives as long as the process: keep the cyclic GC from
-    # re-scanning it on every full collection (latency spikes on a large cluster).
-    gc.collect()
-    gc.freeze()
+    # What exists now lives as long as the process: the cyclic GC never scans it again,
+    # and its pauses stay short as the cluster's pods grow (kubesage.core.gc_pauses).
+    gc_pauses.settle()
     # glibc keeps freed numpy arrays' pages for good (see kubesage.core.heap): hand them back.
     service.stoppers.append(start_trimming())
     limits = HttpLimits(

@@ -92,6 +92,12 @@ def _first(maps: Sequence[Mapping[str, str]], keys: Sequence[str]) -> tuple[str,
     return None
 
 
+def names_a_gang(annotations: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Whether a pod with these annotations and labels names a gang (a cheap test before
+    :func:`gang_of`, for code that looks at every pod)."""
+    return _first((annotations, labels), GANG_NAME_KEYS) is not None
+
+
 def gang_of(pod: Mapping[str, Any]) -> GangSpec:
     """The pod's gang (a gang of one when it names none); GangAnnotationError if malformed."""
     metadata = pod.get("metadata") or {}

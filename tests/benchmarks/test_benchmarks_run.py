@@ -135,6 +135,15 @@ def check_packing_bounds(document: dict[str, Any]) -> None:
         assert entry["fgd"] <= entry["hindsight"] <= entry["upper_bound"] <= 100.0
 
 
+def check_loop_scale(document: dict[str, Any]) -> None:
+    keys_are(document, "nodes", "ticks", "bound_pods")
+    for by_setting in document["bound_pods"].values():
+        each_value_has(
+            by_setting, "tick_p50_ms", "gc_ms_per_tick", "gc_max_pause_ms", "full_collections"
+        )
+        keys_are(by_setting, "kubesage", "python-default")
+
+
 def check_openb_variants(document: dict[str, Any]) -> None:
     keys_are(
         document,
@@ -363,6 +372,7 @@ BENCHMARKS = {
     "flink_autoscale": Benchmark(check_flink_autoscale, needs=("flink",), marks=SLOW),
     "flink_stagger": Benchmark(check_flink_stagger, needs=("flink",), marks=SLOW),
     "forecast": Benchmark(check_forecast, needs=("genai",)),
+    "loop_scale": Benchmark(check_loop_scale),
     # Without the GenAI trace it replays synthetic metrics: it needs nothing.
     "forecast_placement": Benchmark(check_forecast_placement),
     "forecast_packing": Benchmark(check_forecast_packing),  # synthetic without the trace

@@ -12,6 +12,7 @@ from kubesage.core.k8s.gang import (
     DEFAULT_WAITING_TIME_S,
     GangAnnotationError,
     gang_of,
+    names_a_gang,
     place_all,
 )
 from kubesage.core.policy import PolicyContext, make_policy
@@ -65,6 +66,12 @@ def test_gang_annotations(
 ) -> None:
     gang = gang_of(k8s_pod(annotations, labels))
     assert (gang.key, gang.min_available, gang.waiting_time_s, gang.named) == expected
+    assert names_a_gang(annotations, labels) is gang.named  # the cheap test agrees
+
+
+def test_an_empty_gang_name_names_no_gang() -> None:
+    assert not names_a_gang({"kubesage.io/gang": ""}, {"pod-group.scheduling.sigs.k8s.io": ""})
+    assert not gang_of(k8s_pod({"kubesage.io/gang": ""})).named
 
 
 @pytest.mark.parametrize(
