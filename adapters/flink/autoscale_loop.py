@@ -20,19 +20,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kubesage.adapters.flink.autoscaler import AutoscalerSettings, ScalingDecision
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.collector import ObservationCollector
+from kubesage.adapters.flink.demand_forecast import DemandForecast
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.loop_rescale import FlinkRescaleActuator
 from kubesage.adapters.flink.loop_scaling import JobScaling, rescale_action, scaling_step
 from kubesage.adapters.flink.rescale import RescaleOutcome
 from kubesage.core.loop.reconciler import Outcome
-
-if TYPE_CHECKING:
-    from kubesage.core.forecast.forecaster import Forecaster
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +60,7 @@ def run_autoscaler(
     job_id: str | None,
     *,
     dry_run: bool,
-    forecaster: Forecaster | None = None,
+    forecast: DemandForecast | None = None,
     on_decision: DecisionCallback | None = None,
     stop: threading.Event | None = None,
     settings: AutoscalerSettings | None = None,
@@ -76,10 +73,12 @@ def run_autoscaler(
     """Observe, decide and (unless ``dry_run``) rescale every ``interval_s`` until ``stop``.
 
     ``job_id=None`` follows the only RUNNING job. Each decision goes to ``on_decision``
-    with the rescale outcome (None when nothing was applied).
+    with the rescale outcome (None when nothing was applied). ``forecast`` scales ahead
+    of load (:mod:`~kubesage.adapters.flink.demand_forecast`; default: reactive).
     """
     stop = stop or threading.Event()
     settings = settings or AutoscalerSettings()
+    forecast = forecast or DemandForecast()
     actuator = FlinkRescaleActuator(lambda url: client, timeout_s=rescale_timeout_s)
     scaling = JobScaling()
     stats = LoopStats()
@@ -93,7 +92,13 @@ def run_autoscaler(
             else:
                 if collector is None or collector.job_id != target:
                     collector = ObservationCollector(
-                        client, target, window_s=window_s, clock=clock, forecaster=forecaster
+                        client,
+                        target,
+                        window_s=window_s,
+                        clock=clock,
+                        forecaster=forecast.forecaster(interval_s),
+                        forecast_horizon=forecast.horizon_steps(interval_s),
+                        history_steps=forecast.history_steps(interval_s),
                     )
                     scaling = JobScaling()
                 decision, scaling = scaling_step(collector.collect(), scaling, settings)

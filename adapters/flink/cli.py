@@ -25,6 +25,7 @@ from kubesage.adapters.flink.checkpoint_history import (
 )
 from kubesage.adapters.flink.checkpoint_settings import periodic_interval_ms
 from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.demand_forecast import DemandForecast
 from kubesage.adapters.flink.errors import FlinkError, FlinkUnavailable
 from kubesage.adapters.flink.registry import JobRegistry
 from kubesage.adapters.flink.stagger import (
@@ -188,6 +189,9 @@ def print_decision(decision: ScalingDecision, outcome: object | None) -> None:
         typer.echo(f"  outcome: {describe() if callable(describe) else outcome}")
 
 
+FORECAST_HELP = "Scale ahead of load: none (reactive), trend, or seasonal (with --season-s)."
+
+
 @flink_app.command("autoscale")
 @user_errors
 def autoscale_command(
@@ -222,8 +226,16 @@ def autoscale_command(
     interval_s: Annotated[
         float, typer.Option("--interval-s", min=1.0, help="Seconds between decisions.")
     ] = 5.0,
+    forecast: Annotated[str, typer.Option("--forecast", help=FORECAST_HELP)] = "none",
+    forecast_horizon_s: Annotated[
+        float, typer.Option("--forecast-horizon-s", help="How far ahead the forecast looks.")
+    ] = 30.0,
+    season_s: Annotated[
+        float | None, typer.Option("--season-s", help="The seasonal period (86400: a day).")
+    ] = None,
 ) -> None:
     """Run the backpressure-driven autoscaler, printing each decision with its reasons."""
+    ahead = DemandForecast(forecast, horizon_s=forecast_horizon_s, season_s=season_s)
     settings = AutoscalerSettings(
         target_utilisation=target_utilisation,
         utilisation_boundary=min(AutoscalerSettings.utilisation_boundary, target_utilisation / 2),
@@ -239,6 +251,7 @@ def autoscale_command(
             stop=stop,
             settings=settings,
             interval_s=interval_s,
+            forecast=ahead,
         )
     typer.echo(
         f"{stats.decisions} decision(s), {stats.rescales} rescale(s), "

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.demand_forecast import DEFAULT_HISTORY_STEPS
 from kubesage.adapters.flink.observation import Observation, VertexObservation
 from kubesage.adapters.flink.rest_models import JobVertex, PlanInput
 
@@ -65,6 +66,7 @@ class ObservationCollector:
         clock: Callable[[], float] = time.time,
         forecaster: Forecaster | None = None,
         forecast_horizon: int = 3,
+        history_steps: int = DEFAULT_HISTORY_STEPS,
     ) -> None:
         self.client = client
         self.job_id = job_id
@@ -72,6 +74,8 @@ class ObservationCollector:
         self.clock = clock
         self.forecaster = forecaster
         self.forecast_horizon = forecast_horizon
+        self.history_steps = history_steps
+        """Demand samples kept per source for the forecaster (a season, for a seasonal one)."""
         self._samples: list[_Sample] = []
         self._running_since_ms = -1
         self._pending_names: dict[str, list[str]] = {}
@@ -249,7 +253,7 @@ class ObservationCollector:
             if time_s < 0:
                 time_s = history[-1][0] + 1.0 if history else 0.0
             history.append((time_s, demand))
-            del history[:-256]
+            del history[: -self.history_steps]
         if self.forecaster is None or len(history) < 2:
             return None
         from kubesage.core.forecast.panel import MetricPanel

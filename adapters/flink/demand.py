@@ -7,7 +7,9 @@ order, the way Flink's own operator autoscaler computes them:
 - a *source's demand* is its output (``numRecordsOut``; what the consumers it alone
   feeds receive when it reports none or 0 against their records in; its records in
   otherwise) plus the growth of its backlog (``pendingRecords``), or a forecaster's
-  prediction when that is higher, plus ``backlog / catch_up_s`` to drain what it owes;
+  prediction when that is higher (or lower, while the source keeps up with no backlog:
+  the measured window trails a decline), plus ``backlog / catch_up_s`` to drain what
+  it owes;
 - every other vertex must accept the sum of its inputs' targets and passes on
   ``target × (records out / records in)`` (its selectivity; 1 when it cannot be measured).
 
@@ -36,6 +38,8 @@ from kubesage.adapters.flink.observation import Observation, VertexObservation
 SATURATED_BACKPRESSURE_MS = 500.0
 """Backpressured ms/s from which a source emits only what downstream takes: Flink's
 "high" backpressure level starts at 50 %."""
+KEPT_UP_S = 1.0
+"""A backlog of at most this many seconds of a source's output is one keeping up."""
 SATURATED_BUSY_MS = 900.0
 """Busy ms/s from which a source (with its chained operators) is its own bottleneck."""
 
@@ -85,6 +89,16 @@ def job_demand(observation: Observation, catch_up_s: float) -> JobDemand:
     return JobDemand(demands, tuple(saturated))
 
 
+def keeping_up(vertex: VertexObservation, output: float) -> bool:
+    """A source emitting ``output`` rec/s whose backlog is measured and neither builds
+    nor exceeds :data:`KEPT_UP_S` of output: its demand may be taken from a forecast
+    below what the trailing window measured (the measurement lags a decline by half a
+    window). Without a backlog metric, or while one builds, what was measured stands."""
+    if vertex.pending_records is None or vertex.pending_growth_per_s is None:
+        return False
+    return vertex.pending_growth_per_s <= 0.0 and vertex.pending_records <= output * KEPT_UP_S
+
+
 def is_saturated(vertex: VertexObservation) -> bool:
     """A source whose true demand cannot be read: no backlog metric, and backpressured
     or its own bottleneck."""
@@ -131,8 +145,15 @@ def _source(
         notes.append("records out not reported: demand unknown")
         return VertexDemand(None, None, notes=tuple(notes))
     demand = output + (vertex.pending_growth_per_s or 0.0)
-    if vertex.forecast_records_per_s is not None:
-        demand = max(demand, vertex.forecast_records_per_s)
+    forecast = vertex.forecast_records_per_s
+    if forecast is not None and forecast > demand:
+        demand = forecast  # load coming: ahead of the measured window
+    elif forecast is not None and forecast < demand and keeping_up(vertex, output):
+        notes.append(
+            f"forecast {forecast:.1f} rec/s below the measured {demand:.1f} with no backlog "
+            "building: load falling faster than the measured window shows"
+        )
+        demand = forecast
     backlog = max(vertex.pending_records or 0.0, 0.0)
     target_out = max(demand, 0.0) + backlog / catch_up_s
     lower_bound = vertex.is_source and is_saturated(vertex)

@@ -15,7 +15,7 @@ the only difference being the collector's forecaster: none (reactive) or one
 - ``max_lag_records``: the source's highest ``pendingRecords`` (the records it owes);
 - ``slot_seconds``: task slots the job holds (per slot-sharing group, the highest
   parallelism in it) integrated over time;
-- ``rescales``: rescales applied.
+- ``rescales``: rescales applied (inside the measured span, as the figures above).
 """
 
 from __future__ import annotations
@@ -210,12 +210,15 @@ class PolicyRun:
         return scaling
 
     def result(self) -> dict[str, Any]:
+        """The figures over ``[start_s, end_s]``; the log holds every rescale (those
+        before the span at negative times)."""
+        inside = [r for r in self.rescales if r["at_s"] >= 0]
         return {
             "backpressured_s": round(self.tally.backpressured_s, 1),
             "max_lag_records": round(self.tally.max_lag_records),
-            "rescales": sum(1 for r in self.rescales if r["ok"]),
+            "rescales": sum(1 for r in inside if r["ok"]),
             "slot_seconds": round(self.tally.slot_seconds, 1),
-            "failed_rescales": sum(1 for r in self.rescales if not r["ok"]),
+            "failed_rescales": sum(1 for r in inside if not r["ok"]),
             "max_parallelism": self.parallelism_max,
             "final_parallelism": self.parallelism_last,
             "rescale_log": self.rescales,

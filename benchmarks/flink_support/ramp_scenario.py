@@ -7,6 +7,10 @@ medians. The lead time is the collector's forecast horizon (in 5 s ticks): the
 demand it measures trails the schedule by half its 20 s window, a change must be
 proposed by two observations in a row (one more tick) and an in-place rescale takes
 10–15 s here before the new subtasks run — about 30 s in all, the default.
+
+``--periods N`` plays the schedule N times in a row and measures the last period only:
+the earlier ones are the history a ``--forecaster seasonal`` reads the curve from
+(its period: ``--season-s``, by default the schedule's length).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubesage.adapters.flink.autoscaler import AutoscalerSettings
 from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.demand_forecast import DemandForecast
 
 from .cluster import LocalFlinkCluster
 from .ramp_harness import PolicyRun, run_side_by_side
@@ -53,6 +58,11 @@ class RampOptions:
     forecast_min_t: float = 2.0
     """The trend's slope must be this many standard errors from 0 (else: flat)."""
     repeats: int = 1
+    periods: int = 1
+    """The schedule this many times back to back; figures are over the last (the earlier
+    ones are the history a seasonal forecaster reads its curve from)."""
+    season_s: float | None = None
+    """The seasonal forecaster's period (default: the schedule's length)."""
     slots_per_job: int = 6
     lead_s: float = 90.0
     """Seconds from submitting the jobs to the schedule's start (the jobs start and settle)."""
@@ -64,7 +74,7 @@ class RampOptions:
         ramp.add_argument(
             "--schedule-duration-s", type=float, default=None, help="length of a named schedule"
         )
-        ramp.add_argument("--forecaster", choices=["trend", "linear"], default="trend")
+        ramp.add_argument("--forecaster", choices=["trend", "linear", "seasonal"], default="trend")
         ramp.add_argument("--forecast-horizon-s", type=float, default=30.0)
         ramp.add_argument(
             "--forecast-window-s", type=float, default=60.0, help="history the trend is fitted on"
@@ -76,6 +86,18 @@ class RampOptions:
             help="a trend slope within this many standard errors of 0 is taken as flat",
         )
         ramp.add_argument("--repeats", type=int, default=1)
+        ramp.add_argument(
+            "--periods",
+            type=int,
+            default=1,
+            help="the schedule this many times in a row; figures over the last",
+        )
+        ramp.add_argument(
+            "--season-s",
+            type=float,
+            default=None,
+            help="the seasonal forecaster's period (default: the schedule's length)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RampOptions:
@@ -89,27 +111,44 @@ class RampOptions:
             forecast_window_s=args.forecast_window_s,
             forecast_min_t=args.forecast_min_t,
             repeats=max(1, args.repeats),
+            periods=max(1, args.periods),
+            season_s=args.season_s,
             slots_per_job=args.slots,
         )
 
-    def rate_schedule(self) -> RateSchedule:
+    def period_schedule(self) -> RateSchedule:
+        """One period of the schedule (what the figures are measured over)."""
         return parse_schedule(
             self.schedule, peak_rate=self.peak_rate, duration_s=self.schedule_duration_s
         )
+
+    def rate_schedule(self) -> RateSchedule:
+        """The whole schedule the jobs follow: ``periods`` periods."""
+        return self.period_schedule().repeated(self.periods)
 
     @property
     def horizon_steps(self) -> int:
         return max(1, math.ceil(self.forecast_horizon_s / TICK_S - 1e-9))
 
     def make_forecaster(self) -> Forecaster:
-        window = max(2, round(self.forecast_window_s / TICK_S))
-        if self.forecaster == "trend":
-            from kubesage.core.forecast.trend import TrendForecaster
+        if self.forecaster == "linear":
+            from kubesage.core.forecast.forecaster import make_forecaster
 
-            return TrendForecaster(window=window, min_t_stat=self.forecast_min_t)
-        from kubesage.core.forecast.forecaster import make_forecaster
-
-        return make_forecaster("linear", history=window, horizon=self.horizon_steps)
+            window = max(2, round(self.forecast_window_s / TICK_S))
+            return make_forecaster("linear", history=window, horizon=self.horizon_steps)
+        season_s = None
+        if self.forecaster == "seasonal":
+            season_s = self.season_s or self.period_schedule().duration_s
+        forecast = DemandForecast(
+            self.forecaster,
+            horizon_s=self.forecast_horizon_s,
+            season_s=season_s,
+            trend_window_s=self.forecast_window_s,
+            trend_min_t=self.forecast_min_t,
+        )
+        forecaster = forecast.forecaster(TICK_S)
+        assert forecaster is not None
+        return forecaster
 
 
 SETTINGS = AutoscalerSettings(
@@ -134,9 +173,10 @@ def run_once(options: RampOptions, cluster: LocalFlinkCluster, attempt: int) -> 
     is the schedule's from the start: a source idle until its first record would
     look like a ramp from 0 to a forecaster.
     """
-    schedule = options.rate_schedule()
+    period = options.period_schedule()
     job_start_s = time.time()
     start_s = job_start_s + options.lead_s
+    measured_from_s = start_s + (options.periods - 1) * period.duration_s
     job_ids: dict[str, str] = {}
 
     def submit(policy: str) -> None:
@@ -164,12 +204,12 @@ def run_once(options: RampOptions, cluster: LocalFlinkCluster, attempt: int) -> 
                 source=SOURCE,
                 bottleneck=SLOW,
                 settings=SETTINGS,
-                start_s=start_s,
-                end_s=start_s + schedule.duration_s,
+                start_s=measured_from_s,
+                end_s=measured_from_s + period.duration_s,
                 forecaster=options.make_forecaster() if policy == "predictive" else None,
                 forecast_horizon=options.horizon_steps,
                 tick_s=TICK_S,
-                demand_at=schedule.rate_at,
+                demand_at=period.rate_at,
             )
             for policy in POLICIES
         ]
@@ -185,7 +225,7 @@ def run_once(options: RampOptions, cluster: LocalFlinkCluster, attempt: int) -> 
 
 
 def run_ramp(options: RampOptions) -> dict[str, Any]:
-    schedule = options.rate_schedule()
+    schedule = options.period_schedule()
     attempts: list[dict[str, Any]] = []
     with LocalFlinkCluster(task_slots=2 * options.slots_per_job) as cluster:
         for attempt in range(options.repeats):
@@ -204,6 +244,7 @@ def run_ramp(options: RampOptions) -> dict[str, Any]:
         "forecast_window_s": options.forecast_window_s,
         "forecast_min_t": options.forecast_min_t,
         "repeats": options.repeats,
+        "periods": options.periods,
     }
     for policy in POLICIES:
         result[policy] = _medians([attempt[policy] for attempt in attempts])

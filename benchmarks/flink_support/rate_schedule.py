@@ -85,6 +85,25 @@ class RateSchedule:
         first = self.points[0][1]
         return RateSchedule(((0.0, first), *((t + lead_s, rate) for t, rate in self.points)))
 
+    def repeated(self, periods: int) -> RateSchedule:
+        """This schedule ``periods`` times back to back (a day, then the next day).
+
+        Each repeat starts at the previous one's end at its own first rate: where the
+        two rates differ, the step between them is 1 ms long."""
+        if periods < 1:
+            raise ValueError(f"periods must be ≥ 1, got {periods}")
+        length = self.duration_s
+        points = list(self.points)
+        for period in range(1, periods):
+            offset = period * length
+            for t, rate in self.points:
+                if t == 0.0:
+                    if rate == points[-1][1]:
+                        continue  # the day ends where the next begins
+                    t = 1e-3
+                points.append((t + offset, rate))
+        return RateSchedule(tuple(points))
+
     def spec(self) -> str:
         """The ``T:R,T:R,…`` text that :func:`parse_schedule` reads back."""
         return ",".join(f"{t:g}:{rate:g}" for t, rate in self.points)

@@ -16,6 +16,7 @@ from benchmarks.flink_support.ramp_harness import PolicyTally, Sample, slots_hel
 from benchmarks.flink_support.ramp_scenario import RampOptions, compare, schedule_args
 from benchmarks.flink_support.rate_schedule import SHAPES, parse_schedule
 from kubesage.adapters.flink.observation import Observation, VertexObservation
+from kubesage.core.forecast.seasonal import SeasonalForecaster
 from kubesage.core.forecast.trend import TrendForecaster
 
 
@@ -107,14 +108,17 @@ def test_goal_needs_less_backpressure_and_lag_within_the_slot_allowance() -> Non
     assert not compare(reactive, reactive)["goal_met"]
 
 
-def test_options_give_the_job_its_schedule_and_the_forecaster_its_horizon() -> None:
+def ramp_options(*argv: str) -> RampOptions:
+    """The options as ``flink_autoscale.py --scenario ramp`` parses them."""
     parser = argparse.ArgumentParser()
     for name, default in (("--rate", 40.0), ("--capacity", 20.0), ("--slots", 6)):
         parser.add_argument(name, type=type(default), default=default)
     RampOptions.add_arguments(parser)
-    options = RampOptions.from_args(
-        parser.parse_args(["--schedule", "ramp", "--schedule-duration-s", "60"])
-    )
+    return RampOptions.from_args(parser.parse_args(argv))
+
+
+def test_options_give_the_job_its_schedule_and_the_forecaster_its_horizon() -> None:
+    options = ramp_options("--schedule", "ramp", "--schedule-duration-s", "60")
     assert options.horizon_steps == 6  # 30 s at a 5 s tick
     forecaster = options.make_forecaster()
     assert isinstance(forecaster, TrendForecaster)
@@ -134,3 +138,30 @@ def test_a_delayed_schedule_holds_its_first_rate_and_reads_back_from_its_spec() 
         assert delayed.rate_at(time_s + 30.0) == pytest.approx(schedule.rate_at(time_s))
     assert parse_schedule(delayed.spec()) == delayed
     assert schedule.delayed(0.0) is schedule
+
+
+@pytest.mark.parametrize("text", ["daily", "ramp", "0:5,30:5,60:20"])
+def test_a_repeated_schedule_is_each_period_again(text: str) -> None:
+    day = parse_schedule(text, peak_rate=40.0, duration_s=None if ":" in text else 120.0)
+    week = day.repeated(3)
+    assert week.duration_s == pytest.approx(3 * day.duration_s)
+    for time_s in (0.01, 10.0, 59.0, day.duration_s * 0.7, day.duration_s - 0.01):
+        for period in range(3):
+            offset = period * day.duration_s
+            assert week.rate_at(offset + time_s) == pytest.approx(day.rate_at(time_s), abs=0.1)
+    assert week.records_due(3 * day.duration_s) == pytest.approx(
+        3 * day.records_due(day.duration_s), rel=1e-3
+    )
+    assert parse_schedule(week.spec()) == week
+    assert day.repeated(1) == day
+    with pytest.raises(ValueError, match="periods must be ≥ 1"):
+        day.repeated(0)
+
+
+def test_with_periods_the_seasonal_forecaster_reads_a_period_of_the_schedule() -> None:
+    options = ramp_options("--forecaster", "seasonal", "--periods", "2")
+    forecaster = options.make_forecaster()
+    assert isinstance(forecaster, SeasonalForecaster)
+    assert forecaster.period_s == options.period_schedule().duration_s == 240.0  # daily
+    assert isinstance(forecaster.fallback, TrendForecaster)
+    assert options.rate_schedule().duration_s == 480.0

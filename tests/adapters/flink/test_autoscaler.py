@@ -641,3 +641,18 @@ def test_drained_needs_a_small_backlog_no_backpressure_and_a_full_window() -> No
     assert not source_state(None, 50.0).drained("Source", max_pending_records=80.0)
     short = replace(source_state(10.0, 50.0), window_s=5.0)
     assert not short.drained("Source", max_pending_records=80.0)
+
+
+def test_a_forecast_below_the_measured_rate_scales_down_only_while_the_source_keeps_up() -> None:
+    # 60 rec/s measured on 5 subtasks, the forecast says 20: the load is falling.
+    falling = pipeline(rate=60.0, slow_parallelism=5, pending=0.0, forecast=20.0)
+    settings = replace(SETTINGS, scale_down_delay_s=0.0)
+    decision = Autoscaler(settings).decide(observe(falling))
+    assert decision.changes == {SLOW: 2}  # ceil(20 / 20 / 0.8), not the measured 4
+    # A backlog building (the forecast is wrong), or none measured: the measured rate stands.
+    for vertices in (
+        pipeline(rate=60.0, slow_parallelism=2, pending=500.0, forecast=20.0),
+        pipeline(rate=60.0, slow_parallelism=5, pending=None, forecast=20.0),
+    ):
+        decision = Autoscaler(settings).decide(observe(vertices))
+        assert decision.changes.get(SLOW, 0) >= 4, decision.reasons

@@ -56,6 +56,16 @@ def test_every_command_names_the_unreachable_jobmanager(command: str) -> None:
     assert f"no Flink JobManager answers at {url}" in " ".join(done.output.split())
 
 
+def test_a_seasonal_forecast_without_its_period_is_refused_before_connecting() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = runner.invoke(
+        cli.flink_app, ["autoscale", "--jobmanager", url, "--forecast", "seasonal"]
+    )
+    assert done.exit_code == 2
+    assert "--forecast seasonal needs --season-s > 0" in " ".join(done.output.split())
+    assert "no Flink JobManager" not in done.output  # the options are checked first
+
+
 def test_submit_needs_the_flink_run_arguments() -> None:
     done = kubesage("submit", "--jobmanager", "http://127.0.0.1:8081")
     assert done.returncode == 2
