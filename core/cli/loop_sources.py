@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
-from functools import partial
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubesage.core.errors import InputError
@@ -51,25 +50,23 @@ class _KeptInfos:
         self._seen_versions: dict[str, object] = {}
         self._seen_infos: dict[str, PodInfo | None] = {}
 
-    def get(
-        self,
-        key: str,
-        version: object,
-        placement: Placement | None,
-        build: Callable[[], PodInfo | None],
-    ) -> PodInfo | None:
-        """The PodInfo of pod ``key`` at ``version`` and ``placement`` (kept, or built now)."""
-        kept = self._versions.get(key, _NONE)
+    def kept(self, key: str, version: object, placement: Placement | None) -> PodInfo | None:
+        """Pod ``key``'s record from the last collect if it is still at ``version`` and
+        ``placement``; None when it must be built (call :meth:`keep` either way)."""
         info = self._infos.get(key)
-        if not (
-            (kept is version or kept == version)
-            and info is not None
-            and (info.placement is placement or info.placement == placement)
-        ):
-            info = build()
+        if info is None:
+            return None
+        kept = self._versions.get(key, _NONE)
+        if not (kept is version or kept == version):
+            return None
+        if not (info.placement is placement or info.placement == placement):
+            return None
+        return info
+
+    def keep(self, key: str, version: object, info: PodInfo | None) -> None:
+        """What this collect saw of pod ``key``."""
         self._seen_versions[key] = version
         self._seen_infos[key] = info
-        return info
 
     def done(self) -> None:
         """End of a collect: keep what it saw, forget the pods that are gone."""
@@ -98,14 +95,12 @@ class EmbeddedClusterCollector:
         with self.cluster.locked() as (state, _):
             copy = state.copy()
             for key, bound in self.cluster.bound.items():
-                info = self._infos.get(
-                    key, bound, bound.placement, partial(_bound_info, key, bound)
-                )
-                assert info is not None
+                info = self._infos.kept(key, bound, bound.placement) or _bound_info(key, bound)
+                self._infos.keep(key, bound, info)
                 pods[str(info.ref)] = info
             for key, pending in self.cluster.pending.items():
-                info = self._infos.get(key, pending, None, partial(_pending_info, key, pending))
-                assert info is not None
+                info = self._infos.kept(key, pending, None) or _pending_info(key, pending)
+                self._infos.keep(key, pending, info)
                 pods[str(info.ref)] = info
         self._infos.done()
         return Snapshot(ClusterObservation(copy, pods), time.time())
@@ -177,17 +172,17 @@ class LiveClusterCollector:
         for pod in self.sync.bound_pods():
             key = pod_key(pod)
             placement = self.sync.placement_of(key)
-            info = self._infos.get(
-                key, _resource_version(pod), placement, partial(pod_info, pod, placement)
-            )
+            version = _resource_version(pod)
+            info = self._infos.kept(key, version, placement) or pod_info(pod, placement)
+            self._infos.keep(key, version, info)
             if info is not None and info.placement is not None:
                 pods[str(info.ref)] = info
         for scheduler in self.scheduler_names:
             ours = scheduler != DEFAULT_SCHEDULER
             for pod in self.sync.pending_pods(scheduler):
-                info = self._infos.get(
-                    pod_key(pod), _resource_version(pod), None, partial(_pending, pod, ours)
-                )
+                key, version = pod_key(pod), _resource_version(pod)
+                info = self._infos.kept(key, version, None) or _pending(pod, ours)
+                self._infos.keep(key, version, info)
                 if info is not None:
                     pods[str(info.ref)] = info
         self._infos.done()
