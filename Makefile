@@ -61,7 +61,7 @@ lint: $(STAMP)
 	$(BIN)/mypy -p kubesage.core -p kubesage.adapters; status=$$?; \
 	  $(BIN)/python -m pip install --quiet -e '.[dev]'; exit $$status
 
-## bench: quality and speed tables beside their baselines (about two hours on 2 cores;
+## bench: quality and speed tables beside their baselines (about three hours on 2 cores;
 ## the Flink ones start a real Flink cluster, which make services installs). Every script
 ## takes --tiny (or KUBESAGE_BENCH_TINY=1): seconds, figures meaningless; make test runs
 ## them so (tests/benchmarks).
@@ -83,6 +83,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/loop_scale.py
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/flink_autoscale.py
+	$(BIN)/python benchmarks/flink_autoscale.py --scenario ramp --repeats 3
 	$(BIN)/python benchmarks/flink_stagger.py
 
 clean:

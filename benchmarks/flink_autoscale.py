@@ -19,7 +19,9 @@ side with the same changing input (``--schedule``: ``daily`` — a day compresse
 minutes, with a morning ramp from a fifth of ``--rate`` to ``--rate``, an afternoon
 dip, an evening peak and the decline —, ``ramp`` or ``T:R,…``; see
 ``flink_support/rate_schedule.py``) and the same start time; one is scaled reactively,
-the other with a forecast of its source's demand (``--forecaster``: ``trend``, a
+the other with a forecast of its source's demand (``--forecaster``: ``seasonal``, the
+default — the curve one period earlier, re-levelled, with the schedule played
+``--periods`` times (default 3) and the last period measured —, ``trend``, a
 least-squares line through the last minute, or the core's ridge ``linear``), looking
 ``--forecast-horizon-s`` ahead. Both use the same settings (scale-down delay 30 s,
 oscillation window 60 s, so the evening decline can scale down within the run). JSON
@@ -30,7 +32,8 @@ source was backpressured), ``max_lag_records`` (its highest ``pendingRecords``),
 minute (``--schedule-duration-s 60``).
 
     python benchmarks/flink_autoscale.py [--rate 40] [--capacity 20] [--tiny] [--format table|json]
-    python benchmarks/flink_autoscale.py --scenario ramp [--schedule daily] [--forecaster trend]
+    python benchmarks/flink_autoscale.py --scenario ramp [--schedule daily] [--forecaster seasonal]
+        [--periods 3] [--repeats 3]
 """
 
 from __future__ import annotations

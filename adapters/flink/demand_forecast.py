@@ -13,9 +13,11 @@ measured one (and when lower, while the source keeps up: see
   two standard errors from 0 — sees a ramp once it has begun;
 - ``seasonal``: the same time one ``season_s`` earlier, re-levelled
   (:class:`~kubesage.core.forecast.seasonal.SeasonalForecaster`; the trend until a
-  season of history is in) — sees a daily ramp coming. The history kept then spans a
-  season; it lives in the process, so a restarted autoscaler is on the trend again
-  for a season.
+  season of history is in) — sees a daily ramp coming. A day that runs the curve up
+  to a horizon earlier or later than the day before is not read as a change of level
+  (``time_slack_s``): the forecast's peak over the horizon already covers that shift.
+  The history kept then spans a season; it lives in the process, so a restarted
+  autoscaler is on the trend again for a season.
 
 The horizon should cover the time a rescale takes to pay off: the measured window's
 lag (half of it), two observations in a row, and the rescale itself — about 30 s with
@@ -73,7 +75,12 @@ class DemandForecast:
         from kubesage.core.forecast.seasonal import SeasonalForecaster
 
         assert self.season_s is not None
-        return SeasonalForecaster(period_s=self.season_s, level_window=window, fallback=trend)
+        return SeasonalForecaster(
+            period_s=self.season_s,
+            level_window=window,
+            time_slack_s=max(0.0, min(self.horizon_s, self.season_s / 2 - _tick(interval_s))),
+            fallback=trend,
+        )
 
     def horizon_steps(self, interval_s: float) -> int:
         return max(1, math.ceil(self.horizon_s / _tick(interval_s) - 1e-9))

@@ -8,9 +8,10 @@ demand it measures trails the schedule by half its 20 s window, a change must be
 proposed by two observations in a row (one more tick) and an in-place rescale takes
 10–15 s here before the new subtasks run — about 30 s in all, the default.
 
-``--periods N`` plays the schedule N times in a row and measures the last period only:
-the earlier ones are the history a ``--forecaster seasonal`` reads the curve from
-(its period: ``--season-s``, by default the schedule's length).
+``--periods N`` (default 3) plays the schedule N times in a row and measures the last
+period only: the earlier ones are the history a ``--forecaster seasonal`` (the default)
+reads the curve from (its period: ``--season-s``, by default the schedule's length).
+``--forecaster trend --periods 1`` is a load seen once, forecast from its last minute.
 """
 
 from __future__ import annotations
@@ -52,13 +53,13 @@ class RampOptions:
     schedule_duration_s: float | None = None
     peak_rate: float = 40.0
     capacity: float = 20.0
-    forecaster: str = "trend"
+    forecaster: str = "seasonal"
     forecast_horizon_s: float = 30.0
     forecast_window_s: float = 60.0
     forecast_min_t: float = 2.0
     """The trend's slope must be this many standard errors from 0 (else: flat)."""
     repeats: int = 1
-    periods: int = 1
+    periods: int = 3
     """The schedule this many times back to back; figures are over the last (the earlier
     ones are the history a seasonal forecaster reads its curve from)."""
     season_s: float | None = None
@@ -74,7 +75,12 @@ class RampOptions:
         ramp.add_argument(
             "--schedule-duration-s", type=float, default=None, help="length of a named schedule"
         )
-        ramp.add_argument("--forecaster", choices=["trend", "linear", "seasonal"], default="trend")
+        ramp.add_argument(
+            "--forecaster",
+            choices=["trend", "linear", "seasonal"],
+            default="seasonal",
+            help="seasonal: the period before, re-levelled (default); trend: the last minute",
+        )
         ramp.add_argument("--forecast-horizon-s", type=float, default=30.0)
         ramp.add_argument(
             "--forecast-window-s", type=float, default=60.0, help="history the trend is fitted on"
@@ -89,8 +95,8 @@ class RampOptions:
         ramp.add_argument(
             "--periods",
             type=int,
-            default=1,
-            help="the schedule this many times in a row; figures over the last",
+            default=3,
+            help="the schedule this many times in a row; figures over the last (default 3)",
         )
         ramp.add_argument(
             "--season-s",

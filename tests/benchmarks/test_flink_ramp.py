@@ -118,7 +118,16 @@ def ramp_options(*argv: str) -> RampOptions:
 
 
 def test_options_give_the_job_its_schedule_and_the_forecaster_its_horizon() -> None:
-    options = ramp_options("--schedule", "ramp", "--schedule-duration-s", "60")
+    options = ramp_options(
+        "--schedule",
+        "ramp",
+        "--schedule-duration-s",
+        "60",
+        "--forecaster",
+        "trend",
+        "--periods",
+        "1",
+    )
     assert options.horizon_steps == 6  # 30 s at a 5 s tick
     forecaster = options.make_forecaster()
     assert isinstance(forecaster, TrendForecaster)
@@ -158,10 +167,12 @@ def test_a_repeated_schedule_is_each_period_again(text: str) -> None:
         day.repeated(0)
 
 
-def test_with_periods_the_seasonal_forecaster_reads_a_period_of_the_schedule() -> None:
-    options = ramp_options("--forecaster", "seasonal", "--periods", "2")
+def test_by_default_a_seasonal_forecaster_reads_a_period_of_the_schedule() -> None:
+    options = ramp_options()  # the daily curve three times, a seasonal forecast
     forecaster = options.make_forecaster()
     assert isinstance(forecaster, SeasonalForecaster)
     assert forecaster.period_s == options.period_schedule().duration_s == 240.0  # daily
+    assert forecaster.time_slack_s == options.forecast_horizon_s == 30.0
     assert isinstance(forecaster.fallback, TrendForecaster)
-    assert options.rate_schedule().duration_s == 480.0
+    assert options.rate_schedule().duration_s == 720.0
+    assert ramp_options("--periods", "2").rate_schedule().duration_s == 480.0

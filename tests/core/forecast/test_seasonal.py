@@ -42,6 +42,26 @@ def test_a_day_above_yesterday_is_forecast_above_yesterdays_curve() -> None:
     assert forecast.values[:, 0, 0].tolist() == pytest.approx([15.0, 25.0, 35.0])
 
 
+def test_the_same_curve_some_steps_late_is_not_read_as_a_change_of_level() -> None:
+    # Today runs yesterday's curve 2 steps late, and the last steps are on the ramp:
+    # step by step they lie 20 below yesterday's, which is a shift, not a level.
+    history = series_panel([*day(PERIOD), 10.0, 10.0, *day(10)])
+    exact = SeasonalForecaster(period_s=PERIOD * 5.0, level_window=3)
+    slack = SeasonalForecaster(period_s=PERIOD * 5.0, level_window=3, time_slack_s=10.0)
+    assert exact.predict(history, 1).values[0, 0, 0] == pytest.approx(60.0 - 20.0)
+    assert slack.predict(history, 1).values[0, 0, 0] == pytest.approx(60.0)  # yesterday's
+
+
+def test_a_change_of_level_beyond_the_slack_still_counts_by_its_excess() -> None:
+    # The quiet morning runs 5 above (then 6 below) yesterday's, which was flat for
+    # longer than the slack: no shift in time explains that, so it is a level.
+    quiet = [10.0] * 16 + [10.0 + 10.0 * i for i in range(1, 9)]
+    history = series_panel(quiet + [15.0] * 12)
+    forecaster = SeasonalForecaster(period_s=24 * 5.0, level_window=4, time_slack_s=5.0)
+    assert forecaster.predict(history, 2).values[:, 0, 0].tolist() == pytest.approx([15.0] * 2)
+    assert forecaster.predict(series_panel(quiet + [4.0] * 12), 1).values[0, 0, 0] == 4.0
+
+
 def test_without_a_period_of_history_the_fallback_forecasts() -> None:
     history = series_panel(day(PERIOD - 3), [7.0] * (PERIOD - 3))
     fallback = TrendForecaster(window=4)
@@ -68,9 +88,17 @@ def test_a_gap_a_period_ago_is_bridged_by_the_nearest_observation_or_left_to_the
 
 
 @pytest.mark.parametrize(
-    ("period_s", "horizon", "match"),
-    [(0.0, 1, "must be > 0 s"), (10.0, 3, "shorter than the horizon")],
+    ("period_s", "slack_s", "horizon", "match"),
+    [
+        (0.0, 0.0, 1, "must be > 0 s"),
+        (10.0, 0.0, 3, "shorter than the horizon"),
+        (40.0, -1.0, 1, "time_slack_s must be ≥ 0 s"),
+        (40.0, 20.0, 1, "must be under half the seasonal period"),
+    ],
 )
-def test_bad_periods_are_refused_with_the_reason(period_s: float, horizon: int, match: str) -> None:
+def test_bad_periods_are_refused_with_the_reason(
+    period_s: float, slack_s: float, horizon: int, match: str
+) -> None:
     with pytest.raises(InputError, match=match):
-        SeasonalForecaster(period_s=period_s).predict(series_panel(day(40)), horizon)
+        forecaster = SeasonalForecaster(period_s=period_s, time_slack_s=slack_s)
+        forecaster.predict(series_panel(day(40)), horizon)
