@@ -16,8 +16,9 @@ seconds later or earlier is not. Without the slack a shift in time reads as a
 level on every slope: a ramp climbing 0.5 units a second, measured 25 s later than
 the day before, would lift the whole forecast by 12.5 units, the peak included.
 A series whose history does not reach back a period (the first day), or with no
-observation near the steps it needs, is forecast by ``fallback`` (a :class:`~.trend.TrendForecaster`
-by default) — the forecast says how many series that was in its note. ``fit`` learns
+observation near the steps it needs, is forecast by ``fallback`` (a
+:class:`~.trend.TrendForecaster` by default) — the forecast says how many series
+that was in its note. ``fit`` learns
 nothing: the curve is read from the history given to ``predict``.
 """
 
@@ -120,8 +121,8 @@ def _level_change(
 ) -> float:
     """The mean, over the last ``window`` observed steps, of how far each lies above the
     highest (or below the lowest) value observed a period earlier within ``slack``
-    steps of the same time; 0 where it lies between them, and where nothing was
-    observed then."""
+    steps of the same time (0 where it lies between them). A step with nothing
+    observed around that time a period earlier does not count; 0 when no step does."""
     steps = len(series)
     changes = []
     for step in range(max(steps - window, 0), steps):
