@@ -10,14 +10,19 @@ inflated to 130 % of GPU capacity, arrivals only, a pod that fits is placed):
 - ``upper_bound``: a relaxation's bound (``core/sim/packing_bound.py``) — no
   placement sequence allocates more;
 - ``ppo``: the shipped learned policy run throughout (one of the search's portfolio),
-  and ``headroom_captured`` = (ppo − fgd) / (hindsight − fgd).
+  and ``headroom_captured`` = (ppo − fgd) / (hindsight − fgd);
+- ``online``: the same kind of switch search judged on futures sampled from the
+  workload instead of the true arrivals (``core/sim/online_switch.py``: what an
+  online scheduler could do with that portfolio), and ``online_captured``, its share
+  of the headroom.
 
 Figures are means over seeds, % of GPU capacity. ``what_changed`` says what the
 hindsight run did differently from FGD's: failed pods by kind (GPUs they asked for),
 GPUs left free by model, pods it placed on another node, the switches it kept.
 
 JSON: ``{"seeds": [...], "traces": {"<trace>": {"fgd", "hindsight", "upper_bound",
-"ppo", "hindsight_minus_fgd", "headroom_captured", "bound": {...}, "throughout":
+"ppo", "hindsight_minus_fgd", "headroom_captured", "online", "online_captured",
+"online_policies": {"<seed>": [...]}, "bound": {...}, "throughout":
 {"<policy>"}, "what_changed": {...}, "per_seed": [...]}}, "wall_s"}``.
 ``--tiny``: one trace and seed on the first 60 nodes, two checkpoints (figures
 meaningless).
@@ -48,6 +53,7 @@ from kubesage.core.sim.hindsight import (
     default_portfolio,
     hindsight_search,
 )
+from kubesage.core.sim.online_switch import ONLINE_POLICIES, online_switch_search
 from kubesage.core.sim.packing_bound import allocation_upper_bound
 from kubesage.core.sim.protocol import fgd_arrivals
 from kubesage.core.sim.runner import default_jobs
@@ -70,11 +76,16 @@ def one_run(
     capacity = ClusterState(nodes).gpu_capacity_milli_total
     arrivals = fgd_arrivals(workload, gpu_capacity_milli=capacity, seed=seed)
     bound = allocation_upper_bound(nodes, arrivals)
+    portfolio = default_portfolio(workload)
     result = hindsight_search(
+        nodes, arrivals, seed=seed, portfolio=portfolio, checkpoints_pct=checkpoints
+    )
+    online = online_switch_search(
         nodes,
         arrivals,
+        workload,
         seed=seed,
-        portfolio=default_portfolio(workload),
+        portfolio={name: portfolio[name] for name in ONLINE_POLICIES},
         checkpoints_pct=checkpoints,
     )
     return {
@@ -83,6 +94,8 @@ def one_run(
         "fgd": result.base.allocation_pct,
         "hindsight": result.hindsight.allocation_pct,
         "upper_bound": bound.percent,
+        "online": online.allocation_pct,
+        "online_policies": list(online.policies),
         "throughout": result.throughout,
         "bound": {
             "flow": bound.flow_percent,
@@ -131,6 +144,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for name in policies
     }
     ppo = throughout.get("ppo")
+    online = _mean(runs, "online")
     gap = hindsight - fgd
     return {
         "fgd": fgd,
@@ -139,6 +153,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "ppo": ppo,
         "hindsight_minus_fgd": round(gap, 3),
         "headroom_captured": None if ppo is None or gap <= 0 else round((ppo - fgd) / gap, 2),
+        "online": online,
+        "online_captured": None if gap <= 0 else round((online - fgd) / gap, 2),
+        "online_policies": {str(run["seed"]): run["online_policies"] for run in runs},
         "bound": {
             key: round(statistics.fmean(run["bound"][key] for run in runs), 3)
             for key in runs[0]["bound"]
@@ -155,7 +172,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "switches": {str(run["seed"]): run["switches"] for run in runs},
         },
         "per_seed": [
-            {k: run[k] for k in ("seed", "fgd", "hindsight", "upper_bound", "rollouts", "wall_s")}
+            {
+                k: run[k]
+                for k in ("seed", "fgd", "hindsight", "online", "upper_bound", "rollouts", "wall_s")
+            }
             for run in runs
         ],
     }
@@ -198,7 +218,8 @@ def main() -> int:
             runs.append(run)
             print(
                 f"[{done}/{len(tasks)}] {run['trace']} seed {run['seed']}: fgd {run['fgd']:.3f}, "
-                f"hindsight {run['hindsight']:.3f}, bound {run['upper_bound']:.3f} "
+                f"hindsight {run['hindsight']:.3f}, online {run['online']:.3f}, "
+                f"bound {run['upper_bound']:.3f} "
                 f"({run['wall_s']:.0f} s)",
                 file=sys.stderr,
                 flush=True,
@@ -225,6 +246,8 @@ def main() -> int:
             entry["upper_bound"] - entry["fgd"],
             entry["ppo"],
             entry["headroom_captured"],
+            entry["online"],
+            entry["online_captured"],
         ]
         for trace, entry in document.items()
     ]
@@ -239,6 +262,8 @@ def main() -> int:
                 "Δ bound",
                 "ppo",
                 "ppo captured",
+                "online",
+                "online captured",
             ],
             rows,
         )
@@ -251,6 +276,8 @@ def main() -> int:
         print(f"{' ' * len(trace)}  hindsight     {changed['free_gpus_hindsight']}")
         first = next(iter(changed["switches"].values()))
         print(f"{' ' * len(trace)}  switches (first seed): {first}")
+        online_first = next(iter(entry["online_policies"].values()))
+        print(f"{' ' * len(trace)}  online, policy per checkpoint (first seed): {online_first}")
     print(f"\n({wall:.0f} s)")
     return 0
 

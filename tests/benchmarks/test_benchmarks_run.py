@@ -126,6 +126,9 @@ def check_packing_bounds(document: dict[str, Any]) -> None:
         "ppo",
         "hindsight_minus_fgd",
         "headroom_captured",
+        "online",
+        "online_captured",
+        "online_policies",
         "bound",
         "throughout",
         "what_changed",
@@ -133,6 +136,7 @@ def check_packing_bounds(document: dict[str, Any]) -> None:
     )
     for entry in document["traces"].values():
         assert entry["fgd"] <= entry["hindsight"] <= entry["upper_bound"] <= 100.0
+        assert 0.0 < entry["online"] <= entry["upper_bound"]
 
 
 def check_loop_scale(document: dict[str, Any]) -> None:
