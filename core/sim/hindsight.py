@@ -179,6 +179,23 @@ def rollout(
     return Rollout(placements, states, state)
 
 
+def empty_cluster(
+    nodes: Sequence[NodeSpec],
+    arrivals: Sequence[PodRequest],
+    portfolio: Mapping[str, PolicyFactory],
+    base: str,
+) -> ClusterState:
+    """The empty cluster a switch search starts from, once its inputs are checked."""
+    if base not in portfolio:
+        raise InputError(f"the base policy '{base}' is not in the portfolio {sorted(portfolio)}")
+    if not arrivals:
+        raise InputError("the arrival sequence is empty")
+    empty = ClusterState(nodes)
+    if empty.gpu_capacity_milli_total == 0:
+        raise InputError("the cluster has no GPUs: there is no GPU allocation to compare")
+    return empty
+
+
 def hindsight_search(
     nodes: Sequence[NodeSpec],
     arrivals: Sequence[PodRequest],
@@ -190,14 +207,8 @@ def hindsight_search(
     progress: Callable[[str], None] | None = None,
 ) -> HindsightResult:
     """Search policy switches at checkpoints, knowing every arrival; never below ``base``."""
-    if base not in portfolio:
-        raise InputError(f"the base policy '{base}' is not in the portfolio {sorted(portfolio)}")
-    if not arrivals:
-        raise InputError("the arrival sequence is empty")
-    empty = ClusterState(nodes)
+    empty = empty_cluster(nodes, arrivals, portfolio, base)
     capacity = empty.gpu_capacity_milli_total
-    if capacity == 0:
-        raise InputError("the cluster has no GPUs: there is no GPU allocation to bound")
     positions = checkpoint_positions(arrivals, capacity, checkpoints_pct)
     arrived = np.cumsum([0, *(pod.total_gpu_milli for pod in arrivals)]) * 100.0 / capacity
     first = rollout(empty, arrivals, 0, portfolio[base](arrivals, seed), positions)

@@ -28,6 +28,7 @@ from kubesage.core.sim.hindsight import (
     DEFAULT_CHECKPOINTS_PCT,
     PolicyFactory,
     checkpoint_positions,
+    empty_cluster,
     rollout,
 )
 from kubesage.core.state.cluster_state import ClusterState
@@ -66,24 +67,21 @@ def online_switch_search(
 ) -> OnlineResult:
     """Place ``arrivals`` switching policies at checkpoints on sampled futures of
     ``workload`` (module docstring); ``base`` places them until a switch wins."""
-    if base not in portfolio:
-        raise InputError(f"the base policy '{base}' is not in the portfolio {sorted(portfolio)}")
-    if not arrivals or not workload:
-        raise InputError("the arrival sequence and the workload must not be empty")
+    state = empty_cluster(nodes, arrivals, portfolio, base)
+    if not workload:
+        raise InputError("the workload to draw futures from is empty")
     if futures < 1:
         raise InputError(f"futures must be at least 1, got {futures}")
-    state = ClusterState(nodes)
     capacity = state.gpu_capacity_milli_total
-    if capacity == 0:
-        raise InputError("the cluster has no GPUs: there is no GPU allocation to compare")
     positions = checkpoint_positions(arrivals, capacity, checkpoints_pct)
     rng = np.random.default_rng(seed + FUTURE_SEED_OFFSET)
     current = base
     chosen: list[str] = []
     rollouts = 0
-    ends = [*positions[1:], len(arrivals)]
-    _place(state, arrivals, 0, positions[0] if positions else len(arrivals), portfolio[base], seed)
-    for position, end in zip(positions, ends, strict=True):
+    starts = [0, *positions]
+    ends = [*positions, len(arrivals)]
+    _place(state, arrivals, starts[0], ends[0], portfolio[base], seed)
+    for position, end in zip(starts[1:], ends[1:], strict=True):
         remaining = len(arrivals) - position
         drawn = [
             [workload[i] for i in rng.integers(len(workload), size=remaining)]

@@ -47,6 +47,17 @@ def test_its_choices_never_read_the_arrivals_still_to_come() -> None:
     assert 0 < first.allocation_pct <= 100
 
 
+def test_checkpoints_past_the_last_arrival_leave_the_base_policys_run() -> None:
+    online = online_switch_search(
+        NODES, ARRIVALS, WORKLOAD, seed=7, portfolio=PORTFOLIO, checkpoints_pct=(500.0,)
+    )
+    alone = online_switch_search(
+        NODES, ARRIVALS, WORKLOAD, seed=7, portfolio={"fgd": PORTFOLIO["fgd"]}
+    )
+    assert online.policies == () and online.rollouts == 0
+    assert online.allocation_pct == pytest.approx(alone.allocation_pct)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
