@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kubesage.core.errors import InputError
+from kubesage.core.policy.base import Policy
 from kubesage.core.sim.hindsight import (
     DEFAULT_CHECKPOINTS_PCT,
     PolicyFactory,
@@ -47,6 +48,8 @@ FUTURE_SEED_OFFSET = 500
 
 @dataclass(frozen=True)
 class OnlineResult:
+    """What the online search's run allocated, and which policy placed what."""
+
     allocation_pct: float
     """GPU allocated when the arrivals stop (% of capacity)."""
     policies: tuple[str, ...]
@@ -80,7 +83,7 @@ def online_switch_search(
     rollouts = 0
     starts = [0, *positions]
     ends = [*positions, len(arrivals)]
-    _place(state, arrivals, starts[0], ends[0], portfolio[base], seed)
+    _place(state, arrivals[starts[0] : ends[0]], portfolio[base](workload, seed))
     for position, end in zip(starts[1:], ends[1:], strict=True):
         remaining = len(arrivals) - position
         drawn = [
@@ -99,7 +102,7 @@ def online_switch_search(
         if value[best] > value[current]:
             current = best
         chosen.append(current)
-        _place(state, arrivals, position, end, portfolio[current], seed)
+        _place(state, arrivals[position:end], portfolio[current](workload, seed))
     return OnlineResult(
         allocation_pct=state.gpu_allocation_ratio * 100.0,
         policies=tuple(chosen),
@@ -107,19 +110,10 @@ def online_switch_search(
     )
 
 
-def _place(
-    state: ClusterState,
-    arrivals: Sequence[PodRequest],
-    start: int,
-    end: int,
-    factory: PolicyFactory,
-    seed: int,
-) -> None:
-    """Place ``arrivals[start:end]`` on ``state`` in order with a fresh policy."""
-    if start >= end:
-        return
-    policy = factory(arrivals[start:], seed)
-    for pod in arrivals[start:end]:
+def _place(state: ClusterState, pods: Sequence[PodRequest], policy: Policy) -> None:
+    """Place ``pods`` on ``state`` in order with ``policy`` (built from the workload,
+    never from the true arrivals, whatever the portfolio holds)."""
+    for pod in pods:
         placement = policy.decide(state, pod).placement
         if placement is not None:
             state.allocate(pod, placement)
