@@ -81,10 +81,9 @@ def online_switch_search(
     current = base
     chosen: list[str] = []
     rollouts = 0
-    starts = [0, *positions]
-    ends = [*positions, len(arrivals)]
-    _place(state, arrivals[starts[0] : ends[0]], portfolio[base](workload, seed))
-    for position, end in zip(starts[1:], ends[1:], strict=True):
+    ends = [*positions, len(arrivals)]  # ends[0]: where the first checkpoint begins
+    _place(state, arrivals[: ends[0]], portfolio[base](workload, seed))
+    for position, end in zip(positions, ends[1:], strict=True):
         remaining = len(arrivals) - position
         drawn = [
             [workload[i] for i in rng.integers(len(workload), size=remaining)]
