@@ -17,16 +17,26 @@ from ``default`` (``gpuspec`` draws its GPU-model constraints from the shipped
 Allocation % at 130 % arrived, mean over ``--seeds`` (default 42–44), generator seed
 ``--generator-seed`` (default 0).
 
+``--qualify RUNS`` adds a third question: **would qualifying ppo per workload keep it
+from losing?** Before the measured runs, ppo is qualified against FGD on each variant
+by replaying RUNS arrival orders of its own (``core/sim/qualification.py``, seeds from
+10,000 on, never the measured ones); ``ppo_qualified`` is then ppo's figure where it
+qualified and FGD's where it did not, and ``qualification`` holds the verdict.
+
 JSON: ``{"variants": {"<name>": {"fgd", "bestfit", "ppo", "published_fgd",
 "published_bestfit", "fgd_minus_published", "bestfit_minus_published", "ppo_minus_fgd",
 "trained_on"}}, "mean": {the same figures over the variants}, "ppo_at_least_fgd",
 "model": {"file", "trained_on"}, "seeds", "generator_seed", "wall_s"}``; a policy left
-out with ``--policies`` is absent from each variant. ``--tiny``: one variant, one seed,
-the first 100 nodes (figures meaningless).
+out with ``--policies`` is absent from each variant. With ``--qualify``, each variant
+also has ``ppo_qualified``, ``ppo_qualified_minus_fgd`` and ``qualification`` (the
+verdict's record: gains per order, mean, standard error, lower bound, chosen), and the
+document ``ppo_qualified_at_least_fgd``. ``--tiny``: one variant, one seed,
+the first 100 nodes, qualification on 2 orders (figures meaningless).
 
     python benchmarks/openb_variants.py [--variants cpu100,gpushare80,...] [--seeds 42-44]
                                         [--policies fgd,bestfit,ppo] [--model FILE]
                                         [--generator-seed 0] [--jobs N] [--format json]
+                                        [--qualify RUNS]
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ from _common import (
 
 from kubesage.core.rl.persistence import load_network
 from kubesage.core.rl.policy import default_model
+from kubesage.core.sim.qualification import qualify
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
 from kubesage.core.sim.settings import parse_seeds
 from kubesage.core.traces import read_nodes, read_pods
@@ -60,7 +71,7 @@ from kubesage.core.traces.openb_variants import (
 
 POLICIES = ("fgd", "bestfit", "ppo")
 PUBLISHED_POLICIES = ("fgd", "bestfit")
-TINY = {"seeds": "42", "variants": "gpushare60", "node_limit": 100}
+TINY = {"seeds": "42", "variants": "gpushare60", "node_limit": 100, "qualify": 2}
 
 
 def mean_allocation(results: list[RunResult], policy: str) -> float:
@@ -89,6 +100,14 @@ def main() -> int:
     parser.add_argument("--node-limit", type=int, default=0, help="First N nodes (0: all).")
     parser.add_argument("--jobs", type=int, default=default_jobs())
     parser.add_argument("--format", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "--qualify",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="Also qualify ppo against FGD on each variant by replaying RUNS arrival "
+        "orders of its own (core/sim/qualification.py): ppo_qualified (0: off).",
+    )
     args = parse_args(parser, TINY)
     policies = [p for p in args.policies.split(",") if p]
     unknown = sorted(set(policies) - set(POLICIES))
@@ -124,16 +143,34 @@ def main() -> int:
                 figures[f"{policy}_minus_published"] = round(figures[policy] - paper, 3)
         if "ppo" in figures and "fgd" in figures:
             figures["ppo_minus_fgd"] = round(figures["ppo"] - figures["fgd"], 3)
+            if args.qualify:
+                verdict = qualify(nodes, pods, runs=args.qualify, model=args.model, jobs=args.jobs)
+                figures["ppo_qualified"] = figures[verdict.chosen]
+                figures["ppo_qualified_minus_fgd"] = round(
+                    figures["ppo_qualified"] - figures["fgd"], 3
+                )
+                figures["qualification"] = verdict.as_dict()
+                print(
+                    f"{name}: qualification gain {verdict.mean_gain:+.3f} "
+                    f"± {verdict.standard_error:.3f} → {verdict.chosen}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             figures["trained_on"] = name in seen
         document[name] = figures
     wall_s = round(time.perf_counter() - started, 1)
-    keys = [k for k in next(iter(document.values())) if k != "trained_on"]
+    keys = [k for k in next(iter(document.values())) if k not in ("trained_on", "qualification")]
     mean = {
         k: round(statistics.fmean(v[k] for v in document.values() if v.get(k) is not None), 3)
         for k in keys
         if any(v.get(k) is not None for v in document.values())
     }
     at_least = sum(v["ppo_minus_fgd"] >= 0 for v in document.values() if "ppo_minus_fgd" in v)
+    qualified_at_least = sum(
+        v["ppo_qualified_minus_fgd"] >= 0
+        for v in document.values()
+        if "ppo_qualified_minus_fgd" in v
+    )
     if args.format == "json":
         print(
             json.dumps(
@@ -141,6 +178,7 @@ def main() -> int:
                     "variants": document,
                     "mean": mean,
                     "ppo_at_least_fgd": at_least,
+                    **({"ppo_qualified_at_least_fgd": qualified_at_least} if args.qualify else {}),
                     "model": {"file": args.model.name, "trained_on": seen},
                     "seeds": seeds,
                     "generator_seed": args.generator_seed,
@@ -162,6 +200,12 @@ def main() -> int:
     print(format_table(["variant", *columns], rows))
     if "ppo_minus_fgd" in mean:
         print(f"ppo ≥ FGD on {at_least} of {len(document)} variants")
+    if args.qualify and "ppo_minus_fgd" in mean:
+        chosen = [n for n, v in document.items() if v["qualification"]["qualified"]]
+        print(
+            f"ppo qualified on {len(chosen)} of {len(document)} variants "
+            f"({', '.join(chosen) or 'none'}); qualified ppo ≥ FGD on {qualified_at_least}"
+        )
     print(f"({wall_s:.0f} s)")
     return 0
 

@@ -18,6 +18,7 @@ from kubesage.core.adapter import ADAPTER_GROUP, load_adapters
 from kubesage.core.cli.data import data_app
 from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.cli.loop import loop
+from kubesage.core.cli.qualify import qualify_command
 from kubesage.core.cli.serve import serve
 from kubesage.core.cli.simulate import simulate
 from kubesage.core.cli.telemetry import telemetry_app
@@ -32,6 +33,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command(name="simulate")(simulate)
+app.command(name="qualify")(qualify_command)
 app.command(name="serve")(serve)
 app.command(name="loop")(loop)
 app.add_typer(data_app, name="data")

@@ -190,7 +190,7 @@ def simulate(
             no_report=no_report,
         )
         return
-    settings, base = _settings(
+    settings, base = simulation_settings(
         config,
         nodes=nodes,
         pods=pods,
@@ -243,7 +243,7 @@ def simulate(
         stderr.print(f"Report written to {path}")
 
 
-def _settings(
+def simulation_settings(
     config: Path | None,
     *,
     nodes: Path | None,

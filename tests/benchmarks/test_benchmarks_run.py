@@ -154,6 +154,7 @@ def check_openb_variants(document: dict[str, Any]) -> None:
         "variants",
         "mean",
         "ppo_at_least_fgd",
+        "ppo_qualified_at_least_fgd",  # the tiny run qualifies ppo on 2 orders
         "model",
         "seeds",
         "generator_seed",
@@ -164,6 +165,9 @@ def check_openb_variants(document: dict[str, Any]) -> None:
             assert key in entry, key
         assert entry["ppo_minus_fgd"] == pytest.approx(entry["ppo"] - entry["fgd"], abs=1e-3)
         assert isinstance(entry["trained_on"], bool)
+        verdict = entry["qualification"]
+        assert len(verdict["gains"]) == 2
+        assert entry["ppo_qualified"] == entry[verdict["chosen"]]
     keys_are(document["model"], "file", "trained_on")
 
 
