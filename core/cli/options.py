@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 
 class OutputFormat(StrEnum):
@@ -17,3 +21,9 @@ class Mode(StrEnum):
 
     fgd = "fgd"
     replay = "replay"
+
+
+NodesCsv = Annotated[Path | None, typer.Option("--nodes", help="openb node list CSV.")]
+PodsCsv = Annotated[Path | None, typer.Option("--pods", help="openb pod list CSV.")]
+Jobs = Annotated[int | None, typer.Option("--jobs", min=1, help="Parallel runs (default: CPUs).")]
+Format = Annotated[OutputFormat, typer.Option("--format", help="Output format.")]

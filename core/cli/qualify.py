@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.options import Format, Jobs, NodesCsv, OutputFormat, PodsCsv
 from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.simulate import load_inputs, simulation_settings
 from kubesage.core.errors import InputError, UnknownPolicyError
@@ -27,8 +27,8 @@ from kubesage.core.sim.runner import default_jobs
 
 @user_errors
 def qualify_command(
-    nodes: Annotated[Path | None, typer.Option("--nodes", help="openb node list CSV.")] = None,
-    pods: Annotated[Path | None, typer.Option("--pods", help="openb pod list CSV.")] = None,
+    nodes: NodesCsv = None,
+    pods: PodsCsv = None,
     candidate: Annotated[str, typer.Option("--candidate", help="The policy to qualify.")] = "ppo",
     baseline: Annotated[str, typer.Option("--baseline", help="The policy it must beat.")] = "fgd",
     runs: Annotated[
@@ -42,12 +42,8 @@ def qualify_command(
         Path | None,
         typer.Option("--model", help="Model file for a learned candidate (default: shipped)."),
     ] = None,
-    jobs: Annotated[
-        int | None, typer.Option("--jobs", min=1, help="Parallel runs (default: CPUs).")
-    ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="Output format.")
-    ] = OutputFormat.table,
+    jobs: Jobs = None,
+    output_format: Format = OutputFormat.table,
 ) -> None:
     """Replay the workload through the candidate and the baseline; say which to serve.
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.cli.options import Mode, OutputFormat
+from kubesage.core.cli.options import Format, Jobs, Mode, NodesCsv, OutputFormat, PodsCsv
 from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_command
 from kubesage.core.config import API_VERSION, load_config, parse_config
@@ -88,8 +88,8 @@ def _print_table(results: list[RunResult], console: Console) -> None:
 
 @user_errors
 def simulate(
-    nodes: Annotated[Path | None, typer.Option("--nodes", help="openb node list CSV.")] = None,
-    pods: Annotated[Path | None, typer.Option("--pods", help="openb pod list CSV.")] = None,
+    nodes: NodesCsv = None,
+    pods: PodsCsv = None,
     policy: Annotated[
         list[str] | None,
         typer.Option("--policy", help="Policy to run (repeatable); default: all."),
@@ -104,12 +104,8 @@ def simulate(
     mode: Annotated[
         Mode | None, typer.Option("--mode", help="fgd: arrivals only; replay: times.")
     ] = None,
-    jobs: Annotated[
-        int | None, typer.Option("--jobs", min=1, help="Parallel runs (default: CPUs).")
-    ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="Output format.")
-    ] = OutputFormat.table,
+    jobs: Jobs = None,
+    output_format: Format = OutputFormat.table,
     report_dir: Annotated[
         Path | None, typer.Option("--report-dir", help="Report folder (default ./kubesage-report).")
     ] = None,
