@@ -58,18 +58,7 @@ def qualify_command(
             raise UnknownPolicyError(name, known)
     if candidate == baseline:
         raise InputError(f"--candidate and --baseline are both '{candidate}'")
-    settings, base = simulation_settings(
-        None,
-        nodes=nodes,
-        pods=pods,
-        policy=None,
-        seeds=None,
-        tune=None,
-        mode=None,
-        jobs=jobs,
-        report_dir=None,
-        model=model,
-    )
+    settings, base = simulation_settings(None, nodes=nodes, pods=pods, jobs=jobs, model=model)
     node_specs, pod_specs, described = load_inputs(settings, base)
     workers = min(settings.jobs or default_jobs(), 2 * runs)
     stderr.print(

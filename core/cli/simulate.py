@@ -242,17 +242,18 @@ def simulate(
 def simulation_settings(
     config: Path | None,
     *,
-    nodes: Path | None,
-    pods: Path | None,
-    policy: list[str] | None,
-    seeds: str | None,
-    tune: float | None,
-    mode: str | None,
-    jobs: int | None,
-    report_dir: Path | None,
+    nodes: Path | None = None,
+    pods: Path | None = None,
+    policy: list[str] | None = None,
+    seeds: str | None = None,
+    tune: float | None = None,
+    mode: str | None = None,
+    jobs: int | None = None,
+    report_dir: Path | None = None,
     model: Path | None = None,
 ) -> tuple[SimulationSettings, Path | None]:
-    """Settings from the config file (or defaults) with command-line options on top.
+    """Settings from the config file (or defaults) with command-line options on top
+    (an option left None keeps the file's value or the default).
 
     Returns the settings and the folder that relative CSV paths in the file are
     resolved against (the config file's own folder).
