@@ -47,10 +47,12 @@ STAGES = {
 MODULE_STAGES = ("parse_args", "map_candidates", "filter_candidates", "passed_of", "scale_scores")
 
 
-def stage_profile(size: int, fill: float, window: int, pods: list[dict[str, Any]]) -> str:
+def stage_profile(
+    size: int, fill: float, window: int, pods: list[dict[str, Any]], policy_name: str = "fgd"
+) -> str:
     """The stage table for ``pods`` scheduled one by one on a ``size``-node cluster."""
     cluster = EmbeddedCluster.synthetic(size)
-    policy = make_policy("fgd", PolicyContext(seed=0, workload=tuple(cluster.workload)))
+    policy = make_policy(policy_name, PolicyContext(seed=0, workload=tuple(cluster.workload)))
     cluster.fill(policy, fill)
     extender = handlers.Extender(cluster, policy, cluster.binder(policy))
     with cluster.locked() as (_, node_names):
@@ -142,5 +144,7 @@ class _Timed:
         return getattr(self._policy, name)
 
 
-def print_stage_profile(size: int, fill: float, window: int, pods: list[dict[str, Any]]) -> None:
-    print(stage_profile(size, fill, window, pods), file=sys.stderr, flush=True)
+def print_stage_profile(
+    size: int, fill: float, window: int, pods: list[dict[str, Any]], policy_name: str = "fgd"
+) -> None:
+    print(stage_profile(size, fill, window, pods, policy_name), file=sys.stderr, flush=True)

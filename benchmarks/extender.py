@@ -58,13 +58,16 @@ and ≥ 1,000 pods/s at 10,000 nodes.
 
 JSON: ``{"nodes": {"<size>": {"<mode>": {the figures above, "names_per_request",
 "pods", "unschedulable"}}}, "fgd_cold_score_ms": {"<size>": {"<shape>"}},
-"reference", "targets_10000_nodes", "cpus", "load_average_1m_at_end", "fill", "server"}``
-(``--server granian``: the same App served by granian, benchmarks/_extender_granian.py).
+"reference", "targets_10000_nodes", "cpus", "load_average_1m_at_end", "fill", "server",
+"policy"}`` (``--server granian``: the same App served by granian,
+benchmarks/_extender_granian.py). ``--policy``: the server's scheduling policy (serve's
+default, ``fgd``, unless given; e.g. ``ppo`` measures the learned policy in the
+extender's path).
 ``--tiny``: 200 nodes, 20 warm-up and 50 measured pods. ``--profile``: also each stage
 of filter and prioritize timed in-process, a table on stderr (:mod:`_extender_profile`).
 
     python benchmarks/extender.py [--nodes 5000 --nodes 10000] [--pods 2000] [--warmup 300]
-                                  [--tiny] [--format json] [--profile]
+                                  [--policy fgd] [--tiny] [--format json] [--profile]
 """
 
 from __future__ import annotations
@@ -90,9 +93,11 @@ from _common import REPO, format_table, parse_args
 from _extender_granian import granian_server
 from _extender_profile import print_stage_profile
 
+from kubesage.core.cli.serve import DEFAULT_POLICY
 from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION
 from kubesage.core.policy import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
+from kubesage.core.policy.registry import policy_names
 from kubesage.core.state import ClusterState
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 from kubesage.core.types import PodRequest
@@ -188,14 +193,16 @@ LOOP_TICK_S = 1.0
 
 
 @contextmanager
-def extender_server(nodes: int) -> Iterator[int]:
-    """``kubesage serve --embedded`` on a free port; yields the port once it answers."""
+def extender_server(nodes: int, policy: str = DEFAULT_POLICY) -> Iterator[int]:
+    """``kubesage serve --embedded --policy POLICY`` on a free port; yields the port
+    once it answers."""
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "kubesage.core.cli", "serve", "--embedded",
                 "--host", "127.0.0.1", "--port", "0", "--nodes", str(nodes),
                 "--fill", str(FILL), "--log-level", "info", "--tick-s", str(LOOP_TICK_S),
+                "--policy", policy,
             ],
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -479,11 +486,19 @@ def main() -> int:
         help="Serve the App with kubesage's HTTP server or with granian (_extender_granian.py).",
     )
     parser.add_argument(
+        "--policy",
+        choices=policy_names(),
+        default=DEFAULT_POLICY,
+        help="The server's scheduling policy (kubesage server only; the default is serve's).",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="Also time each stage of filter and prioritize in-process (table on stderr).",
     )
     args = parse_args(parser, TINY)
+    if args.server == "granian" and args.policy != DEFAULT_POLICY:
+        parser.error(f"--policy {args.policy} applies to --server kubesage only")
     sizes = args.nodes or ([TINY_NODES] if args.tiny else [5_000, 10_000])
     modes = args.mode or ["default", "all"]
     warmup_pods = args.warmup
@@ -496,7 +511,7 @@ def main() -> int:
         cold[str(size)] = cold_score_ms(size)
         print(f"{size} nodes, cold FGD score ms: {cold[str(size)]}", file=sys.stderr, flush=True)
         server = (
-            extender_server(size)
+            extender_server(size, args.policy)
             if args.server == "kubesage"
             else granian_server(size, fill=FILL, tick_s=LOOP_TICK_S)
         )
@@ -516,7 +531,7 @@ def main() -> int:
                 ] + pods[:warmup_pods]  # fmt: skip
                 figures = measure(port, node_names, window, warmup, measured)
                 if args.profile:
-                    print_stage_profile(size, FILL, window, warmup + measured)
+                    print_stage_profile(size, FILL, window, warmup + measured, args.policy)
                 results[str(size)][mode] = figures
                 print(f"{size} nodes, {mode}: {figures}", file=sys.stderr, flush=True)
     if args.format == "json":
@@ -529,6 +544,7 @@ def main() -> int:
             "load_average_1m_at_end": round(os.getloadavg()[0], 2),
             "fill": FILL,
             "server": args.server,
+            "policy": args.policy,
         }
         print(json.dumps(document))
         return 0
@@ -551,7 +567,7 @@ def main() -> int:
     print(
         "kubesage extender over HTTP: filter + prioritize per pod, one cycle at a time "
         f"({args.pods:,} pods after {warmup_pods} warm-up, cluster {FILL:.0%} GPU-allocated; "
-        "the control loop running in the server)"
+        f"the control loop running in the server; policy {args.policy})"
     )
     print(
         format_table(

@@ -39,6 +39,7 @@ import numpy as np
 from kubesage.core.errors import InputError
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
+from kubesage.core.rl.cluster_summary import ClusterSummary
 from kubesage.core.rl.features import (
     CANDIDATE_FEATURES,
     GLOBAL_RAW,
@@ -101,6 +102,7 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
         )
         self.state = ClusterState(self.nodes)
         self.ranker = FgdPolicy(PolicyContext(workload=self.workloads[0]))
+        self.summary = ClusterSummary()
         self._pods: list[PodRequest] = []
         self._events: list[tuple[float, EventKind, int]] = []
         self._event = 0
@@ -181,7 +183,7 @@ class PlacementEnv(gym.Env[dict[str, Any], np.int64]):
                 self._event += 1
                 continue
             self.arrived += 1
-            observation = observe(self.state, pod, self.ranker)
+            observation = observe(self.state, pod, self.ranker, summary=self.summary)
             if observation.mask.any():
                 self._current = observation
                 return

@@ -14,9 +14,10 @@ GPU share per GPU, GPU count, whether it shares a GPU.
 
 The cluster (``GLOBAL_RAW``): for each of four per-node monitoring series over
 the GPU nodes — free GPU share, free CPU share, free memory share, share of
-whole free GPUs — its 64 quantiles. The network compresses these 256 numbers to
-128 with a PCA fitted on states seen in training (:mod:`kubesage.core.rl.network`).
-Quantiles keep the vector the same size on any cluster size.
+whole free GPUs — its 64 quantiles (:mod:`kubesage.core.rl.cluster_summary`, which
+also keeps them up to date across decisions). The network compresses these 256
+numbers to 128 with a PCA fitted on states seen in training
+(:mod:`kubesage.core.rl.network`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ import numpy as np
 
 from kubesage.core.arrays import BoolArray, Float32Array, IntArray
 from kubesage.core.policy.fgd import FgdPolicy
+from kubesage.core.rl.cluster_summary import (
+    GLOBAL_RAW,
+    GLOBAL_SERIES,
+    QUANTILES,
+    ClusterSummary,
+    global_raw,
+    share,
+)
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.state.fit import fit_mask
 from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
@@ -47,9 +56,19 @@ CANDIDATE_FEATURES = (
     "fills_gpus_exactly",
 )
 REQUEST_FEATURES = ("cpu", "memory", "gpu_share", "gpu_count", "is_sharing")
-QUANTILES = 64
-GLOBAL_SERIES = ("gpu_free", "cpu_free", "memory_free", "gpu_whole_free")
-GLOBAL_RAW = QUANTILES * len(GLOBAL_SERIES)
+__all__ = [
+    "CANDIDATE_FEATURES",
+    "GLOBAL_RAW",
+    "GLOBAL_SERIES",
+    "MAX_CANDIDATES",
+    "QUANTILES",
+    "REQUEST_FEATURES",
+    "Observation",
+    "candidate_nodes",
+    "global_raw",
+    "observe",
+    "request_features",
+]
 
 
 @dataclass(frozen=True)
@@ -88,28 +107,6 @@ def candidate_nodes(
     return feasible[order], scores[order].astype(np.float32)
 
 
-def _share(free: IntArray, capacity: IntArray) -> Float32Array:
-    return np.divide(
-        free, capacity, out=np.zeros(free.shape, dtype=np.float64), where=capacity > 0
-    ).astype(np.float32)
-
-
-def global_raw(state: ClusterState) -> Float32Array:
-    """The 256 quantiles describing the whole cluster (see the module docstring)."""
-    gpu_nodes = np.flatnonzero(state.gpu_count > 0)
-    if gpu_nodes.size == 0:
-        gpu_nodes = np.arange(state.num_nodes)
-    gpus = state.gpu_count[gpu_nodes]
-    series = (
-        _share(state.gpu_free_milli_node[gpu_nodes], gpus * GPU_MILLI_PER_GPU),
-        _share(state.cpu_free_milli[gpu_nodes], state.cpu_capacity_milli[gpu_nodes]),
-        _share(state.memory_free_mib[gpu_nodes], state.memory_capacity_mib[gpu_nodes]),
-        _share(state.gpu_whole_free_count[gpu_nodes], gpus),
-    )
-    points = np.linspace(0.0, 1.0, QUANTILES)
-    return np.concatenate([np.quantile(s, points) for s in series]).astype(np.float32)
-
-
 def request_features(state: ClusterState, request: PodRequest) -> Float32Array:
     return np.array(
         [
@@ -124,10 +121,16 @@ def request_features(state: ClusterState, request: PodRequest) -> Float32Array:
 
 
 def observe(
-    state: ClusterState, request: PodRequest, ranker: FgdPolicy, among: IntArray | None = None
+    state: ClusterState,
+    request: PodRequest,
+    ranker: FgdPolicy,
+    among: IntArray | None = None,
+    summary: ClusterSummary | None = None,
 ) -> Observation:
     """Candidates and state for ``request`` (no candidates when nothing fits); the
-    candidates are drawn from ``among`` when given, else from the whole cluster."""
+    candidates are drawn from ``among`` when given, else from the whole cluster. The
+    cluster's vector comes from ``summary`` when given (the same numbers, kept up to
+    date across calls), else is computed afresh."""
     nodes, scores = candidate_nodes(state, request, ranker, among)
     table = np.zeros((MAX_CANDIDATES, len(CANDIDATE_FEATURES)), dtype=np.float32)
     mask = np.zeros(MAX_CANDIDATES, dtype=bool)
@@ -144,16 +147,16 @@ def observe(
                 scores / 100.0,
                 (scores - scores[0]) / 100.0,
                 np.arange(count) / MAX_CANDIDATES,
-                _share(
+                share(
                     state.cpu_free_milli[nodes] - request.cpu_milli, state.cpu_capacity_milli[nodes]
                 ),
-                _share(
+                share(
                     state.memory_free_mib[nodes] - request.memory_mib,
                     state.memory_capacity_mib[nodes],
                 ),
-                _share(gpu_after, gpu_capacity),
+                share(gpu_after, gpu_capacity),
                 state.gpu_max_free_milli[nodes] / GPU_MILLI_PER_GPU,
-                _share(np.maximum(whole_after, 0), gpus),
+                share(np.maximum(whole_after, 0), gpus),
                 gpus / 8.0,
                 ((gpu_after == 0) & (gpus > 0)).astype(np.float32),
             ]
@@ -163,6 +166,6 @@ def observe(
         candidates=table,
         mask=mask,
         request=request_features(state, request),
-        global_raw=global_raw(state),
+        global_raw=summary.of(state) if summary is not None else global_raw(state),
         nodes=nodes,
     )

@@ -61,6 +61,17 @@ class PlacementNetwork(nn.Module):
         self.pca_mean.copy_(torch.as_tensor(mean))
         self.pca_components.copy_(torch.as_tensor(components))
 
+    def logits(
+        self,
+        candidates: torch.Tensor,
+        mask: torch.Tensor,
+        request: torch.Tensor,
+        global_raw: torch.Tensor,
+    ) -> torch.Tensor:
+        """Masked logits ``(B, K)`` alone: a decision needs no value (the same numbers
+        as :meth:`forward`'s, without the critic's cost)."""
+        return self._actor(candidates, mask, request, global_raw)[0]
+
     def forward(
         self,
         candidates: torch.Tensor,
@@ -69,6 +80,20 @@ class PlacementNetwork(nn.Module):
         global_raw: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Masked logits ``(B, K)`` and values ``(B,)``."""
+        logits, hidden, context = self._actor(candidates, mask, request, global_raw)
+        weights = mask.to(hidden.dtype)[..., None]
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        value = self.critic(torch.cat([pooled, context], dim=-1)).squeeze(-1)
+        return logits, value
+
+    def _actor(
+        self,
+        candidates: torch.Tensor,
+        mask: torch.Tensor,
+        request: torch.Tensor,
+        global_raw: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Masked logits, the candidates' hidden vectors and the context."""
         compressed = (global_raw - self.pca_mean) @ self.pca_components
         context = self.context(torch.cat([compressed, request], dim=-1))
         k = candidates.shape[1]
@@ -80,7 +105,4 @@ class PlacementNetwork(nn.Module):
         best = (candidates[..., BEST_GAP] == 0) & mask
         logits = logits + self.best_prior * best.to(logits.dtype)
         logits = torch.where(mask, logits, torch.full_like(logits, MASKED))
-        weights = mask.to(hidden.dtype)[..., None]
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        value = self.critic(torch.cat([pooled, context], dim=-1)).squeeze(-1)
-        return logits, value
+        return logits, hidden, context

@@ -35,6 +35,7 @@ from kubesage.core.errors import ConfigError, ModelError
 from kubesage.core.paths import shipped_file
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
+from kubesage.core.rl.cluster_summary import ClusterSummary
 from kubesage.core.rl.features import CANDIDATE_FEATURES, Observation, observe
 from kubesage.core.rl.network import PlacementNetwork
 from kubesage.core.rl.persistence import load_network
@@ -99,6 +100,8 @@ class PpoPolicy:
         self.deferred = 0
         """Decisions where FGD's choice stood because the network's preference for
         another candidate was under the margin."""
+        self.summary = ClusterSummary()
+        """The cluster's vector, kept up to date from one decision to the next."""
         self.model_path: Path | None = context.model
         self.network: PlacementNetwork | None = None
         self.problem = ""
@@ -116,11 +119,11 @@ class PpoPolicy:
         reason in words when the model cannot score them."""
         if self.network is None:
             return self.problem
-        observation = observe(state, request, self.fgd, among)
+        observation = observe(state, request, self.fgd, among, self.summary)
         if not observation.mask.any():
             return None
-        with torch.no_grad():
-            logits, _ = self.network(
+        with torch.inference_mode():
+            logits = self.network.logits(
                 torch.as_tensor(observation.candidates)[None],
                 torch.as_tensor(observation.mask)[None],
                 torch.as_tensor(observation.request)[None],
