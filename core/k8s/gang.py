@@ -133,9 +133,9 @@ def gang_of(pod: Mapping[str, Any]) -> GangSpec:
 
 # -- placement --------------------------------------------------------------------------
 
-# Stamps for nodes hidden while one member is decided: negative and below -1 (caches
-# start at -1), unique, so no policy cache keyed on node_version reuses a score
-# computed while a node was hidden.
+# Stamps for nodes while they are hidden for one member's decision, and again once
+# shown: negative and below -1 (caches start at -1), unique, so no policy cache keyed on
+# node_version takes a hidden node for the node as it was, or the other way round.
 _hidden_stamps = itertools.count(-2, -1)
 
 
@@ -148,6 +148,7 @@ def _only(state: ClusterState, eligible: BoolArray | None) -> Iterator[None]:
     hidden = np.flatnonzero(~eligible)
     saved = state.cpu_free_milli[hidden].copy()
     state.cpu_free_milli[hidden] = -1
+    state.node_version[hidden] = [next(_hidden_stamps) for _ in range(hidden.size)]
     try:
         yield
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -16,6 +16,10 @@ from kubesage.core.k8s.gang import (
     place_all,
 )
 from kubesage.core.policy import PolicyContext, make_policy
+from kubesage.core.policy.base import Policy
+from kubesage.core.rl.cluster_summary import ClusterSummary, global_raw
+from kubesage.core.state import ClusterState
+from kubesage.core.types import Decision, PodRequest
 from tests.builders import cluster, node, pod
 
 
@@ -129,3 +133,27 @@ def test_members_only_use_their_eligible_nodes_and_hidden_nodes_get_new_stamps()
     fresh = make_policy("fgd", PolicyContext(workload=workload))
     later = pod("z", gpus=2)
     assert policy.decide(state, later) == fresh.decide(state.copy(), later)
+
+
+def test_a_summary_kept_across_decisions_sees_the_hidden_nodes_as_hidden() -> None:
+    """ppo's cluster vector (kept up to date by node stamp) is, during each member's
+    decision, the one computed afresh from the state as the member sees it."""
+    state = cluster(*(node(name, gpus=8) for name in "abcd"))
+    workload = (pod("w1", gpus=1), pod("w2", gpus=2), pod("w3", milli=500))
+    policy = make_policy("ppo", PolicyContext(workload=workload))
+    summary = ClusterSummary()
+    summary.of(state)  # warmed on every node visible
+    seen: list[bool] = []
+
+    class Checked:
+        name = "checked"
+
+        def decide(self, state: ClusterState, request: PodRequest) -> Decision:
+            seen.append(bool(np.array_equal(summary.of(state), global_raw(state))))
+            return policy.decide(state, request)
+
+    only_cd = np.array([False, False, True, True])
+    members = [(pod("x", gpus=2), only_cd), (pod("y", gpus=1), None)]
+    outcome = place_all(state, members, cast(Policy, Checked()))
+    assert outcome.placements is not None
+    assert seen == [True, True]
