@@ -69,6 +69,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/fgd_reproduction.py
 	$(BIN)/python benchmarks/placement_speed.py
 	$(BIN)/python benchmarks/forecast.py
+	$(BIN)/python benchmarks/forecast_gateway.py
 	$(BIN)/python benchmarks/forecast_placement.py
 	$(BIN)/python benchmarks/forecast_packing.py
 	$(BIN)/python benchmarks/drtg.py

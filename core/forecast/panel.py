@@ -91,11 +91,14 @@ def metric_name(path: Path) -> str:
     return name.removeprefix("pod_").removesuffix("_anon")
 
 
-def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int, bool]:
-    """``(entity, timestamp, value)`` rows, the rows without an entity, and whether the
-    file splits values by ``request_type`` (so same-cell values add up)."""
+def _read_rows(
+    path: Path,
+) -> tuple[list[tuple[str, float, float]], list[tuple[float, float]], bool]:
+    """``(entity, timestamp, value)`` rows, the ``(timestamp, value)`` rows without an
+    entity, and whether the file splits values by ``request_type`` (so same-cell values
+    add up)."""
     rows: list[tuple[str, float, float]] = []
-    without_entity = 0
+    without_entity: list[tuple[float, float]] = []
     with open_text(path) as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
@@ -121,7 +124,7 @@ def _read_rows(path: Path) -> tuple[list[tuple[str, float, float]], int, bool]:
             if not (np.isfinite(timestamp) and np.isfinite(value)):
                 raise TraceFormatError("not a finite number", path=path, line=line)
             if not entity:
-                without_entity += 1
+                without_entity.append((timestamp, value))
                 continue
             rows.append((entity, timestamp, value))
     if not rows:
@@ -162,7 +165,8 @@ def read_panel(
         name = metric_name(path)
         if name in per_metric:
             raise InputError(f"{directory}: two files give metric '{name}'")
-        per_metric[name], excluded[name], by_type = _read_rows(path)
+        per_metric[name], without_entity, by_type = _read_rows(path)
+        excluded[name] = len(without_entity)
         if by_type:
             summed.add(name)
     metrics = tuple(sorted(per_metric))
@@ -208,6 +212,28 @@ def read_panel(
         excluded_rows={k: v for k, v in excluded.items() if v},
         merged_samples=int((counts > 1).sum()),
     )
+
+
+def read_entityless(directory: Path | str, panel: MetricPanel, metric: str) -> FloatArray:
+    """The rows of ``metric`` without an entity id (in the GenAI trace, the gateway's
+    request rate), summed per step of ``panel``'s grid; 0 at steps without such a row.
+    Rows outside the grid are left out (the panel's span decides)."""
+    directory = Path(directory)
+    found = [
+        p
+        for p in sorted(directory.iterdir())
+        if p.name.endswith((".csv", ".csv.gz")) and metric_name(p) == metric
+    ]
+    if not found:
+        raise InputError(f"{directory}: no file gives metric '{metric}'")
+    _, rows, _ = _read_rows(found[0])
+    series = np.zeros(panel.steps)
+    if rows:
+        stamps, values = np.asarray(rows, dtype=np.float64).T
+        cells = np.round((stamps - panel.start_s) / panel.step_s).astype(np.int64)
+        inside = (cells >= 0) & (cells < panel.steps)
+        np.add.at(series, cells[inside], values[inside])
+    return series
 
 
 def describe(panel: MetricPanel) -> str:

@@ -273,6 +273,17 @@ def check_forecast(document: dict[str, Any]) -> None:
         each_value_has(horizons, "wape", "mape_nonzero", "smape", "per_metric", "burst")
 
 
+def check_forecast_gateway(document: dict[str, Any]) -> None:
+    keys_are(document, "train_until_step", "test_steps", "gateway_rows", "horizons")
+    assert document["gateway_rows"] > 0  # the trace's gateway rows were read
+    assert document["test_steps"] > 0
+    for entry in document["horizons"].values():
+        keys_are(entry, "per_metric", "headline")
+        each_value_has(entry["per_metric"], "own", "with_gateway", "last_value")
+        for row in entry["per_metric"].values():
+            assert all(value is None or value >= 0 for value in row.values()), row
+
+
 def check_forecast_placement(document: dict[str, Any]) -> None:
     keys_are(document, "baseline", "variants", "nodes", "load", "lifetime_steps", "seeds")
     keys_are(document["baseline"], "contended", "overload", "rejected", "arrivals")
@@ -380,6 +391,7 @@ BENCHMARKS = {
     "flink_autoscale": Benchmark(check_flink_autoscale, needs=("flink",), marks=SLOW),
     "flink_stagger": Benchmark(check_flink_stagger, needs=("flink",), marks=SLOW),
     "forecast": Benchmark(check_forecast, needs=("genai",)),
+    "forecast_gateway": Benchmark(check_forecast_gateway, needs=("genai",)),
     "loop_scale": Benchmark(check_loop_scale),
     # Without the GenAI trace it replays synthetic metrics: it needs nothing.
     "forecast_placement": Benchmark(check_forecast_placement),

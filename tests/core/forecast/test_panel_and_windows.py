@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kubesage.core.errors import InputError, TraceFormatError
-from kubesage.core.forecast.panel import read_panel
+from kubesage.core.forecast.panel import read_entityless, read_panel
 from kubesage.core.forecast.windows import Normaliser, last_observed, make_windows
 
 
@@ -146,6 +146,24 @@ def test_request_types_of_one_entity_add_up(tmp_path: Path) -> None:
     )
     panel = read_panel(tmp_path)
     assert panel.values[1, 0, panel.metrics.index("qps")] == pytest.approx(0.75)
+
+
+def test_rows_without_an_entity_are_summed_on_the_panels_grid(tmp_path: Path) -> None:
+    write(
+        tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n1,10,a\n1,20,a\n"
+    )
+    write(
+        tmp_path,
+        "qps.csv",
+        "timestamp_anon,value,container_ip,request_type\n"
+        "10,0.5,a,Generative\n9,2,,API\n11,3,,API\n20,4,,API\n900,8,,API\n",
+    )
+    panel = read_panel(tmp_path)
+    # Steps 0, 1, 2; the row at t = 900 lies outside the panel's grid.
+    assert read_entityless(tmp_path, panel, "qps").tolist() == [0.0, 5.0, 4.0]
+    assert read_entityless(tmp_path, panel, "cpu").tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(InputError, match="no file gives metric 'memory'"):
+        read_entityless(tmp_path, panel, "memory")
 
 
 @pytest.mark.parametrize("cut_off", [525.0, 533.0, 540.0, 570.0, 571.0])
