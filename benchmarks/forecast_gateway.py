@@ -38,6 +38,7 @@ from _common import format_table, parse_args, shared_data_dir
 
 from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.cli.forecast import cut_off_step, parse_horizons
+from kubesage.core.forecast.baselines import least_absolute
 from kubesage.core.forecast.metrics import mean_of, scores
 from kubesage.core.forecast.panel import MetricPanel, describe, read_entityless, read_panel
 
@@ -45,7 +46,6 @@ TINY = {"train_until": "+2h", "horizons": "1"}
 GATEWAY_METRIC = "qps"
 HISTORY = 12
 """Steps of history every feature reads."""
-IRLS_ITERATIONS = 40
 
 
 def features(
@@ -73,18 +73,6 @@ def features(
         ]
     usable = observed[origins] & observed[origins + horizon]
     return np.stack(columns, axis=-1), values[origins + horizon], usable, last
-
-
-def least_absolute(x: FloatArray, y: FloatArray) -> FloatArray:
-    """Weights minimising Σ|x·w − y| (iteratively reweighted least squares)."""
-    ridge = 1e-6 * np.eye(x.shape[1])
-    weights = np.linalg.lstsq(x, y, rcond=None)[0]
-    floor = 1e-3 * (np.abs(y).mean() + 1e-12)
-    for _ in range(IRLS_ITERATIONS):
-        inverse = 1.0 / np.maximum(np.abs(x @ weights - y), floor)
-        weighted = x * inverse[:, None]
-        weights = np.linalg.solve(weighted.T @ x + ridge, weighted.T @ y)
-    return weights
 
 
 def evaluate(

@@ -1,4 +1,4 @@
-"""Forecasts that need no training (last value, moving average) and a linear model.
+"""Forecasts that need no training (last value, moving average) and two linear models.
 
 All of them see exactly what the neural models see — the windows of
 :mod:`kubesage.core.forecast.windows`, normalised — and return normalised
@@ -14,6 +14,9 @@ from kubesage.core.forecast.windows import Windows
 
 MOVING_AVERAGE_STEPS = 12
 RIDGE_LAMBDA = 1.0
+RECENT_STEPS = 3
+"""The short mean :class:`LeastAbsoluteForecaster` reads beside the last value."""
+IRLS_ITERATIONS = 40
 
 
 def _split(windows: Windows) -> tuple[FloatArray, FloatArray]:
@@ -96,3 +99,69 @@ class LinearForecaster:
             last = windows.last[..., m].reshape(-1, 1)
             out[..., m] = (change + last).reshape(batch, nodes, horizon).transpose(0, 2, 1)
         return out
+
+
+def least_absolute(x: FloatArray, y: FloatArray, weights: FloatArray | None = None) -> FloatArray:
+    """Coefficients minimising ``Σ weights · |x · c − y|`` (iteratively reweighted least
+    squares from the least-squares start; every weight 1 when none are given)."""
+    row_weight = np.ones(y.shape) if weights is None else weights
+    ridge = 1e-6 * np.eye(x.shape[1])
+    coefficients: FloatArray = np.linalg.lstsq(x, y, rcond=None)[0]
+    floor = 1e-3 * (np.abs(y).mean() + 1e-12)
+    for _ in range(IRLS_ITERATIONS):
+        scale = row_weight / np.maximum(np.abs(x @ coefficients - y), floor)
+        weighted = x * scale[:, None]
+        coefficients = np.linalg.solve(weighted.T @ x + ridge, weighted.T @ y)
+    return coefficients
+
+
+class LeastAbsoluteForecaster:
+    """A linear model per metric and horizon, weights shared across entities, fitted for
+    the least absolute error in each series' own units — what WAPE pools.
+
+    Features: the last observed value, the means of the observed values in the last
+    3 and 12 steps (the last value where none), and a bias; all normalised, so one
+    model serves every entity. Each training error counts in its series' units (the
+    normalised error times the series' training scale, ``series_scale``).
+    """
+
+    name = "linear_lad"
+
+    def __init__(self) -> None:
+        self.weights: FloatArray | None = None  # (M, H, 4)
+
+    @staticmethod
+    def _features(windows: Windows) -> FloatArray:
+        """``(B, N, M, 4)``."""
+        values, mask = _split(windows)
+        last = windows.last.astype(np.float64)
+        columns = [last]
+        for steps in (RECENT_STEPS, MOVING_AVERAGE_STEPS):
+            count = mask[:, -steps:].sum(axis=1)
+            total = (values[:, -steps:] * mask[:, -steps:]).sum(axis=1)
+            columns.append(np.divide(total, count, out=last.copy(), where=count > 0))
+        columns.append(np.ones_like(last))
+        return np.stack(columns, axis=-1)
+
+    def fit(self, windows: Windows, series_scale: FloatArray) -> LeastAbsoluteForecaster:
+        """``series_scale (N, M)``: each series' training scale (the normaliser's std)."""
+        features = self._features(windows)
+        _, horizon, nodes, metrics = windows.targets.shape
+        scale = np.broadcast_to(series_scale[None], (features.shape[0], nodes, metrics))
+        weights = np.zeros((metrics, horizon, features.shape[-1]))
+        for m in range(metrics):
+            for h in range(horizon):
+                keep = windows.target_mask[:, h, :, m]
+                weights[m, h] = least_absolute(
+                    features[:, :, m][keep],
+                    windows.targets[:, h, :, m][keep].astype(np.float64),
+                    scale[..., m][keep],
+                )
+        self.weights = weights
+        return self
+
+    def predict(self, windows: Windows) -> FloatArray:
+        if self.weights is None:
+            raise RuntimeError("LeastAbsoluteForecaster.predict before fit")
+        # (B, N, M, F) · (M, H, F) → (B, H, N, M)
+        return np.einsum("bnmf,mhf->bhnm", self._features(windows), self.weights)

@@ -35,7 +35,7 @@ from kubesage.core.forecast.training import (
 from kubesage.core.forecast.windows import Normaliser, Windows, make_windows
 
 NeuralKind = Literal["stgcn", "lstm"]
-BaselineKind = Literal["last_value", "moving_average", "linear"]
+BaselineKind = Literal["last_value", "moving_average", "linear", "linear_lad"]
 ABLATION_SPATIAL: dict[str, Spatial] = {
     "stgcn_temporal": "none",
     "stgcn_no_adaptive": "correlation",
@@ -170,7 +170,7 @@ def _pad_front(panel: MetricPanel, steps: int) -> MetricPanel:
 @dataclass
 class BaselineForecaster(WindowedForecaster):
     kind: BaselineKind = "last_value"
-    _linear: baselines.LinearForecaster | None = None
+    _linear: baselines.LinearForecaster | baselines.LeastAbsoluteForecaster | None = None
 
     @property
     def name(self) -> str:
@@ -180,7 +180,10 @@ class BaselineForecaster(WindowedForecaster):
         windows = self._training_windows(panel, until_step)
         if self.kind == "linear" and windows is not None:
             self._linear = baselines.LinearForecaster().fit(windows)
-        elif self.kind != "linear":
+        elif self.kind == "linear_lad" and windows is not None:
+            assert self.normaliser is not None
+            self._linear = baselines.LeastAbsoluteForecaster().fit(windows, self.normaliser.std)
+        elif self.kind not in ("linear", "linear_lad"):
             self.fallback_reason = ""  # needs no training windows
 
     def _predict_normalised(self, windows: Windows) -> FloatArray:
@@ -306,7 +309,7 @@ def make_forecaster(
             kind=name,  # type: ignore[arg-type]
             config=config or TrainConfig(),
         )
-    if name in ("last_value", "moving_average", "linear"):
+    if name in ("last_value", "moving_average", "linear", "linear_lad"):
         return BaselineForecaster(history=history, horizon=horizon, kind=name)  # type: ignore[arg-type]
     known = ", ".join((*MODEL_NAMES, *ABLATION_NAMES))
     raise InputError(f"unknown model '{name}'; known: {known}")
