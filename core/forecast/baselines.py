@@ -106,12 +106,14 @@ def least_absolute(x: FloatArray, y: FloatArray, weights: FloatArray | None = No
     squares from the least-squares start; every weight 1 when none are given)."""
     row_weight = np.ones(y.shape) if weights is None else weights
     ridge = 1e-6 * np.eye(x.shape[1])
-    coefficients: FloatArray = np.linalg.lstsq(x, y, rcond=None)[0]
+    coefficients = np.asarray(np.linalg.lstsq(x, y, rcond=None)[0], dtype=np.float64)
     floor = 1e-3 * (np.abs(y).mean() + 1e-12)
     for _ in range(IRLS_ITERATIONS):
         scale = row_weight / np.maximum(np.abs(x @ coefficients - y), floor)
         weighted = x * scale[:, None]
-        coefficients = np.linalg.solve(weighted.T @ x + ridge, weighted.T @ y)
+        coefficients = np.asarray(
+            np.linalg.solve(weighted.T @ x + ridge, weighted.T @ y), dtype=np.float64
+        )
     return coefficients
 
 
@@ -164,4 +166,5 @@ class LeastAbsoluteForecaster:
         if self.weights is None:
             raise RuntimeError("LeastAbsoluteForecaster.predict before fit")
         # (B, N, M, F) · (M, H, F) → (B, H, N, M)
-        return np.einsum("bnmf,mhf->bhnm", self._features(windows), self.weights)
+        forecast: FloatArray = np.einsum("bnmf,mhf->bhnm", self._features(windows), self.weights)
+        return forecast
