@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 import orjson
 from _common import format_table, parse_args
+from _extender_client import KeepAlive, binding_args, feasible_nodes_to_find, v1_pod
 from _soak_memory import (
     MARK,
     REPORT,
@@ -88,7 +89,7 @@ from _soak_memory import (
     probe,
     start_tracing,
 )
-from extender import FILL, KeepAlive, binding_args, feasible_nodes_to_find, v1_pod
+from extender import FILL
 
 from kubesage.core.policy.fgd import shape_key
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload

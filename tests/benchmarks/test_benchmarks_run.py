@@ -91,8 +91,10 @@ def check_extender(document: dict[str, Any]) -> None:
         "load_average_1m_at_end",
         "fill",
         "server",
+        "policy",
     )
     assert document["server"] in ("kubesage", "granian")
+    assert document["policy"] == "fgd", "serve's default policy unless --policy is given"
     for modes in document["nodes"].values():
         keys_are(modes, "default", "all")
         each_value_has(
