@@ -11,36 +11,38 @@ the Helm library that helm-python-sdk (module ``helm_python``) binds.
 - The Deployment's arguments parse with ``kubesage serve``'s own option parser, and
   every in-cluster ``serve`` option is reachable from the values.
 - RBAC grants exactly the calls the code makes in that mode.
-- The default values render the objects of the kustomize ``self-signed`` overlay, and
-  ``tls.source=certManager`` those of the ``cert-manager`` overlay (see
-  :func:`normalised` for exactly what is normalised).
+- The default values render the objects of the kustomize overlays
+  (test_helm_matches_kustomize.py); TLS from the bootstrap (test_helm_tls.py).
 - values.schema.json refuses bad values, naming them; Helm's lint passes.
 """
 
 from __future__ import annotations
 
-import base64
-import copy
-import functools
-import importlib
 import itertools
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import jsonschema
-import kubernetes_validate
 import pytest
-import typer
 import yaml
 
 from kubesage.core.k8s.policy_source import default_policy_dir
-from kubesage.core.k8s.tls import TlsBundle, bootstrap, check_bundle
 from kubesage.core.k8s.validation import validate_manifests
 from kubesage.core.policy.registry import policy_names
+from tests.deploy.helm_support import (
+    CHART,
+    CURRENT_KUBERNETES,
+    NAMESPACE,
+    RELEASE,
+    electing,
+    merged,
+    render,
+    serve_command,
+    serve_options,
+)
 from tests.deploy.manifests_support import (
     CLIENT_CALLS,
     CRD_KINDS,
@@ -48,22 +50,14 @@ from tests.deploy.manifests_support import (
     ROOT,
     CustomObject,
     called_client_methods,
-    ci,
     client_calls_by_file,
     find,
     granted,
-    kustomize,
     needed,
     rbac_rows_missing,
     scheduler_configuration,
     validate_custom,
 )
-
-CHART = DEPLOY / "helm" / "kubesage"
-RELEASE = "kubesage"
-NAMESPACE = "kubesage"
-CURRENT_KUBERNETES = kubernetes_validate.latest_version()
-"""The newest schema kubernetes-validate ships: "a current Kubernetes"."""
 
 LEADER_ONLY_CALLS = {
     # Client calls made only by kubesage's own scheduler and its Lease, which serve.py
@@ -88,50 +82,6 @@ NOT_VALUES = {
     "tls_cert": "fixed: the mounted Secret",
     "tls_key": "fixed: the mounted Secret",
 }
-
-
-# --- rendering -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def helm() -> ModuleType:
-    """helm_python, or a failure on CI / a skip elsewhere when its library cannot load."""
-    try:
-        return importlib.import_module("helm_python")
-    except Exception as exc:  # ImportError, or HelmLibraryError: no or a foreign native library
-        message = f"helm_python (package helm-python-sdk) cannot load: {exc}"
-        if ci():
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def render(
-    helm: ModuleType,
-    values: dict[str, Any] | None = None,
-    *,
-    release: str = RELEASE,
-    namespace: str = NAMESPACE,
-) -> list[dict[str, Any]]:
-    """The objects the chart renders for ``values``, as `helm install` would create them."""
-    with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(values or {}, name=release, namespace=namespace)
-    docs: list[dict[str, Any]] = []
-    for path, text in sorted(manifests.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    return docs
-
-
-def merged(helm: ModuleType, values: dict[str, Any]) -> dict[str, Any]:
-    with helm.Chart.load(CHART) as chart:
-        result: dict[str, Any] = chart.merge_values(values)
-        return result
-
-
-def electing(values: dict[str, Any]) -> bool:
-    """Whether the process runs --scheduler-name (its own scheduler and the Lease)."""
-    return bool(values["mode"] != "extender" or values["leaderElection"]["enabled"])
 
 
 MODES = ("extender", "secondary", "both")
@@ -364,24 +314,6 @@ def test_pod_values_reach_the_pod(
     assert "podAntiAffinity" in default_pod["affinity"]
 
 
-@functools.cache
-def serve_command() -> Any:
-    """``kubesage serve`` as a click command (only it: the whole CLI imports much more)."""
-    from kubesage.core.cli.serve import serve
-
-    app = typer.Typer()
-    app.command(name="serve")(serve)
-    return typer.main.get_command(app)
-
-
-def serve_options(args: list[str]) -> dict[str, Any]:
-    """What ``kubesage serve`` parses from ``args`` (its own parser: unknown flags, bad
-    types and out-of-range values fail), defaults included."""
-    assert args[0] == "serve"
-    context = serve_command().make_context("serve", list(args[1:]))
-    return dict(context.params)
-
-
 def test_the_arguments_parse_as_kubesage_serve_options(
     renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
 ) -> None:
@@ -449,45 +381,6 @@ def test_names_follow_the_release(helm: ModuleType) -> None:
     )
 
 
-# --- TLS ------------------------------------------------------------------------------------
-
-
-def tls_bundle(secret: dict[str, Any]) -> TlsBundle:
-    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
-    return TlsBundle(cert_pem=data["tls.crt"], key_pem=data["tls.key"], ca_pem=data["ca.crt"])
-
-
-def test_a_generated_certificate_serves_the_service(helm: ModuleType) -> None:
-    docs = render(helm)
-    secret = find(docs, "Secret", "kubesage-webhook-tls")
-    assert secret["type"] == "kubernetes.io/tls"
-    check_bundle(tls_bundle(secret), dns_name="kubesage.kubesage.svc")
-    (webhook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
-    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
-
-
-def test_a_given_bundle_is_used_as_is(helm: ModuleType) -> None:
-    bundle = bootstrap("kubesage", "kubesage")
-    docs = render(helm, {"tls": {"selfSigned": pem_values(bundle)}})
-    assert tls_bundle(find(docs, "Secret")) == bundle
-    (webhook,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
-    assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == bundle.ca_pem
-
-
-def pem_values(bundle: TlsBundle) -> dict[str, str]:
-    return {
-        "cert": bundle.cert_pem.decode(),
-        "key": bundle.key_pem.decode(),
-        "ca": bundle.ca_pem.decode(),
-    }
-
-
-def test_half_a_bundle_is_refused(helm: ModuleType) -> None:
-    bundle = pem_values(bootstrap("kubesage", "kubesage"))
-    with pytest.raises(helm.HelmError, match=r"tls\.selfSigned: give cert, key and ca together"):
-        render(helm, {"tls": {"selfSigned": {"cert": bundle["cert"]}}})
-
-
 # --- RBAC ---------------------------------------------------------------------------------
 
 
@@ -510,143 +403,6 @@ def test_rbac_grants_exactly_what_the_code_calls_in_each_mode(
 def test_every_rbac_rule_is_justified_in_the_docs(helm: ModuleType) -> None:
     missing = rbac_rows_missing((ROOT / "docs" / "deploy.md").read_text(), granted(render(helm)))
     assert not missing, f"docs/deploy.md has no RBAC row for {missing}"
-
-
-# --- the same objects as the kustomize overlays ----------------------------------------------
-
-HELM_LABELS = frozenset(
-    {
-        "helm.sh/chart",
-        "app.kubernetes.io/managed-by",
-        "app.kubernetes.io/instance",
-        "app.kubernetes.io/version",
-    }
-)
-HELM_ANNOTATIONS = frozenset({"helm.sh/resource-policy"})
-OVERLAY_KINDS = frozenset({"Secret", "Issuer", "Certificate"})
-TLS_PLACEHOLDER = "<tls material>"
-
-
-def _drop_helm_labels(node: Any, *, labels: bool = False) -> Any:
-    """``node`` without :data:`HELM_LABELS` in any label map (``labels``,
-    ``matchLabels``, a Service's ``selector``) at any depth."""
-    if isinstance(node, dict):
-        return {
-            key: _drop_helm_labels(value, labels=key in ("labels", "matchLabels", "selector"))
-            for key, value in node.items()
-            if not (labels and key in HELM_LABELS)
-        }
-    if isinstance(node, list):
-        return [_drop_helm_labels(item) for item in node]
-    return node
-
-
-def normalised(doc: dict[str, Any], *, tls_material: bool = True) -> dict[str, Any]:
-    """``doc`` without what differs only because Helm or kustomize rendered it:
-
-    - Helm's bookkeeping labels (:data:`HELM_LABELS`: chart, managed-by, instance,
-      version) wherever labels are (metadata, pod template, selectors, the
-      anti-affinity term): Helm conventions, and `instance` keeps two releases' pods
-      apart, which a kustomize tree has no notion of;
-    - the annotation ``helm.sh/resource-policy: keep`` (Namespace, CRD): tells Helm not
-      to delete them on uninstall, not an API field;
-    - labels of the objects the overlays add (:data:`OVERLAY_KINDS`: the TLS Secret,
-      cert-manager's Issuers and Certificates): the base's ``labels:`` transformer does
-      not reach an overlay's generated or listed resources, so kustomize leaves them
-      unlabelled while the chart labels every object;
-    - the KubeSchedulerConfiguration text: compared parsed (comments and layout aside);
-    - the container's ``args``: compared as the options ``kubesage serve`` parses from
-      them, so passing a default explicitly (the chart's ``--policy=fgd``,
-      ``--log-level=info``) equals leaving it out;
-    - TLS material (Secret data, caBundle) is compared decoded, since kustomize wraps
-      base64 lines; with ``tls_material`` not at all: a generated CA and key are random
-      per render (the TLS tests check that they are consistent and serve the Service).
-    """
-    doc = _drop_helm_labels(copy.deepcopy(doc))
-    metadata = doc["metadata"]
-    annotations = {
-        k: v for k, v in metadata.pop("annotations", {}).items() if k not in HELM_ANNOTATIONS
-    }
-    if annotations:
-        metadata["annotations"] = annotations
-    if doc["kind"] in OVERLAY_KINDS:
-        metadata.pop("labels", None)
-    if not metadata.get("labels", True):
-        metadata.pop("labels")
-    if doc["kind"] == "ConfigMap":
-        doc["data"] = {k: yaml.safe_load(v) for k, v in doc["data"].items()}
-    if doc["kind"] == "Deployment":
-        for c in doc["spec"]["template"]["spec"]["containers"]:
-            c["args"] = serve_options(c["args"])
-    if doc["kind"] == "Secret":
-        doc["data"] = {k: tls_bytes(v, tls_material) for k, v in doc["data"].items()}
-    if doc["kind"] == "MutatingWebhookConfiguration":
-        for webhook in doc["webhooks"]:
-            client = webhook["clientConfig"]
-            if "caBundle" in client:
-                client["caBundle"] = tls_bytes(client["caBundle"], tls_material)
-    return doc
-
-
-def tls_bytes(encoded: str, placeholder: bool) -> str | bytes:
-    """Base64 TLS material as its bytes (kustomize wraps the base64 text, Helm does not),
-    or the placeholder."""
-    return TLS_PLACEHOLDER if placeholder else base64.b64decode("".join(encoded.split()))
-
-
-def by_name(docs: list[dict[str, Any]], **options: bool) -> dict[tuple[str, str], Any]:
-    return {(d["kind"], d["metadata"]["name"]): normalised(d, **options) for d in docs}
-
-
-def assert_same_objects(
-    helm_docs: list[dict[str, Any]], kustomize_docs: list[dict[str, Any]], **options: bool
-) -> None:
-    chart, overlay = by_name(helm_docs, **options), by_name(kustomize_docs, **options)
-    assert sorted(chart) == sorted(overlay)
-    for key, expected in overlay.items():
-        assert chart[key] == expected, key
-
-
-@pytest.fixture(scope="module")
-def self_signed_overlay(tmp_path_factory: pytest.TempPathFactory) -> tuple[TlsBundle, Path]:
-    """A copy of deploy/ whose self-signed overlay holds a fresh bootstrap."""
-    root = tmp_path_factory.mktemp("deploy")
-    shutil.copytree(DEPLOY, root / "deploy", ignore=shutil.ignore_patterns("helm"))
-    bundle = bootstrap("kubesage", "kubesage")
-    bundle.write(root / "deploy/overlays/self-signed/tls")
-    return bundle, root / "deploy/overlays/self-signed"
-
-
-def test_default_values_render_the_self_signed_overlay(
-    helm: ModuleType, self_signed_overlay: tuple[TlsBundle, Path]
-) -> None:
-    _, overlay = self_signed_overlay
-    assert_same_objects(render(helm), kustomize(overlay))
-
-
-def test_the_same_bundle_renders_the_same_tls_objects_byte_for_byte(
-    helm: ModuleType, self_signed_overlay: tuple[TlsBundle, Path]
-) -> None:
-    bundle, overlay = self_signed_overlay
-    docs = render(helm, {"tls": {"selfSigned": pem_values(bundle)}})
-    assert_same_objects(docs, kustomize(overlay), tls_material=False)
-
-
-def test_cert_manager_values_render_the_cert_manager_overlay(helm: ModuleType) -> None:
-    assert_same_objects(
-        render(helm, {"tls": {"source": "certManager"}}),
-        kustomize(DEPLOY / "overlays" / "cert-manager"),
-    )
-
-
-def test_normalising_keeps_real_differences(
-    helm: ModuleType, self_signed_overlay: tuple[TlsBundle, Path]
-) -> None:
-    _, overlay = self_signed_overlay
-    kustomized = kustomize(overlay)
-    for values in ({"replicas": 3}, {"policy": "bestfit"}, {"webhook": {"timeoutSeconds": 3}}):
-        with pytest.raises(AssertionError):
-            assert_same_objects(render(helm, values), kustomized)
 
 
 # --- the schema and lint ------------------------------------------------------------------
