@@ -1,0 +1,230 @@
+"""The autoscaler's collector and loop over recorded Flink REST replies: rates from
+counters, NaN metrics, forecasts feeding source demand, malformed replies that must
+never end the loop."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+import httpx
+import numpy as np
+import pytest
+
+from kubesage.adapters.flink.autoscale_loop import run_autoscaler
+from kubesage.adapters.flink.autoscaler import (
+    Autoscaler,
+    AutoscalerSettings,
+    ScalingDecision,
+    decide,
+)
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.collector import ObservationCollector
+from kubesage.adapters.flink.errors import FlinkNotFound
+from kubesage.adapters.flink.observation import Observation
+from kubesage.core.forecast.forecaster import BaselineForecaster
+
+from .autoscaler_support import (
+    SETTINGS,
+    SLOW,
+    SOURCE,
+    observe,
+    pipeline,
+)
+from .conftest import recorded
+
+
+def scaled(name: str, factor: float) -> dict[str, object]:
+    """A recorded metrics reply with every aggregate multiplied by ``factor``."""
+    entry = recorded(name)
+    body = [
+        {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}} for m in entry["body"]
+    ]
+    return {**entry, "body": body}
+
+
+def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkClient]) -> None:
+    job = recorded("job_running")["body"]
+    jid = job["jid"]
+    source, slow, sink = (v["id"] for v in job["vertices"])
+    base = f"/jobs/{jid}/vertices"
+
+    clock = iter([1000.0, 1010.0])
+    client = replay_client(
+        "job_running",
+        "overview",
+        **{
+            f"GET {base}/{source}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_source"),
+                scaled("metrics_source", 1.5),
+            ],
+            f"GET {base}/{slow}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_slow"),
+                scaled("metrics_slow", 1.5),
+            ],
+            f"GET {base}/{sink}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_sink"),
+                scaled("metrics_sink", 1.5),
+            ],
+        },
+    )
+    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    first = collector.collect()
+    assert first.window_s == 0.0
+    second = collector.collect()
+    assert second.window_s == pytest.approx(10.0)
+    slow_values = {m["id"]: m for m in recorded("metrics_slow")["body"]}
+    observed = next(v for v in second.vertices if v.vertex_id == slow)
+    assert observed.records_in_per_s == pytest.approx(slow_values["numRecordsIn"]["sum"] * 0.5 / 10)
+    assert observed.inputs == (source,)
+    source_view = next(v for v in second.vertices if v.vertex_id == source)
+    assert source_view.pending_records is not None and source_view.pending_growth_per_s is not None
+
+
+def test_a_source_reporting_nan_busy_time_still_lets_the_job_decide(
+    replay_client: Callable[..., FlinkClient],
+) -> None:
+    """Flink answers "NaN" for what a source does not measure; the first query after a
+    (re)start may lack a vertex entirely. Neither stops the other vertices' rates."""
+    job = recorded("job_running")["body"]
+    jid = job["jid"]
+    source, slow, sink = (v["id"] for v in job["vertices"])
+    base = f"/jobs/{jid}/vertices"
+    unmeasured = {"accumulateBusyTimeMs", "busyTimeMsPerSecond", "pace.pendingRecords"}
+
+    def source_reply(factor: float) -> dict[str, object]:
+        entry = recorded("metrics_source")
+        body = [
+            {**m, **{k: "NaN" for k in ("min", "max", "avg", "sum")}}
+            if m["id"] in unmeasured
+            else {**m, **{k: m[k] * factor for k in ("min", "max", "avg", "sum")}}
+            for m in entry["body"]
+        ]
+        return {**entry, "body": body}
+
+    filling = recorded("metrics_slow")
+    filling = {**filling, "body": [m for m in filling["body"] if m["id"].endswith("PerSecond")]}
+    clock = iter([1000.0, 1010.0, 1020.0])
+    client = replay_client(
+        "job_running",
+        "overview",
+        **{
+            f"GET {base}/{source}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                source_reply(1.0),
+                source_reply(1.5),
+                source_reply(2.0),
+            ],
+            f"GET {base}/{slow}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                filling,  # the metric store has no counters for this vertex yet
+                scaled("metrics_slow", 1.5),
+                scaled("metrics_slow", 2.0),
+            ],
+            f"GET {base}/{sink}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded("metrics_sink"),
+                scaled("metrics_sink", 1.5),
+                scaled("metrics_sink", 2.0),
+            ],
+        },
+    )
+    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    collector.collect()
+    collector.collect()
+    third = collector.collect()
+    source_view = next(v for v in third.vertices if v.vertex_id == source)
+    assert source_view.busy_ms_per_s is None and source_view.records_out_per_s is not None
+    slow_values = {m["id"]: m for m in recorded("metrics_slow")["body"]}
+    slow_view = next(v for v in third.vertices if v.vertex_id == slow)
+    # measured from the oldest sample that has the slow vertex's counters (t = 1010)
+    assert slow_view.records_in_per_s == pytest.approx(
+        slow_values["numRecordsIn"]["sum"] * 0.5 / 10
+    )
+    decision, _ = decide(
+        replace(third, running_since_s=0.0), settings=AutoscalerSettings(settle_s=0.0)
+    )
+    assert decision.action != "skip"
+    source_decision = next(v for v in decision.vertices if v.vertex_id == source)
+    assert "busy time (busyTimeMsPerSecond) not reported: source held" in source_decision.reasons
+
+
+def test_forecaster_feeds_source_demand() -> None:
+    observed = ObservationCollector(
+        FlinkClient("http://unused.test"), "job", forecaster=BaselineForecaster(kind="linear")
+    )
+    predictions = [observed._forecast("src", rate) for rate in np.linspace(10.0, 40.0, 40)]
+    assert predictions[0] is None
+    assert predictions[-1] is not None and predictions[-1] > 40.0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        httpx.Response(200, content=b"{not json"),
+        httpx.Response(200, json={"jid": "x"}),
+        httpx.Response(404, json=recorded("job_not_found")["body"]),
+        httpx.Response(503, json={"errors": ["leader changing"]}),
+    ],
+    ids=["bad-json", "missing-fields", "unknown-job", "unavailable"],
+)
+def test_loop_survives_malformed_replies(reply: httpx.Response) -> None:
+    client = FlinkClient(
+        "http://flink.test",
+        transport=httpx.MockTransport(lambda request: reply),
+        attempts=2,
+        backoff_s=0.0,
+    )
+    decisions: list[ScalingDecision] = []
+    stats = run_autoscaler(
+        client,
+        "0123456789abcdef0123456789abcdef",
+        dry_run=True,
+        on_decision=lambda decision, outcome: decisions.append(decision),
+        stop=threading.Event(),
+        interval_s=0.0,
+        max_ticks=3,
+    )
+    assert stats.ticks == 3 and stats.errors == 3 and decisions == []
+    assert stats.last_error
+
+
+def test_vertex_lookup_by_name_or_id() -> None:
+    observation = observe(pipeline())
+    assert observation.vertex("slow") is observation.vertex(SLOW)
+    assert observation.vertex("Source").vertex_id == SOURCE
+    with pytest.raises(FlinkNotFound, match="job job has no vertex 'nope'"):
+        observation.vertex("nope")
+
+
+def test_drained_needs_a_small_backlog_no_backpressure_and_a_full_window() -> None:
+    def source_state(pending: float | None, backpressured: float | None) -> Observation:
+        vertices = pipeline(slow_parallelism=3, pending=pending)
+        source = replace(vertices[0], backpressured_ms_per_s=backpressured)
+        return observe((source, *vertices[1:]))
+
+    assert source_state(10.0, 50.0).drained("Source", max_pending_records=80.0)
+    assert not source_state(500.0, 50.0).drained("Source", max_pending_records=80.0)
+    assert not source_state(10.0, 600.0).drained("Source", max_pending_records=80.0)
+    assert not source_state(None, 50.0).drained("Source", max_pending_records=80.0)
+    short = replace(source_state(10.0, 50.0), window_s=5.0)
+    assert not short.drained("Source", max_pending_records=80.0)
+
+
+def test_a_forecast_below_the_measured_rate_scales_down_only_while_the_source_keeps_up() -> None:
+    # 60 rec/s measured on 5 subtasks, the forecast says 20: the load is falling.
+    falling = pipeline(rate=60.0, slow_parallelism=5, pending=0.0, forecast=20.0)
+    settings = replace(SETTINGS, scale_down_delay_s=0.0)
+    decision = Autoscaler(settings).decide(observe(falling))
+    assert decision.changes == {SLOW: 2}  # ceil(20 / 20 / 0.8), not the measured 4
+    # A backlog building (the forecast is wrong), or none measured: the measured rate stands.
+    for vertices in (
+        pipeline(rate=60.0, slow_parallelism=2, pending=500.0, forecast=20.0),
+        pipeline(rate=60.0, slow_parallelism=5, pending=None, forecast=20.0),
+    ):
+        decision = Autoscaler(settings).decide(observe(vertices))
+        assert decision.changes.get(SLOW, 0) >= 4, decision.reasons
