@@ -6,182 +6,36 @@ implementation), so the tests check what the API server would really store.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import pytest
-import yaml
 
 from kubesage.core.k8s.policy_source import (
-    ApiPolicySource,
     FilePolicySource,
-    PolicySource,
     PolicySourceError,
     default_policy_dir,
 )
-from kubesage.core.k8s.scheduling_policy import SchedulingPolicy, parse_policy
+from kubesage.core.k8s.scheduling_policy import SchedulingPolicy
 from kubesage.core.k8s.webhook import (
     APPLIED_ANNOTATION,
     AdmissionWebhook,
     json_patch,
     pointer_token,
 )
-from kubesage.core.observability import metrics
-
-
-def pod_object(
-    labels: dict[str, str] | None = None,
-    *,
-    annotations: dict[str, str] | None = None,
-    gpus: str | None = None,
-) -> dict[str, Any]:
-    """A pod as the API server has it at mutating admission: decoded and defaulted."""
-    resources: dict[str, Any] = {"requests": {"cpu": "4", "memory": "16Gi"}}
-    if gpus is not None:
-        resources["limits"] = {"nvidia.com/gpu": gpus}
-        resources["requests"]["nvidia.com/gpu"] = gpus
-    metadata: dict[str, Any] = {
-        "generateName": "trainer-",
-        "namespace": "ml",
-        "labels": labels or {},
-        "ownerReferences": [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": "trainer",
-                "uid": "0c4b2f31-7d0a-4e53-9f0e-3e1c2a6f9a10",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
-    }
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "trainer:1.0",
-                    "resources": resources,
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                    "imagePullPolicy": "IfNotPresent",
-                }
-            ],
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 30,
-            "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default",
-            "securityContext": {},
-            "schedulerName": "default-scheduler",
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                }
-            ],
-            "priority": 0,
-            "enableServiceLinks": True,
-            "preemptionPolicy": "PreemptLowerPriority",
-        },
-        "status": {},
-    }
-
-
-def review(
-    obj: dict[str, Any] | None,
-    *,
-    operation: str = "CREATE",
-    resource: str = "pods",
-    sub_resource: str | None = None,
-    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
-) -> dict[str, Any]:
-    """An AdmissionReview v1 request in the shape kube-apiserver sends."""
-    request: dict[str, Any] = {
-        "uid": uid,
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": resource},
-        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-        "requestResource": {"group": "", "version": "v1", "resource": resource},
-        "namespace": "ml",
-        "operation": operation,
-        "userInfo": {
-            "username": "system:serviceaccount:kube-system:job-controller",
-            "uid": "b3d5b1f4-3c2e-4f57-9a1c-0a3a6e1b2c3d",
-            "groups": ["system:serviceaccounts", "system:authenticated"],
-        },
-        "object": obj,
-        "oldObject": None,
-        "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-    }
-    if sub_resource:
-        request["subResource"] = sub_resource
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-
-
-def policy(name: str, spec: dict[str, Any]) -> SchedulingPolicy:
-    return parse_policy(
-        {
-            "apiVersion": "kubesage.io/v1alpha1",
-            "kind": "SchedulingPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-    )
-
-
-class StaticSource:
-    """A PolicySource holding a fixed list (the webhook's unit under test is not the source)."""
-
-    def __init__(self, *policies: SchedulingPolicy) -> None:
-        self._policies = list(policies)
-
-    def policies(self) -> list[SchedulingPolicy]:
-        return list(self._policies)
-
-
-def webhook_for(source: PolicySource) -> AdmissionWebhook:
-    """A webhook whose budget a loaded test machine cannot exhaust (one test checks the budget)."""
-    return AdmissionWebhook(source, budget_s=30.0)
-
-
-def call(
-    webhook: AdmissionWebhook, body: dict[str, Any]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """POST ``body``; the response object and its decoded patch ([] when none)."""
-    status, answer = webhook.handle(json.dumps(body).encode())
-    assert status == 200, answer
-    assert answer["apiVersion"] == "admission.k8s.io/v1"
-    assert answer["kind"] == "AdmissionReview"
-    response = answer["response"]
-    assert response["uid"] == body["request"]["uid"]
-    assert response["allowed"] is True
-    if "patch" not in response:
-        assert "patchType" not in response
-        return response, []
-    assert response["patchType"] == "JSONPatch"
-    return response, json.loads(base64.b64decode(response["patch"]))
-
-
-def admit(webhook: AdmissionWebhook, obj: dict[str, Any]) -> dict[str, Any]:
-    """The pod as stored after the webhook's patch; asserts a second pass changes nothing."""
-    _, patch = call(webhook, review(obj))
-    after = jsonpatch.apply_patch(obj, patch)
-    _, again = call(webhook, review(after))
-    assert again == [], f"not idempotent: {again}"
-    return after
+from tests.core.k8s.webhook_support import (
+    StaticSource,
+    admit,
+    call,
+    fallbacks,
+    pod_object,
+    policy,
+    review,
+    webhook_for,
+)
 
 
 @pytest.fixture
@@ -467,11 +321,6 @@ class StuckSource:
         return []
 
 
-def fallbacks(component: str, reason: str) -> float:
-    labels = {"component": component, "reason": reason}
-    return metrics.REGISTRY.get_sample_value("kubesage_fallbacks_total", labels) or 0.0
-
-
 def test_a_failing_source_allows_the_pod_unchanged_with_a_warning() -> None:
     webhook = webhook_for(BrokenSource())
     counted = fallbacks("webhook", "error")
@@ -544,99 +393,4 @@ def test_a_broken_request_field_is_named_in_the_400(change: Any, field: str) -> 
     status, answer = webhook.handle(json.dumps(body).encode())
     assert status == 400
     assert answer["error"].startswith(field)
-    webhook.close()
-
-
-# --- policy sources -------------------------------------------------------------------------
-
-
-def _write_policy(path: Path, name: str, scheduler: str) -> None:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kubesage.io/v1alpha1",
-                "kind": "SchedulingPolicy",
-                "metadata": {"name": name},
-                "spec": {"podSelector": {}, "inject": {"schedulerName": scheduler}},
-            }
-        )
-    )
-
-
-def test_file_source_reloads_and_keeps_the_last_good_policies_on_a_bad_edit(
-    tmp_path: Path,
-) -> None:
-    _write_policy(tmp_path / "a.yaml", "a", "one")
-    source = FilePolicySource(tmp_path)
-    assert [p.spec.inject.scheduler_name for p in source.policies()] == ["one"]
-    _write_policy(tmp_path / "a.yaml", "a", "two-longer-name")
-    assert [p.spec.inject.scheduler_name for p in source.policies()] == ["two-longer-name"]
-    (tmp_path / "a.yaml").write_text("kind: SchedulingPolicy\nspec: {}\n")
-    assert [p.spec.inject.scheduler_name for p in source.policies()] == ["two-longer-name"]
-    assert source.stale and source.failures == 1
-    assert "apiVersion" in (source.last_error or "")
-    (tmp_path / "a.yaml").unlink()
-    assert source.policies() == [] and not source.stale
-
-
-def test_file_source_refuses_to_start_on_a_bad_policy(tmp_path: Path) -> None:
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"apiVersion": "kubesage.io/v1alpha1"}))
-    with pytest.raises(Exception, match=r"bad\.yaml.*kind"):
-        FilePolicySource(tmp_path)
-
-
-@pytest.fixture
-def fake_api() -> Any:
-    from tests.fakes.apiserver import FakeApiServer
-
-    with FakeApiServer() as fake:
-        yield fake
-
-
-def _api_client(fake: Any) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(config_file=str(fake.kubeconfig))
-
-
-def test_api_source_lists_policies_and_serves_the_last_good_list_when_the_api_fails(
-    fake_api: Any,
-) -> None:
-    from tests.fakes.apiserver import SCHEDULING_POLICIES
-
-    for path in sorted(default_policy_dir().glob("*.yaml")):
-        fake_api.add_custom(SCHEDULING_POLICIES, yaml.safe_load(path.read_text()))
-    invalid = yaml.safe_load((default_policy_dir() / "spark.yaml").read_text())
-    invalid["metadata"]["name"] = "broken"
-    invalid["spec"]["inject"]["spark"]["locality"] = "continent"
-    fake_api.add_custom(SCHEDULING_POLICIES, invalid)
-    now = [0.0]
-    source = ApiPolicySource(_api_client(fake_api), refresh_s=10.0, clock=lambda: now[0])
-    names = sorted(p.name for p in source.policies())
-    assert names == ["flink-streaming", "gpu-training", "spark-rack-locality"]
-    assert source.invalid == 1
-    calls = len(fake_api.requests_to("GET", "schedulingpolicies"))
-    source.policies()  # within refresh_s: cached
-    assert len(fake_api.requests_to("GET", "schedulingpolicies")) == calls
-    now[0] = 11.0
-    fake_api.fail("GET", "schedulingpolicies", 503, times=1)
-    counted = fallbacks("policy_source", "api_error")
-    assert sorted(p.name for p in source.policies()) == names
-    assert source.stale and source.failures == 1
-    assert fallbacks("policy_source", "api_error") == counted + 1
-    now[0] = 22.0
-    assert sorted(p.name for p in source.policies()) == names
-    assert not source.stale
-
-
-def test_api_source_without_any_good_list_raises_and_the_webhook_still_allows(
-    fake_api: Any,
-) -> None:
-    fake_api.fail("GET", "schedulingpolicies", 500, times=5)
-    source = ApiPolicySource(_api_client(fake_api))
-    with pytest.raises(PolicySourceError, match=r"schedulingpolicies\.kubesage\.io"):
-        source.policies()
-    webhook = webhook_for(ApiPolicySource(_api_client(fake_api)))
-    response, patch = call(webhook, review(pod_object()))
-    assert patch == [] and response["warnings"]
     webhook.close()
