@@ -10,7 +10,7 @@ Each cycle (on every cluster change, at least every ``interval_s``):
 3. otherwise, under the state lock, all its pending members are placed on a copy of
    the state with the core policy, honouring each pod's ``nodeSelector``, required
    node affinity and taint tolerations (and ``spec.unschedulable``) as kube-scheduler
-   does; if that fails and more members are pending than needed, just the
+   does (:mod:`kubesage.core.k8s.node_eligibility`); if that fails and more members are pending than needed, just the
    ``min-available`` first ones are tried. All placed: every member is *assumed* in
    the live state, its ResourceClaims (if any) allocated to the chosen devices and
    reserved for it (:class:`~kubesage.core.k8s.dra_binding.ClaimAllocator`), then bound
@@ -30,7 +30,6 @@ Spark executors ``spark-placement`` keeps near their input) is left to the loop.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -40,10 +39,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import urllib3
 
-from kubesage.core.arrays import BoolArray
 from kubesage.core.errors import CapacityError, DependencyError, InputError
 from kubesage.core.k8s import apiclient as k8s_client
 from kubesage.core.k8s.apiclient import ApiException
@@ -53,6 +50,7 @@ from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, place_all
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
+from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.translate import TranslateError
 from kubesage.core.observability import metrics
 from kubesage.core.policy.base import Policy
@@ -61,8 +59,6 @@ from kubesage.core.types import Placement, PodRequest
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
 @dataclass
@@ -130,7 +126,7 @@ class SecondaryScheduler:
         self._defer = defer
         self._waits: dict[str, _Wait] = {}
         self._reported_bad: dict[str, str] = {}
-        self._masks: _EligibilityCache | None = None
+        self._masks: EligibilityCache | None = None
         self.cycles = 0
         self.binds = 0
         self.bind_failures = 0
@@ -269,7 +265,7 @@ class SecondaryScheduler:
         with self.sync.locked() as (state, node_names):
             masks = self._masks
             if masks is None or masks.node_names is not node_names:
-                masks = self._masks = _EligibilityCache(self.sync.nodes(), node_names)
+                masks = self._masks = EligibilityCache(self.sync.nodes(), node_names)
             attempts = [list(members)]
             if need < len(members):
                 attempts.append(list(members[:need]))
@@ -395,106 +391,3 @@ class SecondaryScheduler:
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             self.event_failures += 1
             log.warning("posting event %s for %s failed: %s", reason, _name(pod), exc)
-
-
-# -- node filters (kube-scheduler's NodeUnschedulable, TaintToleration, NodeAffinity) -------
-
-
-def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or "Equal"
-        if operator == "Exists":
-            if not key or key == taint.get("key"):
-                return True
-        elif key == taint.get("key") and (toleration.get("value") or "") == (
-            taint.get("value") or ""
-        ):
-            return True
-    return False
-
-
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = expression.get("key") or ""
-    operator = expression.get("operator")
-    values = [str(v) for v in expression.get("values") or []]
-    present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            label, bound = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return label > bound if operator == "Gt" else label < bound
-    return False
-
-
-def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """kube-scheduler's node filters that the core's resource model does not cover."""
-    spec = pod.get("spec") or {}
-    node_spec = node.get("spec") or {}
-    metadata = node.get("metadata") or {}
-    labels: Mapping[str, str] = metadata.get("labels") or {}
-    tolerations: Sequence[Mapping[str, Any]] = spec.get("tolerations") or []
-    if node_spec.get("unschedulable") and not _tolerates(
-        tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
-    ):
-        return False
-    for taint in node_spec.get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
-            tolerations, taint
-        ):
-            return False
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    required = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        or {}
-    ).get("nodeSelectorTerms")
-    if required:
-        fields = {"metadata.name": str(metadata.get("name") or "")}
-        return any(
-            all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
-            and all(_expression_matches(e, fields) for e in term.get("matchFields") or [])
-            and (term.get("matchExpressions") or term.get("matchFields"))
-            for term in required
-        )
-    return True
-
-
-class _EligibilityCache:
-    """Per-cycle masks of the nodes each pod may use, shared by pods with equal constraints."""
-
-    def __init__(self, nodes: Mapping[str, Obj], node_names: Sequence[str]) -> None:
-        self.node_names = node_names
-        """The state's node list these masks index (a rebuild makes a new list)."""
-        self._nodes = [nodes.get(name) or {} for name in node_names]
-        self._masks: dict[str, BoolArray | None] = {}
-
-    def eligible(self, pod: Mapping[str, Any]) -> BoolArray | None:
-        spec = pod.get("spec") or {}
-        signature = json.dumps(
-            [
-                spec.get("nodeSelector"),
-                (spec.get("affinity") or {}).get("nodeAffinity"),
-                spec.get("tolerations"),
-            ],
-            sort_keys=True,
-        )
-        if signature not in self._masks:
-            mask = np.array([node_fits_pod(pod, node) for node in self._nodes], dtype=bool)
-            self._masks[signature] = None if bool(mask.all()) else mask
-        return self._masks[signature]

@@ -12,7 +12,8 @@ from kubesage.core.k8s.apiclient import load_api_client
 from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, Binder
 from kubesage.core.k8s.informer import ClusterSync
 from kubesage.core.k8s.leader import LeaderElector
-from kubesage.core.k8s.secondary import SecondaryScheduler, node_fits_pod
+from kubesage.core.k8s.node_eligibility import node_fits_pod
+from kubesage.core.k8s.secondary import SecondaryScheduler
 from kubesage.core.observability import metrics
 from kubesage.core.policy import PolicyContext, make_policy
 from tests.core.k8s import v1_container, v1_node, v1_pod

@@ -1,0 +1,114 @@
+"""Which nodes a pod may use beyond its resources: kube-scheduler's NodeUnschedulable,
+TaintToleration and NodeAffinity filters (nodeSelector, required node affinity with
+matchExpressions and matchFields), as the secondary scheduler applies them before
+placing a pod on the core's resource model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kubesage.core.arrays import BoolArray
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key") or ""
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+def expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key = expression.get("key") or ""
+    operator = expression.get("operator")
+    values = [str(v) for v in expression.get("values") or []]
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            label, bound = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return label > bound if operator == "Gt" else label < bound
+    return False
+
+
+def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """kube-scheduler's node filters that the core's resource model does not cover."""
+    spec = pod.get("spec") or {}
+    node_spec = node.get("spec") or {}
+    metadata = node.get("metadata") or {}
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    tolerations: Sequence[Mapping[str, Any]] = spec.get("tolerations") or []
+    if node_spec.get("unschedulable") and not tolerates(
+        tolerations, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    ):
+        return False
+    for taint in node_spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return False
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms")
+    if required:
+        fields = {"metadata.name": str(metadata.get("name") or "")}
+        return any(
+            all(expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+            and all(expression_matches(e, fields) for e in term.get("matchFields") or [])
+            and (term.get("matchExpressions") or term.get("matchFields"))
+            for term in required
+        )
+    return True
+
+
+class EligibilityCache:
+    """Per-cycle masks of the nodes each pod may use, shared by pods with equal constraints."""
+
+    def __init__(self, nodes: Mapping[str, Mapping[str, Any]], node_names: Sequence[str]) -> None:
+        self.node_names = node_names
+        """The state's node list these masks index (a rebuild makes a new list)."""
+        self._nodes = [nodes.get(name) or {} for name in node_names]
+        self._masks: dict[str, BoolArray | None] = {}
+
+    def eligible(self, pod: Mapping[str, Any]) -> BoolArray | None:
+        spec = pod.get("spec") or {}
+        signature = json.dumps(
+            [
+                spec.get("nodeSelector"),
+                (spec.get("affinity") or {}).get("nodeAffinity"),
+                spec.get("tolerations"),
+            ],
+            sort_keys=True,
+        )
+        if signature not in self._masks:
+            mask = np.array([node_fits_pod(pod, node) for node in self._nodes], dtype=bool)
+            self._masks[signature] = None if bool(mask.all()) else mask
+        return self._masks[signature]
