@@ -138,10 +138,20 @@ def _print(
             f"{settings.hours:g} h (means over seeds)"
         )
     )
-    table.add_column("variant")
-    for figure in FIGURES:
-        table.add_column(FIGURE_LABELS[figure], justify="right")
-    for name, variant_runs in runs.items():
-        means = mean_figures(variant_runs)
-        table.add_row(name, *(f"{means[figure]:.1f}" for figure in FIGURES))
+    rows = [
+        [name, *(f"{mean_figures(variant_runs)[figure]:.1f}" for figure in FIGURES)]
+        for name, variant_runs in runs.items()
+    ]
+    # On a narrow terminal the headings wrap; a variant's name and a figure never shrink
+    # (rich would cut them to "kube…" and "249…").
+    columns = range(len(FIGURES) + 1)
+    widths = [max((len(row[column]) for row in rows), default=1) for column in columns]
+    table.add_column("variant", no_wrap=True, min_width=widths[0])
+    for column, figure in enumerate(FIGURES, start=1):
+        table.add_column(FIGURE_LABELS[figure], justify="right", min_width=widths[column])
+    for row in rows:
+        table.add_row(*row)
+    if not console.is_terminal:  # a file or a pipe: no reason to fold at rich's 80 columns
+        natural = console.measure(table, options=console.options.update_width(10_000))
+        console = Console(width=max(console.width, natural.maximum))
     console.print(table)

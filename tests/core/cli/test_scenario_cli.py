@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from kubesage.core.scenario.result import FIGURES, VARIANTS
+from kubesage.core.scenario.result import FIGURE_LABELS, FIGURES, VARIANTS
 from tests.core.cli.test_simulate_cli import kubesage as run_kubesage
 
 TINY = ("--gpu-nodes", "4", "--hours", "0.5", "--seeds", "1,2", "--jobs", "1")
@@ -38,14 +38,21 @@ def test_json_is_one_object_with_every_variant_and_figure(tmp_path: Path) -> Non
 
 
 def test_a_subset_of_variants_and_the_table(tmp_path: Path) -> None:
-    run = kubesage(
-        "simulate", "--scenario", "mixed", *TINY, "--variants", "fgd,kubesage",
-        "--no-report", cwd=tmp_path,
+    """Piped (as ``make run`` into a log) with an 80-column COLUMNS, the table is still
+    whole: rich would otherwise cut names, figures and headings to fit 80 columns."""
+    run = run_kubesage(
+        "simulate", "--scenario", "mixed", *TINY, "--variants", "fgd,kubesage-no-defrag",
+        "--no-report", cwd=tmp_path, env={"COLUMNS": "80"},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    rows = [line.split("│")[1].strip() for line in run.stdout.splitlines() if "│" in line]
-    assert {"fgd", "kubesage"} <= set(rows)
+    lines = [line for line in run.stdout.splitlines() if "│" in line]
+    rows = [line.split("│")[1].strip() for line in lines]
+    assert {"fgd", "kubesage-no-defrag"} <= set(rows)
     assert "k8s-default" not in rows  # run for the gain, not shown
+    assert "…" not in run.stdout
+    heading = next(line for line in run.stdout.splitlines() if "variant" in line)
+    assert all(FIGURE_LABELS[figure] in heading for figure in FIGURES)
+    assert all(len(line.split("│")) == len(FIGURES) + 3 for line in lines)  # every cell
 
 
 def test_bad_scenario_options_are_clear_errors(tmp_path: Path) -> None:
