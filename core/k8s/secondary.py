@@ -10,10 +10,11 @@ Each cycle (on every cluster change, at least every ``interval_s``):
 3. otherwise, under the state lock, all its pending members are placed on a copy of
    the state with the core policy, honouring each pod's ``nodeSelector``, required
    node affinity and taint tolerations (and ``spec.unschedulable``) as kube-scheduler
-   does (:mod:`kubesage.core.k8s.node_eligibility`); if that fails and more members are pending than needed, just the
-   ``min-available`` first ones are tried. All placed: every member is *assumed* in
-   the live state, its ResourceClaims (if any) allocated to the chosen devices and
-   reserved for it (:class:`~kubesage.core.k8s.dra_binding.ClaimAllocator`), then bound
+   does (:mod:`kubesage.core.k8s.node_eligibility`); if that fails and more members
+   are pending than needed, just the ``min-available`` first ones are tried. All
+   placed: every member is *assumed* in the live state, its ResourceClaims (if any)
+   allocated to the chosen devices and reserved for it
+   (:class:`~kubesage.core.k8s.dra_binding.ClaimAllocator`), then bound
    (:class:`~kubesage.core.k8s.binder.Binder`), with a ``Scheduled`` event. None
    placed: one ``FailedScheduling`` event per waiting time and a retry at the next cycle;
 4. a bind that fails un-assumes that member and reports it; members already bound stay
