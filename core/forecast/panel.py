@@ -91,6 +91,13 @@ def metric_name(path: Path) -> str:
     return name.removeprefix("pod_").removesuffix("_anon")
 
 
+def metric_files(directory: Path) -> list[Path]:
+    """The metric files in ``directory``: every plain or gzipped CSV, sorted by name."""
+    return sorted(
+        p for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz")) and p.is_file()
+    )
+
+
 def _read_rows(
     path: Path,
 ) -> tuple[list[tuple[str, float, float]], list[tuple[float, float]], bool]:
@@ -155,7 +162,7 @@ def read_panel(
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory}: not a directory")
-    files = sorted(p for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz")))
+    files = metric_files(directory)
     if not files:
         raise InputError(f"{directory}: no .csv or .csv.gz metric files")
     per_metric: dict[str, list[tuple[str, float, float]]] = {}
@@ -219,11 +226,7 @@ def read_entityless(directory: Path | str, panel: MetricPanel, metric: str) -> F
     request rate), summed per step of ``panel``'s grid; 0 at steps without such a row.
     Rows outside the grid are left out (the panel's span decides)."""
     directory = Path(directory)
-    found = [
-        p
-        for p in sorted(directory.iterdir())
-        if p.name.endswith((".csv", ".csv.gz")) and metric_name(p) == metric
-    ]
+    found = [p for p in metric_files(directory) if metric_name(p) == metric]
     if not found:
         raise InputError(f"{directory}: no file gives metric '{metric}'")
     _, rows, _ = _read_rows(found[0])

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray
-from kubesage.core.forecast.panel import metric_name, read_panel
+from kubesage.core.forecast.panel import metric_files, metric_name, read_panel
 from kubesage.core.scenario.model import UtilisationProfiles
 
 DUTY_METRIC = "gpu_duty_cycle"
@@ -183,9 +183,8 @@ def _trace_files(data_dir: Path | None) -> tuple[Path, Path] | None:
     if not directory.is_dir():
         return None
     found: dict[str, Path] = {}
-    for path in sorted(directory.iterdir()):
-        if path.name.endswith((".csv", ".csv.gz")) and path.is_file():
-            found.setdefault(metric_name(path), path)
+    for path in metric_files(directory):
+        found.setdefault(metric_name(path), path)
     if DUTY_METRIC not in found or MEMORY_METRIC not in found:
         return None
     return found[DUTY_METRIC], found[MEMORY_METRIC]
