@@ -12,6 +12,7 @@ from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.tables import print_table
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
@@ -232,4 +233,4 @@ def _print_eval(
         last = per_h[str(horizons[-1])]["per_metric"]
         row += [fmt(last[metric]["wape"]) for metric in metrics]
         table.add_row(*row)
-    console.print(table)
+    print_table(console, table)

@@ -42,6 +42,7 @@ from kubesage.core.cli.loop_sources import (
     telemetry_collectors,
 )
 from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.tables import print_table
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.loop.audit import AuditLog
@@ -339,6 +340,6 @@ def _print(report: TickReport, output: OutputFormat) -> None:
             record.detail,
         )
     if report.records:
-        console.print(table)
+        print_table(console, table)
     else:
         console.print("  nothing to do", highlight=False)

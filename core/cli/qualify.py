@@ -19,6 +19,7 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import Format, Jobs, NodesCsv, OutputFormat, PodsCsv
 from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.simulate import load_inputs, simulation_settings
+from kubesage.core.cli.tables import print_table
 from kubesage.core.errors import InputError, UnknownPolicyError
 from kubesage.core.policy.registry import policy_names
 from kubesage.core.sim.qualification import DEFAULT_RUNS, DEFAULT_Z, Qualification, qualify
@@ -91,7 +92,7 @@ def _print(verdict: Qualification, console: Console) -> None:
     table.add_column("gain (points)", justify="right")
     for seed, gain in zip(verdict.seeds, verdict.gains, strict=True):
         table.add_row(str(seed), f"{gain:+.3f}")
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"mean gain {verdict.mean_gain:+.3f} ± {verdict.standard_error:.3f} (standard error); "
         f"lower bound at z = {verdict.z:g}: {verdict.lower_bound:+.3f}"

@@ -21,6 +21,7 @@ from rich.table import Table
 from kubesage.core.cli.errors import stderr
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.cli.progress import runs_progress
+from kubesage.core.cli.tables import print_table
 from kubesage.core.errors import InputError
 from kubesage.core.report.scenario_html import write_scenario_report
 from kubesage.core.scenario.profiles import load_profiles
@@ -138,20 +139,10 @@ def _print(
             f"{settings.hours:g} h (means over seeds)"
         )
     )
-    rows = [
-        [name, *(f"{mean_figures(variant_runs)[figure]:.1f}" for figure in FIGURES)]
-        for name, variant_runs in runs.items()
-    ]
-    # On a narrow terminal the headings wrap; a variant's name and a figure never shrink
-    # (rich would cut them to "kube…" and "249…").
-    columns = range(len(FIGURES) + 1)
-    widths = [max((len(row[column]) for row in rows), default=1) for column in columns]
-    table.add_column("variant", no_wrap=True, min_width=widths[0])
-    for column, figure in enumerate(FIGURES, start=1):
-        table.add_column(FIGURE_LABELS[figure], justify="right", min_width=widths[column])
-    for row in rows:
-        table.add_row(*row)
-    if not console.is_terminal:  # a file or a pipe: no reason to fold at rich's 80 columns
-        natural = console.measure(table, options=console.options.update_width(10_000))
-        console = Console(width=max(console.width, natural.maximum))
-    console.print(table)
+    table.add_column("variant", no_wrap=True)
+    for figure in FIGURES:
+        table.add_column(FIGURE_LABELS[figure], justify="right")
+    for name, variant_runs in runs.items():
+        figures = mean_figures(variant_runs)
+        table.add_row(name, *(f"{figures[figure]:.1f}" for figure in FIGURES))
+    print_table(console, table)

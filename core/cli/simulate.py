@@ -14,6 +14,7 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import Format, Jobs, Mode, NodesCsv, OutputFormat, PodsCsv
 from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_command
+from kubesage.core.cli.tables import print_table
 from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.errors import InputError
 from kubesage.core.report.html import write_report
@@ -83,7 +84,7 @@ def _print_table(results: list[RunResult], console: Console) -> None:
         table.add_column(header, justify="left" if header == "policy" else "right")
     for row in rows:
         table.add_row(*row)
-    console.print(table)
+    print_table(console, table)
 
 
 @user_errors

@@ -32,6 +32,7 @@ from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.tables import print_table
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.perception import Snapshot
@@ -214,7 +215,7 @@ def print_snapshot(report: SnapshotReport, console: Console) -> None:
             for h in headings
         ]
         table.add_row(*row)
-    console.print(table)
+    print_table(console, table)
     if not report.nodes:
         console.print("no node reported any metric of the map")
 
