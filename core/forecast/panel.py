@@ -14,7 +14,10 @@ types add up) — and counted. Cells without a sample are marked missing in ``ma
 (``qps`` by default, whose files only hold rows for non-zero rates) read 0 at the
 steps where the entity reported any other metric.
 
-Entities are those present in every dense (not zero-filled) metric. ``alive``
+Entities are those present in every dense (not zero-filled) metric; the others
+(a CPU-only pod in a folder of GPU metrics, a pod that only has a request rate) are
+counted per metric in ``left_out`` — entities and rows — and said by :func:`describe`,
+never dropped unsaid. ``alive``
 marks the steps where an entity reported a dense metric: it is known at that step,
 never inferred from later data, so no input depends on the future. Rows without
 an entity id (gateway-level rows) belong to no entity: they are counted in
@@ -54,6 +57,8 @@ class MetricPanel:
     absent_as_zero: tuple[str, ...] = ()
     excluded_rows: dict[str, int] = field(default_factory=dict)
     merged_samples: int = 0
+    left_out: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per metric, the (entities, rows) of entities not in every dense metric: not used."""
 
     @property
     def steps(self) -> int:
@@ -89,6 +94,12 @@ def metric_name(path: Path) -> str:
     for suffix in (".gz", ".csv"):
         name = name.removesuffix(suffix)
     return name.removeprefix("pod_").removesuffix("_anon")
+
+
+def dense_metrics(metrics: tuple[str, ...], absent_as_zero: tuple[str, ...]) -> list[str]:
+    """The metrics whose rows say an entity is alive: all but the zero-filled ones (all
+    of them when every one is zero-filled)."""
+    return [m for m in metrics if m not in absent_as_zero] or list(metrics)
 
 
 def metric_files(directory: Path) -> list[Path]:
@@ -177,7 +188,7 @@ def read_panel(
         if by_type:
             summed.add(name)
     metrics = tuple(sorted(per_metric))
-    dense = [m for m in metrics if m not in absent_as_zero] or list(metrics)
+    dense = dense_metrics(metrics, absent_as_zero)
     entity_sets = [{row[0] for row in per_metric[m]} for m in dense]
     entities = tuple(sorted(set.intersection(*entity_sets)))
     if not entities:
@@ -187,6 +198,11 @@ def read_panel(
     start = float(all_times.min())
     steps = int(np.round((all_times.max() - start) / step)) + 1
     index = {entity: i for i, entity in enumerate(entities)}
+    left_out: dict[str, tuple[int, int]] = {}
+    for name in metrics:
+        outside = Counter(row[0] for row in per_metric[name] if row[0] not in index)
+        if outside:
+            left_out[name] = (len(outside), sum(outside.values()))
     sums = np.zeros((steps, len(entities), len(metrics)))
     counts = np.zeros((steps, len(entities), len(metrics)), dtype=np.int64)
     for m, name in enumerate(metrics):
@@ -218,6 +234,7 @@ def read_panel(
         absent_as_zero=zero_filled,
         excluded_rows={k: v for k, v in excluded.items() if v},
         merged_samples=int((counts > 1).sum()),
+        left_out=left_out,
     )
 
 
@@ -252,6 +269,15 @@ def describe(panel: MetricPanel) -> str:
         parts.append(
             "rows without an entity id not used: "
             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        )
+    if panel.left_out:
+        dense = ", ".join(dense_metrics(panel.metrics, panel.absent_as_zero))
+        parts.append(
+            f"entities not in every one of {dense} not used: "
+            + ", ".join(
+                f"{metric} {entities} ({rows} rows)"
+                for metric, (entities, rows) in sorted(panel.left_out.items())
+            )
         )
     if panel.merged_samples:
         parts.append(f"{panel.merged_samples} cells had several samples (combined)")

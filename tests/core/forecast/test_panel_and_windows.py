@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kubesage.core.errors import InputError, TraceFormatError
-from kubesage.core.forecast.panel import read_entityless, read_panel
+from kubesage.core.forecast.panel import describe, read_entityless, read_panel
 from kubesage.core.forecast.windows import Normaliser, last_observed, make_windows
 
 
@@ -62,6 +62,22 @@ def test_panel_aligns_and_masks_without_filling(tiny: Path) -> None:
     assert panel.values[:, 0, qps].tolist() == [0.0, 0.0, 0.09, 0.0, 0.0]
     assert panel.mask[:, 0, qps].tolist() == [True, True, True, True, False]
     assert panel.excluded_rows == {"qps": 1}
+
+
+def test_entities_outside_every_dense_metric_are_counted_and_said(tiny: Path) -> None:
+    # "c" has memory only (a CPU-only pod beside GPU pods), "d" a request rate only.
+    (tiny / "qps.csv").write_text(
+        "timestamp_anon,value,container_ip,request_type\n"
+        "120,0.09,a,Generative\n130,7,,API\n120,2,d,Generative\n130,3,d,Generative\n"
+    )
+    with gzip.open(tiny / "pod_mem_anon.csv.gz", "at") as handle:
+        handle.write("100,0.9,c\n110,0.8,c\n120,0.7,c\n")
+    panel = read_panel(tiny)
+    assert panel.entities == ("a", "b")
+    assert panel.left_out == {"mem": (1, 3), "qps": (1, 2)}
+    said = describe(panel)
+    assert "entities not in every one of cpu, mem not used: mem 1 (3 rows), qps 1 (2 rows)" in said
+    assert panel.excluded_rows == {"qps": 1}  # the gateway row, counted apart
 
 
 def test_two_samples_in_one_cell_are_averaged_and_counted(tmp_path: Path) -> None:
