@@ -22,6 +22,12 @@ marks the steps where an entity reported a dense metric: it is known at that ste
 never inferred from later data, so no input depends on the future. Rows without
 an entity id (gateway-level rows) belong to no entity: they are counted in
 ``excluded_rows``, not used.
+
+Missing markers: the trace writes a missing container id as ``None`` or ``NULL`` (its
+README recommends reading both as missing), so an id that is empty, ``None`` or
+``NULL`` (any case) is no id. A value written that way, empty or ``NaN`` is a missing
+sample: counted per metric in ``null_values`` and said by :func:`describe`, not used.
+Any other value that is not a finite number is an error naming the file and line.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from kubesage.core.traces.csv_files import check_header, open_text
 
 REQUIRED_COLUMNS = ("value", "timestamp_anon", "container_ip")
 DEFAULT_ABSENT_AS_ZERO = ("qps",)
+MISSING_MARKERS = frozenset({"", "none", "null"})
+"""How the trace writes a missing id or value (compared lower-cased, stripped)."""
 
 
 @dataclass
@@ -59,6 +67,8 @@ class MetricPanel:
     merged_samples: int = 0
     left_out: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per metric, the (entities, rows) of entities not in every dense metric: not used."""
+    null_values: dict[str, int] = field(default_factory=dict)
+    """Per metric, the rows whose value is marked missing (empty, None, NULL, NaN)."""
 
     @property
     def steps(self) -> int:
@@ -109,14 +119,25 @@ def metric_files(directory: Path) -> list[Path]:
     )
 
 
-def _read_rows(
-    path: Path,
-) -> tuple[list[tuple[str, float, float]], list[tuple[float, float]], bool]:
-    """``(entity, timestamp, value)`` rows, the ``(timestamp, value)`` rows without an
-    entity, and whether the file splits values by ``request_type`` (so same-cell values
-    add up)."""
+@dataclass
+class _Rows:
+    """One metric file's rows, split by what they can be used for."""
+
+    with_entity: list[tuple[str, float, float]]
+    """``(entity, timestamp, value)``."""
+    without_entity: list[tuple[float, float]]
+    """``(timestamp, value)`` of the rows without an entity id."""
+    by_request_type: bool
+    """The file splits values by ``request_type`` (same-cell values add up)."""
+    null_values: int
+    """Rows whose value is marked missing."""
+
+
+def _read_rows(path: Path) -> _Rows:
+    """The file's rows; see the module docstring for the missing markers."""
     rows: list[tuple[str, float, float]] = []
     without_entity: list[tuple[float, float]] = []
+    null_values = 0
     with open_text(path) as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
@@ -124,6 +145,8 @@ def _read_rows(
         for row in reader:
             line = reader.line_num
             entity = (row["container_ip"] or "").strip()
+            if entity.lower() in MISSING_MARKERS:
+                entity = ""
             try:
                 timestamp = float(row["timestamp_anon"])
             except (TypeError, ValueError):
@@ -133,12 +156,19 @@ def _read_rows(
                     line=line,
                     field="timestamp_anon",
                 ) from None
+            text = (row["value"] or "").strip()
+            if text.lower() in MISSING_MARKERS:
+                null_values += 1
+                continue
             try:
-                value = float(row["value"])
-            except (TypeError, ValueError):
+                value = float(text)
+            except ValueError:
                 raise TraceFormatError(
                     f"not a number: {row['value']!r}", path=path, line=line, field="value"
                 ) from None
+            if np.isnan(value):
+                null_values += 1
+                continue
             if not (np.isfinite(timestamp) and np.isfinite(value)):
                 raise TraceFormatError("not a finite number", path=path, line=line)
             if not entity:
@@ -147,7 +177,7 @@ def _read_rows(
             rows.append((entity, timestamp, value))
     if not rows:
         raise TraceFormatError("no rows with an entity id", path=path, line=1)
-    return rows, without_entity, "request_type" in header
+    return _Rows(rows, without_entity, "request_type" in header, null_values)
 
 
 def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
@@ -178,14 +208,18 @@ def read_panel(
         raise InputError(f"{directory}: no .csv or .csv.gz metric files")
     per_metric: dict[str, list[tuple[str, float, float]]] = {}
     excluded: dict[str, int] = {}
+    null_values: dict[str, int] = {}
     summed: set[str] = set()
     for path in files:
         name = metric_name(path)
         if name in per_metric:
             raise InputError(f"{directory}: two files give metric '{name}'")
-        per_metric[name], without_entity, by_type = _read_rows(path)
-        excluded[name] = len(without_entity)
-        if by_type:
+        read = _read_rows(path)
+        per_metric[name] = read.with_entity
+        excluded[name] = len(read.without_entity)
+        if read.null_values:
+            null_values[name] = read.null_values
+        if read.by_request_type:
             summed.add(name)
     metrics = tuple(sorted(per_metric))
     dense = dense_metrics(metrics, absent_as_zero)
@@ -235,6 +269,7 @@ def read_panel(
         excluded_rows={k: v for k, v in excluded.items() if v},
         merged_samples=int((counts > 1).sum()),
         left_out=left_out,
+        null_values=null_values,
     )
 
 
@@ -246,7 +281,7 @@ def read_entityless(directory: Path | str, panel: MetricPanel, metric: str) -> F
     found = [p for p in metric_files(directory) if metric_name(p) == metric]
     if not found:
         raise InputError(f"{directory}: no file gives metric '{metric}'")
-    _, rows, _ = _read_rows(found[0])
+    rows = _read_rows(found[0]).without_entity
     series = np.zeros(panel.steps)
     if rows:
         stamps, values = np.asarray(rows, dtype=np.float64).T
@@ -278,6 +313,11 @@ def describe(panel: MetricPanel) -> str:
                 f"{metric} {entities} ({rows} rows)"
                 for metric, (entities, rows) in sorted(panel.left_out.items())
             )
+        )
+    if panel.null_values:
+        parts.append(
+            "values marked missing (empty, None, NULL, NaN) not used: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(panel.null_values.items()))
         )
     if panel.merged_samples:
         parts.append(f"{panel.merged_samples} cells had several samples (combined)")

@@ -93,12 +93,42 @@ def test_two_samples_in_one_cell_are_averaged_and_counted(tmp_path: Path) -> Non
         ("value,container_ip\n1,a\n", "lacks column(s) timestamp_anon"),
         ("value,timestamp_anon,container_ip\nx,0,a\n", "not a number: 'x'"),
         ("value,timestamp_anon,container_ip\n1,0,\n", "no rows with an entity id"),
+        ("value,timestamp_anon,container_ip\n1,0,None\n2,0,NULL\n", "no rows with an entity id"),
+        ("value,timestamp_anon,container_ip\ninf,0,a\n", "not a finite number"),
+        ("value,timestamp_anon,container_ip\nn/a,0,a\n", "not a number: 'n/a'"),
     ],
 )
 def test_malformed_files(tmp_path: Path, text: str, message: str) -> None:
     write(tmp_path, "m.csv", text)
     with pytest.raises(TraceFormatError, match=re.escape(message)):
         read_panel(tmp_path)
+
+
+def test_the_traces_missing_markers_are_missing_and_counted(tmp_path: Path) -> None:
+    """The GenAI trace writes a missing container id as None or NULL (its README says to
+    read both as missing); a value so marked, empty or NaN is a missing sample."""
+    write(
+        tmp_path,
+        "pod_cpu_anon.csv",
+        "value,timestamp_anon,container_ip\n"
+        "1,0,a\n2,10,a\n3,20,a\nNULL,30,a\n5,40,a\n6,50,a\n,60,a\nnan,70,a\n9,80,a\n1,90,a\n",
+    )
+    write(
+        tmp_path,
+        "qps.csv",
+        "timestamp_anon,value,container_ip,request_type\n"
+        "0,2,a,Generative\n0,7,None,API\n10,5,NULL,API\n20,None,a,Generative\n",
+    )
+    panel = read_panel(tmp_path)
+    assert panel.entities == ("a",)  # neither "None" nor "NULL" became a pod
+    cpu = panel.metrics.index("cpu")
+    assert np.flatnonzero(~panel.mask[:, 0, cpu]).tolist() == [3, 6, 7]
+    assert panel.null_values == {"cpu": 3, "qps": 1}
+    assert panel.excluded_rows == {"qps": 2}
+    assert "values marked missing (empty, None, NULL, NaN) not used: cpu 3, qps 1" in describe(
+        panel
+    )
+    assert read_entityless(tmp_path, panel, "qps")[:2].tolist() == [7.0, 5.0]
 
 
 def test_empty_directory_is_an_error(tmp_path: Path) -> None:
