@@ -33,6 +33,7 @@ Any other value that is not a finite number is an error naming the file and line
 from __future__ import annotations
 
 import csv
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,10 +167,10 @@ def _read_rows(path: Path) -> _Rows:
                 raise TraceFormatError(
                     f"not a number: {row['value']!r}", path=path, line=line, field="value"
                 ) from None
-            if np.isnan(value):
+            if math.isnan(value):
                 null_values += 1
                 continue
-            if not (np.isfinite(timestamp) and np.isfinite(value)):
+            if not (math.isfinite(timestamp) and math.isfinite(value)):
                 raise TraceFormatError("not a finite number", path=path, line=line)
             if not entity:
                 without_entity.append((timestamp, value))
@@ -233,14 +234,13 @@ def read_panel(
     steps = int(np.round((all_times.max() - start) / step)) + 1
     index = {entity: i for i, entity in enumerate(entities)}
     left_out: dict[str, tuple[int, int]] = {}
-    for name in metrics:
-        outside = Counter(row[0] for row in per_metric[name] if row[0] not in index)
-        if outside:
-            left_out[name] = (len(outside), sum(outside.values()))
     sums = np.zeros((steps, len(entities), len(metrics)))
     counts = np.zeros((steps, len(entities), len(metrics)), dtype=np.int64)
     for m, name in enumerate(metrics):
         rows = [r for r in per_metric[name] if r[0] in index]
+        if len(rows) < len(per_metric[name]):  # entities outside the panel: say how many
+            outside = {r[0] for r in per_metric[name]}.difference(index)
+            left_out[name] = (len(outside), len(per_metric[name]) - len(rows))
         ent = np.array([index[r[0]] for r in rows], dtype=np.int64)
         cell = np.round((np.array([r[1] for r in rows]) - start) / step).astype(np.int64)
         np.add.at(sums[:, :, m], (cell, ent), np.array([r[2] for r in rows]))
