@@ -88,7 +88,7 @@ def train_command(
     device: DeviceOption = "cpu",
 ) -> None:
     """Train a neural forecaster on everything before the cut-off and save it."""
-    from kubesage.core.forecast.forecaster import NeuralForecaster
+    from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
     from kubesage.core.forecast.persistence import save_forecaster
     from kubesage.core.forecast.training import TrainConfig, check_device
 
@@ -97,11 +97,12 @@ def train_command(
     panel = read_panel(data)
     stderr.print(describe(panel))
     step, timestamp = cut_off_step(panel, train_until)
-    forecaster = NeuralForecaster(
-        kind="stgcn" if model == "stgcn" else "lstm",
+    forecaster = make_forecaster(
+        model,
         horizon=horizon,
         config=TrainConfig(epochs=epochs, seed=seed, device=check_device(device)),
     )
+    assert isinstance(forecaster, NeuralForecaster)
     with stderr.status(f"training {model} on {step} steps") as status:
         forecaster.fit(
             panel,

@@ -7,6 +7,12 @@ models live in :mod:`kubesage.core.forecast.forecaster`.
 MODEL_NAMES = ("stgcn", "lstm", "last_value", "moving_average", "linear", "linear_lad")
 """Every forecasting model, ST-GCN first; the rest are the baselines it is measured against."""
 
-ABLATION_NAMES = ("stgcn_temporal", "stgcn_no_adaptive", "stgcn_no_correlation")
-"""ST-GCN with parts removed: its temporal part alone, without the self-adaptive
-adjacency (correlation graph only), without the correlation graph (adaptive only)."""
+ABLATION_NAMES = (
+    "stgcn_temporal",
+    "stgcn_no_adaptive",
+    "stgcn_no_correlation",
+    "stgcn_no_highway",
+)
+"""ST-GCN with parts removed: its temporal part alone (no graph, no highway), without
+the self-adaptive adjacency (correlation graph only), without the correlation graph
+(adaptive only), without the linear highway (both graphs)."""

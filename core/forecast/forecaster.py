@@ -22,6 +22,7 @@ from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES, baselines
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
+from kubesage.core.forecast.highway import LinearHighway
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, Spatial
 from kubesage.core.forecast.training import (
@@ -29,6 +30,7 @@ from kubesage.core.forecast.training import (
     TrainConfig,
     TrainReport,
     predict_windows,
+    split,
     train,
     train_residual,
 )
@@ -36,12 +38,14 @@ from kubesage.core.forecast.windows import Normaliser, Windows, make_windows
 
 NeuralKind = Literal["stgcn", "lstm"]
 BaselineKind = Literal["last_value", "moving_average", "linear", "linear_lad"]
-ABLATION_SPATIAL: dict[str, Spatial] = {
-    "stgcn_temporal": "none",
-    "stgcn_no_adaptive": "correlation",
-    "stgcn_no_correlation": "adaptive",
+ABLATION_PARTS: dict[str, tuple[Spatial, bool]] = {
+    "stgcn_temporal": ("none", False),
+    "stgcn_no_adaptive": ("correlation", True),
+    "stgcn_no_correlation": ("adaptive", True),
+    "stgcn_no_highway": ("both", False),
 }
-"""The ST-GCN ablations (see ABLATION_NAMES) by the graphs their spatial part keeps."""
+"""The ST-GCN ablations (see ABLATION_NAMES) by the graphs their spatial part keeps and
+whether they keep the linear highway."""
 
 DEFAULT_HISTORY = 24
 """Input steps (about 23 minutes at the GenAI trace's 57 s)."""
@@ -202,6 +206,8 @@ class NeuralForecaster(WindowedForecaster):
     hidden: int = 64
     spatial: Spatial = "both"
     """The ST-GCN's graphs (``none``: its temporal part alone); unused by the LSTM."""
+    highway: bool = False
+    """Whether the ST-GCN blends in its linear highway (:mod:`~kubesage.core.forecast.highway`)."""
     entities: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
     fixed_graph: EntityGraph | None = None
@@ -215,11 +221,15 @@ class NeuralForecaster(WindowedForecaster):
     report: TrainReport | None = None
     temporal_report: TrainReport | None = None
     """The ST-GCN's first stage (its temporal part), when it was trained here."""
+    linear_highway: LinearHighway | None = None
+    """The fitted highway, when ``highway`` is set and there were windows to fit it on."""
 
     @property
     def name(self) -> str:
-        if self.kind == "stgcn" and self.spatial != "both":
-            return next(k for k, v in ABLATION_SPATIAL.items() if v == self.spatial)
+        parts = (self.spatial, self.highway)
+        if self.kind == "stgcn" and parts != ("both", True):
+            named = (k for k, v in ABLATION_PARTS.items() if v == parts)
+            return next(named, f"stgcn(spatial={self.spatial}, highway={self.highway})")
         return self.kind
 
     def build(self, metrics: int) -> torch.nn.Module:
@@ -244,6 +254,7 @@ class NeuralForecaster(WindowedForecaster):
         windows = self._training_windows(panel, until_step)
         self.model = self.build(len(panel.metrics))
         self.report = self.temporal_report = None
+        self.linear_highway = None
         if windows is None:
             return
         edges = self._edge_index()
@@ -257,6 +268,19 @@ class NeuralForecaster(WindowedForecaster):
             self.report = self.temporal_report
         if self.spatial != "none":
             self.report = train_residual(self.model, windows, edges, self.config, on_epoch)
+        if self.highway:
+            assert self.normaliser is not None
+            model = self.model
+            train_index, validation_index = split(
+                windows.inputs.shape[0], windows.targets.shape[1], self.config
+            )
+            self.linear_highway = LinearHighway.fit(
+                lambda some: predict_windows(model, some, edges),
+                windows,
+                train_index,
+                validation_index,
+                self.normaliser.std,
+            )
 
     def _edge_index(self) -> torch.Tensor:
         assert self.graph is not None
@@ -264,7 +288,10 @@ class NeuralForecaster(WindowedForecaster):
 
     def _predict_normalised(self, windows: Windows) -> FloatArray:
         assert self.model is not None
-        return predict_windows(self.model, windows, self._edge_index())
+        neural = predict_windows(self.model, windows, self._edge_index())
+        if self.linear_highway is None:
+            return neural
+        return self.linear_highway.blend(neural, windows)
 
     def predict(self, history: MetricPanel, horizon: int) -> Forecast:
         self.check_compatible(history)
@@ -294,12 +321,14 @@ def make_forecaster(
     horizon: int = DEFAULT_HORIZON,
 ) -> WindowedForecaster:
     """A forecaster by model name (see MODEL_NAMES and ABLATION_NAMES)."""
-    if name in ABLATION_SPATIAL:
+    if name in ABLATION_PARTS:
+        spatial, highway = ABLATION_PARTS[name]
         return NeuralForecaster(
             history=history,
             horizon=horizon,
             kind="stgcn",
-            spatial=ABLATION_SPATIAL[name],
+            spatial=spatial,
+            highway=highway,
             config=config or TrainConfig(),
         )
     if name in ("stgcn", "lstm"):
@@ -307,6 +336,7 @@ def make_forecaster(
             history=history,
             horizon=horizon,
             kind=name,  # type: ignore[arg-type]
+            highway=name == "stgcn",
             config=config or TrainConfig(),
         )
     if name in ("last_value", "moving_average", "linear", "linear_lad"):

@@ -18,13 +18,17 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from kubesage.core.errors import InputError
+from kubesage.core.forecast.baselines import LeastAbsoluteForecaster
 from kubesage.core.forecast.forecaster import NeuralForecaster
 from kubesage.core.forecast.graph import EntityGraph
+from kubesage.core.forecast.highway import LinearHighway
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import Normaliser
 
-FORMAT = "kubesage.forecast/v2"
-"""v2: the ST-GCN is the LSTM temporal part plus a gated graph residual."""
+FORMAT = "kubesage.forecast/v3"
+"""v3: the ST-GCN is the LSTM temporal part, a gated graph residual and a linear highway
+(its weights and blend in ``highway.*``). v2 files (no highway) still load."""
+READABLE_FORMATS = ("kubesage.forecast/v2", FORMAT)
 
 
 def save_forecaster(
@@ -41,6 +45,10 @@ def save_forecaster(
     tensors["normaliser.mean"] = torch.from_numpy(forecaster.normaliser.mean.copy())
     tensors["normaliser.std"] = torch.from_numpy(forecaster.normaliser.std.copy())
     tensors["graph.edge_index"] = torch.from_numpy(forecaster.graph.edge_index.copy())
+    highway = forecaster.linear_highway
+    if highway is not None and highway.linear.weights is not None:
+        tensors["highway.linear"] = torch.from_numpy(highway.linear.weights.copy())
+        tensors["highway.weights"] = torch.from_numpy(highway.weights.copy())
     header: dict[str, Any] = {
         "format": FORMAT,
         "kind": forecaster.kind,
@@ -48,6 +56,7 @@ def save_forecaster(
         "horizon": forecaster.horizon,
         "hidden": forecaster.hidden,
         "spatial": forecaster.spatial,
+        "highway": forecaster.highway,
         "seed": forecaster.config.seed,
         "entities": list(forecaster.entities),
         "metrics": list(forecaster.metrics),
@@ -72,9 +81,11 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
         header = json.loads(raw_header["__metadata__"]["kubesage"])
     except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{path}: not a kubesage forecaster file ({exc})") from exc
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
+    if not isinstance(header, dict) or header.get("format") not in READABLE_FORMATS:
         found = header.get("format") if isinstance(header, dict) else None
-        raise InputError(f"{path}: unsupported format {found!r}, expected {FORMAT}")
+        raise InputError(
+            f"{path}: unsupported format {found!r}, expected one of {', '.join(READABLE_FORMATS)}"
+        )
     try:
         kind = header["kind"]
         if kind not in ("stgcn", "lstm"):
@@ -95,6 +106,7 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
             or (edge_index.size and not 0 <= edge_index.min() <= edge_index.max() < len(entities))
         ):
             raise ValueError("graph edges do not fit the entities")
+        highway = _highway(tensors, len(metrics), int(header["horizon"]))
         forecaster = NeuralForecaster(
             history=int(header["history"]),
             horizon=int(header["horizon"]),
@@ -102,6 +114,8 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
             config=TrainConfig(seed=int(header["seed"])),
             hidden=int(header["hidden"]),
             spatial=spatial,
+            highway=bool(header.get("highway", False)),
+            linear_highway=highway,
             entities=entities,
             metrics=metrics,
             graph=EntityGraph(edge_index=edge_index, description=str(header["graph"])),
@@ -118,3 +132,21 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
         raise InputError(f"{path}: weights do not fit a {header['kind']} model ({exc})") from exc
     forecaster.model = model
     return forecaster, header
+
+
+def _highway(tensors: dict[str, torch.Tensor], metrics: int, horizon: int) -> LinearHighway | None:
+    """The saved linear highway, if the file holds one; ValueError if its shapes are wrong."""
+    if "highway.linear" not in tensors and "highway.weights" not in tensors:
+        return None
+    linear = tensors["highway.linear"].numpy().astype(np.float64)
+    weights = tensors["highway.weights"].numpy().astype(np.float64)
+    if linear.shape[:2] != (metrics, horizon) or weights.shape != (horizon, metrics):
+        raise ValueError(
+            f"highway shapes {linear.shape} and {weights.shape} do not fit "
+            f"{metrics} metrics and horizon {horizon}"
+        )
+    if not (np.isfinite(linear).all() and ((weights >= 0) & (weights <= 1)).all()):
+        raise ValueError("highway weights are not finite, or a blend weight is outside [0, 1]")
+    fitted = LeastAbsoluteForecaster()
+    fitted.weights = linear
+    return LinearHighway(fitted, weights)

@@ -21,6 +21,8 @@ residual): with the gate at zero the ST-GCN is exactly its temporal part, so the
 graph can only add to it (training keeps the gate at zero unless the graph
 lowers the validation loss; see :mod:`kubesage.core.forecast.training`). Every
 operation is causal: a forecast made at time t depends on inputs up to t only.
+The forecaster then blends this module's forecast with a linear one
+(:mod:`kubesage.core.forecast.highway`).
 """
 
 from __future__ import annotations

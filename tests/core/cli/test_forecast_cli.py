@@ -127,6 +127,7 @@ def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
     forecaster, header = load_forecaster(out)
     assert header["kind"] == "stgcn" and forecaster.horizon == 5
     assert len(forecaster.entities) == 6
+    assert forecaster.name == "stgcn" and forecaster.linear_highway is not None
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,135 @@
+"""The ST-GCN's linear highway: how its blend weights are chosen, how it is wired, saved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from kubesage.core.errors import InputError
+from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
+from kubesage.core.forecast.highway import BLEND_WEIGHTS, choose_weights
+from kubesage.core.forecast.panel import MetricPanel, read_panel
+from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
+from kubesage.core.forecast.synthetic import write_synthetic_metrics
+from kubesage.core.forecast.training import TrainConfig
+from kubesage.core.forecast.windows import make_windows
+
+TINY = TrainConfig(epochs=2, batch_size=32, seed=3)
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory: pytest.TempPathFactory) -> MetricPanel:
+    return read_panel(
+        write_synthetic_metrics(tmp_path_factory.mktemp("metrics"), entities=8, steps=160)
+    )
+
+
+def test_each_metric_and_step_takes_the_part_that_was_right() -> None:
+    rng = np.random.default_rng(0)
+    targets = rng.normal(size=(20, 3, 4, 2))
+    neural, linear = targets + rng.normal(size=targets.shape), targets.copy()
+    neural[:, :, :, 0], linear[:, :, :, 0] = targets[:, :, :, 0], targets[:, :, :, 0] + 1.0
+    weights = choose_weights(neural, linear, targets, np.ones(targets.shape, bool), np.ones((4, 2)))
+    assert weights.shape == (3, 2)
+    assert (weights[:, 0] == 1.0).all() and (weights[:, 1] == 0.0).all()
+
+
+def test_two_parts_wrong_in_opposite_directions_are_averaged() -> None:
+    targets = np.zeros((10, 1, 3, 1))
+    weights = choose_weights(targets + 1.0, targets - 1.0, targets, targets == 0, np.ones((3, 1)))
+    assert weights.tolist() == [[0.5]]
+
+
+def test_errors_pool_in_each_series_own_units_and_skip_unobserved_targets() -> None:
+    targets = np.zeros((10, 1, 2, 1))
+    neural, linear = targets.copy(), targets.copy()
+    neural[:, :, 1], linear[:, :, 0] = 1.0, 1.0  # each part wrong on one series
+    # Series 0 is 100× the scale of series 1: the neural part, right on it, wins.
+    scale = np.array([[100.0], [1.0]])
+    observed = np.ones(targets.shape, bool)
+    assert choose_weights(neural, linear, targets, observed, scale).item() == 1.0
+    # With series 0 unobserved only series 1 counts: the linear part wins.
+    observed[:, :, 0] = False
+    assert choose_weights(neural, linear, targets, observed, scale).item() == 0.0
+
+
+def test_the_stgcn_blends_its_neural_forecast_with_its_linear_part(panel: MetricPanel) -> None:
+    stgcn = make_forecaster("stgcn", config=TINY, horizon=5)
+    neural = make_forecaster("stgcn_no_highway", config=TINY, horizon=5)
+    assert isinstance(stgcn, NeuralForecaster) and isinstance(neural, NeuralForecaster)
+    stgcn.fit(panel, 120)
+    neural.fit(panel, 120)
+    highway = stgcn.linear_highway
+    assert highway is not None and neural.linear_highway is None
+    assert highway.weights.shape == (5, len(panel.metrics))
+    assert set(np.unique(highway.weights)) <= set(BLEND_WEIGHTS.tolist())
+    assert stgcn.normaliser is not None
+    windows = make_windows(panel, stgcn.normaliser, np.arange(120, 150), history=24, horizon=5)
+    w = highway.weights[None, :, None, :]
+    expected = w * neural.forecast_windows(windows) + (1 - w) * stgcn.normaliser.invert(
+        highway.linear.predict(windows)
+    )
+    assert np.allclose(stgcn.forecast_windows(windows), expected)
+
+
+def _saved(panel: MetricPanel, path: Path) -> Path:
+    forecaster = make_forecaster("stgcn", config=TINY, horizon=5)
+    assert isinstance(forecaster, NeuralForecaster)
+    forecaster.fit(panel, 120)
+    return save_forecaster(forecaster, path, train_until_s=0.0)
+
+
+def _rewrite(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, object]) -> None:
+    save_file(tensors, str(path), metadata={"kubesage": json.dumps(header)})
+
+
+def _header(path: Path) -> dict[str, object]:
+    _, header = load_forecaster(path)
+    return header
+
+
+def test_the_highway_is_saved_and_a_v2_file_without_one_still_loads(
+    panel: MetricPanel, tmp_path: Path
+) -> None:
+    path = _saved(panel, tmp_path / "m.safetensors")
+    loaded, header = load_forecaster(path)
+    assert header["highway"] is True and loaded.linear_highway is not None
+    tensors = {k: v for k, v in load_file(str(path)).items() if not k.startswith("highway.")}
+    _rewrite(path, tensors, {**header, "format": "kubesage.forecast/v2", "highway": False})
+    old, _ = load_forecaster(path)
+    assert old.linear_highway is None and old.name == "stgcn_no_highway"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("highway.weights", torch.zeros(3, 4, dtype=torch.float64), "do not fit"),
+        ("highway.weights", torch.full((5, 4), 1.5, dtype=torch.float64), "outside"),
+        ("highway.linear", None, "highway.linear"),
+    ],
+)
+def test_a_malformed_highway_is_refused_naming_the_file(
+    panel: MetricPanel, tmp_path: Path, key: str, value: torch.Tensor | None, message: str
+) -> None:
+    path = _saved(panel, tmp_path / "bad.safetensors")
+    header = _header(path)
+    tensors = dict(load_file(str(path)))
+    if value is None:
+        del tensors[key]
+    else:
+        tensors[key] = value
+    _rewrite(path, tensors, header)
+    with pytest.raises(InputError, match=rf"bad\.safetensors.*{message}"):
+        load_forecaster(path)
+
+
+def test_every_combination_of_parts_has_a_name() -> None:
+    assert make_forecaster("stgcn").name == "stgcn"
+    assert make_forecaster("stgcn_no_highway").name == "stgcn_no_highway"
+    unnamed = NeuralForecaster(kind="stgcn", spatial="none", highway=True)
+    assert unnamed.name == "stgcn(spatial=none, highway=True)"
