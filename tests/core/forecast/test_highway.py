@@ -13,20 +13,12 @@ from safetensors.torch import load_file, save_file
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
 from kubesage.core.forecast.highway import BLEND_WEIGHTS, choose_weights
-from kubesage.core.forecast.panel import MetricPanel, read_panel
+from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
-from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import make_windows
 
 TINY = TrainConfig(epochs=2, batch_size=32, seed=3)
-
-
-@pytest.fixture(scope="module")
-def panel(tmp_path_factory: pytest.TempPathFactory) -> MetricPanel:
-    return read_panel(
-        write_synthetic_metrics(tmp_path_factory.mktemp("metrics"), entities=8, steps=160)
-    )
 
 
 def test_each_metric_and_step_takes_the_part_that_was_right() -> None:

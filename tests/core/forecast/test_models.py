@@ -22,13 +22,6 @@ from kubesage.core.forecast.training import TrainConfig, check_device
 TINY = TrainConfig(epochs=2, batch_size=32, seed=3)
 
 
-@pytest.fixture(scope="module")
-def panel(tmp_path_factory: pytest.TempPathFactory) -> MetricPanel:
-    return read_panel(
-        write_synthetic_metrics(tmp_path_factory.mktemp("metrics"), entities=8, steps=160)
-    )
-
-
 def test_output_shapes() -> None:
     x, last = torch.randn(3, 12, 5, 8), torch.zeros(3, 5, 4)
     edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
