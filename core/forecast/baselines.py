@@ -16,6 +16,8 @@ MOVING_AVERAGE_STEPS = 12
 RIDGE_LAMBDA = 1.0
 RECENT_STEPS = 3
 """The short mean :class:`LeastAbsoluteForecaster` reads beside the last value."""
+LAD_FEATURES = 4
+"""The linear model's features: last value, recent mean, moving average, bias."""
 IRLS_ITERATIONS = 40
 
 
@@ -130,11 +132,11 @@ class LeastAbsoluteForecaster:
     name = "linear_lad"
 
     def __init__(self) -> None:
-        self.weights: FloatArray | None = None  # (M, H, 4)
+        self.weights: FloatArray | None = None  # (M, H, LAD_FEATURES)
 
     @staticmethod
     def _features(windows: Windows) -> FloatArray:
-        """``(B, N, M, 4)``."""
+        """``(B, N, M, LAD_FEATURES)``."""
         values, mask = _split(windows)
         last = windows.last.astype(np.float64)
         columns = [last]

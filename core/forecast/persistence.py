@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from kubesage.core.errors import InputError
-from kubesage.core.forecast.baselines import LeastAbsoluteForecaster
+from kubesage.core.forecast.baselines import LAD_FEATURES, LeastAbsoluteForecaster
 from kubesage.core.forecast.forecaster import NeuralForecaster
 from kubesage.core.forecast.graph import EntityGraph
 from kubesage.core.forecast.highway import LinearHighway
@@ -140,7 +140,7 @@ def _highway(tensors: dict[str, torch.Tensor], metrics: int, horizon: int) -> Li
         return None
     linear = tensors["highway.linear"].numpy().astype(np.float64)
     weights = tensors["highway.weights"].numpy().astype(np.float64)
-    if linear.shape[:2] != (metrics, horizon) or weights.shape != (horizon, metrics):
+    if linear.shape != (metrics, horizon, LAD_FEATURES) or weights.shape != (horizon, metrics):
         raise ValueError(
             f"highway shapes {linear.shape} and {weights.shape} do not fit "
             f"{metrics} metrics and horizon {horizon}"

@@ -102,6 +102,8 @@ def test_the_highway_is_saved_and_a_v2_file_without_one_still_loads(
     [
         ("highway.weights", torch.zeros(3, 4, dtype=torch.float64), "do not fit"),
         ("highway.weights", torch.full((5, 4), 1.5, dtype=torch.float64), "outside"),
+        ("highway.linear", torch.zeros(4, 5, dtype=torch.float64), "do not fit"),
+        ("highway.linear", torch.zeros(4, 5, 3, dtype=torch.float64), "do not fit"),
         ("highway.linear", None, "highway.linear"),
     ],
 )
