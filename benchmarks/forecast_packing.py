@@ -26,11 +26,15 @@ pods' true duty cycles sum over 100 % or memory over capacity, the step's minute
 oracle's + |overload − oracle's| / max(history_peak's overload, 1). JSON:
 ``{"policies": {"<name>": {...those four...}}, "train_hours", "replay_hours",
 "interval_steps", "quantile", "scale", "gpu_memory_gib", "pods", "decisions", "train_seconds",
-"data"}``. ``--tiny``: the first 160 steps, one epoch.
+"data"}``; with ``--sweep Q1,Q2,…`` also ``"quantile_sweep": {"<q>": {"<forecaster>":
+{"gpu_hours", "overload_minutes"}}}`` (the same trained forecasters recalibrated at each
+quantile: how much the verdict moves with ``q``). ``--tiny``: the first 160 steps, one
+epoch, a sweep of 0.9 and 0.99.
 
     python benchmarks/forecast_packing.py [--data-dir DIR] [--train-until +10h]
         [--interval 5] [--quantile 0.95] [--gpu-memory-gib 80] [--epochs 30]
-        [--calibration-fraction 0.2] [--scale series|window] [--seed 0] [--tiny]
+        [--calibration-fraction 0.2] [--scale series|window] [--sweep Q1,Q2,…]
+        [--seed 0] [--tiny]
         [--format table|json]
 """
 
@@ -69,7 +73,7 @@ from kubesage.core.forecast.training import TrainConfig
 FORECASTERS = ("last_value", "lstm", "stgcn")
 POLICIES = ("one_per_pod", "history_peak", *FORECASTERS, "oracle")
 GIB = 2.0**30
-TINY = {"steps": 160, "train_until": "+100m", "epochs": 1}
+TINY = {"steps": 160, "train_until": "+100m", "epochs": 1, "sweep": (0.9, 0.99)}
 
 
 def log(message: str) -> None:
@@ -89,6 +93,29 @@ def first_steps(panel: MetricPanel, steps: int) -> MetricPanel:
     return panel.head(steps) if 0 < steps < panel.steps else panel
 
 
+def quantile_list(text: str) -> tuple[float, ...]:
+    """``--sweep``: comma-separated quantiles, each in (0, 1)."""
+    try:
+        values = tuple(sorted({float(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected quantiles like 0.9,0.95; got {text!r}"
+        ) from None
+    bad = [q for q in values if not 0.0 < q < 1.0]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(f"each quantile must be in (0, 1); got {text!r}")
+    return values
+
+
+def sweep_table(sweep: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Rows: quantiles; cells: each forecaster's GPU-hours / overload minutes."""
+    rows = [
+        [q, *(f"{r[n]['gpu_hours']:.1f} / {r[n]['overload_minutes']:g}" for n in FORECASTERS)]
+        for q, r in sweep.items()
+    ]
+    return format_table(["q", *(f"{n}: GPU-h / overload min" for n in FORECASTERS)], rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -103,6 +130,14 @@ def main() -> int:
         choices=["series", "window"],
         default="series",
         help="Residual scale of the quantile calibration (kubesage.core.forecast.quantile).",
+    )
+    parser.add_argument(
+        "--sweep",
+        type=quantile_list,
+        default=(),
+        metavar="Q1,Q2,…",
+        help="Also replay each forecaster at these quantiles (same trained models, "
+        "recalibrated): the JSON key quantile_sweep and a second table.",
     )
     parser.add_argument("--gpu-memory-gib", type=float, default=80.0)
     parser.add_argument("--epochs", type=int, default=30)
@@ -130,6 +165,7 @@ def main() -> int:
     }
     train_seconds: dict[str, float] = {}
     notes: dict[str, str] = {}
+    sweep: dict[str, dict[str, dict[str, float]]] = {f"{q:g}": {} for q in args.sweep}
     config = TrainConfig(epochs=args.epochs, seed=args.seed)
     for name in FORECASTERS:
         log(f"training {name} on steps before {cut} (calibrating on the last part)")
@@ -148,6 +184,14 @@ def main() -> int:
         if forecaster.note:
             notes[name] = forecaster.note
         reservations[name] = forecast_peaks(forecaster, panel, usage, origins, args.interval)
+        for q in args.sweep:
+            log(f"replaying {name} at q = {q:g}")
+            peaks = forecast_peaks(forecaster.at_quantile(q), panel, usage, origins, args.interval)
+            swept = replay(usage, origins, args.interval, peaks, capacity)
+            sweep[f"{q:g}"][name] = {
+                "gpu_hours": round(swept.gpu_hours, 3),
+                "overload_minutes": round(swept.overload_minutes, 2),
+            }
     results: dict[str, ReplayResult] = {}
     for name in POLICIES:
         log(f"replaying {name}")
@@ -178,6 +222,8 @@ def main() -> int:
     }
     if notes:
         document["notes"] = notes
+    if sweep:
+        document["quantile_sweep"] = sweep
     if args.format == "json":
         print(json.dumps(document, separators=(",", ":")))
         return 0
@@ -205,6 +251,9 @@ def main() -> int:
             digits=3,
         )
     )
+    if sweep:
+        print("\nThe same trained forecasters, recalibrated at other quantiles:")
+        print(sweep_table(sweep))
     for name, note in notes.items():
         print(f"{name}: {note}")
     return 0

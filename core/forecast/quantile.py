@@ -24,6 +24,9 @@ The upper forecast is then ``point + offset · σ``. With too few calibration
 residuals (fewer than ``MIN_RESIDUALS``) an offset is 0 and ``note`` says so. Only
 observed truths enter a residual; the point model's own cold start is kept.
 
+A fitted wrapper keeps its calibration residuals: :meth:`QuantileForecaster.at_quantile`
+recalibrates it at another quantile without refitting the point model.
+
 The wrapper satisfies the ``Forecaster`` protocol (``predict`` returns the per-step
 upper quantile), so whatever reads a point forecast can read a quantile one.
 """
@@ -31,7 +34,7 @@ upper quantile), so whatever reads a point forecast can read a quantile one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -138,6 +141,10 @@ class QuantileForecaster:
     scale: ScaleKind = "series"
     calibration: Calibration | None = None
     note: str = ""
+    _residual_data: tuple[FloatArray, FloatArray, BoolArray, FloatArray] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """The calibration windows' forecasts, truths, mask and scale, for :meth:`at_quantile`."""
 
     @property
     def name(self) -> str:
@@ -177,6 +184,7 @@ class QuantileForecaster:
             forecast = np.zeros(forecast_shape)
             truth, mask = forecast, np.zeros(forecast_shape, dtype=bool)
             scale = np.ones((0, *forecast_shape[2:]))
+        self._residual_data = (forecast, truth, mask, scale)
         self.calibration = calibrate(forecast, truth, mask, scale, self.quantile)
         reasons = [self.point.fallback_reason] if self.point.fallback_reason else []
         if self.calibration.residuals < MIN_RESIDUALS:
@@ -185,6 +193,17 @@ class QuantileForecaster:
                 "the upper quantile is the point forecast"
             )
         self.note = "; ".join(reasons)
+
+    def at_quantile(self, quantile: float) -> QuantileForecaster:
+        """This fitted forecaster calibrated at another ``quantile``: the same point
+        model and calibration windows, new offsets (no refit)."""
+        if self._residual_data is None:
+            raise InputError("a quantile forecast before fit()")
+        return replace(
+            self,
+            quantile=quantile,
+            calibration=calibrate(*self._residual_data, quantile),
+        )
 
     def _scale(self, windows: Windows) -> FloatArray:
         if self.calibration is None or self.point.normaliser is None:

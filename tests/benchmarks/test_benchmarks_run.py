@@ -308,7 +308,12 @@ def check_forecast_packing(document: dict[str, Any]) -> None:
         "train_seconds",
         "data",
         *(["notes"] if "notes" in document else []),
+        "quantile_sweep",  # the tiny run sweeps two quantiles
     )
+    assert set(document["quantile_sweep"]) == {"0.9", "0.99"}
+    for at_quantile in document["quantile_sweep"].values():
+        assert set(at_quantile) == {"stgcn", "lstm", "last_value"}
+        each_value_has(at_quantile, "gpu_hours", "overload_minutes")
     assert {"one_per_pod", "history_peak", "stgcn", "lstm", "last_value", "oracle"} <= set(
         document["policies"]
     )

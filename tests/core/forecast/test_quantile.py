@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import make_forecaster
 from kubesage.core.forecast.loop_adapter import LoopForecaster
 from kubesage.core.forecast.panel import MetricPanel, read_panel
@@ -72,6 +73,27 @@ def test_a_point_forecaster_gets_an_upper_quantile_that_covers_later_peaks(
     assert point.normaliser is not None
     windows = make_windows(panel, point.normaliser, origins, history=24, horizon=5)
     assert np.mean(peaks >= point.forecast_windows(windows).max(axis=1)) > 0.9
+
+
+def test_a_fitted_forecaster_recalibrates_at_another_quantile_as_a_fresh_fit_would(
+    panel: MetricPanel,
+) -> None:
+    fitted = QuantileForecaster(make_forecaster("last_value", horizon=5), quantile=0.8)
+    fitted.fit(panel, 200)
+    fresh = QuantileForecaster(make_forecaster("last_value", horizon=5), quantile=0.97)
+    fresh.fit(panel, 200)
+    moved = fitted.at_quantile(0.97)
+    assert moved.point is fitted.point and moved.quantile == 0.97
+    assert moved.calibration is not None and fresh.calibration is not None
+    assert fitted.calibration is not None and fitted.calibration.quantile == 0.8
+    np.testing.assert_array_equal(moved.calibration.peak_offsets, fresh.calibration.peak_offsets)
+    np.testing.assert_array_equal(moved.calibration.step_offsets, fresh.calibration.step_offsets)
+    assert (moved.calibration.peak_offsets >= fitted.calibration.peak_offsets).all()
+    assert (moved.calibration.peak_offsets > fitted.calibration.peak_offsets).any()
+    with pytest.raises(InputError, match="quantile"):
+        fitted.at_quantile(1.0)
+    with pytest.raises(InputError, match="before fit"):
+        QuantileForecaster(make_forecaster("last_value", horizon=5)).at_quantile(0.9)
 
 
 def test_too_little_calibration_data_is_said(panel: MetricPanel) -> None:
