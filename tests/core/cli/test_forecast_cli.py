@@ -1,4 +1,5 @@
-"""``kubesage forecast`` end to end on generated metric folders (real subprocesses)."""
+"""``kubesage forecast`` end to end on generated metric folders (real subprocesses; the
+bad-argument table in process)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.persistence import load_forecaster
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
@@ -144,8 +147,18 @@ def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    # In process (a subprocess costs a torch import each); the real process's exit code
+    # and stderr are checked once, below.
     data = write_synthetic_metrics(tmp_path, entities=4, steps=200)
-    done = kubesage("eval", "--data", str(data), *args)
+    result = CliRunner().invoke(forecast_app, ["eval", "--data", str(data), *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_bad_argument_exits_2_with_the_message_on_stderr(tmp_path: Path) -> None:
+    data = write_synthetic_metrics(tmp_path, entities=4, steps=200)
+    done = kubesage("eval", "--data", str(data), "--train-until", "soon")
     assert done.returncode == 2
-    assert message in " ".join(done.stderr.split())
+    assert "neither a timestamp nor +DURATION" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
