@@ -24,8 +24,9 @@ The upper forecast is then ``point + offset · σ``. With too few calibration
 residuals (fewer than ``MIN_RESIDUALS``) an offset is 0 and ``note`` says so. Only
 observed truths enter a residual; the point model's own cold start is kept.
 
-A fitted wrapper keeps its calibration residuals: :meth:`QuantileForecaster.at_quantile`
-recalibrates it at another quantile without refitting the point model.
+A fitted wrapper keeps its calibration windows' forecasts and truths:
+:meth:`QuantileForecaster.at_quantile` recalibrates it at another quantile without
+refitting the point model.
 
 The wrapper satisfies the ``Forecaster`` protocol (``predict`` returns the per-step
 upper quantile), so whatever reads a point forecast can read a quantile one.
@@ -196,7 +197,8 @@ class QuantileForecaster:
 
     def at_quantile(self, quantile: float) -> QuantileForecaster:
         """This fitted forecaster calibrated at another ``quantile``: the same point
-        model and calibration windows, new offsets (no refit)."""
+        model object (refitting either refits both) and calibration windows, new
+        offsets (no refit)."""
         if self._residual_data is None:
             raise InputError("a quantile forecast before fit()")
         return replace(

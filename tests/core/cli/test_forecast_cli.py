@@ -152,8 +152,7 @@ def test_bad_arguments_are_clear_errors(tmp_path: Path, args: list[str], message
     data = write_synthetic_metrics(tmp_path, entities=4, steps=200)
     result = CliRunner().invoke(forecast_app, ["eval", "--data", str(data), *args])
     assert result.exit_code == 2, result.output
-    assert message in " ".join(result.output.split())
-    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert message in " ".join(result.output.split())  # an uncaught exception exits 1
 
 
 def test_a_bad_argument_exits_2_with_the_message_on_stderr(tmp_path: Path) -> None:
