@@ -98,9 +98,7 @@ def quantile_list(text: str) -> tuple[float, ...]:
     try:
         values = tuple(sorted({float(part) for part in text.split(",") if part.strip()}))
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected quantiles like 0.9,0.95; got {text!r}"
-        ) from None
+        values = ()
     if not values:
         raise argparse.ArgumentTypeError(f"expected quantiles like 0.9,0.95; got {text!r}")
     if any(not 0.0 < q < 1.0 for q in values):
