@@ -13,9 +13,16 @@ from rich.table import Table
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.cli.tables import print_table
+from kubesage.core.cli.telemetry import MetricMapOption, RateWindowOption
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
+from kubesage.core.forecast import (
+    ABLATION_NAMES,
+    DEFAULT_HISTORY,
+    DEFAULT_HORIZON,
+    MODEL_NAMES,
+)
+from kubesage.core.forecast.node_panel import DEFAULT_COLUMNS
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 
 forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
@@ -78,35 +85,89 @@ def parse_names(text: str, known: tuple[str, ...], option: str) -> list[str]:
 @forecast_app.command("train")
 @user_errors
 def train_command(
-    data: DataOption,
-    train_until: UntilOption,
     out: Annotated[Path, typer.Option("--out", help="Model file to write (safetensors).")],
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Folder of per-entity metric CSVs.")
+    ] = None,
+    train_until: Annotated[
+        str | None,
+        typer.Option(
+            "--train-until",
+            help="With --data: cut-off timestamp, or +12h after the first sample "
+            "(default: all of it).",
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Train on this Prometheus's node metrics instead of --data: the series the "
+            "control loop forecasts, for `serve --forecast-model`.",
+        ),
+    ] = None,
+    range_: Annotated[
+        str, typer.Option("--range", help="With --prometheus: history to train on, ending now.")
+    ] = "6h",
+    step: Annotated[
+        str,
+        typer.Option(
+            "--step", help="With --prometheus: the history's step; use the loop's --tick-s."
+        ),
+    ] = "5s",
+    metrics: Annotated[
+        str,
+        typer.Option(
+            "--metrics", help="With --prometheus: metric-map columns to forecast (patterns)."
+        ),
+    ] = ",".join(DEFAULT_COLUMNS),
+    metric_map: MetricMapOption = None,
+    rate_window: RateWindowOption = None,
     model: Annotated[str, typer.Option("--model", help="stgcn or lstm.")] = "stgcn",
-    horizon: Annotated[int, typer.Option("--horizon", min=1, help="Steps to forecast.")] = 15,
+    history: Annotated[
+        int, typer.Option("--history", min=2, help="Input steps the model reads.")
+    ] = DEFAULT_HISTORY,
+    horizon: Annotated[
+        int, typer.Option("--horizon", min=1, help="Steps to forecast.")
+    ] = DEFAULT_HORIZON,
     epochs: EpochsOption = 20,
     seed: SeedOption = 0,
     device: DeviceOption = "cpu",
 ) -> None:
-    """Train a neural forecaster on everything before the cut-off and save it."""
+    """Train a neural forecaster on a folder of metric CSVs (everything before the cut-off)
+    or on Prometheus history, and save it."""
     from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
     from kubesage.core.forecast.persistence import save_forecaster
     from kubesage.core.forecast.training import TrainConfig, check_device
 
     if model not in ("stgcn", "lstm"):
         raise InputError(f"--model must be stgcn or lstm, got '{model}'")
-    panel = read_panel(data)
-    stderr.print(describe(panel))
-    step, timestamp = cut_off_step(panel, train_until)
+    if (data is None) == (prometheus is None):
+        raise InputError("give one source to train on: --data DIR or --prometheus URL")
+    if prometheus is not None:
+        if train_until is not None:
+            raise InputError(
+                "--train-until goes with --data; --prometheus trains on all of --range"
+            )
+        panel = _prometheus_panel(prometheus, range_, step, metrics, metric_map, rate_window)
+    else:
+        assert data is not None
+        panel = read_panel(data)
+        stderr.print(describe(panel))
+    if train_until is None:
+        until, timestamp = panel.steps, panel.start_s + panel.steps * panel.step_s
+    else:
+        until, timestamp = cut_off_step(panel, train_until)
     forecaster = make_forecaster(
         model,
+        history=history,
         horizon=horizon,
         config=TrainConfig(epochs=epochs, seed=seed, device=check_device(device)),
     )
     assert isinstance(forecaster, NeuralForecaster)
-    with stderr.status(f"training {model} on {step} steps") as status:
+    with stderr.status(f"training {model} on {until} steps") as status:
         forecaster.fit(
             panel,
-            step,
+            until,
             on_epoch=lambda e, n, loss: status.update(
                 f"{model}: epoch {e}/{n}, validation L1 {loss:.4f}"
             ),
@@ -120,8 +181,40 @@ def train_command(
             f"trained {forecaster.report.epochs_run} epochs in {forecaster.report.seconds:.0f} s "
             f"(best epoch {forecaster.report.best_epoch})"
         )
-    path = save_forecaster(forecaster, out, train_until_s=timestamp)
+    path = save_forecaster(forecaster, out, train_until_s=timestamp, step_s=panel.step_s)
     typer.echo(str(path))
+
+
+def _prometheus_panel(
+    url: str,
+    range_: str,
+    step: str,
+    metrics: str,
+    metric_map: Path | None,
+    rate_window: str | None,
+) -> MetricPanel:
+    """The chosen metric-map columns of Prometheus's history, per node (what was left out
+    said on stderr)."""
+    from kubesage.core.cli.telemetry import metric_map_from_options, read_history
+    from kubesage.core.forecast.node_panel import node_panel
+
+    patterns = [p.strip() for p in metrics.split(",") if p.strip()]
+    if not patterns:
+        raise InputError(
+            "--metrics is empty: name metric-map columns, e.g. dcgm.gpu_util_percent.gpu*"
+        )
+    loaded = metric_map_from_options(metric_map, rate_window)
+    chosen = node_panel(read_history(url, range_, step, loaded, timeout=30.0), patterns)
+    panel = chosen.panel
+    stderr.print(
+        f"{panel.steps} steps of {panel.step_s:g} s, {len(panel.entities)} node(s), "
+        f"{len(panel.metrics)} column(s): {', '.join(panel.metrics)}"
+    )
+    if chosen.empty_columns:
+        stderr.print(f"left out, no node reported them: {', '.join(chosen.empty_columns)}")
+    if chosen.silent_nodes:
+        stderr.print(f"left out, reported none of the columns: {', '.join(chosen.silent_nodes)}")
+    return panel
 
 
 @forecast_app.command("eval")

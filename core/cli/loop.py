@@ -27,6 +27,7 @@ from kubesage.core.cli.errors import user_errors
 from kubesage.core.cli.loop_options import (
     AuditLogOption,
     DryRunOption,
+    ForecastModelOption,
     ForecastWeightOption,
     MaxEvictionsOption,
     PrometheusOption,
@@ -48,6 +49,7 @@ from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.loop.audit import AuditLog
 from kubesage.core.loop.clock import Clock, WallClock
 from kubesage.core.loop.control import ControlLoop
+from kubesage.core.loop.forecasts import DEFAULT_HISTORY, ForecastPanel
 from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.report import TickReport
 from kubesage.core.loop.settings import (
@@ -135,6 +137,30 @@ def loop_parts(context: ReconcilerContext) -> LoopParts:
     return parts
 
 
+def forecast_panel(settings: LoopSettings) -> ForecastPanel:
+    """The loop's forecast panel: the last value, or the model of ``--forecast-model``
+    (asked every tick at its own horizon, with at least the history it reads)."""
+    if settings.forecast_model is None:
+        return ForecastPanel()
+    from kubesage.core.forecast.loop_adapter import load_loop_forecaster
+
+    model = load_loop_forecaster(settings.forecast_model, settings.tick_s)
+    panel = ForecastPanel(
+        horizon_steps=model.horizon_steps, history=max(DEFAULT_HISTORY, model.history_steps)
+    )
+    panel.use(model)
+    log.info(
+        "forecaster %s from %s: %d node(s) × %d metric(s), %d steps ahead (%g s)",
+        model.name,
+        settings.forecast_model,
+        len(model.entities),
+        len(model.metrics),
+        model.horizon_steps,
+        model.horizon_steps * model.step_s,
+    )
+    return panel
+
+
 def build_loop(
     cluster: Collector[Any],
     actuators: Sequence[Actuator],
@@ -153,7 +179,7 @@ def build_loop(
     return ControlLoop(
         clock or WallClock(),
         sources,
-        WorldModel(topology=context.topology),
+        WorldModel(topology=context.topology, forecasts=forecast_panel(settings)),
         parts.reconcilers,
         [*actuators, *parts.actuators],
         budgets=settings.budgets,
@@ -249,6 +275,7 @@ def loop(
     topology: TopologyOption = None,
     prometheus: PrometheusOption = None,
     forecast_weight: ForecastWeightOption = 0.0,
+    forecast_model: ForecastModelOption = None,
     output: Annotated[
         OutputFormat, typer.Option("--format", help="table, or json (one object).")
     ] = OutputFormat.table,
@@ -269,6 +296,7 @@ def loop(
         topology=topology,
         prometheus=prometheus,
         forecast_weight=forecast_weight,
+        forecast_model=forecast_model,
         embedded=embedded,
         kubeconfig=kubeconfig,
         context=context,

@@ -52,6 +52,15 @@ ForecastWeightOption = Annotated[
     ),
 ]
 
+ForecastModelOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--forecast-model",
+        help="Model file of `kubesage forecast train --prometheus` (trained at the loop's "
+        "tick): the loop's forecasts (default: the last value).",
+    ),
+]
+
 
 def loop_settings(
     *,
@@ -63,6 +72,7 @@ def loop_settings(
     topology: str | None = None,
     prometheus: str | None = None,
     forecast_weight: float = 0.0,
+    forecast_model: Path | None = None,
 ) -> LoopSettings:
     """The settings from the options (the eviction budget defaults to Budgets')."""
     if not tick_s > 0 or not math.isfinite(tick_s):
@@ -73,6 +83,8 @@ def loop_settings(
         )
     if not 0.0 <= forecast_weight <= 1.0:
         raise InputError(f"--forecast-weight must be in [0, 1], got {forecast_weight}")
+    if forecast_model is not None and not forecast_model.is_file():
+        raise InputError(f"--forecast-model {forecast_model}: no such file")
     if prometheus is not None and not prometheus.startswith(("http://", "https://")):
         raise InputError(f"--prometheus '{prometheus}' must be an http:// or https:// URL")
     budgets = Budgets()
@@ -87,4 +99,5 @@ def loop_settings(
         topology=topology,
         prometheus=prometheus.rstrip("/") if prometheus else None,
         forecast_weight=forecast_weight,
+        forecast_model=forecast_model,
     )

@@ -49,6 +49,7 @@ from kubesage.core.cli.loop import (
 from kubesage.core.cli.loop_options import (
     AuditLogOption,
     DryRunOption,
+    ForecastModelOption,
     ForecastWeightOption,
     MaxEvictionsOption,
     PrometheusOption,
@@ -379,6 +380,7 @@ def serve(
     topology: TopologyOption = None,
     prometheus: PrometheusOption = None,
     forecast_weight: ForecastWeightOption = 0.0,
+    forecast_model: ForecastModelOption = None,
     arrivals_per_s: Annotated[
         float,
         typer.Option(
@@ -415,6 +417,7 @@ def serve(
         topology=topology,
         prometheus=prometheus,
         forecast_weight=forecast_weight,
+        forecast_model=forecast_model,
         embedded=embedded,
         kubeconfig=kubeconfig,
         context=context,

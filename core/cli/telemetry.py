@@ -36,7 +36,12 @@ from kubesage.core.cli.tables import print_table
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.perception import Snapshot
-from kubesage.core.telemetry.features import FeatureBuilder, NodeFeatures, NodeMetrics
+from kubesage.core.telemetry.features import (
+    FeatureBuilder,
+    MetricHistory,
+    NodeFeatures,
+    NodeMetrics,
+)
 from kubesage.core.telemetry.metric_map import MetricMap, load_metric_map
 from kubesage.core.telemetry.pca import DEFAULT_COMPONENTS, PcaModel, fit_pca, save_pca
 from kubesage.core.telemetry.prometheus import PrometheusCollector, PrometheusUnavailableError
@@ -94,7 +99,7 @@ def _check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def _metric_map(path: Path | None, rate_window: str | None) -> MetricMap:
+def metric_map_from_options(path: Path | None, rate_window: str | None) -> MetricMap:
     metric_map = load_metric_map(path)
     if rate_window is not None:
         parse_duration_s(rate_window, "--rate-window")
@@ -252,7 +257,7 @@ def snapshot_command(
     """Per-node feature summary of the metric map now (stale snapshots are marked)."""
     url = _check_url(prometheus)
     interval_s = parse_duration_s(interval, "--interval")
-    loaded = _metric_map(metric_map, rate_window)
+    loaded = metric_map_from_options(metric_map, rate_window)
     builder = FeatureBuilder(loaded)
     collector = PrometheusCollector(url, loaded, timeout_s=timeout)
     reports = []
@@ -282,6 +287,36 @@ def components_for(model: PcaModel, share: float) -> int | None:
     return int(reached[0]) + 1 if reached.size else None
 
 
+def read_history(
+    prometheus: str, range_: str, step: str, metric_map: MetricMap, timeout: float
+) -> MetricHistory:
+    """``--range`` of the metric map's columns at ``--step``, ending now, from Prometheus;
+    a clear error when it is unreachable or holds none of the map's series."""
+    url = _check_url(prometheus)
+    range_s = parse_duration_s(range_, "--range")
+    step_s = parse_duration_s(step, "--step")
+    if step_s > range_s:
+        raise InputError(f"--step {step} is longer than --range {range_}")
+    collector = PrometheusCollector(url, metric_map, timeout_s=timeout)
+    end = time.time()
+    try:
+        with (
+            _collector_logs_quiet(),
+            stderr.status(f"reading {range_} of history at {step} from {url}"),
+        ):
+            history = collector.history(end - range_s, end, step_s)
+    except PrometheusUnavailableError as exc:
+        raise _unreachable(url, exc) from exc
+    finally:
+        collector.close()
+    if not history.nodes:
+        raise InputError(
+            f"Prometheus at {url} has no series of the metric map in the last {range_}: "
+            "nothing to learn from (are the exporters scraped? is --metric-map right?)"
+        )
+    return history
+
+
 @telemetry_app.command("fit-pca")
 @user_errors
 def fit_pca_command(
@@ -302,30 +337,9 @@ def fit_pca_command(
     timeout: TimeoutOption = 30.0,
 ) -> None:
     """Fit PCA on a range of Prometheus history and save it; print what it kept and why."""
-    url = _check_url(prometheus)
-    range_s = parse_duration_s(range_, "--range")
-    step_s = parse_duration_s(step, "--step")
-    if step_s > range_s:
-        raise InputError(f"--step {step} is longer than --range {range_}")
-    loaded = _metric_map(metric_map, rate_window)
+    loaded = metric_map_from_options(metric_map, rate_window)
+    history = read_history(prometheus, range_, step, loaded, timeout)
     builder = FeatureBuilder(loaded)
-    collector = PrometheusCollector(url, loaded, timeout_s=timeout)
-    end = time.time()
-    try:
-        with (
-            _collector_logs_quiet(),
-            stderr.status(f"reading {range_} of history at {step} from {url}"),
-        ):
-            history = collector.history(end - range_s, end, step_s)
-    except PrometheusUnavailableError as exc:
-        raise _unreachable(url, exc) from exc
-    finally:
-        collector.close()
-    if not history.nodes:
-        raise InputError(
-            f"Prometheus at {url} has no series of the metric map in the last {range_}: "
-            "nothing to fit (are the exporters scraped? is --metric-map right?)"
-        )
     if history.steps < window:
         raise InputError(
             f"--range {range_} at --step {step} gives {history.steps} steps, "

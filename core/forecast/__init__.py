@@ -16,3 +16,8 @@ ABLATION_NAMES = (
 """ST-GCN with parts removed: its temporal part alone (no graph, no highway), without
 the self-adaptive adjacency (correlation graph only), without the correlation graph
 (adaptive only), without the linear highway (both graphs)."""
+
+DEFAULT_HISTORY = 24
+"""Input steps (about 23 minutes at the GenAI trace's 57 s)."""
+DEFAULT_HORIZON = 15
+"""Steps forecast."""

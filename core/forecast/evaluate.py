@@ -21,9 +21,8 @@ import numpy as np
 import torch
 
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
+from kubesage.core.forecast import ABLATION_NAMES, DEFAULT_HISTORY, MODEL_NAMES
 from kubesage.core.forecast.forecaster import (
-    DEFAULT_HISTORY,
     NeuralForecaster,
     WindowedForecaster,
     make_forecaster,

@@ -20,7 +20,13 @@ import torch
 
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES, baselines
+from kubesage.core.forecast import (
+    ABLATION_NAMES,
+    DEFAULT_HISTORY,
+    DEFAULT_HORIZON,
+    MODEL_NAMES,
+    baselines,
+)
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
 from kubesage.core.forecast.highway import LinearHighway
 from kubesage.core.forecast.panel import MetricPanel
@@ -47,9 +53,6 @@ ABLATION_PARTS: dict[str, tuple[Spatial, bool]] = {
 """The ST-GCN ablations (see ABLATION_NAMES) by the graphs their spatial part keeps and
 whether they keep the linear highway."""
 
-DEFAULT_HISTORY = 24
-"""Input steps (about 23 minutes at the GenAI trace's 57 s)."""
-DEFAULT_HORIZON = 15
 MIN_TRAINING_WINDOWS = 16
 """Windows needed beyond the ``horizon − 1`` left out between training and validation."""
 

@@ -17,17 +17,32 @@ the loop has not seen are masked (never filled). Loop metric names that differ f
 the model's (a node's ``dcgm.gpu_util_percent.gpu0`` for a model trained on
 ``gpu_duty_cycle``) are mapped by ``rename``. Only series the loop has seen get an
 answer; the rest keep the loop's last value.
+
+:func:`load_loop_forecaster` reads a model file for ``kubesage serve --forecast-model``
+(one trained by ``kubesage forecast train --prometheus``, whose entities are the nodes
+and whose metrics are the loop's own column names) and checks that the loop's tick is
+the step it was trained on: a model of 15 s steps read every 5 s would forecast three
+times too near.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import Forecast
 from kubesage.core.forecast.panel import MetricPanel
+
+log = logging.getLogger(__name__)
+
+STEP_TOLERANCE = 0.1
+"""How far (as a share of the tick) the model's step may be from the loop's tick."""
 
 Series = tuple[str, str]
 """(entity, metric), as the loop names them."""
@@ -51,6 +66,8 @@ class LoopForecaster:
         *,
         rename: Mapping[str, str] | None = None,
         step_s: float = 1.0,
+        history_steps: int = 1,
+        horizon_steps: int = 1,
     ) -> None:
         self.forecaster = forecaster
         self.entities = tuple(entities)
@@ -58,6 +75,10 @@ class LoopForecaster:
         self.rename = dict(rename or {})
         """Loop metric name → the model's metric name."""
         self.step_s = step_s
+        self.history_steps = history_steps
+        """Steps of history the model reads (the loop keeps at least that many)."""
+        self.horizon_steps = horizon_steps
+        """The farthest step the model forecasts."""
 
     @property
     def name(self) -> str:
@@ -104,3 +125,36 @@ class LoopForecaster:
             if n is not None and m is not None:
                 out[(entity, metric)] = float(values[n, m])
         return out
+
+
+def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
+    """The model in ``path`` as the loop's forecaster, for a loop that ticks every
+    ``tick_s``; InputError for a file that cannot be read or a step that is not the tick."""
+    from kubesage.core.forecast.persistence import load_forecaster
+
+    forecaster, header = load_forecaster(path)
+    step_s = header.get("step_s")
+    if step_s is None:
+        log.warning(
+            "%s records no step; the loop reads it every %g s, so it must have been trained "
+            "on %g s steps",
+            path,
+            tick_s,
+            tick_s,
+        )
+        step_s = tick_s
+    elif not (isinstance(step_s, int | float) and math.isfinite(step_s) and step_s > 0):
+        raise InputError(f"{path}: step_s {step_s!r} is not a positive number of seconds")
+    elif abs(step_s - tick_s) > STEP_TOLERANCE * tick_s:
+        raise InputError(
+            f"{path} was trained on {step_s:g} s steps but the loop ticks every {tick_s:g} s: "
+            f"run with --tick-s {step_s:g}, or train with --step {tick_s:g}s"
+        )
+    return LoopForecaster(
+        forecaster,
+        forecaster.entities,
+        forecaster.metrics,
+        step_s=float(step_s),
+        history_steps=forecaster.history,
+        horizon_steps=forecaster.horizon,
+    )

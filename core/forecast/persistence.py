@@ -2,7 +2,8 @@
 
 The file holds the weights, the normalisation statistics and the graph as
 tensors, plus a JSON header naming the model kind, its sizes, the entities and
-metrics it was trained on and the training cut-off. Loading rebuilds the model
+metrics it was trained on, the training cut-off and the data's step (``step_s``; null
+in files written before it was recorded). Loading rebuilds the model
 from that header and refuses anything that does not match exactly.
 """
 
@@ -32,8 +33,14 @@ READABLE_FORMATS = ("kubesage.forecast/v2", FORMAT)
 
 
 def save_forecaster(
-    forecaster: NeuralForecaster, path: Path | str, *, train_until_s: float
+    forecaster: NeuralForecaster,
+    path: Path | str,
+    *,
+    train_until_s: float,
+    step_s: float | None = None,
 ) -> Path:
+    """Write a fitted forecaster. ``step_s`` is the training data's grid step: the loop
+    checks its tick against it before it plugs the model in."""
     if forecaster.model is None or forecaster.normaliser is None or forecaster.graph is None:
         raise InputError("only a fitted forecaster can be saved")
     path = Path(path)
@@ -62,6 +69,7 @@ def save_forecaster(
         "metrics": list(forecaster.metrics),
         "graph": forecaster.graph.description,
         "train_until_s": train_until_s,
+        "step_s": step_s,
         "fallback_reason": forecaster.fallback_reason,
     }
     save_file(tensors, str(path), metadata={"kubesage": json.dumps(header)})

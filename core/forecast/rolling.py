@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import MODEL_NAMES
+from kubesage.core.forecast import DEFAULT_HISTORY, MODEL_NAMES
 from kubesage.core.forecast.evaluate import Evaluation, Progress, evaluate
-from kubesage.core.forecast.forecaster import DEFAULT_HISTORY
 from kubesage.core.forecast.metrics import mean_of
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.training import TrainConfig

@@ -431,7 +431,9 @@ class ControlLoop:
 
     def _forecaster_words(self) -> str:
         panel = self.world.forecasts
-        return f"{panel.source} (cold start)" if panel.cold_start else panel.source
+        if panel.cold_start:
+            return f"{panel.source} (cold start)"
+        return f"{panel.source} ({panel.answered} of {panel.seen} series)"
 
     # -- running ----------------------------------------------------------------------
 

@@ -138,6 +138,16 @@ class ForecastPanel:
         self._predicted = {}  # cleared first: a forecaster that raises leaves last values
         self._predicted = dict(self._forecaster.forecast(history, self._horizon))
 
+    @property
+    def answered(self) -> int:
+        """Series the forecaster answered for at the last refresh (the rest: last value)."""
+        return len(self._predicted)
+
+    @property
+    def seen(self) -> int:
+        """Series with samples."""
+        return len(self._history)
+
     def series(self) -> list[Series]:
         """The (entity, metric) pairs seen so far."""
         return sorted(self._history)

@@ -39,6 +39,9 @@ class LoopSettings:
     forecast_weight: float = 0.0
     """Weight of the forecast term in placement (0: off, the default; see
     :mod:`kubesage.core.policy.forecast_aware`)."""
+    forecast_model: Path | None = None
+    """A model file of ``kubesage forecast train`` the forecast panel asks every tick
+    (None: the last value)."""
 
 
 @dataclass(frozen=True)

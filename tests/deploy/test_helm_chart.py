@@ -127,6 +127,7 @@ CASES |= {
             "topology": "dgx-h100-pod",
             "prometheus": "http://prometheus.monitoring.svc:9090",
             "auditLog": "/tmp/audit.jsonl",
+            "forecastModel": {"configMap": "gpu-forecast", "key": "gpu.safetensors"},
         },
         "server": {
             "maxUrlBytes": 4096,
@@ -328,6 +329,17 @@ def test_the_arguments_parse_as_kubesage_serve_options(
     assert everything["forecast_weight"] == 0.3 and everything["max_headers"] == 50
     assert everything["prometheus"] == "http://prometheus.monitoring.svc:9090"
     assert everything["header_timeout_s"] == 5.0 and everything["keep_alive_s"] == 2.5
+    assert everything["forecast_model"] == Path("/etc/kubesage/forecast/gpu.safetensors")
+    pod = find(renders["every-option"][1], "Deployment")["spec"]["template"]["spec"]
+    item = {"key": "gpu.safetensors", "path": "gpu.safetensors"}
+    model = {"name": "gpu-forecast", "items": [item]}
+    assert {"name": "forecast-model", "configMap": model} in pod["volumes"]
+    mount = {"name": "forecast-model", "mountPath": "/etc/kubesage/forecast", "readOnly": True}
+    assert mount in container(renders["every-option"][1])["volumeMounts"]
+    defaults = renders["defaults"][1]
+    assert serve_options(container(defaults)["args"])["forecast_model"] is None
+    volumes = find(defaults, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert "forecast-model" not in {v["name"] for v in volumes}
 
 
 def test_every_in_cluster_serve_option_is_a_value(
@@ -420,6 +432,7 @@ BAD_VALUES = [
     ({"loop": {"tickS": 0}}, "/loop/tickS"),
     ({"loop": {"maxEvictionsPerTick": -1}}, "/loop/maxEvictionsPerTick"),
     ({"loop": {"prometheus": "prometheus:9090"}}, "/loop/prometheus"),
+    ({"loop": {"forecastModel": {"configMap": "Gpu_Model", "key": "m"}}}, "/loop/forecastModel"),
     ({"server": {"maxHeaders": 0}}, "/server/maxHeaders"),
     ({"webhook": {"timeoutSeconds": 60}}, "/webhook/timeoutSeconds"),
     ({"tls": {"source": "vault"}}, "/tls/source"),

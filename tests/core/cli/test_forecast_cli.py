@@ -1,5 +1,6 @@
 """``kubesage forecast`` end to end on generated metric folders (real subprocesses; the
-bad-argument table in process)."""
+bad-argument tables in process), and ``train --prometheus`` on the real Prometheus and
+DCGM replays of tests/core/conftest.py."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import gzip
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.persistence import load_forecaster
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
+from tests.core.conftest import GPU_NODES, RATE_WINDOW, PrometheusServer
 
 
 def kubesage(*args: str) -> subprocess.CompletedProcess[str]:
@@ -161,3 +164,55 @@ def test_a_bad_argument_exits_2_with_the_message_on_stderr(tmp_path: Path) -> No
     assert done.returncode == 2
     assert "neither a timestamp nor +DURATION" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
+
+
+def test_train_on_prometheus_learns_the_loops_series_per_node(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    assert prometheus.samples_since is not None
+    time.sleep(max(0.0, prometheus.samples_since + 30 - time.time()))
+    out = tmp_path / "gpu.safetensors"
+    result = CliRunner().invoke(
+        forecast_app,
+        [
+            *f"train --prometheus {prometheus.url} --range 30s --step 1s".split(),
+            *f"--history 4 --horizon 2 --epochs 2 --rate-window {RATE_WINDOW}".split(),
+            *("--out", str(out)),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    forecaster, header = load_forecaster(out)
+    # Entities are the nodes; metrics the per-GPU slots some node reports, under the
+    # metric map's names (the loop's): gpu-node-0 has 4 GPUs, gpu-node-1 has 2.
+    assert forecaster.entities == tuple(sorted(GPU_NODES))
+    slots = max(GPU_NODES.values())
+    assert forecaster.metrics == tuple(f"dcgm.gpu_util_percent.gpu{g}" for g in range(slots))
+    assert header["step_s"] == 1.0 and not forecaster.fallback_reason
+    output = " ".join(result.output.split())
+    unreported = ", ".join(f"dcgm.gpu_util_percent.gpu{g}" for g in range(slots, 8))
+    assert f"left out, no node reported them: {unreported}" in output
+    assert f"2 node(s), {slots} column(s)" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give one source to train on: --data DIR or --prometheus URL"),
+        (["--data", "DATA", "--prometheus", "http://x"], "give one source"),
+        (["--prometheus", "http://x", "--train-until", "+1h"], "--train-until goes with --data"),
+        (["--prometheus", "http://x", "--metrics", " , "], "--metrics is empty"),
+        (["--prometheus", "prometheus:9090"], "must be an http:// or https:// URL"),
+        (["--prometheus", "http://x", "--step", "1m", "--range", "30s"], "longer than --range"),
+        (["--data", "DATA", "--model", "gru"], "--model must be stgcn or lstm"),
+    ],
+)
+def test_bad_train_arguments_are_clear_errors(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    data = write_synthetic_metrics(tmp_path, entities=4, steps=200)
+    args = [str(data) if a == "DATA" else a for a in args]
+    out = tmp_path / "m.safetensors"
+    result = CliRunner().invoke(forecast_app, ["train", "--out", str(out), *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not out.exists()

@@ -108,6 +108,7 @@ empty string) passes no flag, so the binary's default applies.
   (list "forecast-weight" $loop.forecastWeight)
   (list "topology" $loop.topology)
   (list "prometheus" $loop.prometheus)
+  (list "forecast-model" (include "kubesage.forecastModelPath" .))
   (list "audit-log" $loop.auditLog)
   (list "max-url-bytes" $server.maxUrlBytes)
   (list "max-header-bytes" $server.maxHeaderBytes)
@@ -126,4 +127,11 @@ empty string) passes no flag, so the binary's default applies.
 {{- end }}
 {{- end }}
 {{- concat $args .Values.extraArgs | toJson }}
+{{- end }}
+
+{{/*
+The path of the mounted forecast model (empty: none configured).
+*/}}
+{{- define "kubesage.forecastModelPath" -}}
+{{- with .Values.loop.forecastModel }}{{ if .configMap }}/etc/kubesage/forecast/{{ .key }}{{ end }}{{ end }}
 {{- end }}
