@@ -16,6 +16,13 @@ three ways: ``last`` (the last step: the control loop's cold start), ``mean15`` 
 mean of the last 15 steps) and ``oracle`` (the true mean of the next 15 steps: the
 ceiling a forecaster could reach).
 
+``--learned stgcn,lstm`` adds trained forecasters: each is trained (``--epochs``,
+``--seed``) on the steps before ``--train-until`` to forecast 15 steps, and forecasts
+each pod's mean duty over the next 15 steps from the steps before every arrival — the
+loop's ``--forecast-model`` in place. Then every variant, FGD alone included, replays
+only the steps after ``--train-until``, which no forecaster saw; the JSON adds
+``learned``, ``replay_steps`` ([first, end)) and ``train_seconds``.
+
 Reported, as medians over ``--seeds`` seeds (arrivals, profiles, requests):
 ``contended`` — the share of running pod-steps spent on a GPU whose pods' duty cycles
 add up to more than 100 % (the pod is slowed); ``overload`` — Σ max(0, load − 100 %) /
@@ -25,7 +32,9 @@ must not be bought with capacity). JSON keys: ``variants`` → ``"<forecast>@<we
 run's settings.
 
     python benchmarks/forecast_placement.py [--data-dir DIR] [--nodes 4] [--load 0.8]
-        [--lifetime 120] [--seeds 5] [--weights 0.25,0.5,1] [--tiny] [--format table|json]
+        [--lifetime 120] [--seeds 5] [--weights 0.25,0.5,1]
+        [--learned stgcn,lstm --train-until +10h --epochs 30 --seed 0]
+        [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +52,13 @@ import numpy as np
 from _common import find_shared_data, format_table, parse_args
 
 from kubesage.core.arrays import FloatArray
+from kubesage.core.durations import parse_duration_s
+from kubesage.core.errors import InputError
+from kubesage.core.forecast.forecaster import make_forecaster
 from kubesage.core.forecast.panel import MetricPanel, read_panel
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
+from kubesage.core.forecast.training import TrainConfig
+from kubesage.core.forecast.windows import make_windows
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.policy.forecast_aware import ForecastAwarePolicy
 from kubesage.core.state.cluster_state import ClusterState
@@ -54,7 +69,15 @@ DUTY = "gpu_duty_cycle"
 GPUS_PER_NODE = 8
 WINDOW = 15
 FORECASTS = ("last", "mean15", "oracle")
-TINY = {"seeds": 1, "steps": 120, "weights": "0.5"}
+LEARNED = ("stgcn", "lstm")
+TINY = {
+    "seeds": 1,
+    "steps": 160,
+    "weights": "0.5",
+    "learned": "stgcn",
+    "train_until": "+100m",
+    "epochs": 1,
+}
 
 
 @dataclass
@@ -85,11 +108,43 @@ def duty_matrix(panel: MetricPanel) -> tuple[FloatArray, np.ndarray]:
 
 def gpu_loads(running: list[Running], duty: FloatArray, steps: slice, num_nodes: int) -> FloatArray:
     """Per node and GPU, the mean over ``steps`` of the sum of its pods' duty (fraction)."""
+    window = duty[steps]
+    per_pod = window.mean(axis=0) if window.shape[0] else np.zeros(duty.shape[1])
+    return loads_of(running, per_pod, num_nodes)
+
+
+def loads_of(running: list[Running], per_pod: FloatArray, num_nodes: int) -> FloatArray:
+    """Per node and GPU, the sum of its pods' duty (``per_pod`` in percent) as a fraction."""
     table = np.zeros((num_nodes, GPUS_PER_NODE))
     for pod in running:
-        window = duty[steps, pod.profile]
-        table[pod.node, pod.gpu] += float(window.mean()) / 100.0 if window.size else 0.0
+        table[pod.node, pod.gpu] += float(per_pod[pod.profile]) / 100.0
     return table
+
+
+def learned_forecasts(
+    panel: MetricPanel, cut: int, name: str, config: TrainConfig
+) -> tuple[FloatArray, float]:
+    """``[steps, pods]``: from each step ``s`` at or after ``cut``, the forecaster's mean
+    duty (percent) over the next WINDOW steps, made from the steps before ``s`` (NaN
+    before ``cut``); trained on the steps before ``cut``. Also the training seconds."""
+    forecaster = make_forecaster(name, config=config, horizon=WINDOW)
+    started = time.perf_counter()
+    try:
+        forecaster.fit(panel, cut)
+    except InputError as exc:
+        raise SystemExit(f"{name}: {exc}") from None
+    seconds = time.perf_counter() - started
+    assert forecaster.normaliser is not None
+    predicted = np.full((panel.steps, len(panel.entities)), np.nan)
+    origins = np.arange(max(cut, forecaster.history), panel.steps)
+    m = panel.metrics.index(DUTY)
+    for chunk in np.array_split(origins, max(1, origins.size // 64)):
+        windows = make_windows(
+            panel, forecaster.normaliser, chunk, history=forecaster.history, horizon=WINDOW
+        )
+        mean = forecaster.forecast_windows(windows)[:, :, :, m].mean(axis=1)
+        predicted[chunk] = np.clip(mean, 0.0, 100.0)
+    return predicted, seconds
 
 
 def run(
@@ -104,7 +159,11 @@ def run(
     weight: float,
     sharing: list[PodRequest],
     fgd_workload: list[PodRequest],
+    start: int = 1,
+    learned: FloatArray | None = None,
 ) -> Outcome:
+    """One replay from step ``start``; ``learned`` holds the forecasts of a trained
+    forecaster (``forecast`` is then its name; see :func:`learned_forecasts`)."""
     steps = duty.shape[0]
     rng = np.random.default_rng(seed)
     mean_milli = statistics.fmean(p.gpu_milli for p in sharing)
@@ -128,7 +187,7 @@ def run(
     contended = pod_steps = 0
     overload = total = 0.0
     rejected = arrivals = 0
-    for step in range(1, steps):
+    for step in range(max(1, start), steps):
         for pod in [p for p in running if p.until <= step]:
             running.remove(pod)
             state.release(pod.request, state.placement(pod.node, (pod.gpu,), pod.request))
@@ -140,13 +199,16 @@ def run(
                 continue
             template = sharing[int(rng.integers(len(sharing)))]
             request = template.model_copy(update={"name": f"serve-{arrivals}"})
-            if forecast == "last":
-                window = slice(step - 1, step)
-            elif forecast == "mean15":
-                window = slice(max(0, step - WINDOW), step)
+            if learned is not None:
+                table[0] = loads_of(running, learned[step], nodes)
             else:
-                window = slice(step, min(steps, step + WINDOW))
-            table[0] = gpu_loads(running, duty, window, nodes)
+                if forecast == "last":
+                    window = slice(step - 1, step)
+                elif forecast == "mean15":
+                    window = slice(max(0, step - WINDOW), step)
+                else:
+                    window = slice(step, min(steps, step + WINDOW))
+                table[0] = gpu_loads(running, duty, window, nodes)
             decision = policy.decide(state, request)
             if decision.placement is None:
                 rejected += 1
@@ -177,6 +239,26 @@ def run(
     )
 
 
+def learned_list(text: str) -> tuple[str, ...]:
+    """``--learned``: comma-separated names of trained forecasters."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in LEARNED]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(LEARNED)}; got {text!r}")
+    return names
+
+
+def cut_of(panel: MetricPanel, train_until: str) -> int:
+    """The first replayed step: ``+DURATION`` after the first step, inside the data."""
+    if not train_until.startswith("+"):
+        raise SystemExit("--train-until must be +DURATION (e.g. +10h) after the first step")
+    offset = parse_duration_s(train_until[1:], "--train-until")
+    cut = panel.step_of(panel.start_s + offset)
+    if not 0 < cut < panel.steps:
+        raise SystemExit(f"--train-until {train_until} leaves no replay in {panel.steps} steps")
+    return cut
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -188,6 +270,17 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=0, help="Replay only the first N steps.")
     parser.add_argument("--weights", default="0.25,0.5,1")
+    parser.add_argument(
+        "--learned",
+        type=learned_list,
+        default=(),
+        metavar="NAMES",
+        help=f"Trained forecasters to add (some of {', '.join(LEARNED)}); the replay then "
+        "starts at --train-until.",
+    )
+    parser.add_argument("--train-until", default="+10h", help="+DURATION after the first step.")
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0, help="Training seed.")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     weights = [float(w) for w in args.weights.split(",") if w]
@@ -199,9 +292,18 @@ def main() -> int:
         data = write_synthetic_metrics(
             Path(tempfile.mkdtemp(prefix="kubesage-genai-")), entities=60, steps=600
         )
-    duty, alive = duty_matrix(read_panel(data))
-    if args.steps:
-        duty, alive = duty[: args.steps], alive[: args.steps]
+    panel = read_panel(data)
+    if 0 < args.steps < panel.steps:
+        panel = panel.head(args.steps)
+    duty, alive = duty_matrix(panel)
+    start, learned, train_seconds = 1, {}, {}
+    if args.learned:
+        start = cut_of(panel, args.train_until)
+        config = TrainConfig(epochs=args.epochs, seed=args.seed)
+        for name in args.learned:
+            print(f"training {name} on the {start} steps before the replay", file=sys.stderr)
+            learned[name], seconds = learned_forecasts(panel, start, name, config)
+            train_seconds[name] = round(seconds, 1)
     workload = synthetic_workload(4000, seed=0)
     sharing = [p for p in workload if p.is_gpu_sharing and not p.gpu_models]
     print(
@@ -226,6 +328,8 @@ def main() -> int:
                     weight=weight,
                     sharing=sharing,
                     fgd_workload=workload,
+                    start=start,
+                    learned=learned.get(forecast),
                 )
             )
         return {
@@ -236,7 +340,8 @@ def main() -> int:
         }
 
     baseline = median_of("last", 0.0)
-    variants = {f"{f}@{w:g}": median_of(f, w) for f in FORECASTS for w in weights}
+    names = (*FORECASTS, *args.learned)
+    variants = {f"{f}@{w:g}": median_of(f, w) for f in names for w in weights}
     document = {
         "baseline": baseline,
         "variants": variants,
@@ -245,14 +350,21 @@ def main() -> int:
         "lifetime_steps": args.lifetime,
         "seeds": args.seeds,
     }
+    if args.learned:
+        document |= {
+            "learned": list(args.learned),
+            "replay_steps": [start, panel.steps],
+            "train_seconds": train_seconds,
+        }
     if args.format == "json":
         print(json.dumps(document, separators=(",", ":")))
         return 0
     rows = [["fgd (requests only)", *_cells(baseline, baseline)]]
     rows += [[name, *_cells(v, baseline)] for name, v in variants.items()]
+    replayed = f"steps {start}–{panel.steps} (after training)" if args.learned else "all steps"
     print(
         f"{args.nodes} nodes × {GPUS_PER_NODE} GPUs at ~{args.load:.0%} requested GPU, "
-        f"mean lifetime {args.lifetime} steps; medians of {args.seeds} seeds"
+        f"mean lifetime {args.lifetime} steps; {replayed}; medians of {args.seeds} seeds"
     )
     print(
         format_table(

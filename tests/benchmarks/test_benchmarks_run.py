@@ -287,10 +287,26 @@ def check_forecast_gateway(document: dict[str, Any]) -> None:
 
 
 def check_forecast_placement(document: dict[str, Any]) -> None:
-    keys_are(document, "baseline", "variants", "nodes", "load", "lifetime_steps", "seeds")
+    # The tiny run adds a trained ST-GCN (--learned): the replay starts after its training.
+    keys_are(
+        document,
+        "baseline",
+        "variants",
+        "nodes",
+        "load",
+        "lifetime_steps",
+        "seeds",
+        "learned",
+        "replay_steps",
+        "train_seconds",
+    )
     keys_are(document["baseline"], "contended", "overload", "rejected", "arrivals")
-    assert {name.split("@")[0] for name in document["variants"]} == {"last", "mean15", "oracle"}
+    assert document["learned"] == ["stgcn"] and set(document["train_seconds"]) == {"stgcn"}
+    forecasts = {name.split("@")[0] for name in document["variants"]}
+    assert forecasts == {"last", "mean15", "oracle", "stgcn"}
     each_value_has(document["variants"], "contended", "overload", "rejected", "arrivals")
+    first, end = document["replay_steps"]
+    assert 0 < first < end
 
 
 def check_forecast_packing(document: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ GPU-sharing pod there, a model trained on that history sends it to ``node-1``.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,9 @@ from kubesage.core.cli.loop_sources import EmbeddedClusterCollector
 from kubesage.core.cli.main import app
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
+from kubesage.core.forecast.loop_adapter import load_loop_forecaster
 from kubesage.core.forecast.node_panel import node_panel
-from kubesage.core.forecast.persistence import save_forecaster
+from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.k8s.actuators import embedded_actuators
 from kubesage.core.loop.clock import SimulatedClock
@@ -167,3 +169,15 @@ def test_kubesage_loop_reads_the_model_and_names_a_bad_one(
         bad = runner.invoke(app, [*base, *args])
         assert bad.exit_code == 2, bad.output
         assert words in " ".join(bad.output.split())
+
+
+def test_a_file_without_its_step_is_taken_at_the_tick_with_a_warning(
+    model_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    forecaster, _ = load_forecaster(model_file)
+    older = save_forecaster(forecaster, tmp_path / "older.safetensors", train_until_s=0.0)
+    assert load_forecaster(older)[1]["step_s"] is None
+    with caplog.at_level(logging.WARNING):
+        loaded = load_loop_forecaster(older, 15.0)
+    assert loaded.step_s == 15.0 and loaded.horizon_steps == HORIZON
+    assert "records no step" in caplog.text
