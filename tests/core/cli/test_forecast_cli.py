@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import subprocess
 import sys
 import time
@@ -15,9 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from kubesage.core.cli.forecast import forecast_app
+from kubesage.core.cli.loop import embedded_loop
+from kubesage.core.cli.loop_options import loop_settings
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.persistence import load_forecaster
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
+from kubesage.core.k8s.embedded import EmbeddedCluster
 from tests.core.conftest import GPU_NODES, RATE_WINDOW, PrometheusServer
 
 
@@ -192,6 +196,22 @@ def test_train_on_prometheus_learns_the_loops_series_per_node(
     unreported = ", ".join(f"dcgm.gpu_util_percent.gpu{g}" for g in range(slots, 8))
     assert f"left out, no node reported them: {unreported}" in output
     assert f"2 node(s), {slots} column(s)" in output
+    # The loop reads the same Prometheus at the model's step and asks the model for
+    # exactly its series: each node's GPU slots (the other map columns: last value).
+    settings = loop_settings(tick_s=1.0, prometheus=prometheus.url, forecast_model=out)
+    control = embedded_loop(EmbeddedCluster.synthetic(4), "bestfit", settings)
+    try:
+        for _ in range(forecaster.history + 1):
+            control.tick()
+    finally:
+        control.close()
+    panel = control.world.forecasts
+    assert panel.source == "stgcn" and panel.horizon_steps == 2
+    assert panel.answered == sum(GPU_NODES.values()) < panel.seen
+    for node, gpus in GPU_NODES.items():
+        for g in range(gpus):
+            value = panel.predict(node, f"dcgm.gpu_util_percent.gpu{g}")
+            assert value is not None and math.isfinite(value)
 
 
 @pytest.mark.parametrize(
