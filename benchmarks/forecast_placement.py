@@ -138,7 +138,7 @@ def learned_forecasts(
     predicted = np.full((panel.steps, len(panel.entities)), np.nan)
     origins = np.arange(max(cut, forecaster.history), panel.steps)
     m = panel.metrics.index(DUTY)
-    for chunk in np.array_split(origins, max(1, origins.size // 64)):
+    for chunk in np.array_split(origins, max(1, origins.size // 64)) if origins.size else []:
         windows = make_windows(
             panel, forecaster.normaliser, chunk, history=forecaster.history, horizon=WINDOW
         )

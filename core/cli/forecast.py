@@ -13,7 +13,12 @@ from rich.table import Table
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.cli.tables import print_table
-from kubesage.core.cli.telemetry import MetricMapOption, RateWindowOption
+from kubesage.core.cli.telemetry import (
+    MetricMapOption,
+    RateWindowOption,
+    metric_map_from_options,
+    read_history,
+)
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import (
@@ -22,8 +27,9 @@ from kubesage.core.forecast import (
     DEFAULT_HORIZON,
     MODEL_NAMES,
 )
-from kubesage.core.forecast.node_panel import DEFAULT_COLUMNS
+from kubesage.core.forecast.node_panel import DEFAULT_COLUMNS, node_panel
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
+from kubesage.core.loop.settings import DEFAULT_TICK_S
 
 forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
 
@@ -113,7 +119,7 @@ def train_command(
         typer.Option(
             "--step", help="With --prometheus: the history's step; use the loop's --tick-s."
         ),
-    ] = "5s",
+    ] = f"{DEFAULT_TICK_S:g}s",
     metrics: Annotated[
         str,
         typer.Option(
@@ -195,9 +201,6 @@ def _prometheus_panel(
 ) -> MetricPanel:
     """The chosen metric-map columns of Prometheus's history, per node (what was left out
     said on stderr)."""
-    from kubesage.core.cli.telemetry import metric_map_from_options, read_history
-    from kubesage.core.forecast.node_panel import node_panel
-
     patterns = [p.strip() for p in metrics.split(",") if p.strip()]
     if not patterns:
         raise InputError(
