@@ -12,8 +12,9 @@ forecasts:
 
     panel.use(LoopForecaster(QuantileForecaster(fitted), entities, metrics))
 
-The rolling history is laid on a grid of the loop's ticks, latest sample last; series
-the loop has not seen are masked (never filled). Loop metric names that differ from
+The rolling history is laid on a grid of the loop's ticks, latest tick last; ticks
+where a series had no sample (NaN in the panel's history) and series the loop has not
+seen are masked (never filled). Loop metric names that differ from
 the model's (a node's ``dcgm.gpu_util_percent.gpu0`` for a model trained on
 ``gpu_duty_cycle``) are mapped by ``rename``. Only series the loop has seen get an
 answer; the rest keep the loop's last value.
@@ -96,8 +97,10 @@ class LoopForecaster:
             m = metric_index.get(self.rename.get(metric, metric))
             if n is None or m is None or not samples:
                 continue
-            values[steps - len(samples) :, n, m] = samples
-            mask[steps - len(samples) :, n, m] = True
+            row = np.asarray(samples, dtype=np.float64)
+            seen = np.isfinite(row)
+            values[steps - len(samples) :, n, m] = np.where(seen, row, 0.0)
+            mask[steps - len(samples) :, n, m] = seen
         return MetricPanel(
             entities=self.entities,
             metrics=self.metrics,
@@ -119,7 +122,9 @@ class LoopForecaster:
         entity_index = {e: i for i, e in enumerate(self.entities)}
         metric_index = {m: i for i, m in enumerate(self.metrics)}
         out: dict[Series, float] = {}
-        for entity, metric in history:
+        for (entity, metric), samples in history.items():
+            if not np.isfinite(np.asarray(samples, dtype=np.float64)).any():
+                continue  # no sample in the window: nothing current to forecast from
             n = entity_index.get(entity)
             m = metric_index.get(self.rename.get(metric, metric))
             if n is not None and m is not None:

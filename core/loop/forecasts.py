@@ -63,7 +63,9 @@ class TrainedForecaster(Protocol):
     def forecast(
         self, history: Mapping[Series, Sequence[float]], horizon_steps: int
     ) -> Mapping[Series, float]:
-        """Predictions ``horizon_steps`` ahead for the series it can forecast."""
+        """Predictions ``horizon_steps`` ahead for the series it can forecast. ``history``
+        holds one value per tick for the same recent ticks for every series, the current
+        tick last; NaN where a series had no sample (a gap is a gap, not a shorter series)."""
         ...
 
 
@@ -75,7 +77,10 @@ class ForecastPanel:
             raise ValueError(f"horizon_steps must be at least 1, got {horizon_steps}")
         self._horizon = horizon_steps
         self._history_len = history
-        self._history: dict[Series, deque[float]] = {}
+        self._history: dict[Series, deque[tuple[int, float]]] = {}
+        """Per series, its latest samples as (tick, value)."""
+        self._tick = 0
+        """The tick the samples observed now belong to (:meth:`refresh` ends it)."""
         self._predicted: dict[Series, float] = {}
         self._forecaster: TrainedForecaster | None = None
         self.version = 0
@@ -96,7 +101,7 @@ class ForecastPanel:
         if series in self._predicted:
             return self._predicted[series]
         values = self._history.get(series)
-        return values[-1] if values else None
+        return values[-1][1] if values else None
 
     # -- feeding ------------------------------------------------------------------------
 
@@ -119,7 +124,9 @@ class ForecastPanel:
         values = self._history.get(series)
         if values is None:
             values = self._history[series] = deque(maxlen=self._history_len)
-        values.append(float(value))
+        if values and values[-1][0] == self._tick:
+            values.pop()  # a second sample in one tick replaces the first
+        values.append((self._tick, float(value)))
 
     def observe_table(self, table: MetricTable) -> None:
         """Every sample of a per-node table."""
@@ -131,12 +138,25 @@ class ForecastPanel:
         """Ask the forecaster (if any) for this tick's predictions; keep the last values
         for what it does not answer."""
         self.version += 1
+        tick, self._tick = self._tick, self._tick + 1
         if self._forecaster is None:
             self._predicted = {}
             return
-        history = {series: tuple(values) for series, values in self._history.items()}
         self._predicted = {}  # cleared first: a forecaster that raises leaves last values
-        self._predicted = dict(self._forecaster.forecast(history, self._horizon))
+        self._predicted = dict(self._forecaster.forecast(self._on_ticks(tick), self._horizon))
+
+    def _on_ticks(self, tick: int) -> dict[Series, tuple[float, ...]]:
+        """Every series over the last ticks up to ``tick`` (NaN: no sample that tick)."""
+        length = min(self._history_len, tick + 1)
+        first = tick - length + 1
+        out: dict[Series, tuple[float, ...]] = {}
+        for series, samples in self._history.items():
+            row = [math.nan] * length
+            for at, value in samples:
+                if at >= first:
+                    row[at - first] = value
+            out[series] = tuple(row)
+        return out
 
     @property
     def answered(self) -> int:

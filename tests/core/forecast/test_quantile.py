@@ -118,11 +118,12 @@ def test_the_loop_reads_a_quantile_forecast_through_the_adapter(panel: MetricPan
     }
     loop = ForecastPanel(horizon_steps=2, history=30)
     loop.use(adapter)
-    for (entity, metric), values in history.items():
-        for value in values:
-            loop.observe(entity, metric, value)
-    loop.observe("unknown-pod", "duty", 5.0)
-    loop.refresh()
+    for tick in range(30):  # one sample per series and tick
+        for (entity, metric), values in history.items():
+            loop.observe(entity, metric, values[tick])
+        if tick == 29:
+            loop.observe("unknown-pod", "duty", 5.0)
+        loop.refresh()
     assert loop.source == "lstm"
     upper = fitted.predict(adapter.panel_of(history), 2)
     assert upper.model == "lstm@q0.95"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,21 @@ def test_a_file_without_its_step_is_taken_at_the_tick_with_a_warning(
         loaded = load_loop_forecaster(older, 15.0)
     assert loaded.step_s == 15.0 and loaded.horizon_steps == HORIZON
     assert "records no step" in caplog.text
+
+
+def test_gaps_are_masked_and_a_series_without_a_recent_sample_is_not_answered(
+    model_file: Path,
+) -> None:
+    model = load_loop_forecaster(model_file, TICK_S)
+    steady = [utilisation("node-0", t) for t in range(12)]
+    gappy = [*steady[:5], math.nan, *steady[6:]]
+    history = {
+        ("node-0", COLUMNS[0]): gappy,
+        ("node-0", COLUMNS[1]): steady,
+        ("node-1", COLUMNS[0]): [math.nan] * 12,
+    }
+    panel = model.panel_of(history)
+    assert panel.mask[:, 0, 0].tolist() == [not math.isnan(v) for v in gappy]
+    assert panel.values[5, 0, 0] == 0.0 and panel.mask[:, 0, 1].all()
+    assert not panel.mask[:, 1].any()
+    assert set(model.forecast(history, HORIZON)) == {("node-0", COLUMNS[0]), ("node-0", COLUMNS[1])}

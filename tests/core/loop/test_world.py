@@ -3,6 +3,7 @@ interfaces."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,36 @@ def test_a_plugged_forecaster_answers_and_the_last_value_covers_the_rest() -> No
     panel.refresh()
     assert panel.source == "doubling" and not panel.cold_start
     assert panel.predict("a", "m") == 6.0 and panel.predict("b", "m") == 5.0
+
+
+def test_the_forecaster_sees_every_series_on_the_same_ticks_with_gaps_as_nan() -> None:
+    seen: list[dict[tuple[str, str], tuple[float, ...]]] = []
+
+    class Recording:
+        name = "recording"
+
+        def forecast(self, history, horizon_steps):  # type: ignore[no-untyped-def]
+            seen.append(dict(history))
+            return {}
+
+    panel = ForecastPanel(history=3)
+    panel.use(Recording())
+    for tick, samples in enumerate([{"a": 1.0}, {"a": 2.0, "b": 7.0}, {"b": 8.0}, {"a": 4.0}]):
+        for entity, value in samples.items():
+            panel.observe(entity, "m", value)
+        if tick == 3:
+            panel.observe("a", "m", 5.0)  # a second sample in one tick replaces the first
+        panel.refresh()
+    first, second, third, fourth = seen
+    assert first == {("a", "m"): (1.0,)}
+    assert second[("a", "m")] == (1.0, 2.0) and set(second) == {("a", "m"), ("b", "m")}
+    assert math.isnan(second[("b", "m")][0]) and second[("b", "m")][1] == 7.0  # b came late
+    assert third[("a", "m")][:2] == (1.0, 2.0) and math.isnan(third[("a", "m")][2])
+    # The window keeps the last 3 ticks: a's gap at tick 2 stays a gap, not a shorter series.
+    a, b = fourth[("a", "m")], fourth[("b", "m")]
+    assert a[0] == 2.0 and math.isnan(a[1]) and a[2] == 5.0
+    assert b[:2] == (7.0, 8.0) and math.isnan(b[2])
+    assert panel.predict("a", "m") == 5.0 and panel.predict("b", "m") == 8.0  # the last value
 
 
 def test_link_samples_reach_the_drtg_once_per_snapshot() -> None:
