@@ -80,10 +80,22 @@ class LoopForecaster:
         """Steps of history the model reads (the loop keeps at least that many)."""
         self.horizon_steps = horizon_steps
         """The farthest step the model forecasts."""
+        self._entity_set, self._metric_set = frozenset(self.entities), frozenset(self.metrics)
+        self._known: dict[Series, bool] = {}
 
     @property
     def name(self) -> str:
         return self.forecaster.name
+
+    def knows(self, series: Series) -> bool:
+        """A series of one of the model's entities and metrics (after ``rename``)."""
+        known = self._known.get(series)
+        if known is None:
+            entity, metric = series
+            known = self._known[series] = (
+                entity in self._entity_set and self.rename.get(metric, metric) in self._metric_set
+            )
+        return known
 
     def panel_of(self, history: Mapping[Series, Sequence[float]]) -> MetricPanel:
         """The rolling history as a panel of the model's entities and metrics."""

@@ -60,6 +60,10 @@ class TrainedForecaster(Protocol):
         """What ``Forecasts.source`` reports (e.g. ``stgcn``)."""
         ...
 
+    def knows(self, series: Series) -> bool:
+        """Whether it forecasts this series (the panel hands it only those)."""
+        ...
+
     def forecast(
         self, history: Mapping[Series, Sequence[float]], horizon_steps: int
     ) -> Mapping[Series, float]:
@@ -143,14 +147,23 @@ class ForecastPanel:
             self._predicted = {}
             return
         self._predicted = {}  # cleared first: a forecaster that raises leaves last values
-        self._predicted = dict(self._forecaster.forecast(self._on_ticks(tick), self._horizon))
+        history = self._on_ticks(tick, self._forecaster)
+        self._predicted = dict(self._forecaster.forecast(history, self._horizon))
 
-    def _on_ticks(self, tick: int) -> dict[Series, tuple[float, ...]]:
-        """Every series over the last ticks up to ``tick`` (NaN: no sample that tick)."""
+    def _on_ticks(
+        self, tick: int, forecaster: TrainedForecaster
+    ) -> dict[Series, tuple[float, ...]]:
+        """The series ``forecaster`` knows over the last ticks up to ``tick`` (NaN: no
+        sample that tick)."""
         length = min(self._history_len, tick + 1)
         first = tick - length + 1
         out: dict[Series, tuple[float, ...]] = {}
         for series, samples in self._history.items():
+            if not forecaster.knows(series):
+                continue
+            if len(samples) == length and samples[0][0] == first:  # no gap: the usual case
+                out[series] = tuple(value for _, value in samples)
+                continue
             row = [math.nan] * length
             for at, value in samples:
                 if at >= first:

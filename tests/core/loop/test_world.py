@@ -57,6 +57,9 @@ def test_a_plugged_forecaster_answers_and_the_last_value_covers_the_rest() -> No
     class Doubling:
         name = "doubling"
 
+        def knows(self, series):  # type: ignore[no-untyped-def]
+            return True
+
         def forecast(self, history, horizon_steps):  # type: ignore[no-untyped-def]
             return {("a", "m"): history[("a", "m")][-1] * 2 * horizon_steps}
 
@@ -75,12 +78,16 @@ def test_the_forecaster_sees_every_series_on_the_same_ticks_with_gaps_as_nan() -
     class Recording:
         name = "recording"
 
+        def knows(self, series):  # type: ignore[no-untyped-def]
+            return series[0] != "ignored"
+
         def forecast(self, history, horizon_steps):  # type: ignore[no-untyped-def]
             seen.append(dict(history))
             return {}
 
     panel = ForecastPanel(history=3)
     panel.use(Recording())
+    panel.observe("ignored", "m", 3.0)  # a series the forecaster does not know: not handed
     for tick, samples in enumerate([{"a": 1.0}, {"a": 2.0, "b": 7.0}, {"b": 8.0}, {"a": 4.0}]):
         for entity, value in samples.items():
             panel.observe(entity, "m", value)
@@ -160,6 +167,9 @@ def test_the_simulated_clock_moves_only_forward() -> None:
 def test_bad_samples_and_a_broken_forecaster_do_not_stop_the_update() -> None:
     class Broken:
         name = "broken"
+
+        def knows(self, series):  # type: ignore[no-untyped-def]
+            return True
 
         def forecast(self, history, horizon_steps):  # type: ignore[no-untyped-def]
             raise RuntimeError("model file corrupt")
