@@ -5,8 +5,9 @@ The world model feeds the panel every metric sample it finds in the tick's snaps
 the :class:`~kubesage.core.loop.view.Forecasts` protocol. Until a trained forecaster is
 plugged in (:meth:`ForecastPanel.use`), it predicts the last value seen — the cold
 start, reported as ``source == "last-value"`` in ``/healthz``, ``/debug/loop`` and
-the audit log. A forecaster (an ST-GCN file, say) is asked once per tick over the whole
-rolling history and may answer for some series only; the rest keep the last value.
+the audit log. A forecaster (an ST-GCN file, say) is asked once per tick over the
+rolling history of the series it knows, laid on the loop's ticks (a tick without a
+sample is NaN), and may answer for some series only; the rest keep the last value.
 """
 
 from __future__ import annotations
