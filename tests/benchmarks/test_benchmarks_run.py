@@ -309,6 +309,14 @@ def check_forecast_placement(document: dict[str, Any]) -> None:
     assert 0 < first < end
 
 
+def check_forecast_refresh(document: dict[str, Any]) -> None:
+    keys_are(document, "history", "horizon", "ticks", "nodes")
+    each_value_has(document["nodes"], "last_value_ms", "model_ms", "series", "fit_seconds")
+    for nodes, entry in document["nodes"].items():
+        assert entry["series"] == 8 * int(nodes)  # every GPU column of every node answered
+        assert entry["model_ms"] > 0 and entry["last_value_ms"] >= 0
+
+
 def check_forecast_packing(document: dict[str, Any]) -> None:
     keys_are(
         document,
@@ -424,6 +432,7 @@ BENCHMARKS = {
     # Without the GenAI trace it replays synthetic metrics: it needs nothing.
     "forecast_placement": Benchmark(check_forecast_placement),
     "forecast_packing": Benchmark(check_forecast_packing),  # synthetic without the trace
+    "forecast_refresh": Benchmark(check_forecast_refresh),
     "openb_variants": Benchmark(check_openb_variants, needs=("openb",)),
     "packing_bounds": Benchmark(check_packing_bounds, needs=("openb",)),
     "placement_speed": Benchmark(check_placement_speed, needs=("openb",)),

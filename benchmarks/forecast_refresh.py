@@ -1,0 +1,151 @@
+"""What a trained forecaster costs the control loop per tick, as the nodes grow.
+
+With ``kubesage serve --forecast-model`` the loop's forecast panel asks the model once
+per tick for every series it knows (``kubesage.core.loop.forecasts``): the series are
+laid on the loop's ticks and the model predicts ``--horizon`` steps from the last
+``--history``. This measures that refresh beside the default, the last value (which
+predicts nothing), for a model of each node's eight GPU-utilisation columns — what
+``kubesage forecast train --prometheus`` trains by default.
+
+Per node count, a synthetic history (a sine per GPU with its own phase, plus noise;
+5 s steps) trains an ST-GCN for ``--epochs`` epochs (the cost of a refresh does not
+depend on how well it was trained), then the panel is fed one sample per series and
+tick for ``--ticks`` ticks; refreshes are timed once the panel holds the model's
+history (before that the model answers with the last value).
+
+Figures per count: ``last_value_ms`` and ``model_ms`` (median refresh), ``series`` (the
+series the model answers), ``fit_seconds``. JSON: ``{"history", "horizon", "ticks",
+"nodes": {"<n>": {those four}}}``.
+
+    python benchmarks/forecast_refresh.py [--nodes 1000,3000] [--ticks 36] [--epochs 1]
+        [--tiny] [--format table|json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from _common import format_table, parse_args
+
+from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
+from kubesage.core.forecast.loop_adapter import LoopForecaster
+from kubesage.core.forecast.node_panel import node_panel
+from kubesage.core.forecast.training import TrainConfig
+from kubesage.core.loop.forecasts import DEFAULT_HISTORY, GPU_UTIL_METRIC, ForecastPanel
+from kubesage.core.telemetry.features import MetricHistory
+
+HISTORY = 24
+HORIZON = 15
+STEP_S = 5.0
+TRAIN_STEPS = 120
+GPUS = 8
+TINY = {"nodes": [20], "ticks": HISTORY + 3}
+
+
+def node_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected node counts like 1000,3000; got {text!r}")
+    return counts
+
+
+def synthetic_history(nodes: int, steps: int, seed: int = 0) -> MetricHistory:
+    rng = np.random.default_rng(seed)
+    phase = rng.uniform(0.0, 2 * np.pi, (1, nodes, GPUS))
+    t = np.arange(steps, dtype=np.float64)[:, None, None]
+    values = np.clip(
+        50 + 30 * np.sin(t / 5 + phase) + rng.normal(0, 5, (steps, nodes, GPUS)), 0, 100
+    )
+    names = tuple(f"node-{i:05d}" for i in range(nodes))
+    columns = tuple(GPU_UTIL_METRIC.format(gpu=g) for g in range(GPUS))
+    return MetricHistory(STEP_S * t[:, 0, 0], names, columns, values)
+
+
+def timed_refreshes(panel: ForecastPanel, history: MetricHistory, ticks: int) -> list[float]:
+    """Seconds per refresh once the panel holds ``HISTORY`` ticks."""
+    times = []
+    for tick in range(ticks):
+        row = history.values[tick % history.steps]
+        for n, node in enumerate(history.nodes):
+            for c, column in enumerate(history.columns):
+                panel.observe(node, column, float(row[n, c]))
+        started = time.perf_counter()
+        panel.refresh()
+        if tick >= HISTORY:
+            times.append(time.perf_counter() - started)
+    return times
+
+
+def measure(nodes: int, ticks: int, epochs: int) -> dict[str, Any]:
+    history = synthetic_history(nodes, TRAIN_STEPS)
+    panel = node_panel(history).panel
+    model = make_forecaster(
+        "stgcn", history=HISTORY, horizon=HORIZON, config=TrainConfig(epochs=epochs, seed=0)
+    )
+    assert isinstance(model, NeuralForecaster)
+    started = time.perf_counter()
+    model.fit(panel, panel.steps)
+    fit_seconds = time.perf_counter() - started
+    last = timed_refreshes(ForecastPanel(horizon_steps=HORIZON), history, ticks)
+    loop = ForecastPanel(horizon_steps=HORIZON, history=max(DEFAULT_HISTORY, HISTORY))
+    loop.use(
+        LoopForecaster(
+            model,
+            model.entities,
+            model.metrics,
+            step_s=STEP_S,
+            history_steps=HISTORY,
+            horizon_steps=HORIZON,
+        )
+    )
+    with_model = timed_refreshes(loop, history, ticks)
+    return {
+        "last_value_ms": round(1000 * statistics.median(last), 3),
+        "model_ms": round(1000 * statistics.median(with_model), 2),
+        "series": loop.answered,
+        "fit_seconds": round(fit_seconds, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=node_counts, default=[1000, 3000])
+    parser.add_argument("--ticks", type=int, default=HISTORY + 12)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--format", choices=["table", "json"], default="table")
+    args = parse_args(parser, TINY)
+    if args.ticks <= HISTORY:
+        raise SystemExit(f"--ticks must exceed the model's history ({HISTORY})")
+    results = {}
+    for nodes in args.nodes:
+        print(f"{nodes} nodes: training, then {args.ticks} ticks", file=sys.stderr, flush=True)
+        results[str(nodes)] = measure(nodes, args.ticks, args.epochs)
+    document = {"history": HISTORY, "horizon": HORIZON, "ticks": args.ticks, "nodes": results}
+    if args.format == "json":
+        print(json.dumps(document, separators=(",", ":")))
+        return 0
+    print(
+        f"forecast panel refresh per tick, {GPUS} GPU columns per node, an ST-GCN of "
+        f"history {HISTORY} and horizon {HORIZON}; medians of {args.ticks - HISTORY} ticks"
+    )
+    rows = [
+        [n, r["series"], r["last_value_ms"], r["model_ms"], r["fit_seconds"]]
+        for n, r in results.items()
+    ]
+    print(format_table(["nodes", "series", "last value ms", "ST-GCN ms", "fit s"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
