@@ -15,6 +15,12 @@ import csv
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kubesage.core.durations import parse_duration_s
+
+if TYPE_CHECKING:
+    from kubesage.core.forecast.panel import MetricPanel
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_ENV = "KUBESAGE_BENCH_TINY"
@@ -47,6 +53,18 @@ def parse_args(
         parser.set_defaults(**tiny)
         args = parser.parse_args(argv)
     return args
+
+
+def replay_start(panel: MetricPanel, train_until: str) -> int:
+    """The first step after ``--train-until`` (``+DURATION`` after the panel's first
+    sample): forecasters train before it and the replay starts there."""
+    if not train_until.startswith("+"):
+        raise SystemExit("--train-until must be +DURATION (e.g. +10h) after the first sample")
+    offset = parse_duration_s(train_until[1:], "--train-until")
+    cut = panel.step_of(panel.start_s + offset)
+    if not 0 < cut < panel.steps:
+        raise SystemExit(f"--train-until {train_until} leaves no replay in {panel.steps} steps")
+    return cut
 
 
 def find_shared_data(explicit: Path | None = None, trace: str = "openb") -> Path | None:

@@ -48,9 +48,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import find_shared_data, format_table, parse_args
+from _common import find_shared_data, format_table, parse_args, replay_start
 
-from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import make_forecaster
 from kubesage.core.forecast.packing_replay import (
@@ -147,13 +146,7 @@ def main() -> int:
     panel, source = load_panel(args.data_dir)
     panel = first_steps(panel, args.steps)
     log(describe(panel))
-    if not args.train_until.startswith("+"):
-        raise SystemExit("--train-until must be +DURATION (e.g. +10h) after the first sample")
-    cut = panel.step_of(panel.start_s + parse_duration_s(args.train_until[1:], "--train-until"))
-    if not 0 < cut < panel.steps:
-        raise SystemExit(
-            f"--train-until {args.train_until} leaves no replay in {panel.steps} steps"
-        )
+    cut = replay_start(panel, args.train_until)
     capacity = np.array([DUTY_CAPACITY, args.gpu_memory_gib * GIB])
     usage = usage_of(panel)
     origins = decision_steps(cut, panel.steps, args.interval)

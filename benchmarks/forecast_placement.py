@@ -49,10 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import find_shared_data, format_table, parse_args
+from _common import find_shared_data, format_table, parse_args, replay_start
 
 from kubesage.core.arrays import FloatArray
-from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import make_forecaster
 from kubesage.core.forecast.panel import MetricPanel, read_panel
@@ -248,17 +247,6 @@ def learned_list(text: str) -> tuple[str, ...]:
     return names
 
 
-def cut_of(panel: MetricPanel, train_until: str) -> int:
-    """The first replayed step: ``+DURATION`` after the first step, inside the data."""
-    if not train_until.startswith("+"):
-        raise SystemExit("--train-until must be +DURATION (e.g. +10h) after the first step")
-    offset = parse_duration_s(train_until[1:], "--train-until")
-    cut = panel.step_of(panel.start_s + offset)
-    if not 0 < cut < panel.steps:
-        raise SystemExit(f"--train-until {train_until} leaves no replay in {panel.steps} steps")
-    return cut
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -298,7 +286,7 @@ def main() -> int:
     duty, alive = duty_matrix(panel)
     start, learned, train_seconds = 1, {}, {}
     if args.learned:
-        start = cut_of(panel, args.train_until)
+        start = replay_start(panel, args.train_until)
         config = TrainConfig(epochs=args.epochs, seed=args.seed)
         for name in args.learned:
             print(f"training {name} on the {start} steps before the replay", file=sys.stderr)

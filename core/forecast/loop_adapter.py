@@ -80,35 +80,38 @@ class LoopForecaster:
         """Steps of history the model reads (the loop keeps at least that many)."""
         self.horizon_steps = horizon_steps
         """The farthest step the model forecasts."""
-        self._entity_set, self._metric_set = frozenset(self.entities), frozenset(self.metrics)
-        self._known: dict[Series, bool] = {}
+        self._entity_index = {e: i for i, e in enumerate(self.entities)}
+        self._metric_index = {m: i for i, m in enumerate(self.metrics)}
+        self._cells: dict[Series, tuple[int, int] | None] = {}
 
     @property
     def name(self) -> str:
         return self.forecaster.name
 
+    def _cell(self, series: Series) -> tuple[int, int] | None:
+        """The model's (entity, metric) indices of a loop series (None: not the model's)."""
+        if series in self._cells:
+            return self._cells[series]
+        entity, metric = series
+        n = self._entity_index.get(entity)
+        m = self._metric_index.get(self.rename.get(metric, metric))
+        cell = self._cells[series] = None if n is None or m is None else (n, m)
+        return cell
+
     def knows(self, series: Series) -> bool:
         """A series of one of the model's entities and metrics (after ``rename``)."""
-        known = self._known.get(series)
-        if known is None:
-            entity, metric = series
-            known = self._known[series] = (
-                entity in self._entity_set and self.rename.get(metric, metric) in self._metric_set
-            )
-        return known
+        return self._cell(series) is not None
 
     def panel_of(self, history: Mapping[Series, Sequence[float]]) -> MetricPanel:
         """The rolling history as a panel of the model's entities and metrics."""
-        entity_index = {e: i for i, e in enumerate(self.entities)}
-        metric_index = {m: i for i, m in enumerate(self.metrics)}
         steps = max((len(v) for v in history.values()), default=0)
         shape = (steps, len(self.entities), len(self.metrics))
         values, mask = np.zeros(shape), np.zeros(shape, dtype=bool)
-        for (entity, metric), samples in history.items():
-            n = entity_index.get(entity)
-            m = metric_index.get(self.rename.get(metric, metric))
-            if n is None or m is None or not samples:
+        for series, samples in history.items():
+            cell = self._cell(series)
+            if cell is None or not samples:
                 continue
+            n, m = cell
             row = np.asarray(samples, dtype=np.float64)
             seen = np.isfinite(row)
             values[steps - len(samples) :, n, m] = np.where(seen, row, 0.0)
@@ -131,16 +134,12 @@ class LoopForecaster:
         if panel.steps == 0:
             return {}
         values = self.forecaster.predict(panel, horizon_steps).values[horizon_steps - 1]
-        entity_index = {e: i for i, e in enumerate(self.entities)}
-        metric_index = {m: i for i, m in enumerate(self.metrics)}
+        sampled = np.asarray(panel.mask.any(axis=0))  # none in the window: nothing to forecast
         out: dict[Series, float] = {}
-        for (entity, metric), samples in history.items():
-            if not np.isfinite(np.asarray(samples, dtype=np.float64)).any():
-                continue  # no sample in the window: nothing current to forecast from
-            n = entity_index.get(entity)
-            m = metric_index.get(self.rename.get(metric, metric))
-            if n is not None and m is not None:
-                out[(entity, metric)] = float(values[n, m])
+        for series in history:
+            cell = self._cell(series)
+            if cell is not None and sampled[cell]:
+                out[series] = float(values[cell])
         return out
 
 
