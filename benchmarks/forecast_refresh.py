@@ -1,30 +1,38 @@
-"""What a trained forecaster costs the control loop per tick, as the nodes grow.
+"""What a trained forecaster costs, per tick in the loop and to train, as the nodes grow.
 
 With ``kubesage serve --forecast-model`` the loop's forecast panel asks the model once
 per tick for every series it knows (``kubesage.core.loop.forecasts``): the series are
 laid on the loop's ticks and the model predicts ``--horizon`` steps from the last
 ``--history``. This measures that refresh beside the default, the last value (which
 predicts nothing), for a model of each node's eight GPU-utilisation columns — what
-``kubesage forecast train --prometheus`` trains by default.
+``kubesage forecast train --prometheus`` trains by default — and what training that
+model on ``--train-steps`` of history costs (``--epochs`` epochs; the cost of a refresh
+does not depend on how well it was trained).
 
-Per node count, a synthetic history (a sine per GPU with its own phase, plus noise;
-5 s steps) trains an ST-GCN for ``--epochs`` epochs (the cost of a refresh does not
-depend on how well it was trained), then the panel is fed one sample per series and
-tick for ``--ticks`` ticks; refreshes are timed once the panel holds the model's
-history (before that the model answers with the last value).
+Per node count, in a process of its own (so that its peak memory is its own): a
+synthetic history (a sine per GPU with its own phase, plus noise; 5 s steps) trains an
+ST-GCN, then the panel is fed one sample per series and tick for ``--ticks`` ticks;
+refreshes are timed once the panel holds the model's history (before that the model
+answers with the last value). Training keeps at most 500,000 windows × nodes (origins
+thinned evenly beyond that, :data:`kubesage.core.forecast.windows.MAX_WINDOW_SERIES`)
+and 8,192 series per batch, so its memory does not grow with the history.
 
 Figures per count: ``last_value_ms`` and ``model_ms`` (median refresh), ``series`` (the
-series the model answers), ``fit_seconds``. JSON: ``{"history", "horizon", "ticks",
-"nodes": {"<n>": {those four}}}``.
+series the model answers), ``fit_seconds``, ``train_windows`` (windows trained on, of
+``windows_available``) and ``peak_rss_mib`` (the process's peak resident memory: history,
+training and the refreshes). JSON: ``{"history", "horizon", "ticks", "train_steps",
+"nodes": {"<n>": {those figures}}}``.
 
-    python benchmarks/forecast_refresh.py [--nodes 1000,3000] [--ticks 36] [--epochs 1]
-        [--tiny] [--format table|json]
+    python benchmarks/forecast_refresh.py [--nodes 1000,3000,10000] [--ticks 36]
+        [--train-steps 720] [--epochs 1] [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import resource
 import statistics
 import sys
 import time
@@ -43,9 +51,8 @@ from kubesage.core.telemetry.features import MetricHistory
 HISTORY = 24
 HORIZON = 15
 STEP_S = 5.0
-TRAIN_STEPS = 120
 GPUS = 8
-TINY = {"nodes": [20], "ticks": HISTORY + 3}
+TINY = {"nodes": [20], "ticks": HISTORY + 3, "train_steps": 120}
 
 
 def node_counts(text: str) -> list[int]:
@@ -85,8 +92,8 @@ def timed_refreshes(panel: ForecastPanel, history: MetricHistory, ticks: int) ->
     return times
 
 
-def measure(nodes: int, ticks: int, epochs: int) -> dict[str, Any]:
-    history = synthetic_history(nodes, TRAIN_STEPS)
+def measure(nodes: int, ticks: int, epochs: int, train_steps: int) -> dict[str, Any]:
+    history = synthetic_history(nodes, train_steps)
     panel = node_panel(history).panel
     model = make_forecaster(
         "stgcn", history=HISTORY, horizon=HORIZON, config=TrainConfig(epochs=epochs, seed=0)
@@ -113,25 +120,44 @@ def measure(nodes: int, ticks: int, epochs: int) -> dict[str, Any]:
         "model_ms": round(1000 * statistics.median(with_model), 2),
         "series": loop.answered,
         "fit_seconds": round(fit_seconds, 1),
+        "train_windows": model.training_windows,
+        "windows_available": panel.steps - HISTORY - HORIZON + 1,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
+
+
+def measure_apart(nodes: int, ticks: int, epochs: int, train_steps: int) -> dict[str, Any]:
+    """:func:`measure` in a fresh process, so that its peak memory is its own."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result: dict[str, Any] = pool.apply(measure, (nodes, ticks, epochs, train_steps))
+    return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", type=node_counts, default=[1000, 3000])
+    parser.add_argument("--nodes", type=node_counts, default=[1000, 3000, 10000])
     parser.add_argument("--ticks", type=int, default=HISTORY + 12)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--train-steps", type=int, default=720, help="history to train on")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     if args.ticks <= HISTORY:
         raise SystemExit(f"--ticks must exceed the model's history ({HISTORY})")
+    if args.train_steps < HISTORY + HORIZON + 40:
+        raise SystemExit(f"--train-steps must be at least {HISTORY + HORIZON + 40}")
     results = {}
     for nodes in args.nodes:
         print(f"{nodes} nodes: training, then {args.ticks} ticks", file=sys.stderr, flush=True)
-        results[str(nodes)] = measure(nodes, args.ticks, args.epochs)
-    document = {"history": HISTORY, "horizon": HORIZON, "ticks": args.ticks, "nodes": results}
+        results[str(nodes)] = measure_apart(nodes, args.ticks, args.epochs, args.train_steps)
+    document = {
+        "history": HISTORY,
+        "horizon": HORIZON,
+        "ticks": args.ticks,
+        "train_steps": args.train_steps,
+        "nodes": results,
+    }
     if args.format == "json":
         print(json.dumps(document, separators=(",", ":")))
         return 0
@@ -140,10 +166,19 @@ def main() -> int:
         f"history {HISTORY} and horizon {HORIZON}; medians of {args.ticks - HISTORY} ticks"
     )
     rows = [
-        [n, r["series"], r["last_value_ms"], r["model_ms"], r["fit_seconds"]]
+        [
+            n,
+            r["series"],
+            r["last_value_ms"],
+            r["model_ms"],
+            r["fit_seconds"],
+            f"{r['train_windows']} of {r['windows_available']}",
+            r["peak_rss_mib"],
+        ]
         for n, r in results.items()
     ]
-    print(format_table(["nodes", "series", "last value ms", "ST-GCN ms", "fit s"], rows))
+    headers = ["nodes", "series", "last value ms", "ST-GCN ms", "fit s", "windows", "peak MiB"]
+    print(format_table(headers, rows))
     return 0
 
 

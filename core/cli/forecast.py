@@ -27,7 +27,7 @@ from kubesage.core.forecast import (
     DEFAULT_HORIZON,
     MODEL_NAMES,
 )
-from kubesage.core.forecast.node_panel import DEFAULT_COLUMNS, node_panel
+from kubesage.core.forecast.node_panel import DEFAULT_COLUMNS, node_panel, select_columns
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 from kubesage.core.loop.settings import DEFAULT_TICK_S
 
@@ -180,6 +180,8 @@ def train_command(
         )
     if forecaster.fallback_reason:
         stderr.print(f"[yellow]warning:[/] {forecaster.fallback_reason}")
+    if forecaster.training_note:
+        stderr.print(forecaster.training_note)
     assert forecaster.graph is not None
     stderr.print(f"graph: {forecaster.graph.description}")
     if forecaster.report:
@@ -207,7 +209,8 @@ def _prometheus_panel(
             "--metrics is empty: name metric-map columns, e.g. dcgm.gpu_util_percent.gpu*"
         )
     loaded = metric_map_from_options(metric_map, rate_window)
-    chosen = node_panel(read_history(url, range_, step, loaded, timeout=30.0), patterns)
+    wanted = loaded.only(select_columns(loaded.columns, patterns))  # query only those
+    chosen = node_panel(read_history(url, range_, step, wanted, timeout=30.0), patterns)
     panel = chosen.panel
     stderr.print(
         f"{panel.steps} steps of {panel.step_s:g} s, {len(panel.entities)} node(s), "

@@ -40,7 +40,13 @@ from kubesage.core.forecast.training import (
     train,
     train_residual,
 )
-from kubesage.core.forecast.windows import Normaliser, Windows, make_windows
+from kubesage.core.forecast.windows import (
+    MAX_WINDOW_SERIES,
+    Normaliser,
+    Windows,
+    make_windows,
+    thinned_origins,
+)
 
 NeuralKind = Literal["stgcn", "lstm"]
 BaselineKind = Literal["last_value", "moving_average", "linear", "linear_lad"]
@@ -88,11 +94,18 @@ class WindowedForecaster:
     horizon: int = DEFAULT_HORIZON
     normaliser: Normaliser | None = None
     fallback_reason: str = ""
+    max_window_series: int = MAX_WINDOW_SERIES
+    """Training windows × entities at most; more origins are thinned evenly."""
+    training_note: str = ""
+    """How the training windows were thinned, when they were (empty otherwise)."""
+    training_windows: int = 0
+    """Windows the last fit trained on (0 on a cold start)."""
 
     def _training_windows(self, panel: MetricPanel, until_step: int) -> Windows | None:
         self.normaliser = Normaliser.fit(panel, until_step)
         origins = np.arange(self.history, until_step - self.horizon + 1)
         needed = MIN_TRAINING_WINDOWS + self.horizon
+        self.training_note, self.training_windows = "", 0
         if origins.size < needed:
             self.fallback_reason = (
                 f"cold start: {until_step} steps of history give {max(origins.size, 0)} training "
@@ -101,8 +114,17 @@ class WindowedForecaster:
             )
             return None
         self.fallback_reason = ""
+        entities = len(panel.entities)
+        kept = thinned_origins(origins, entities, self.max_window_series, needed)
+        self.training_windows = int(kept.size)
+        self.training_note = (
+            ""
+            if kept.size == origins.size
+            else f"trained on {kept.size:,} of {origins.size:,} windows, evenly spaced, so "
+            f"that windows × {entities:,} entities stays within {self.max_window_series:,}"
+        )
         return make_windows(
-            panel, self.normaliser, origins, history=self.history, horizon=self.horizon
+            panel, self.normaliser, kept, history=self.history, horizon=self.horizon
         )
 
     def _window_at_end(self, history: MetricPanel) -> Windows:
@@ -278,7 +300,9 @@ class NeuralForecaster(WindowedForecaster):
                 windows.inputs.shape[0], windows.targets.shape[1], self.config
             )
             self.linear_highway = LinearHighway.fit(
-                lambda some: predict_windows(model, some, edges),
+                lambda some: predict_windows(
+                    model, some, edges, max_series=self.config.max_batch_series
+                ),
                 windows,
                 train_index,
                 validation_index,
@@ -291,7 +315,9 @@ class NeuralForecaster(WindowedForecaster):
 
     def _predict_normalised(self, windows: Windows) -> FloatArray:
         assert self.model is not None
-        neural = predict_windows(self.model, windows, self._edge_index())
+        neural = predict_windows(
+            self.model, windows, self._edge_index(), max_series=self.config.max_batch_series
+        )
         if self.linear_highway is None:
             return neural
         return self.linear_highway.blend(neural, windows)

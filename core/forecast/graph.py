@@ -15,6 +15,8 @@ from kubesage.core.arrays import IntArray
 from kubesage.core.forecast.panel import MetricPanel
 
 DEFAULT_NEIGHBOURS = 8
+BLOCK_ROWS = 2048
+"""Rows of the similarity matrix computed and ranked at a time."""
 
 
 @dataclass(frozen=True)
@@ -26,11 +28,19 @@ class EntityGraph:
 def correlation_graph(
     panel: MetricPanel, until_step: int, k: int = DEFAULT_NEIGHBOURS
 ) -> EntityGraph:
-    """Symmetric k-nearest-neighbour graph by correlation over steps before ``until_step``."""
+    """Symmetric k-nearest-neighbour graph by correlation over steps before ``until_step``.
+
+    The similarity (summed over metrics) is an N × N matrix; it is computed and ranked
+    ``BLOCK_ROWS`` rows at a time so that a large cluster holds no N × N temporaries
+    beside it.
+    """
     values = panel.values[:until_step]
     mask = panel.mask[:until_step]
     nodes = len(panel.entities)
     k = max(0, min(k, nodes - 1))
+    blocks = [slice(start, start + BLOCK_ROWS) for start in range(0, nodes, BLOCK_ROWS)] or [
+        slice(0, 0)
+    ]
     similarity = np.zeros((nodes, nodes))
     for m in range(len(panel.metrics)):
         series = np.where(mask[:, :, m], values[:, :, m], np.nan)
@@ -38,9 +48,12 @@ def correlation_graph(
         centred = np.nan_to_num(series - mean[None, :])
         norms = np.sqrt((centred**2).sum(axis=0))
         norms[norms == 0] = 1.0
-        similarity += (centred.T @ centred) / np.outer(norms, norms)
+        for rows in blocks:
+            similarity[rows] += (centred[:, rows].T @ centred) / np.outer(norms[rows], norms)
     np.fill_diagonal(similarity, -np.inf)
-    neighbours = np.argsort(-similarity, axis=1)[:, :k]
+    neighbours = np.concatenate(
+        [np.argsort(-similarity[rows], axis=1)[:, :k] for rows in blocks]
+    ).reshape(nodes, k)
     pairs = {(int(j), int(i)) for i in range(nodes) for j in neighbours[i]}
     pairs |= {(b, a) for a, b in pairs}
     edge_index = np.array(sorted(pairs), dtype=np.int64).T.reshape(2, -1)

@@ -133,12 +133,22 @@ class SpatialResidual(nn.Module):
         self.gate = nn.Parameter(torch.zeros(horizon * metrics))
         """Per horizon and metric; zero: the ST-GCN is its temporal part."""
         self._edge_cache: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._adjacency: tuple[object, torch.Tensor] | None = None
 
     def adjacency(self) -> torch.Tensor | None:
-        """The self-adaptive adjacency ``softmax(relu(E₁ E₂ᵀ))`` (rows sum to 1)."""
+        """The self-adaptive adjacency ``softmax(relu(E₁ E₂ᵀ))`` (rows sum to 1).
+
+        N × N, so at 10,000 entities it is most of a forecast's cost; outside training
+        (eval mode, no gradients) it is computed once per version of the embeddings.
+        """
         if self.source is None or self.target is None:
             return None
-        return torch.softmax(F.relu(self.source @ self.target.T), dim=1)
+        if self.training or torch.is_grad_enabled():
+            return torch.softmax(F.relu(self.source @ self.target.T), dim=1)
+        key = tuple((p._version, p.data_ptr(), str(p.device)) for p in (self.source, self.target))
+        if self._adjacency is None or self._adjacency[0] != key:
+            self._adjacency = (key, torch.softmax(F.relu(self.source @ self.target.T), dim=1))
+        return self._adjacency[1]
 
     def _edges(self, edge_index: torch.Tensor, copies: int, nodes: int) -> torch.Tensor:
         key = (copies, nodes, int(edge_index.shape[1]))

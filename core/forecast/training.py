@@ -29,6 +29,10 @@ from kubesage.core.errors import InputError
 from kubesage.core.forecast.stgcn import STGCN, window_scaled
 from kubesage.core.forecast.windows import Windows
 
+MAX_BATCH_SERIES = 8192
+"""Series (windows × entities) in one batch at most: each is an LSTM sequence whose
+activations are kept for the backward pass, so this bounds a step's memory."""
+
 ProgressCallback = Callable[[int, int, float], None]
 """Called after each epoch as ``(epoch, epochs, validation_loss)``."""
 
@@ -39,6 +43,8 @@ class TrainConfig:
     """Upper bound on passes over the training windows."""
     batch_size: int = 64
     """Windows per step (each holds every entity): large batches keep an epoch cheap on CPUs."""
+    max_batch_series: int = MAX_BATCH_SERIES
+    """Windows × entities per step at most: a large cluster's batch holds fewer windows."""
     learning_rate: float = 3e-3
     weight_decay: float = 1e-5
     patience: int = 3
@@ -73,18 +79,31 @@ def _tensors(windows: Windows, index: np.ndarray, device: torch.device) -> tuple
     )
 
 
+def windows_per_batch(windows: Windows, wanted: int, max_series: int = MAX_BATCH_SERIES) -> int:
+    """``wanted`` windows, fewer (at least one) when they would hold over ``max_series``
+    series."""
+    entities = int(windows.last.shape[1])
+    return max(1, min(wanted, max_series // max(entities, 1)))
+
+
 def _device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
 def predict_windows(
-    model: nn.Module, windows: Windows, edge_index: torch.Tensor, batch_size: int = 32
+    model: nn.Module,
+    windows: Windows,
+    edge_index: torch.Tensor,
+    batch_size: int = 32,
+    max_series: int = MAX_BATCH_SERIES,
 ) -> np.ndarray:
-    """Normalised forecasts ``(B, H, N, M)`` for every window (on the model's device)."""
+    """Normalised forecasts ``(B, H, N, M)`` for every window (on the model's device),
+    ``batch_size`` windows at a time but at most ``max_series`` series."""
     model.eval()
     device = _device_of(model)
     edges = edge_index.to(device)
     outputs = []
+    batch_size = windows_per_batch(windows, batch_size, max_series)
     with torch.no_grad():
         for start in range(0, windows.inputs.shape[0], batch_size):
             index = np.arange(start, min(start + batch_size, windows.inputs.shape[0]))
@@ -116,16 +135,25 @@ def train(
     model.to(device)
     edges = edge_index.to(device)
     train_index, validation_index = split(windows.inputs.shape[0], windows.targets.shape[1], config)
+    batch = windows_per_batch(windows, config.batch_size, config.max_batch_series)
 
     def batch_loss(index: np.ndarray) -> torch.Tensor:
         inputs, targets, mask, last = _tensors(windows, index, device)
         return masked_l1(model(inputs, edges, last), targets, mask)
 
     def validation_loss() -> float:
-        return _validation_loss(model, windows, validation_index, edges, config.batch_size)
+        return _validation_loss(model, windows, validation_index, edges, batch)
 
     return _early_stopped(
-        model, batch_loss, validation_loss, train_index, config, on_epoch, float("inf"), started
+        model,
+        batch_loss,
+        validation_loss,
+        train_index,
+        batch,
+        config,
+        on_epoch,
+        float("inf"),
+        started,
     )
 
 
@@ -134,14 +162,16 @@ def _early_stopped(
     batch_loss: Callable[[np.ndarray], torch.Tensor],
     validation_loss: Callable[[], float],
     train_index: np.ndarray,
+    batch: int,
     config: TrainConfig,
     on_epoch: ProgressCallback | None,
     start_loss: float,
     started: float,
 ) -> TrainReport:
-    """Adam over ``trained``'s parameters, epoch by epoch in a seeded order, with
-    gradient clipping; the best validation loss is kept (``start_loss`` and the
-    current weights count as epoch 0) and training stops ``patience`` epochs after it."""
+    """Adam over ``trained``'s parameters, ``batch`` windows a step, epoch by epoch in a
+    seeded order, with gradient clipping; the best validation loss is kept (``start_loss``
+    and the current weights count as epoch 0) and training stops ``patience`` epochs
+    after it."""
     generator = torch.Generator().manual_seed(config.seed)
     optimiser = torch.optim.Adam(
         trained.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
@@ -151,9 +181,9 @@ def _early_stopped(
     for epoch in range(1, config.epochs + 1):
         trained.train()
         order = train_index[torch.randperm(train_index.size, generator=generator).numpy()]
-        for start in range(0, order.size, config.batch_size):
+        for start in range(0, order.size, batch):
             optimiser.zero_grad()
-            loss = batch_loss(order[start : start + config.batch_size])
+            loss = batch_loss(order[start : start + batch])
             loss.backward()  # type: ignore[no-untyped-call]
             nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
             optimiser.step()
@@ -232,7 +262,8 @@ def train_residual(
     device = torch.device(config.device)
     model.to(device)
     edges = edge_index.to(device)
-    data = _encode(model, windows, device, config.batch_size)
+    batch = windows_per_batch(windows, config.batch_size, config.max_batch_series)
+    data = _encode(model, windows, device, batch)
     train_index, validation_index = split(windows.inputs.shape[0], windows.targets.shape[1], config)
     residual = model.residual
     for parameter in model.temporal.parameters():
@@ -254,6 +285,7 @@ def train_residual(
         loss_on,
         validation_loss,
         train_index,
+        batch,
         config,
         on_epoch,
         validation_loss(),

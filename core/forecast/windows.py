@@ -18,6 +18,9 @@ from kubesage.core.errors import InputError
 from kubesage.core.forecast.panel import MetricPanel
 
 MIN_STD = 1e-6
+MAX_WINDOW_SERIES = 500_000
+"""Training windows × entities a model is fitted on at most (about 1 GB of windows at
+eight metrics): beyond it, origins are thinned evenly (see :func:`thinned_origins`)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,21 @@ def last_observed(values: FloatArray, mask: BoolArray, fallback: FloatArray) -> 
     return np.where(index >= 0, picked, fallback)
 
 
+def thinned_origins(origins: IntArray, entities: int, budget: int, keep_at_least: int) -> IntArray:
+    """``origins`` thinned evenly so that windows × ``entities`` stays within ``budget``
+    (never below ``keep_at_least`` windows); unchanged when they already fit.
+
+    Consecutive origins share all but one input step, so an even stride over the
+    whole period keeps its variety (day and night, bursts) at a fraction of the
+    memory and training time that every origin of a large cluster would take.
+    """
+    keep = max(keep_at_least, budget // max(entities, 1))
+    if origins.size <= keep:
+        return origins
+    picked = np.unique(np.linspace(0, origins.size - 1, keep).round().astype(np.int64))
+    return origins[picked]
+
+
 def make_windows(
     panel: MetricPanel,
     normaliser: Normaliser,
@@ -90,7 +108,8 @@ def make_windows(
     norm = normaliser.apply(panel.values)
     norm = np.where(panel.mask, norm, 0.0)
     mask = panel.mask.astype(np.float64)
-    features = np.concatenate([norm, mask], axis=2)  # (S, N, 2M)
+    # float32 before cutting: the windows repeat every step `history` times.
+    features = np.concatenate([norm, mask], axis=2).astype(np.float32)  # (S, N, 2M)
     steps = panel.steps
     past = origins[:, None] + np.arange(-history, 0)[None, :]
     inputs = features[past]  # (B, T, N, 2M)
@@ -104,7 +123,7 @@ def make_windows(
         [last_observed(norm[o - history : o], panel.mask[o - history : o], zeros) for o in origins]
     )
     return Windows(
-        inputs=inputs.astype(np.float32),
+        inputs=inputs,
         targets=targets.astype(np.float32),
         target_mask=target_mask,
         last=last.astype(np.float32),

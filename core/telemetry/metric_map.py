@@ -16,6 +16,7 @@ slot, ``<source>.<metric>.<device_label><i>`` for ``i < max_devices``.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from kubesage.core.config import StrictModel, load_config
+from kubesage.core.errors import InputError
 from kubesage.core.paths import shipped_file
 
 KIND = "MetricMap"
@@ -205,6 +207,26 @@ class MetricMap:
     @property
     def columns(self) -> tuple[str, ...]:
         return tuple(column for metric in self.metrics for column in metric.columns)
+
+    def only(self, columns: Collection[str]) -> MetricMap:
+        """The map reduced to the metrics that give any of ``columns`` (a source left
+        without metrics is dropped): a reader that needs a few columns queries only those
+        metrics."""
+        wanted = set(columns)
+        sources = {}
+        for source, spec in self.spec.sources.items():
+            kept = {
+                name: metric
+                for name, metric in spec.metrics.items()
+                if wanted & set(metric.columns(source, name))
+            }
+            if kept:
+                sources[source] = spec.model_copy(update={"metrics": kept})
+        if not sources:
+            raise InputError(
+                f"no metric of the map gives any of {', '.join(sorted(wanted)) or 'no columns'}"
+            )
+        return MetricMap(spec=self.spec.model_copy(update={"sources": sources}), path=self.path)
 
     def with_rate_window(self, rate_window: str) -> MetricMap:
         """The same map with another ``$window`` (tests scrape every second)."""

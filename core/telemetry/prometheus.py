@@ -17,7 +17,10 @@ warning, counts the failure (``failures``, the process metric
 the reason. Before any good snapshot there is nothing to fall back to: it raises
 :class:`PrometheusUnavailableError` (a ``DependencyError``). A query that returns no
 series is not a failure: its columns are NaN, and the features flag them as missing.
-``history`` has no fallback; it raises :class:`PrometheusUnavailableError`.
+``history`` has no fallback; it raises :class:`PrometheusUnavailableError`. It splits
+a long range into several queries, so that none exceeds Prometheus's 11,000 points per
+series nor asks for more than ``max_samples_per_query`` samples (a first short query
+counts the series).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from fractions import Fraction
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -45,6 +50,28 @@ LOG = logging.getLogger(__name__)
 
 Series = tuple[Mapping[str, str], FloatArray]
 """One returned series: its labels and its values on the query's time grid."""
+
+
+MAX_POINTS_PER_SERIES = 11_000
+"""Prometheus refuses a range query of more points than this per series."""
+MAX_SAMPLES_PER_QUERY = 5_000_000
+"""Samples one range query asks for at most: a tenth of Prometheus's default
+``--query.max-samples`` (50 million), which a long history of a large cluster's per-GPU
+series would exceed in one query."""
+PROBE_POINTS = 60
+"""Points of a history's first range query, before the series count is known."""
+
+
+def chunk_points(step_s: float, wanted: int, total: int) -> int:
+    """Points per range query: ``wanted`` clamped to [1, MAX_POINTS_PER_SERIES], rounded
+    down to a multiple that keeps every query's start on a whole second (the client
+    sends whole seconds); ``total`` (one query) when the step allows no such multiple."""
+    whole = Fraction(step_s).limit_denominator(1000)
+    if abs(float(whole) - step_s) > 1e-9:
+        return total
+    unit = whole.denominator  # unit × step_s is a whole number of seconds
+    points = max(1, min(wanted, MAX_POINTS_PER_SERIES))
+    return max(unit, points // unit * unit)
 
 
 class PrometheusUnavailableError(DependencyError):
@@ -144,15 +171,20 @@ class PrometheusCollector:
         headers: Mapping[str, str] | None = None,
         on_failure: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
+        max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
     ) -> None:
         """``attempts`` bounds tries per query (connection errors and 502/503/504, short
         backoff); ``headers`` go with every request (``Authorization: Bearer …`` for a
         Prometheus behind a proxy); ``on_failure(reason)`` is called once per failed
-        collection."""
+        collection; ``max_samples_per_query`` (series × points) splits a long history
+        into several range queries."""
         if attempts < 1:
             raise InputError(f"attempts must be at least 1, got {attempts}")
+        if max_samples_per_query < 1:
+            raise InputError(f"max_samples_per_query must be positive, got {max_samples_per_query}")
         self.url = url.rstrip("/")
         self.metric_map = metric_map
+        self.max_samples_per_query = max_samples_per_query
         self._client = PrometheusConnect(
             url=self.url,
             headers=dict(headers) if headers else None,
@@ -203,7 +235,8 @@ class PrometheusCollector:
 
     def history(self, start_s: float, end_s: float, step_s: float) -> MetricHistory:
         """Every map column per node on the grid ``start_s, start_s + step_s, … ≤ end_s``
-        (whole seconds, as prometheus-api-client sends them)."""
+        (whole seconds, as prometheus-api-client sends them); a long range of many series
+        is read in several range queries (``max_samples_per_query``)."""
         start, end = float(round(start_s)), float(round(end_s))
         if not (math.isfinite(step_s) and step_s > 0) or end < start:
             raise InputError(f"bad range: start {start_s}, end {end_s}, step {step_s}")
@@ -211,7 +244,7 @@ class PrometheusCollector:
         times = np.asarray(start + step_s * np.arange(steps), dtype=np.float64)
         per_metric = []
         for metric in self.metric_map.metrics:
-            series = self._range(metric.query, start, end, step_s, times)
+            series = self._range(metric.query, step_s, times)
             per_metric.append(reduce_series(metric, series, steps))
         nodes, values = self._stack(per_metric, steps)
         return MetricHistory(times, nodes, self.columns, values)
@@ -264,36 +297,47 @@ class PrometheusCollector:
             out.append((_labels(item, query), np.array([_number(value[1], query)])))
         return out
 
-    def _range(
-        self, query: str, start: float, end: float, step_s: float, times: FloatArray
-    ) -> list[Series]:
-        result = self._call(
-            query,
-            lambda: self._client.custom_query_range(
+    def _range(self, query: str, step_s: float, times: FloatArray) -> list[Series]:
+        """The query over ``times``, in as many range queries as Prometheus's limits need
+        (see :func:`chunk_points`), each series stitched back by its labels."""
+        merged: dict[tuple[tuple[str, str], ...], Series] = {}
+        probe = min(PROBE_POINTS, self.max_samples_per_query)
+        first, points = 0, chunk_points(step_s, probe, len(times))
+        while first < len(times):
+            last = min(first + points, len(times)) - 1
+            fetch = partial(
+                self._client.custom_query_range,
                 query,
-                start_time=datetime.fromtimestamp(start, tz=UTC),
-                end_time=datetime.fromtimestamp(end, tz=UTC),
+                start_time=datetime.fromtimestamp(float(times[first]), tz=UTC),
+                end_time=datetime.fromtimestamp(float(times[last]), tz=UTC),
                 step=f"{step_s:g}",
-            ),
-        )
-        out = []
-        for item in result:
-            points = item.get("values")
-            if not isinstance(points, list):
+            )
+            result = self._call(query, fetch)
+            for item in result:
+                labels = _labels(item, query)
+                key = tuple(sorted(labels.items()))
+                if key not in merged:
+                    merged[key] = (labels, np.full(len(times), np.nan))
+                self._fill(merged[key][1], item, query, times, step_s)
+            first = last + 1
+            per_series = self.max_samples_per_query // max(len(result), 1)
+            points = chunk_points(step_s, per_series, len(times))
+        return list(merged.values())
+
+    def _fill(
+        self, values: FloatArray, item: dict[str, Any], query: str, times: FloatArray, step_s: float
+    ) -> None:
+        points = item.get("values")
+        if not isinstance(points, list):
+            raise PrometheusUnavailableError(f"{self.url}: query {query!r}: series without values")
+        for point in points:
+            if not isinstance(point, list) or len(point) != 2:
                 raise PrometheusUnavailableError(
-                    f"{self.url}: query {query!r}: series without values"
+                    f"{self.url}: query {query!r}: bad point {point!r}"
                 )
-            values = np.full(len(times), np.nan)
-            for point in points:
-                if not isinstance(point, list) or len(point) != 2:
-                    raise PrometheusUnavailableError(
-                        f"{self.url}: query {query!r}: bad point {point!r}"
-                    )
-                index = round((_number(point[0], query) - times[0]) / step_s)
-                if 0 <= index < len(times):
-                    values[index] = _number(point[1], query)
-            out.append((_labels(item, query), values))
-        return out
+            index = round((_number(point[0], query) - times[0]) / step_s)
+            if 0 <= index < len(times):
+                values[index] = _number(point[1], query)
 
     def _stack(
         self, per_metric: list[dict[str, FloatArray]], steps: int

@@ -310,11 +310,22 @@ def check_forecast_placement(document: dict[str, Any]) -> None:
 
 
 def check_forecast_refresh(document: dict[str, Any]) -> None:
-    keys_are(document, "history", "horizon", "ticks", "nodes")
-    each_value_has(document["nodes"], "last_value_ms", "model_ms", "series", "fit_seconds")
+    keys_are(document, "history", "horizon", "ticks", "train_steps", "nodes")
+    each_value_has(
+        document["nodes"],
+        "last_value_ms",
+        "model_ms",
+        "series",
+        "fit_seconds",
+        "train_windows",
+        "windows_available",
+        "peak_rss_mib",
+    )
     for nodes, entry in document["nodes"].items():
         assert entry["series"] == 8 * int(nodes)  # every GPU column of every node answered
         assert entry["model_ms"] > 0 and entry["last_value_ms"] >= 0
+        assert 0 < entry["train_windows"] <= entry["windows_available"]
+        assert entry["peak_rss_mib"] > 0
 
 
 def check_forecast_packing(document: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubesage.core.errors import ConfigError
+from kubesage.core.errors import ConfigError, InputError
 from kubesage.core.telemetry.metric_map import (
     MAX_DIMENSIONS,
     MetricMap,
@@ -177,3 +177,18 @@ def test_metric_columns_follow_aggregates_then_slots() -> None:
         "dcgm.util.gpu1",
     )
     assert MetricMap(load_metric_map().spec).path is None
+
+
+def test_a_map_reduced_to_some_columns_keeps_only_the_metrics_that_give_them() -> None:
+    shipped = load_metric_map()
+    wanted = ["dcgm.gpu_util_percent.gpu0", "node_exporter.load1"]
+    reduced = shipped.only(wanted)
+    assert [(m.source, m.name) for m in reduced.metrics] == [
+        ("node_exporter", "load1"),
+        ("dcgm", "gpu_util_percent"),
+    ]
+    assert set(wanted) <= set(reduced.columns) < set(shipped.columns)
+    assert reduced.spec.rate_window == shipped.spec.rate_window
+    assert len(shipped.only(shipped.columns).metrics) == len(shipped.metrics)
+    with pytest.raises(InputError, match="no metric of the map gives any of nope"):
+        shipped.only(["nope"])

@@ -4,8 +4,11 @@ Prometheus stops."""
 
 from __future__ import annotations
 
+import math
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,12 +20,15 @@ from kubesage.core.telemetry.dcgm_exporter import DcgmReplayExporter, GpuModel
 from kubesage.core.telemetry.features import MetricHistory
 from kubesage.core.telemetry.metric_map import MetricMap, MetricMapSpec
 from kubesage.core.telemetry.prometheus import (
+    MAX_POINTS_PER_SERIES,
     PrometheusCollector,
     PrometheusUnavailableError,
+    chunk_points,
     reduce_series,
 )
 from tests.core.telemetry.conftest import (
     GPU_NODES,
+    HISTORY_S,
     PrometheusServer,
     free_port,
     start_prometheus,
@@ -97,6 +103,53 @@ def test_history_is_a_regular_grid_of_every_column(
     assert np.isfinite(busy).mean() > 0.8
     util = real_history.values[:, node, test_map.columns.index("dcgm.gpu_util_percent.gpu0")]
     assert np.unique(util[np.isfinite(util)]).size > 1  # the replay moves through the trace
+
+
+def test_a_long_history_is_read_in_chunks_that_stitch_back_exactly(
+    prometheus: PrometheusServer, test_map: MetricMap
+) -> None:
+    assert prometheus.samples_since is not None
+    end = prometheus.samples_since + HISTORY_S
+    time.sleep(max(0.0, end + 5 - time.time()))  # every sample of the range has landed
+    whole = PrometheusCollector(prometheus.url, test_map)
+    chunked = PrometheusCollector(prometheus.url, test_map, max_samples_per_query=8)
+    queries: list[tuple[float, float]] = []
+    real_query = chunked._client.custom_query_range
+
+    def counted(query: str, *, start_time: datetime, end_time: datetime, step: str) -> Any:
+        queries.append((start_time.timestamp(), end_time.timestamp()))
+        return real_query(query, start_time=start_time, end_time=end_time, step=step)
+
+    chunked._client.custom_query_range = counted  # type: ignore[method-assign]
+    try:
+        expected = whole.history(end - HISTORY_S, end, 1.0)
+        got = chunked.history(end - HISTORY_S, end, 1.0)
+    finally:
+        whole.close()
+        chunked.close()
+    assert len(queries) > 2 * len(test_map.metrics)  # several queries per metric
+    assert got.nodes == expected.nodes and got.columns == expected.columns
+    assert np.array_equal(got.times_s, expected.times_s)
+    assert np.array_equal(got.values, expected.values, equal_nan=True)
+    assert np.isfinite(got.values).any()
+
+
+@pytest.mark.parametrize(
+    ("step_s", "wanted", "total", "points"),
+    [
+        (5.0, 100, 4320, 100),
+        (5.0, 50_000, 100_000, MAX_POINTS_PER_SERIES),  # Prometheus's own limit
+        (5.0, 0, 4320, 1),
+        (0.5, 101, 4320, 100),  # two half-second steps make a whole second
+        (0.3, 25, 4320, 20),
+        (0.3, 5, 4320, 10),
+        (math.pi, 100, 4320, 4320),  # no whole-second multiple: one query
+    ],
+)
+def test_chunks_start_on_whole_seconds_within_prometheus_limits(
+    step_s: float, wanted: int, total: int, points: int
+) -> None:
+    assert chunk_points(step_s, wanted, total) == points
 
 
 def test_prometheus_stopped_mid_test_gives_the_stale_snapshot_and_counts(
