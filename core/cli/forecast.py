@@ -138,15 +138,27 @@ def train_command(
     epochs: EpochsOption = 20,
     seed: SeedOption = 0,
     device: DeviceOption = "cpu",
+    quantile: Annotated[
+        float | None,
+        typer.Option(
+            "--quantile",
+            help="Also calibrate this upper quantile (e.g. 0.95) on the last 20 % of the "
+            "history, which the model then does not train on; the loop reads it instead "
+            "of the median.",
+        ),
+    ] = None,
 ) -> None:
     """Train a neural forecaster on a folder of metric CSVs (everything before the cut-off)
     or on Prometheus history, and save it."""
     from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
     from kubesage.core.forecast.persistence import save_forecaster
+    from kubesage.core.forecast.quantile import QuantileForecaster
     from kubesage.core.forecast.training import TrainConfig, check_device
 
     if model not in ("stgcn", "lstm"):
         raise InputError(f"--model must be stgcn or lstm, got '{model}'")
+    if quantile is not None and not 0.0 < quantile < 1.0:
+        raise InputError(f"--quantile must be between 0 and 1 (e.g. 0.95), got {quantile:g}")
     if (data is None) == (prometheus is None):
         raise InputError("give one source to train on: --data DIR or --prometheus URL")
     if prometheus is not None:
@@ -170,8 +182,9 @@ def train_command(
         config=TrainConfig(epochs=epochs, seed=seed, device=check_device(device)),
     )
     assert isinstance(forecaster, NeuralForecaster)
+    upper = None if quantile is None else QuantileForecaster(forecaster, quantile=quantile)
     with stderr.status(f"training {model} on {until} steps") as status:
-        forecaster.fit(
+        (upper or forecaster).fit(
             panel,
             until,
             on_epoch=lambda e, n, loss: status.update(
@@ -189,7 +202,19 @@ def train_command(
             f"trained {forecaster.report.epochs_run} epochs in {forecaster.report.seconds:.0f} s "
             f"(best epoch {forecaster.report.best_epoch})"
         )
-    path = save_forecaster(forecaster, out, train_until_s=timestamp, step_s=panel.step_s)
+    if upper is not None and upper.calibration is not None:
+        peaks = ", ".join(
+            f"{m} {o:+.2f}σ"
+            for m, o in zip(forecaster.metrics, upper.calibration.peak_offsets, strict=True)
+        )
+        stderr.print(
+            f"calibrated q={upper.quantile:g} on the last {upper.calibration_fraction:.0%} of "
+            f"the history ({upper.calibration.residuals} residuals at least per metric and "
+            f"step); peak offsets {peaks}"
+        )
+        if upper.note and upper.note != forecaster.fallback_reason:
+            stderr.print(f"[yellow]warning:[/] {upper.note}")
+    path = save_forecaster(upper or forecaster, out, train_until_s=timestamp, step_s=panel.step_s)
     typer.echo(str(path))
 
 

@@ -21,7 +21,8 @@ answer; the rest keep the loop's last value.
 
 :func:`load_loop_forecaster` reads a model file for ``kubesage serve --forecast-model``
 (one trained by ``kubesage forecast train --prometheus``, whose entities are the nodes
-and whose metrics are the loop's own column names) and checks that the loop's tick is
+and whose metrics are the loop's own column names; with ``--quantile`` the loop reads
+its upper quantile) and checks that the loop's tick is
 the step it was trained on: a model of 15 s steps read every 5 s would forecast three
 times too near.
 """
@@ -37,8 +38,9 @@ from typing import Protocol
 import numpy as np
 
 from kubesage.core.errors import InputError
-from kubesage.core.forecast.forecaster import Forecast
+from kubesage.core.forecast.forecaster import Forecast, NeuralForecaster
 from kubesage.core.forecast.panel import MetricPanel
+from kubesage.core.forecast.quantile import QuantileForecaster
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,9 @@ class LoopForecaster:
 
     @property
     def name(self) -> str:
+        """The model's name; an upper quantile's says its level (``stgcn@q0.95``)."""
+        if isinstance(self.forecaster, QuantileForecaster):
+            return f"{self.forecaster.name}@q{self.forecaster.quantile:g}"
         return self.forecaster.name
 
     def _cell(self, series: Series) -> tuple[int, int] | None:
@@ -146,9 +151,11 @@ class LoopForecaster:
 def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
     """The model in ``path`` as the loop's forecaster, for a loop that ticks every
     ``tick_s``; InputError for a file that cannot be read or a step that is not the tick."""
-    from kubesage.core.forecast.persistence import load_forecaster
+    from kubesage.core.forecast.persistence import load_panel_forecaster
 
-    forecaster, header = load_forecaster(path)
+    forecaster, header = load_panel_forecaster(path)
+    point = forecaster.point if isinstance(forecaster, QuantileForecaster) else forecaster
+    assert isinstance(point, NeuralForecaster)  # what a model file holds
     step_s = header.get("step_s")
     if step_s is None:
         log.warning(
@@ -168,9 +175,9 @@ def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
         )
     return LoopForecaster(
         forecaster,
-        forecaster.entities,
-        forecaster.metrics,
+        point.entities,
+        point.metrics,
         step_s=float(step_s),
-        history_steps=forecaster.history,
-        horizon_steps=forecaster.horizon,
+        history_steps=point.history,
+        horizon_steps=point.horizon,
     )

@@ -4,7 +4,9 @@ The file holds the weights, the normalisation statistics and the graph as
 tensors, plus a JSON header naming the model kind, its sizes, the entities and
 metrics it was trained on, the training cut-off and the data's step (``step_s``; null
 in files written before it was recorded). Loading rebuilds the model
-from that header and refuses anything that does not match exactly.
+from that header and refuses anything that does not match exactly. A model saved with
+its upper-quantile calibration (``forecast train --quantile``) also holds the conformal
+offsets; :func:`load_panel_forecaster` gives it back as that quantile forecaster.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kubesage.core.forecast.baselines import LAD_FEATURES, LeastAbsoluteForecast
 from kubesage.core.forecast.forecaster import NeuralForecaster
 from kubesage.core.forecast.graph import EntityGraph
 from kubesage.core.forecast.highway import LinearHighway
+from kubesage.core.forecast.quantile import Calibration, QuantileForecaster
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import Normaliser
 
@@ -33,16 +36,24 @@ READABLE_FORMATS = ("kubesage.forecast/v2", FORMAT)
 
 
 def save_forecaster(
-    forecaster: NeuralForecaster,
+    fitted: NeuralForecaster | QuantileForecaster,
     path: Path | str,
     *,
     train_until_s: float,
     step_s: float | None = None,
 ) -> Path:
-    """Write a fitted forecaster. ``step_s`` is the training data's grid step: the loop
-    checks its tick against it before it plugs the model in."""
+    """Write a fitted forecaster — a neural one, or one wrapped for an upper quantile
+    (its offsets in ``quantile.*``, its level and scale in the header's ``quantile``).
+    ``step_s`` is the training data's grid step: the loop checks its tick against it
+    before it plugs the model in."""
+    upper = fitted if isinstance(fitted, QuantileForecaster) else None
+    forecaster = upper.point if upper is not None else fitted
+    if not isinstance(forecaster, NeuralForecaster):
+        raise InputError("only a neural forecaster (or its upper quantile) can be saved")
     if forecaster.model is None or forecaster.normaliser is None or forecaster.graph is None:
         raise InputError("only a fitted forecaster can be saved")
+    if upper is not None and upper.calibration is None:
+        raise InputError("only a calibrated quantile forecaster can be saved")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {
@@ -72,6 +83,16 @@ def save_forecaster(
         "step_s": step_s,
         "fallback_reason": forecaster.fallback_reason,
     }
+    if upper is not None and upper.calibration is not None:
+        calibration = upper.calibration
+        tensors["quantile.step_offsets"] = torch.from_numpy(calibration.step_offsets.copy())
+        tensors["quantile.peak_offsets"] = torch.from_numpy(calibration.peak_offsets.copy())
+        header["quantile"] = {
+            "q": calibration.quantile,
+            "scale": upper.scale,
+            "residuals": calibration.residuals,
+            "note": upper.note,
+        }
     save_file(tensors, str(path), metadata={"kubesage": json.dumps(header)})
     return path
 
@@ -140,6 +161,46 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
         raise InputError(f"{path}: weights do not fit a {header['kind']} model ({exc})") from exc
     forecaster.model = model
     return forecaster, header
+
+
+def load_panel_forecaster(
+    path: Path | str,
+) -> tuple[NeuralForecaster | QuantileForecaster, dict[str, Any]]:
+    """The forecaster in ``path`` as it was saved: its upper quantile when the file holds
+    one (``forecast train --quantile``), else the point model; and its header."""
+    forecaster, header = load_forecaster(path)
+    if "quantile" not in header:
+        return forecaster, header
+    try:
+        tensors = load_file(str(path))
+        record = header["quantile"]
+        quantile = float(record["q"])
+        scale = record["scale"]
+        if not 0.0 < quantile < 1.0:
+            raise ValueError(f"quantile {quantile} is not in (0, 1)")
+        if scale not in ("series", "window"):
+            raise ValueError(f"unknown residual scale {scale!r}")
+        step = tensors["quantile.step_offsets"].numpy().astype(np.float64)
+        peak = tensors["quantile.peak_offsets"].numpy().astype(np.float64)
+        metrics = len(forecaster.metrics)
+        if step.shape != (forecaster.horizon, metrics) or peak.shape != (metrics,):
+            raise ValueError(
+                f"quantile offsets {step.shape} and {peak.shape} do not fit "
+                f"{metrics} metrics and horizon {forecaster.horizon}"
+            )
+        if not (np.isfinite(step).all() and np.isfinite(peak).all()):
+            raise ValueError("quantile offsets are not finite")
+        calibration = Calibration(quantile, step, peak, int(record["residuals"]))
+        upper = QuantileForecaster(
+            forecaster,
+            quantile=quantile,
+            scale=scale,
+            calibration=calibration,
+            note=str(record.get("note", "")),
+        )
+    except (KeyError, TypeError, ValueError, SafetensorError) as exc:
+        raise InputError(f"{path}: malformed quantile part ({exc})") from exc
+    return upper, header
 
 
 def _highway(tensors: dict[str, torch.Tensor], metrics: int, horizon: int) -> LinearHighway | None:

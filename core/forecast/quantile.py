@@ -42,9 +42,10 @@ import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.errors import InputError
-from kubesage.core.forecast.forecaster import Forecast, WindowedForecaster
+from kubesage.core.forecast.forecaster import Forecast, NeuralForecaster, WindowedForecaster
 from kubesage.core.forecast.panel import MetricPanel
-from kubesage.core.forecast.windows import Windows, make_windows
+from kubesage.core.forecast.training import ProgressCallback
+from kubesage.core.forecast.windows import Windows, make_windows, thinned_origins
 
 DEFAULT_QUANTILE = 0.95
 DEFAULT_CALIBRATION_FRACTION = 0.2
@@ -155,19 +156,31 @@ class QuantileForecaster:
     def horizon(self) -> int:
         return self.point.horizon
 
-    def fit(self, panel: MetricPanel, until_step: int) -> None:
-        """Fit the point model before the calibration steps, then calibrate on them."""
+    def fit(
+        self, panel: MetricPanel, until_step: int, on_epoch: ProgressCallback | None = None
+    ) -> None:
+        """Fit the point model before the calibration steps, then calibrate on them
+        (``on_epoch``: a neural point model's progress)."""
         if not 0.0 < self.calibration_fraction < 1.0:
             raise InputError(
                 f"the calibration fraction must be in (0, 1), got {self.calibration_fraction}"
             )
         held_out = max(1, round(until_step * self.calibration_fraction))
         fit_until = until_step - held_out
-        self.point.fit(panel, fit_until)
+        if on_epoch is not None and isinstance(self.point, NeuralForecaster):
+            self.point.fit(panel, fit_until, on_epoch)
+        else:
+            self.point.fit(panel, fit_until)
         assert self.point.normaliser is not None
         horizon = self.point.horizon
-        # Windows whose targets all fall inside the calibration steps (before until_step).
-        origins = np.arange(max(fit_until, self.point.history), until_step - horizon + 1)
+        # Windows whose targets all fall inside the calibration steps (before until_step),
+        # thinned on a large cluster as training windows are.
+        origins = thinned_origins(
+            np.arange(max(fit_until, self.point.history), until_step - horizon + 1),
+            len(panel.entities),
+            self.point.max_window_series,
+            MIN_RESIDUALS,
+        )
         forecast_shape = (0, horizon, len(panel.entities), len(panel.metrics))
         if origins.size:
             windows = make_windows(

@@ -19,7 +19,8 @@ from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.cli.loop import embedded_loop
 from kubesage.core.cli.loop_options import loop_settings
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
-from kubesage.core.forecast.persistence import load_forecaster
+from kubesage.core.forecast.persistence import load_forecaster, load_panel_forecaster
+from kubesage.core.forecast.quantile import QuantileForecaster
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from tests.core.conftest import GPU_NODES, RATE_WINDOW, PrometheusServer
@@ -140,6 +141,20 @@ def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
     assert forecaster.name == "stgcn" and forecaster.linear_highway is not None
 
 
+def test_train_with_a_quantile_saves_the_model_and_its_calibration(tmp_path: Path) -> None:
+    data = write_synthetic_metrics(tmp_path / "data", entities=6, steps=200)
+    out = tmp_path / "upper.safetensors"
+    args = f"--model lstm --epochs 2 --horizon 5 --quantile 0.9 --out {out}".split()
+    result = CliRunner().invoke(forecast_app, ["train", "--data", str(data), *args])
+    assert result.exit_code == 0, result.output
+    assert "calibrated q=0.9 on the last 20% of the history" in result.output
+    upper, header = load_panel_forecaster(out)
+    assert isinstance(upper, QuantileForecaster) and upper.quantile == 0.9
+    assert header["quantile"]["q"] == 0.9 and header["quantile"]["scale"] == "series"
+    point, _ = load_forecaster(out)  # the point model alone still loads
+    assert upper.point.horizon == point.horizon == 5
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -224,6 +239,7 @@ def test_train_on_prometheus_learns_the_loops_series_per_node(
         (["--prometheus", "prometheus:9090"], "must be an http:// or https:// URL"),
         (["--prometheus", "http://x", "--step", "1m", "--range", "30s"], "longer than --range"),
         (["--data", "DATA", "--model", "gru"], "--model must be stgcn or lstm"),
+        (["--data", "DATA", "--quantile", "1.5"], "--quantile must be between 0 and 1"),
     ],
 )
 def test_bad_train_arguments_are_clear_errors(

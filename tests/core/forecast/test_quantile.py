@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import make_forecaster
 from kubesage.core.forecast.loop_adapter import LoopForecaster
 from kubesage.core.forecast.panel import MetricPanel, read_panel
+from kubesage.core.forecast.persistence import load_panel_forecaster, save_forecaster
 from kubesage.core.forecast.quantile import (
     MIN_RESIDUALS,
     QuantileForecaster,
@@ -19,6 +24,8 @@ from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import make_windows
 from kubesage.core.loop.forecasts import ForecastPanel
+
+TINY = TrainConfig(epochs=2, seed=3)
 
 
 def test_the_conformal_rank_is_ceil_n_plus_one_q() -> None:
@@ -124,10 +131,43 @@ def test_the_loop_reads_a_quantile_forecast_through_the_adapter(panel: MetricPan
         if tick == 29:
             loop.observe("unknown-pod", "duty", 5.0)
         loop.refresh()
-    assert loop.source == "lstm"
+    assert loop.source == "lstm@q0.95"  # the source says the level
     upper = fitted.predict(adapter.panel_of(history), 2)
     assert upper.model == "lstm@q0.95"
     assert loop.predict(panel.entities[0], "duty") == pytest.approx(upper.values[1, 0, duty])
     point = fitted.point.predict(adapter.panel_of(history), 2)
     assert upper.values[1, 0, duty] > point.values[1, 0, duty]  # the quantile lies above
     assert loop.predict("unknown-pod", "duty") == 5.0  # not the model's: the last value
+
+
+def test_a_saved_upper_quantile_loads_back_and_forecasts_the_same(
+    panel: MetricPanel, tmp_path: Path
+) -> None:
+    upper = QuantileForecaster(make_forecaster("lstm", config=TINY, horizon=5), quantile=0.9)
+    upper.fit(panel, 150)
+    path = save_forecaster(upper, tmp_path / "upper.safetensors", train_until_s=0.0)
+    loaded, header = load_panel_forecaster(path)
+    assert isinstance(loaded, QuantileForecaster) and header["quantile"]["q"] == 0.9
+    history = panel.head(180)
+    assert np.array_equal(loaded.predict(history, 5).values, upper.predict(history, 5).values)
+    assert loaded.predict(history, 5).model == "lstm@q0.9"
+    point, _ = load_panel_forecaster(save_forecaster(upper.point, path, train_until_s=0.0))
+    assert not isinstance(point, QuantileForecaster)  # a point model stays a point model
+
+
+def test_an_uncalibrated_or_malformed_quantile_file_is_refused(
+    panel: MetricPanel, tmp_path: Path
+) -> None:
+    unfitted = QuantileForecaster(make_forecaster("lstm", config=TINY, horizon=5))
+    with pytest.raises(InputError, match="only a fitted forecaster"):
+        save_forecaster(unfitted, tmp_path / "x.safetensors", train_until_s=0.0)
+    upper = QuantileForecaster(make_forecaster("lstm", config=TINY, horizon=5), quantile=0.9)
+    upper.fit(panel, 150)
+    path = save_forecaster(upper, tmp_path / "upper.safetensors", train_until_s=0.0)
+    tensors = load_file(str(path))
+    with safe_open(str(path), "pt") as handle:
+        metadata = handle.metadata()
+    tensors["quantile.step_offsets"] = tensors["quantile.step_offsets"][:2]  # 2 steps, not 5
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(InputError, match=r"malformed quantile part .*do not fit 4 metrics"):
+        load_panel_forecaster(path)

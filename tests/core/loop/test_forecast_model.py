@@ -22,9 +22,10 @@ from kubesage.core.cli.loop_sources import EmbeddedClusterCollector
 from kubesage.core.cli.main import app
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
-from kubesage.core.forecast.loop_adapter import load_loop_forecaster
+from kubesage.core.forecast.loop_adapter import LoopForecaster, load_loop_forecaster
 from kubesage.core.forecast.node_panel import node_panel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
+from kubesage.core.forecast.quantile import QuantileForecaster
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.k8s.actuators import embedded_actuators
 from kubesage.core.loop.clock import SimulatedClock
@@ -200,3 +201,31 @@ def test_gaps_are_masked_and_a_series_without_a_recent_sample_is_not_answered(
     assert panel.values[5, 0, 0] == 0.0 and panel.mask[:, 0, 1].all()
     assert not panel.mask[:, 1].any()
     assert set(model.forecast(history, HORIZON)) == {("node-0", COLUMNS[0]), ("node-0", COLUMNS[1])}
+
+
+def test_a_model_trained_with_a_quantile_gives_the_loop_its_upper_quantile(
+    tmp_path: Path,
+) -> None:
+    panel = node_panel(gpu_history(240)).panel
+    point = make_forecaster("lstm", history=8, horizon=HORIZON, config=TrainConfig(epochs=5))
+    upper = QuantileForecaster(point, quantile=0.9)
+    upper.fit(panel, panel.steps)
+    path = save_forecaster(upper, tmp_path / "q.safetensors", train_until_s=0.0, step_s=TICK_S)
+    loaded = load_loop_forecaster(path, TICK_S)
+    assert loaded.name == "lstm@q0.9"
+    history = {
+        (node, column): [utilisation(node, t) for t in range(200, 240)]
+        for node in NODES
+        for column in COLUMNS
+    }
+    got = loaded.forecast(history, HORIZON)
+    as_point = LoopForecaster(point, NODES, COLUMNS, step_s=TICK_S, history_steps=8)
+    median = as_point.forecast(history, HORIZON)
+    assert upper.calibration is not None and point.normaliser is not None
+    offsets = upper.calibration.step_offsets[HORIZON - 1]
+    assert offsets.min() > 0.5  # the square wave's edges: a margin of σs, not a rounding
+    assert set(got) == set(median) == set(history)
+    for (node, column), value in got.items():
+        n, m = NODES.index(node), COLUMNS.index(column)
+        margin = offsets[m] * point.normaliser.std[n, m]
+        assert value == pytest.approx(median[(node, column)] + margin)
