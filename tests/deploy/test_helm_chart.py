@@ -154,6 +154,9 @@ CASES |= {
         "serviceMonitor": {"enabled": False},
         "podDisruptionBudget": {"enabled": False},
     },
+    "model-from-claim": {
+        "loop": {"forecastModel": {"persistentVolumeClaim": "forecasts", "key": "gpu.st"}}
+    },
     "cert-manager-cluster-issuer": {
         "tls": {
             "source": "certManager",
@@ -342,6 +345,19 @@ def test_the_arguments_parse_as_kubesage_serve_options(
     assert "forecast-model" not in {v["name"] for v in volumes}
 
 
+def test_a_model_too_large_for_a_configmap_comes_from_a_claim(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    docs = renders["model-from-claim"][1]
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    claim = {"claimName": "forecasts", "readOnly": True}
+    assert {"name": "forecast-model", "persistentVolumeClaim": claim} in pod["volumes"]
+    mount = {"name": "forecast-model", "mountPath": "/etc/kubesage/forecast", "readOnly": True}
+    assert mount in container(docs)["volumeMounts"]
+    options = serve_options(container(docs)["args"])
+    assert options["forecast_model"] == Path("/etc/kubesage/forecast/gpu.st")
+
+
 def test_every_in_cluster_serve_option_is_a_value(
     renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
 ) -> None:
@@ -433,6 +449,10 @@ BAD_VALUES = [
     ({"loop": {"maxEvictionsPerTick": -1}}, "/loop/maxEvictionsPerTick"),
     ({"loop": {"prometheus": "prometheus:9090"}}, "/loop/prometheus"),
     ({"loop": {"forecastModel": {"configMap": "Gpu_Model", "key": "m"}}}, "/loop/forecastModel"),
+    (
+        {"loop": {"forecastModel": {"configMap": "small", "persistentVolumeClaim": "large"}}},
+        "/loop/forecastModel",
+    ),
     ({"server": {"maxHeaders": 0}}, "/server/maxHeaders"),
     ({"webhook": {"timeoutSeconds": 60}}, "/webhook/timeoutSeconds"),
     ({"tls": {"source": "vault"}}, "/tls/source"),

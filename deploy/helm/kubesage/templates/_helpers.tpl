@@ -133,5 +133,5 @@ empty string) passes no flag, so the binary's default applies.
 The path of the mounted forecast model (empty: none configured).
 */}}
 {{- define "kubesage.forecastModelPath" -}}
-{{- with .Values.loop.forecastModel }}{{ if .configMap }}/etc/kubesage/forecast/{{ .key }}{{ end }}{{ end }}
+{{- with .Values.loop.forecastModel }}{{ if or .configMap .persistentVolumeClaim }}/etc/kubesage/forecast/{{ .key }}{{ end }}{{ end }}
 {{- end }}
