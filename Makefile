@@ -71,7 +71,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/forecast.py
 	$(BIN)/python benchmarks/forecast_gateway.py
 	$(BIN)/python benchmarks/forecast_placement.py
-	$(BIN)/python benchmarks/forecast_placement.py --learned stgcn,lstm
+	$(BIN)/python benchmarks/forecast_placement.py --learned stgcn,lstm,stgcn-q0.95
 	$(BIN)/python benchmarks/forecast_refresh.py
 	$(BIN)/python benchmarks/forecast_packing.py --sweep 0.9,0.95,0.98,0.99,0.995
 	$(BIN)/python benchmarks/drtg.py

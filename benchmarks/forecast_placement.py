@@ -19,9 +19,12 @@ ceiling a forecaster could reach).
 ``--learned stgcn,lstm`` adds trained forecasters: each is trained (``--epochs``,
 ``--seed``) on the steps before ``--train-until`` to forecast 15 steps, and forecasts
 each pod's mean duty over the next 15 steps from the steps before every arrival — the
-loop's ``--forecast-model`` in place. Then every variant, FGD alone included, replays
-only the steps after ``--train-until``, which no forecaster saw; the JSON adds
-``learned``, ``replay_steps`` ([first, end)) and ``train_seconds``.
+loop's ``--forecast-model`` in place. ``stgcn-q0.95`` is the ST-GCN's upper 0.95
+quantile instead, as ``forecast train --quantile 0.95`` saves it (trained on the
+first 80 % of those steps, split-conformal offsets from the rest). Then every
+variant, FGD alone included, replays only the steps after ``--train-until``, which no
+forecaster saw; the JSON adds ``learned``, ``replay_steps`` ([first, end)) and
+``train_seconds``.
 
 Reported, as medians over ``--seeds`` seeds (arrivals, profiles, requests):
 ``contended`` — the share of running pod-steps spent on a GPU whose pods' duty cycles
@@ -33,7 +36,7 @@ run's settings.
 
     python benchmarks/forecast_placement.py [--data-dir DIR] [--nodes 4] [--load 0.8]
         [--lifetime 120] [--seeds 5] [--weights 0.25,0.5,1]
-        [--learned stgcn,lstm --train-until +10h --epochs 30 --seed 0]
+        [--learned stgcn,lstm,stgcn-q0.95 --train-until +10h --epochs 30 --seed 0]
         [--tiny] [--format table|json]
 """
 
@@ -55,6 +58,7 @@ from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import make_forecaster
 from kubesage.core.forecast.panel import MetricPanel, read_panel
+from kubesage.core.forecast.quantile import QuantileForecaster
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import make_windows
@@ -73,7 +77,7 @@ TINY = {
     "seeds": 1,
     "steps": 160,
     "weights": "0.5",
-    "learned": "stgcn",
+    "learned": "stgcn,stgcn-q0.9",
     "train_until": "+100m",
     "epochs": 1,
 }
@@ -125,21 +129,25 @@ def learned_forecasts(
 ) -> tuple[FloatArray, float]:
     """``[steps, pods]``: from each step ``s`` at or after ``cut``, the forecaster's mean
     duty (percent) over the next WINDOW steps, made from the steps before ``s`` (NaN
-    before ``cut``); trained on the steps before ``cut``. Also the training seconds."""
-    forecaster = make_forecaster(name, config=config, horizon=WINDOW)
+    before ``cut``); trained on the steps before ``cut``. Also the training seconds.
+    ``<model>-q<Q>`` is that model's upper ``Q`` quantile (``forecast train --quantile``:
+    trained on the first 80 % of those steps, calibrated on the rest)."""
+    model, _, level = name.partition("-q")
+    point = make_forecaster(model, config=config, horizon=WINDOW)
+    forecaster = QuantileForecaster(point, quantile=float(level)) if level else point
     started = time.perf_counter()
     try:
         forecaster.fit(panel, cut)
     except InputError as exc:
         raise SystemExit(f"{name}: {exc}") from None
     seconds = time.perf_counter() - started
-    assert forecaster.normaliser is not None
+    assert point.normaliser is not None
     predicted = np.full((panel.steps, len(panel.entities)), np.nan)
-    origins = np.arange(max(cut, forecaster.history), panel.steps)
+    origins = np.arange(max(cut, point.history), panel.steps)
     m = panel.metrics.index(DUTY)
     for chunk in np.array_split(origins, max(1, origins.size // 64)) if origins.size else []:
         windows = make_windows(
-            panel, forecaster.normaliser, chunk, history=forecaster.history, horizon=WINDOW
+            panel, point.normaliser, chunk, history=point.history, horizon=WINDOW
         )
         mean = forecaster.forecast_windows(windows)[:, :, :, m].mean(axis=1)
         predicted[chunk] = np.clip(mean, 0.0, 100.0)
@@ -239,12 +247,27 @@ def run(
 
 
 def learned_list(text: str) -> tuple[str, ...]:
-    """``--learned``: comma-separated names of trained forecasters."""
+    """``--learned``: comma-separated names of trained forecasters, each a model or its
+    upper quantile (``stgcn-q0.95``)."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in LEARNED]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"expected some of {', '.join(LEARNED)}; got {text!r}")
+    if not names or not all(_learned_name(n) for n in names):
+        raise argparse.ArgumentTypeError(
+            f"expected some of {', '.join(LEARNED)}, each alone or as <model>-q<quantile> "
+            f"(stgcn-q0.95); got {text!r}"
+        )
     return names
+
+
+def _learned_name(name: str) -> bool:
+    model, dash, level = name.partition("-q")
+    if model not in LEARNED:
+        return False
+    if not dash:
+        return True
+    try:
+        return 0.0 < float(level) < 1.0
+    except ValueError:
+        return False
 
 
 def main() -> int:

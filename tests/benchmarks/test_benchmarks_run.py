@@ -287,7 +287,8 @@ def check_forecast_gateway(document: dict[str, Any]) -> None:
 
 
 def check_forecast_placement(document: dict[str, Any]) -> None:
-    # The tiny run adds a trained ST-GCN (--learned): the replay starts after its training.
+    # The tiny run adds a trained ST-GCN and its upper quantile (--learned): the replay
+    # starts after their training.
     keys_are(
         document,
         "baseline",
@@ -301,9 +302,10 @@ def check_forecast_placement(document: dict[str, Any]) -> None:
         "train_seconds",
     )
     keys_are(document["baseline"], "contended", "overload", "rejected", "arrivals")
-    assert document["learned"] == ["stgcn"] and set(document["train_seconds"]) == {"stgcn"}
+    learned = ["stgcn", "stgcn-q0.9"]
+    assert document["learned"] == learned and set(document["train_seconds"]) == set(learned)
     forecasts = {name.split("@")[0] for name in document["variants"]}
-    assert forecasts == {"last", "mean15", "oracle", "stgcn"}
+    assert forecasts == {"last", "mean15", "oracle", "stgcn", "stgcn-q0.9"}
     each_value_has(document["variants"], "contended", "overload", "rejected", "arrivals")
     first, end = document["replay_steps"]
     assert 0 < first < end
