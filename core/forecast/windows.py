@@ -87,7 +87,9 @@ def thinned_origins(origins: IntArray, entities: int, budget: int, keep_at_least
     whole period keeps its variety (day and night, bursts) at a fraction of the
     memory and training time that every origin of a large cluster would take.
     """
-    keep = max(keep_at_least, budget // max(entities, 1))
+    if entities <= 0:
+        return origins  # no series to bound
+    keep = max(keep_at_least, budget // entities)
     if origins.size <= keep:
         return origins
     picked = np.unique(np.linspace(0, origins.size - 1, keep).round().astype(np.int64))

@@ -36,7 +36,7 @@ def test_thinned_origins_fit_the_budget_evenly_and_keep_both_ends() -> None:
     [
         (100, 1_000_000, 20, 976),  # they fit: every origin
         (100, 1_000, 20, 20),  # the floor wins over the budget
-        (0, 1_000, 20, 976),  # no entities: nothing to bound
+        (0, 100, 20, 976),  # no entities: no series to bound
     ],
 )
 def test_thinned_origins_edges(
