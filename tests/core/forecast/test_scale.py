@@ -1,5 +1,6 @@
 """A large cluster's history trains within fixed budgets: thinned windows, capped
-batches, a correlation graph ranked in blocks."""
+batches, a correlation graph ranked in blocks, and an adaptive adjacency computed once
+per version of its embeddings."""
 
 from __future__ import annotations
 
