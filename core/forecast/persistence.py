@@ -99,7 +99,12 @@ def save_forecaster(
 
 def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]:
     """The forecaster in ``path`` and its header; InputError for anything malformed."""
-    path = Path(path)
+    tensors, header = _read(Path(path))
+    return _point_model(Path(path), tensors, header), header
+
+
+def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The file's tensors and its kubesage header (a readable format)."""
     if not path.is_file():
         raise InputError(f"{path}: no such model file")
     try:
@@ -115,6 +120,13 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
         raise InputError(
             f"{path}: unsupported format {found!r}, expected one of {', '.join(READABLE_FORMATS)}"
         )
+    return tensors, header
+
+
+def _point_model(
+    path: Path, tensors: dict[str, torch.Tensor], header: dict[str, Any]
+) -> NeuralForecaster:
+    """The neural forecaster the tensors and header describe; InputError if they do not fit."""
     try:
         kind = header["kind"]
         if kind not in ("stgcn", "lstm"):
@@ -160,7 +172,7 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
     except RuntimeError as exc:
         raise InputError(f"{path}: weights do not fit a {header['kind']} model ({exc})") from exc
     forecaster.model = model
-    return forecaster, header
+    return forecaster
 
 
 def load_panel_forecaster(
@@ -168,11 +180,11 @@ def load_panel_forecaster(
 ) -> tuple[NeuralForecaster | QuantileForecaster, dict[str, Any]]:
     """The forecaster in ``path`` as it was saved: its upper quantile when the file holds
     one (``forecast train --quantile``), else the point model; and its header."""
-    forecaster, header = load_forecaster(path)
+    tensors, header = _read(Path(path))
+    forecaster = _point_model(Path(path), tensors, header)
     if "quantile" not in header:
         return forecaster, header
     try:
-        tensors = load_file(str(path))
         record = header["quantile"]
         quantile = float(record["q"])
         scale = record["scale"]
@@ -198,7 +210,7 @@ def load_panel_forecaster(
             calibration=calibration,
             note=str(record.get("note", "")),
         )
-    except (KeyError, TypeError, ValueError, SafetensorError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path}: malformed quantile part ({exc})") from exc
     return upper, header
 
