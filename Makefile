@@ -68,7 +68,7 @@ lint: $(STAMP)
 bench: $(STAMP) services
 	$(BIN)/python benchmarks/fgd_reproduction.py
 	$(BIN)/python benchmarks/placement_speed.py
-	$(BIN)/python benchmarks/forecast.py
+	$(BIN)/python benchmarks/forecast.py --quantiles 0.9,0.95
 	$(BIN)/python benchmarks/forecast_gateway.py
 	$(BIN)/python benchmarks/forecast_placement.py
 	$(BIN)/python benchmarks/forecast_placement.py --learned stgcn,lstm,stgcn-q0.95

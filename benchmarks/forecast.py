@@ -12,11 +12,15 @@ JSON: the ``kubesage forecast eval --rolling N --format json`` document
 "per_metric", "burst"}}}`` holding the mean over blocks, ``"blocks"`` each
 block's own document, ``"rolling"`` and the rest) plus ``"train_seconds":
 {"<model>"}`` summed over blocks. ``--ablations`` adds the ST-GCN's ablations
-under ``"ablations"``. ``--tiny``: one epoch, two blocks after the first two hours.
+under ``"ablations"``. ``--quantiles 0.9,0.95`` scores each model's upper quantiles
+too (``forecast eval --quantiles``: a second fit calibrated on the last 20 % of each
+block's training steps): ``"quantiles": {"<q>": {"wql", "coverage", "per_metric"}}``
+under every horizon, and ``"<model>@q"`` training seconds. ``--tiny``: one epoch, two
+blocks after the first two hours, q = 0.9.
 
     python benchmarks/forecast.py [--data-dir DIR] [--train-until +8h] [--rolling 4]
                                   [--epochs 20] [--seed 0] [--ablations] [--device cpu]
-                                  [--tiny] [--format table|json]
+                                  [--quantiles 0.9,0.95] [--tiny] [--format table|json]
 """
 
 from __future__ import annotations
@@ -28,14 +32,14 @@ from pathlib import Path
 
 from _common import format_table, parse_args, shared_data_dir
 
-from kubesage.core.cli.forecast import cut_off_step
+from kubesage.core.cli.forecast import cut_off_step, parse_quantiles
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.panel import describe, read_panel
 from kubesage.core.forecast.rolling import rolling_evaluate
 from kubesage.core.forecast.training import TrainConfig, check_device
 
 HORIZONS = (1, 5, 15)
-TINY = {"train_until": "+2h", "rolling": 2, "epochs": 1}
+TINY = {"train_until": "+2h", "rolling": 2, "epochs": 1, "quantiles": "0.9"}
 
 
 def main() -> int:
@@ -48,6 +52,9 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=TrainConfig().epochs)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ablations", action="store_true", help="Also the ST-GCN ablations.")
+    parser.add_argument(
+        "--quantiles", default="", help="Also score these upper quantiles, e.g. 0.9,0.95."
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
@@ -60,6 +67,7 @@ def main() -> int:
         args.rolling,
         horizons=HORIZONS,
         ablations=ABLATION_NAMES if args.ablations else (),
+        quantiles=parse_quantiles(args.quantiles),
         config=TrainConfig(epochs=args.epochs, seed=args.seed, device=check_device(args.device)),
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
@@ -123,6 +131,7 @@ def print_tables(
         ]
         print(f"\nMean WAPE per metric, horizon {h} ({h * step_s / 60:.0f} min)")
         print(format_table(["model", *metrics], rows, digits=3))
+    print_quantiles(document)
     stgcn = {h: models["stgcn"][str(h)]["wape"] for h in HORIZONS} if "stgcn" in models else {}
     for name in models:
         if name == "stgcn" or not stgcn or name not in MODEL_NAMES:
@@ -131,6 +140,28 @@ def print_tables(
             f"h={h}: {models[name][str(h)]['wape'] / stgcn[h]:.2f}x" for h in HORIZONS if stgcn[h]
         )
         print(f"{name} WAPE / stgcn WAPE (mean over blocks): {ratios}")
+
+
+def print_quantiles(document: dict[str, object]) -> None:
+    """wQL / coverage per model, quantile and horizon (mean over blocks), if scored."""
+    models = document["models"]
+    assert isinstance(models, dict)
+    scored = {name: per_h for name, per_h in models.items() if "quantiles" in per_h["1"]}
+    if not scored:
+        return
+    levels = list(next(iter(scored.values()))["1"]["quantiles"])
+    headers = ["model"] + [f"q={q} h={h}" for q in levels for h in HORIZONS]
+    rows = [
+        [name]
+        + [
+            "{wql:.3f} / {coverage:.3f}".format(**per_h[str(h)]["quantiles"][q])
+            for q in levels
+            for h in HORIZONS
+        ]
+        for name, per_h in scored.items()
+    ]
+    print("\nUpper quantiles, mean over blocks: wQL (lower is better) / coverage (aim: q)")
+    print(format_table(headers, rows, digits=3))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -54,6 +54,17 @@ def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:
             f"--train-until {timestamp:.0f} is outside the data ({panel.start_s:.0f} – {end:.0f})"
         )
     return step, timestamp
+
+
+def parse_quantiles(text: str) -> list[float]:
+    """``--quantiles 0.9,0.95``: distinct quantiles, each strictly between 0 and 1."""
+    from kubesage.core.forecast.quantile import check_quantile
+
+    try:
+        values = sorted({float(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise InputError(f"--quantiles '{text}' is not a comma-separated list of numbers") from None
+    return [check_quantile(value, f"each of --quantiles ('{text}')") for value in values]
 
 
 def parse_horizons(text: str) -> list[int]:
@@ -152,13 +163,13 @@ def train_command(
     or on Prometheus history, and save it."""
     from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
     from kubesage.core.forecast.persistence import save_forecaster
-    from kubesage.core.forecast.quantile import QuantileForecaster
+    from kubesage.core.forecast.quantile import QuantileForecaster, check_quantile
     from kubesage.core.forecast.training import TrainConfig, check_device
 
     if model not in ("stgcn", "lstm"):
         raise InputError(f"--model must be stgcn or lstm, got '{model}'")
-    if quantile is not None and not 0.0 < quantile < 1.0:
-        raise InputError(f"--quantile must be between 0 and 1 (e.g. 0.95), got {quantile:g}")
+    if quantile is not None:
+        check_quantile(quantile, "--quantile")
     if (data is None) == (prometheus is None):
         raise InputError("give one source to train on: --data DIR or --prometheus URL")
     if prometheus is not None:
@@ -276,6 +287,15 @@ def eval_command(
             help="ST-GCN ablations, reported apart: 'all' or some of " + ", ".join(ABLATION_NAMES),
         ),
     ] = "",
+    quantiles: Annotated[
+        str,
+        typer.Option(
+            "--quantiles",
+            help="Also score these upper quantiles (e.g. 0.9,0.95) of each model: pinball "
+            "loss, wQL and coverage, from a second fit calibrated on the last 20 % of the "
+            "training steps.",
+        ),
+    ] = "",
     device: DeviceOption = "cpu",
 ) -> None:
     """Train every model before the cut-off and score them all after it."""
@@ -289,6 +309,7 @@ def eval_command(
     chosen = parse_names(models, MODEL_NAMES, "--models")
     removed = parse_names(ablations, ABLATION_NAMES, "--ablations")
     steps = parse_horizons(horizons)
+    levels = parse_quantiles(quantiles)
     config = TrainConfig(epochs=epochs, seed=seed, device=check_device(device))
     with stderr.status("evaluating") as status:
         if rolling > 1:
@@ -299,6 +320,7 @@ def eval_command(
                 horizons=steps,
                 models=chosen,
                 ablations=removed,
+                quantiles=levels,
                 config=config,
                 progress=status.update,
             )
@@ -309,6 +331,7 @@ def eval_command(
                 horizons=steps,
                 models=chosen,
                 ablations=removed,
+                quantiles=levels,
                 train_until_label=timestamp,
                 config=config,
                 progress=status.update,
@@ -357,5 +380,37 @@ def _print_eval(
             row += [fmt(per_h[str(h)]["wape"]), fmt(per_h[str(h)]["burst"]["wape"])]
         last = per_h[str(horizons[-1])]["per_metric"]
         row += [fmt(last[metric]["wape"]) for metric in metrics]
+        table.add_row(*row)
+    print_table(console, table)
+    _print_quantiles(models, horizons, console, title)
+
+
+def _print_quantiles(
+    models: dict[str, Any],
+    horizons: list[int],
+    console: Console,
+    title: str,
+) -> None:
+    """wQL and coverage per model, quantile and horizon, when --quantiles asked for them."""
+    scored = {
+        name: per_h for name, per_h in models.items() if "quantiles" in per_h[str(horizons[0])]
+    }
+    if not scored:
+        return
+    levels = list(next(iter(scored.values()))[str(horizons[0])]["quantiles"])
+    table = Table(title=f"{title}upper quantiles: wQL (lower is better) / coverage (aim: q)")
+    table.add_column("model", no_wrap=True)
+    for q in levels:
+        for h in horizons:
+            table.add_column(f"q={q} h={h}", justify="right")
+    for name, per_h in scored.items():
+        row = [name]
+        for q in levels:
+            for h in horizons:
+                cell = per_h[str(h)]["quantiles"][q]
+                wql, coverage = cell["wql"], cell["coverage"]
+                row.append(
+                    "–" if wql is None or coverage is None else f"{wql:.3f} / {coverage:.3f}"
+                )
         table.add_row(*row)
     print_table(console, table)

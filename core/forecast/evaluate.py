@@ -9,6 +9,11 @@ several cut-offs.
 The ST-GCN's temporal part is the LSTM baseline trained the same way, so when
 both are evaluated the fitted LSTM is reused as that part rather than trained
 twice; the ST-GCN's training seconds include it.
+
+With ``quantiles``, each of ``models`` (not the ablations) is also scored at those
+upper quantiles (:mod:`kubesage.core.forecast.quantile_eval`: a second fit, pinball
+loss, wQL and coverage under each horizon's ``quantiles`` key; its seconds under
+``"<model>@q"``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from kubesage.core.forecast.forecaster import (
 from kubesage.core.forecast.graph import correlation_graph
 from kubesage.core.forecast.metrics import burst_cells, mean_of, scores
 from kubesage.core.forecast.panel import MetricPanel
+from kubesage.core.forecast.quantile import check_quantile
+from kubesage.core.forecast.quantile_eval import fit_upper, score_upper
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import make_windows
 
@@ -53,6 +60,7 @@ def evaluate(
     horizons: Sequence[int] = (1, 5, 15),
     models: Sequence[str] = MODEL_NAMES,
     ablations: Sequence[str] = (),
+    quantiles: Sequence[float] = (),
     config: TrainConfig | None = None,
     history: int = DEFAULT_HISTORY,
     train_until_label: float | None = None,
@@ -71,6 +79,8 @@ def evaluate(
     unknown = [name for name in ablations if name not in ABLATION_NAMES]
     if unknown:
         raise InputError(f"unknown ablation(s) {unknown}; known: {', '.join(ABLATION_NAMES)}")
+    for quantile in quantiles:
+        check_quantile(quantile, "each of --quantiles")
     horizon = max(horizons)
     graph = correlation_graph(panel, until_step)
     origins = np.arange(until_step, end)
@@ -79,10 +89,11 @@ def evaluate(
     clipped = np.minimum(truth_steps, panel.steps - 1)
     truth = panel.values[clipped]
     truth_mask = panel.mask[clipped] & valid[:, :, None, None]
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, dict[str, dict[str, object]]] = {}
     seconds: dict[str, float] = {}
     notes: dict[str, str] = {}
     temporal: tuple[torch.nn.Module, float] | None = None
+    upper_temporal: tuple[torch.nn.Module, float] | None = None
     # The LSTM first: its fit is the ST-GCN's temporal part.
     order = sorted([*models, *ablations], key=lambda name: name != "lstm")
     for name in order:
@@ -113,6 +124,33 @@ def evaluate(
         results[name] = _score_horizons(
             prediction, truth, truth_mask, burst, horizons, panel.metrics
         )
+        if quantiles and name in models:
+            if progress:
+                progress(f"training {name} for its quantiles")
+            upper = fit_upper(
+                name,
+                panel,
+                until_step,
+                config=config,
+                history=history,
+                horizon=horizon,
+                temporal=upper_temporal,
+            )
+            seconds[f"{name}@q"] = upper.seconds
+            if upper.forecaster.note:
+                notes[f"{name}@q"] = upper.forecaster.note
+            point = upper.forecaster.point
+            if (
+                upper_temporal is None
+                and isinstance(point, NeuralForecaster)
+                and not point.fallback_reason
+            ):
+                upper_temporal = _temporal_part(point, upper.seconds)
+            scored = score_upper(
+                upper.forecaster, panel, origins, quantiles, truth, truth_mask, horizons
+            )
+            for h, per_quantile in scored.items():
+                results[name][h]["quantiles"] = per_quantile
     document: dict[str, object] = {
         "train_until": train_until_label
         if train_until_label is not None
@@ -150,8 +188,8 @@ def _score_horizons(
     burst: np.ndarray,
     horizons: Sequence[int],
     metrics: Sequence[str],
-) -> dict[str, object]:
-    out: dict[str, object] = {}
+) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
     for h in horizons:
         per_metric = {
             metric: scores(prediction[:, h - 1, :, m], truth[:, h - 1, :, m], mask[:, h - 1, :, m])

@@ -9,6 +9,13 @@ its per-metric values.
 * sMAPE = mean of 2|ŷ−y| / (|ŷ|+|y|), a fraction in [0, 2]; a cell where both are 0 counts 0
 * MAPE over non-zero truths only (``mape_nonzero``): mean |ŷ−y| / |y| where y ≠ 0
 
+Upper quantiles (``quantile_scores``), for a forecast meant to lie above the truth a
+share ``q`` of the time:
+
+* pinball loss = mean of max(q·(y−ŷ), (q−1)·(y−ŷ)), in the metric's units
+* wQL = 2 · Σ pinball / Σ|y|, the weighted quantile loss (at q = 0.5 it is the WAPE)
+* coverage = the share of truths at or below the forecast (q for a calibrated one)
+
 Burst: a target cell whose truth jumped from the step before by more than
 ``BURST_SIGMAS`` training standard deviations of that series (both cells observed).
 """
@@ -40,6 +47,23 @@ def scores(prediction: FloatArray, truth: FloatArray, mask: BoolArray) -> dict[s
         "mape_nonzero": float((error[nonzero] / np.abs(y[nonzero])).mean())
         if nonzero.any()
         else None,
+    }
+
+
+def quantile_scores(
+    prediction: FloatArray, truth: FloatArray, mask: BoolArray, quantile: float
+) -> dict[str, float | None]:
+    """Pinball loss, wQL and coverage of a ``quantile`` forecast where ``mask`` is true."""
+    p, y = prediction[mask], truth[mask]
+    if y.size == 0:
+        return {"pinball": None, "wql": None, "coverage": None}
+    miss = y - p
+    loss = np.maximum(quantile * miss, (quantile - 1.0) * miss)
+    denominator = np.abs(y).sum()
+    return {
+        "pinball": float(loss.mean()),
+        "wql": float(2.0 * loss.sum() / denominator) if denominator > 0 else None,
+        "coverage": float((y <= p).mean()),
     }
 
 

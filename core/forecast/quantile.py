@@ -35,6 +35,7 @@ upper quantile), so whatever reads a point forecast can read a quantile one.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -71,6 +72,13 @@ def residual_scale(windows: Windows, std: FloatArray, kind: ScaleKind) -> FloatA
     return np.asarray(std[None] * np.sqrt(variance + WINDOW_SCALE_FLOOR**2))
 
 
+def check_quantile(quantile: float, what: str = "the quantile") -> float:
+    """``quantile`` when it is strictly between 0 and 1; InputError naming ``what`` if not."""
+    if not 0.0 < quantile < 1.0:
+        raise InputError(f"{what} must be between 0 and 1 (e.g. 0.95), got {quantile:g}")
+    return quantile
+
+
 def conformal_quantile(residuals: FloatArray, quantile: float) -> float:
     """The split-conformal ``quantile`` of ``residuals``: the ``⌈(n + 1) q⌉``-th smallest
     (the largest when that rank is beyond ``n``); 0 for fewer than ``MIN_RESIDUALS``."""
@@ -103,8 +111,7 @@ def calibrate(
 ) -> Calibration:
     """Offsets from forecasts and truths ``(B, H, N, M)`` (``mask``: observed truths) in
     the per-window ``scale`` ``(B, N, M)``."""
-    if not 0.0 < quantile < 1.0:
-        raise InputError(f"the quantile must be in (0, 1), got {quantile}")
+    check_quantile(quantile)
     horizon, metrics = forecast.shape[1], forecast.shape[3]
     residual = (truth - forecast) / scale[:, None]
     step = np.array(
@@ -232,6 +239,22 @@ class QuantileForecaster:
         point = self.point.forecast_windows(windows)
         offsets = self.calibration.step_offsets[None, :, None, :]
         return np.asarray(point + offsets * scale[:, None])
+
+    def forecast_windows_at(
+        self, windows: Windows, quantiles: Sequence[float]
+    ) -> dict[float, FloatArray]:
+        """:meth:`forecast_windows` at each of ``quantiles``, recalibrated as
+        :meth:`at_quantile` does; the point model forecasts once."""
+        if self._residual_data is None:
+            raise InputError("a quantile forecast before fit()")
+        scale = self._scale(windows)[:, None]
+        point = self.point.forecast_windows(windows)
+        return {
+            q: np.asarray(
+                point + calibrate(*self._residual_data, q).step_offsets[None, :, None, :] * scale
+            )
+            for q in quantiles
+        }
 
     def peak_windows(self, windows: Windows) -> FloatArray:
         """The upper quantile of each series' peak over the horizon ``(B, N, M)``."""

@@ -268,11 +268,19 @@ def check_forecast(document: dict[str, Any]) -> None:
         *("train_until", "entities", "metrics", "graph", "models", "train_seconds"),
         *("rolling", "blocks"),
     )
-    assert set(document["train_seconds"]) == set(document["models"])
+    # The tiny run scores q = 0.9 as well: a second fit per model, timed as "<model>@q".
+    models = set(document["models"])
+    assert set(document["train_seconds"]) == models | {f"{name}@q" for name in models}
     assert len(document["blocks"]) == document["rolling"]
     for horizons in document["models"].values():
         keys_are(horizons, "1", "5", "15")
-        each_value_has(horizons, "wape", "mape_nonzero", "smape", "per_metric", "burst")
+        each_value_has(
+            horizons, "wape", "mape_nonzero", "smape", "per_metric", "burst", "quantiles"
+        )
+        for entry in horizons.values():
+            keys_are(entry["quantiles"], "0.9")
+            keys_are(entry["quantiles"]["0.9"], "wql", "coverage", "per_metric")
+            assert 0.0 <= entry["quantiles"]["0.9"]["coverage"] <= 1.0
 
 
 def check_forecast_gateway(document: dict[str, Any]) -> None:

@@ -118,6 +118,22 @@ def test_rolling_eval_on_plain_csv_files_reports_blocks_mean_and_ablations(
         assert set(block["models"]["stgcn"]["5"]) >= {"wape", "mape_nonzero", "smape", "per_metric"}
 
 
+def test_eval_scores_upper_quantiles_in_json_and_in_a_table(tmp_path: Path) -> None:
+    data = write_synthetic_metrics(tmp_path, entities=5, steps=220)
+    args = ["eval", "--data", str(data), "--train-until", "+2h", "--horizons", "1,5"]
+    args += ["--models", "last_value,linear", "--quantiles", "0.95,0.8"]
+    result = CliRunner().invoke(forecast_app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output.splitlines()[-1])
+    for per_horizon in document["models"].values():
+        for entry in per_horizon.values():
+            assert list(entry["quantiles"]) == ["0.8", "0.95"]
+            assert 0.0 <= entry["quantiles"]["0.95"]["coverage"] <= 1.0
+    table = CliRunner().invoke(forecast_app, args)
+    assert table.exit_code == 0, table.output
+    assert "upper quantiles: wQL" in table.output and "q=0.95 h=5" in table.output
+
+
 def test_train_writes_a_loadable_model(tmp_path: Path) -> None:
     data = write_synthetic_metrics(tmp_path / "data", entities=6, steps=200)
     out = tmp_path / "model.safetensors"
@@ -166,6 +182,8 @@ def test_train_with_a_quantile_saves_the_model_and_its_calibration(tmp_path: Pat
         (["--train-until", "+2h", "--ablations", "lstm"], "unknown ablation(s) ['lstm']"),
         (["--train-until", "+2h", "--device", "abacus"], "not a torch device"),
         (["--train-until", "+2h", "--rolling", "500"], "cannot make 500 blocks"),
+        (["--train-until", "+2h", "--quantiles", "0.9,1"], "between 0 and 1 (e.g. 0.95), got 1"),
+        (["--train-until", "+2h", "--quantiles", "high"], "not a comma-separated list of numbers"),
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path: Path, args: list[str], message: str) -> None:

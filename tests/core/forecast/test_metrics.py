@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kubesage.core.forecast.metrics import burst_cells, mean_of, scores
+from kubesage.core.forecast.metrics import burst_cells, mean_of, quantile_scores, scores
 
 
 def test_scores_on_known_values() -> None:
@@ -47,3 +47,24 @@ def test_burst_cells_mark_sharp_jumps_only() -> None:
 def test_mean_of_skips_missing() -> None:
     assert mean_of([1.0, None, 3.0]) == 2.0
     assert mean_of([None]) is None
+
+
+def test_quantile_scores_on_known_values() -> None:
+    truth = np.array([0.0, 2.0, 4.0, 10.0])
+    upper = np.array([1.0, 3.0, 2.0, 10.0])
+    result = quantile_scores(upper, truth, np.ones(4, dtype=bool), 0.9)
+    # misses y − ŷ: −1, −1, +2, 0 → losses 0.1, 0.1, 1.8, 0
+    assert result["pinball"] == pytest.approx(2.0 / 4)
+    assert result["wql"] == pytest.approx(2 * 2.0 / 16)
+    assert result["coverage"] == pytest.approx(3 / 4)  # at or below the forecast
+    empty = quantile_scores(upper, truth, np.zeros(4, dtype=bool), 0.9)
+    assert all(value is None for value in empty.values())
+    assert quantile_scores(upper, np.zeros(4), np.ones(4, dtype=bool), 0.9)["wql"] is None
+
+
+def test_the_weighted_quantile_loss_at_the_median_is_the_wape() -> None:
+    rng = np.random.default_rng(3)
+    truth, prediction = rng.gamma(0.5, 2.0, 200), rng.gamma(0.5, 2.0, 200)
+    mask = rng.random(200) > 0.2
+    median = quantile_scores(prediction, truth, mask, 0.5)
+    assert median["wql"] == pytest.approx(scores(prediction, truth, mask)["wape"])

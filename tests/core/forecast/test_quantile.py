@@ -171,3 +171,18 @@ def test_an_uncalibrated_or_malformed_quantile_file_is_refused(
     save_file(tensors, str(path), metadata=metadata)
     with pytest.raises(InputError, match=r"malformed quantile part .*do not fit 4 metrics"):
         load_panel_forecaster(path)
+
+
+def test_forecasts_at_several_quantiles_are_those_of_each_recalibration(
+    panel: MetricPanel,
+) -> None:
+    fitted = QuantileForecaster(make_forecaster("last_value", horizon=5), quantile=0.9)
+    fitted.fit(panel, 200)
+    point = fitted.point
+    assert point.normaliser is not None
+    windows = make_windows(panel, point.normaliser, np.arange(200, 280), history=24, horizon=5)
+    at = fitted.forecast_windows_at(windows, (0.5, 0.9, 0.99))
+    assert list(at) == [0.5, 0.9, 0.99]
+    for q, forecast in at.items():
+        np.testing.assert_allclose(forecast, fitted.at_quantile(q).forecast_windows(windows))
+    assert (at[0.99] >= at[0.9]).all() and (at[0.9] >= at[0.5]).all()

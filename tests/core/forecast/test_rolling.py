@@ -103,6 +103,42 @@ def test_models_hold_the_mean_over_blocks(panel: MetricPanel) -> None:
             assert models[name][h]["burst"]["cells"] == cells
 
 
+def test_quantiles_add_scores_and_change_no_point_figure(panel: MetricPanel) -> None:
+    config = TrainConfig(epochs=1, batch_size=32)
+    models = ("lstm", "stgcn", "last_value")
+    plain = rolling_evaluate(panel, 120, 2, horizons=(1, 4), models=models, config=config)
+    scored = rolling_evaluate(
+        panel,
+        120,
+        2,
+        horizons=(1, 4),
+        models=models,
+        ablations=("stgcn_temporal",),
+        quantiles=(0.8, 0.95),
+        config=config,
+    )
+    document = scored.document
+    means, blocks = document["models"], document["blocks"]
+    assert isinstance(means, dict) and isinstance(blocks, list)
+    for name, per_h in means.items():
+        for h, entry in per_h.items():
+            levels = entry.pop("quantiles")
+            assert set(levels) == {"0.8", "0.95"}
+            for q, level in levels.items():
+                assert set(level) == {"wql", "coverage", "per_metric"}
+                assert set(level["per_metric"]) == set(panel.metrics)
+                expected = np.mean([b["models"][name][h]["quantiles"][q]["wql"] for b in blocks])
+                assert level["wql"] == pytest.approx(expected)
+            assert levels["0.95"]["coverage"] >= levels["0.8"]["coverage"]
+    assert means == plain.document["models"]  # the point figures, untouched
+    ablations = document["ablations"]
+    assert isinstance(ablations, dict)
+    assert all("quantiles" not in entry for entry in ablations["stgcn_temporal"].values())
+    assert {"lstm@q", "stgcn@q", "last_value@q"} <= set(scored.train_seconds)
+    with pytest.raises(InputError, match="between 0 and 1"):
+        evaluate(panel, 120, horizons=(1,), models=("last_value",), quantiles=(1.5,))
+
+
 def test_mean_over_skips_missing_figures() -> None:
     merged = mean_over([{"a": 1.0, "b": None, "cells": 2}, {"a": 3.0, "b": 4.0, "cells": 5}])
     assert merged == {"a": 2.0, "b": 4.0, "cells": 7}
