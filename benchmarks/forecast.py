@@ -32,7 +32,7 @@ from pathlib import Path
 
 from _common import format_table, parse_args, shared_data_dir
 
-from kubesage.core.cli.forecast import cut_off_step, parse_quantiles
+from kubesage.core.cli.forecast import cut_off_step, parse_quantiles, quantile_table
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
 from kubesage.core.forecast.panel import describe, read_panel
 from kubesage.core.forecast.rolling import rolling_evaluate
@@ -146,22 +146,10 @@ def print_quantiles(document: dict[str, object]) -> None:
     """wQL / coverage per model, quantile and horizon (mean over blocks), if scored."""
     models = document["models"]
     assert isinstance(models, dict)
-    scored = {name: per_h for name, per_h in models.items() if "quantiles" in per_h["1"]}
-    if not scored:
-        return
-    levels = list(next(iter(scored.values()))["1"]["quantiles"])
-    headers = ["model"] + [f"q={q} h={h}" for q in levels for h in HORIZONS]
-    rows = [
-        [name]
-        + [
-            "{wql:.3f} / {coverage:.3f}".format(**per_h[str(h)]["quantiles"][q])
-            for q in levels
-            for h in HORIZONS
-        ]
-        for name, per_h in scored.items()
-    ]
-    print("\nUpper quantiles, mean over blocks: wQL (lower is better) / coverage (aim: q)")
-    print(format_table(headers, rows, digits=3))
+    headers, rows = quantile_table(models, list(HORIZONS))
+    if rows:
+        print("\nUpper quantiles, mean over blocks: wQL (lower is better) / coverage (aim: q)")
+        print(format_table(headers, rows, digits=3))
 
 
 if __name__ == "__main__":

@@ -385,24 +385,19 @@ def _print_eval(
     _print_quantiles(models, horizons, console, title)
 
 
-def _print_quantiles(
-    models: dict[str, Any],
-    horizons: list[int],
-    console: Console,
-    title: str,
-) -> None:
-    """wQL and coverage per model, quantile and horizon, when --quantiles asked for them."""
+def quantile_table(
+    models: dict[str, Any], horizons: list[int]
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of ``wQL / coverage`` per model, quantile and horizon, for the
+    models --quantiles scored (no rows when none was)."""
     scored = {
         name: per_h for name, per_h in models.items() if "quantiles" in per_h[str(horizons[0])]
     }
     if not scored:
-        return
+        return [], []
     levels = list(next(iter(scored.values()))[str(horizons[0])]["quantiles"])
-    table = Table(title=f"{title}upper quantiles: wQL (lower is better) / coverage (aim: q)")
-    table.add_column("model", no_wrap=True)
-    for q in levels:
-        for h in horizons:
-            table.add_column(f"q={q} h={h}", justify="right")
+    headers = ["model"] + [f"q={q} h={h}" for q in levels for h in horizons]
+    rows = []
     for name, per_h in scored.items():
         row = [name]
         for q in levels:
@@ -412,5 +407,24 @@ def _print_quantiles(
                 row.append(
                     "–" if wql is None or coverage is None else f"{wql:.3f} / {coverage:.3f}"
                 )
+        rows.append(row)
+    return headers, rows
+
+
+def _print_quantiles(
+    models: dict[str, Any],
+    horizons: list[int],
+    console: Console,
+    title: str,
+) -> None:
+    """wQL and coverage per model, quantile and horizon, when --quantiles asked for them."""
+    headers, rows = quantile_table(models, horizons)
+    if not rows:
+        return
+    table = Table(title=f"{title}upper quantiles: wQL (lower is better) / coverage (aim: q)")
+    table.add_column(headers[0], no_wrap=True)
+    for header in headers[1:]:
+        table.add_column(header, justify="right")
+    for row in rows:
         table.add_row(*row)
     print_table(console, table)
