@@ -67,24 +67,36 @@ def replay_start(panel: MetricPanel, train_until: str) -> int:
     return cut
 
 
-def find_shared_data(explicit: Path | None = None, trace: str = "openb") -> Path | None:
-    """The first of ``--data-dir``, ``$KUBESAGE_SHARED_DATA`` and ``../shared/data`` beside
-    the repo that holds ``trace/``; None when none does."""
-    candidates = [explicit] if explicit else []
-    if env := os.environ.get("KUBESAGE_SHARED_DATA"):
-        candidates.append(Path(env))
-    candidates.append(REPO.parent / "shared" / "data")
-    return next((path for path in candidates if (path / trace).is_dir()), None)
+def find_trace(explicit: Path | None, trace: str) -> Path | None:
+    """The folder of ``trace`` (``openb`` or ``genai``): from ``--data-dir`` (the folder
+    that holds ``trace/``, or that folder itself), else ``$KUBESAGE_SHARED_DATA/trace``,
+    else ``../shared/data/trace`` beside the repo; None when no default holds it. A
+    ``--data-dir`` that is not a folder is an error, never a silent fallback to the
+    defaults."""
+    if explicit is not None:
+        if (explicit / trace).is_dir():
+            return explicit / trace
+        if explicit.is_dir():
+            return explicit  # the trace's own folder; its reader says what it lacks
+        raise SystemExit(f"error: --data-dir {explicit}: not a folder")
+    defaults = [Path(env)] if (env := os.environ.get("KUBESAGE_SHARED_DATA")) else []
+    defaults.append(REPO.parent / "shared" / "data")
+    return next((path / trace for path in defaults if (path / trace).is_dir()), None)
 
 
-def shared_data_dir(explicit: Path | None = None) -> Path:
-    """``--data-dir``, else ``$KUBESAGE_SHARED_DATA``, else ``../shared/data`` beside the repo."""
-    found = find_shared_data(explicit)
+def trace_dir(explicit: Path | None, trace: str = "openb") -> Path:
+    """:func:`find_trace`, or a clear exit naming the ways to provide the trace."""
+    found = find_trace(explicit, trace)
     if found is not None:
         return found
+    fetch = (
+        "fetch it with `kubesage data fetch openb` and point --data-dir at the cache"
+        if trace == "openb"
+        else "point --data-dir at a copy of it"
+    )
     raise SystemExit(
-        "error: the openb trace was not found; pass --data-dir, set KUBESAGE_SHARED_DATA, "
-        "or fetch it with `kubesage data fetch openb` and point --data-dir at the cache"
+        f"error: the {trace} trace was not found; pass --data-dir, set KUBESAGE_SHARED_DATA, "
+        f"or {fetch}"
     )
 
 

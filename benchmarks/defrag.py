@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, shared_data_dir
+from _common import format_table, parse_args, trace_dir
 
 from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter
 from kubesage.adapters.gpu_training.mig_workload import mig_cluster, mig_workload
@@ -127,7 +127,7 @@ def main() -> int:
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     seeds = parse_seeds(args.seeds)
-    openb = shared_data_dir(args.data_dir) / "openb"
+    openb = trace_dir(args.data_dir, "openb")
     nodes = read_nodes(openb / "openb_node_list_gpu_node.csv")
     pods = read_pods(openb / "openb_pod_list_default.csv")
     if args.node_limit:

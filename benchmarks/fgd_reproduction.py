@@ -29,7 +29,7 @@ from _common import (
     openb_traces,
     parse_args,
     published_allocation,
-    shared_data_dir,
+    trace_dir,
 )
 
 from kubesage.core.policy import PAPER_POLICIES
@@ -51,9 +51,8 @@ def main() -> int:
     parser.add_argument("--node-limit", type=int, default=0, help="First N nodes (0: all).")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
-    data = shared_data_dir(args.data_dir)
+    openb = trace_dir(args.data_dir, "openb")
     seeds = parse_seeds(args.seeds)
-    openb = data / "openb"
     traces = openb_traces(openb, args.traces)
     reference = published_allocation(openb)
     nodes = read_nodes(openb / "openb_node_list_gpu_node.csv")

@@ -30,7 +30,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import format_table, parse_args, shared_data_dir
+from _common import format_table, parse_args, trace_dir
 
 from kubesage.core.cli.forecast import cut_off_step, parse_quantiles, quantile_table
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
-    panel = read_panel(shared_data_dir(args.data_dir) / "genai")
+    panel = read_panel(trace_dir(args.data_dir, "genai"))
     print(describe(panel), file=sys.stderr)
     step, _ = cut_off_step(panel, args.train_until)
     result = rolling_evaluate(

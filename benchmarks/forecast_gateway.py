@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, shared_data_dir
+from _common import format_table, parse_args, trace_dir
 
 from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.cli.forecast import cut_off_step, parse_horizons
@@ -111,7 +111,7 @@ def main() -> int:
     parser.add_argument("--horizons", default="1,5,15")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
-    directory = shared_data_dir(args.data_dir) / "genai"
+    directory = trace_dir(args.data_dir, "genai")
     panel = read_panel(directory)
     print(describe(panel), file=sys.stderr)
     gateway = read_entityless(directory, panel, GATEWAY_METRIC)

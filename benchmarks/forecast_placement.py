@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import find_shared_data, format_table, parse_args, replay_start
+from _common import find_trace, format_table, parse_args, replay_start
 
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
@@ -295,9 +295,9 @@ def main() -> int:
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     weights = [float(w) for w in args.weights.split(",") if w]
-    shared = find_shared_data(args.data_dir, "genai")
-    if shared is not None:
-        data = shared / "genai"
+    found = find_trace(args.data_dir, "genai")
+    if found is not None:
+        data = found
     else:
         print("no GenAI trace found; using synthetic metrics", file=sys.stderr)
         data = write_synthetic_metrics(

@@ -54,7 +54,7 @@ from _common import (
     format_table,
     parse_args,
     published_allocation,
-    shared_data_dir,
+    trace_dir,
 )
 
 from kubesage.core.rl.persistence import load_network
@@ -115,7 +115,7 @@ def main() -> int:
         parser.error(
             f"--policies: unknown {', '.join(unknown)} (choose from {', '.join(POLICIES)})"
         )
-    openb = shared_data_dir(args.data_dir) / "openb"
+    openb = trace_dir(args.data_dir, "openb")
     seeds = list(parse_seeds(args.seeds))
     nodes = read_nodes(openb / "openb_node_list_gpu_node.csv")
     models = gpus_per_model(nodes)

@@ -46,7 +46,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, openb_traces, parse_args, shared_data_dir
+from _common import format_table, openb_traces, parse_args, trace_dir
 
 from kubesage.core.sim.hindsight import (
     DEFAULT_CHECKPOINTS_PCT,
@@ -197,7 +197,7 @@ def main() -> int:
     )
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
-    openb = shared_data_dir(args.data_dir) / "openb"
+    openb = trace_dir(args.data_dir, "openb")
     seeds = parse_seeds(args.seeds)
     try:
         checkpoints = tuple(float(p) for p in args.checkpoints.split(",") if p.strip())

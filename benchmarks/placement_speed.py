@@ -35,7 +35,7 @@ import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from _common import format_table, parse_args, shared_data_dir  # noqa: E402
+from _common import format_table, parse_args, trace_dir  # noqa: E402
 
 from kubesage.core.policy import PolicyContext, make_policy, policy_names  # noqa: E402
 from kubesage.core.sim.protocol import fgd_arrivals  # noqa: E402
@@ -80,7 +80,7 @@ def main() -> int:
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     synthetic = f"synthetic-{args.synthetic_nodes}"
-    openb = shared_data_dir(args.data_dir) / "openb"
+    openb = trace_dir(args.data_dir, "openb")
     clusters = {
         "openb-1213": (
             read_nodes(openb / "openb_node_list_gpu_node.csv"),

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, openb_traces, parse_args, shared_data_dir
+from _common import format_table, openb_traces, parse_args, trace_dir
 
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.rl.network import PlacementNetwork
@@ -148,7 +148,7 @@ def main() -> int:
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     load_network(args.model)  # a bad model is an error here, not a silent FGD run
-    openb = shared_data_dir(args.data_dir) / "openb"
+    openb = trace_dir(args.data_dir, "openb")
     seeds = list(parse_seeds(args.seeds))
     traces = openb_traces(openb, args.traces)
     alloc = allocation(openb, traces, seeds, args.model, args.jobs, args.node_limit)

@@ -1,0 +1,51 @@
+"""Which trace folder a benchmark's ``--data-dir`` names (``benchmarks/_common.py``).
+
+A folder given on the command line is read or refused, never swapped for the
+shared data behind the user's back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks._common import find_trace, trace_dir
+
+
+def test_data_dir_may_hold_the_trace_folder_or_be_it(tmp_path: Path) -> None:
+    (tmp_path / "genai").mkdir()
+    assert find_trace(tmp_path, "genai") == tmp_path / "genai"
+    assert find_trace(tmp_path / "genai", "genai") == tmp_path / "genai"
+    # A folder without genai/ is taken as the trace's own folder: its reader says what
+    # it lacks, and the defaults are not consulted.
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert find_trace(other, "genai") == other
+
+
+def test_a_data_dir_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"--data-dir .*missing: not a folder"):
+        find_trace(tmp_path / "missing", "openb")
+
+
+def test_without_data_dir_the_environment_names_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "openb").mkdir()
+    monkeypatch.setenv("KUBESAGE_SHARED_DATA", str(tmp_path))
+    assert trace_dir(None, "openb") == tmp_path / "openb"
+
+
+def test_a_trace_found_nowhere_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBESAGE_SHARED_DATA", str(tmp_path))
+    import benchmarks._common as common
+
+    monkeypatch.setattr(common, "REPO", tmp_path / "repo")  # no ../shared beside it
+    assert find_trace(None, "genai") is None
+    with pytest.raises(SystemExit, match="kubesage data fetch openb"):
+        trace_dir(None, "openb")
+    with pytest.raises(SystemExit, match="point --data-dir at a copy"):
+        trace_dir(None, "genai")
