@@ -4,18 +4,41 @@ checking their header, shared by every trace reader."""
 from __future__ import annotations
 
 import gzip
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from kubesage.core.errors import TraceFormatError
+from kubesage.core.errors import InputError, TraceFormatError
+
+GZIP_MAGIC = b"\x1f\x8b"
 
 
-def open_text(path: Path) -> IO[str]:
-    """A text handle on ``path``; ``.gz`` files are decompressed, a UTF-8 BOM is dropped."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
-    return path.open(newline="", encoding="utf-8-sig")
+@contextmanager
+def open_text(path: Path) -> Iterator[IO[str]]:
+    """A text handle on ``path``; ``.gz`` files are decompressed, a UTF-8 BOM is dropped.
+
+    A file that is not what its name says (gzip data in a ``.csv``, plain text in a
+    ``.csv.gz``), a damaged gzip stream and text that is not UTF-8 are InputErrors
+    naming the file, raised whenever the reading meets them."""
+    with path.open("rb") as probe:
+        gzipped = probe.read(2) == GZIP_MAGIC
+    if gzipped != (path.suffix == ".gz"):
+        actual = "gzip-compressed" if gzipped else "not gzip-compressed"
+        wanted = "name it .csv.gz" if gzipped else "name it without .gz"
+        raise InputError(f"{path}: the file is {actual} ({wanted})")
+    try:
+        with (
+            gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+            if gzipped
+            else path.open(newline="", encoding="utf-8-sig")
+        ) as handle:
+            yield handle
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text (save it as UTF-8)") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: a damaged gzip stream ({exc or 'it ends early'})") from None
 
 
 def check_header(

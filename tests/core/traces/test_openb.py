@@ -5,6 +5,7 @@ read in test_openb_shared_data.py."""
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,30 @@ def test_cross_field_message_has_no_pydantic_prefix(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError) as info:
         read_pods(path)
     assert "Value error" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("pods.csv", gzip.compress(b"name,cpu_milli\n"), "is gzip-compressed (name it .csv.gz)"),
+        ("pods.csv.gz", b"name,cpu_milli\n", "is not gzip-compressed (name it without .gz)"),
+        (
+            "pods.csv.gz",
+            gzip.compress((POD_HEADER_5 + "\np,1000,1024,0,0\n").encode())[:-12],
+            "damaged gzip stream",
+        ),
+        (
+            "pods.csv",
+            (POD_HEADER_5 + "\npod-\xe9,1000,1024,0,0\n").encode("latin-1"),
+            "not UTF-8 text",
+        ),
+    ],
+)
+def test_a_file_that_is_not_what_its_name_says_is_named(
+    tmp_path: Path, name: str, data: bytes, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=re.escape(message)) as info:
+        read_pods(path)  # every trace reader opens its files through the same rule
+    assert str(info.value).startswith(f"{path}: ")
