@@ -14,6 +14,15 @@ types add up) — and counted. Cells without a sample are marked missing in ``ma
 (``qps`` by default, whose files only hold rows for non-zero rates) read 0 at the
 steps where the entity reported any other metric.
 
+Exact repeats: in a ``request_type`` file a row that repeats an earlier one field
+for field is counted in ``duplicate_rows`` and not added again. A zero-filled metric
+may have no rows at all (a quiet hour's request rate): it reads 0 wherever alive.
+
+The grid spans the samples of the entities used. One that would exceed
+``MAX_PANEL_CELLS`` is refused before it is allocated, naming the earliest and the
+latest rows (a stray timestamp, or milliseconds in one file); a long stretch with no
+entity reporting is said by :func:`describe`.
+
 Entities are those present in every dense (not zero-filled) metric; the others
 (a CPU-only pod in a folder of GPU metrics, a pod that only has a request rate) are
 counted per metric in ``left_out`` — entities and rows — and said by :func:`describe`,
@@ -41,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray
+from kubesage.core.durations import format_duration
 from kubesage.core.errors import InputError, TraceFormatError
 from kubesage.core.traces.csv_files import check_header, open_text
 
@@ -48,6 +58,12 @@ REQUIRED_COLUMNS = ("value", "timestamp_anon", "container_ip")
 DEFAULT_ABSENT_AS_ZERO = ("qps",)
 MISSING_MARKERS = frozenset({"", "none", "null"})
 """How the trace writes a missing id or value (compared lower-cased, stripped)."""
+SILENT_SHARE = 0.05
+"""A stretch with no entity reporting that covers this share of the grid is said."""
+MAX_PANEL_CELLS = 50_000_000
+"""Steps × entities × metrics a panel may hold: about 2 GB while it is built (sums,
+counts, values and masks). A month of the GenAI trace's 57 s steps for 300 pods and
+four metrics is 18 million; a grid beyond the limit is almost always a stray timestamp."""
 
 
 @dataclass
@@ -70,6 +86,10 @@ class MetricPanel:
     """Per metric, the (entities, rows) of entities not in every dense metric: not used."""
     null_values: dict[str, int] = field(default_factory=dict)
     """Per metric, the rows whose value is marked missing (empty, None, NULL, NaN)."""
+    duplicate_rows: dict[str, int] = field(default_factory=dict)
+    """Per ``request_type`` metric, rows that repeat an earlier row exactly: not added again."""
+    no_rows: tuple[str, ...] = ()
+    """Zero-filled metrics whose file holds no row with an entity id (0 wherever alive)."""
 
     @property
     def steps(self) -> int:
@@ -126,25 +146,40 @@ class _Rows:
 
     with_entity: list[tuple[str, float, float]]
     """``(entity, timestamp, value)``."""
+    lines: list[int]
+    """The file line of each ``with_entity`` row (for errors that name a row)."""
     without_entity: list[tuple[float, float]]
     """``(timestamp, value)`` of the rows without an entity id."""
     by_request_type: bool
     """The file splits values by ``request_type`` (same-cell values add up)."""
     null_values: int
     """Rows whose value is marked missing."""
+    duplicate_rows: int = 0
+    """Rows repeating an earlier row of a ``request_type`` file field for field: not
+    counted again (they would add to the same cell)."""
 
 
 def _read_rows(path: Path) -> _Rows:
     """The file's rows; see the module docstring for the missing markers."""
     rows: list[tuple[str, float, float]] = []
+    lines: list[int] = []
     without_entity: list[tuple[float, float]] = []
     null_values = 0
+    seen: set[tuple[str, ...]] = set()
+    duplicates = 0
     with open_text(path) as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
         check_header(header, path, required=REQUIRED_COLUMNS)
+        by_request_type = "request_type" in header
         for row in reader:
             line = reader.line_num
+            if by_request_type:  # same-cell values add up there: an exact repeat would too
+                key = tuple(str(value) for value in row.values())
+                if key in seen:
+                    duplicates += 1
+                    continue
+                seen.add(key)
             entity = (row["container_ip"] or "").strip()
             if entity.lower() in MISSING_MARKERS:
                 entity = ""
@@ -176,9 +211,8 @@ def _read_rows(path: Path) -> _Rows:
                 without_entity.append((timestamp, value))
                 continue
             rows.append((entity, timestamp, value))
-    if not rows:
-        raise TraceFormatError("no rows with an entity id", path=path, line=1)
-    return _Rows(rows, without_entity, "request_type" in header, null_values)
+            lines.append(line)
+    return _Rows(rows, lines, without_entity, by_request_type, null_values, duplicates)
 
 
 def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
@@ -208,8 +242,10 @@ def read_panel(
     if not files:
         raise InputError(f"{directory}: no .csv or .csv.gz metric files")
     per_metric: dict[str, list[tuple[str, float, float]]] = {}
+    sources: dict[str, tuple[Path, list[int]]] = {}
     excluded: dict[str, int] = {}
     null_values: dict[str, int] = {}
+    duplicates: dict[str, int] = {}
     summed: set[str] = set()
     for path in files:
         name = metric_name(path)
@@ -217,32 +253,41 @@ def read_panel(
             raise InputError(f"{directory}: two files give metric '{name}'")
         read = _read_rows(path)
         per_metric[name] = read.with_entity
+        sources[name] = (path, read.lines)
         excluded[name] = len(read.without_entity)
         if read.null_values:
             null_values[name] = read.null_values
+        if read.duplicate_rows:
+            duplicates[name] = read.duplicate_rows
         if read.by_request_type:
             summed.add(name)
     metrics = tuple(sorted(per_metric))
     dense = dense_metrics(metrics, absent_as_zero)
+    for name in dense:  # a zero-filled metric may have no row at all: 0 wherever alive
+        if not per_metric[name]:
+            raise TraceFormatError("no rows with an entity id", path=sources[name][0], line=1)
     entity_sets = [{row[0] for row in per_metric[m]} for m in dense]
     entities = tuple(sorted(set.intersection(*entity_sets)))
     if not entities:
         raise InputError(f"{directory}: no entity appears in all of {', '.join(dense)}")
-    all_times = np.concatenate([np.array([r[1] for r in per_metric[m]]) for m in metrics])
-    step = _grid_step({m: per_metric[m] for m in dense})
-    start = float(all_times.min())
-    steps = int(np.round((all_times.max() - start) / step)) + 1
     index = {entity: i for i, entity in enumerate(entities)}
+    used = {m: [k for k, r in enumerate(per_metric[m]) if r[0] in index] for m in metrics}
+    stamps = {m: np.array([per_metric[m][k][1] for k in used[m]]) for m in metrics}
+    step = _grid_step({m: per_metric[m] for m in dense})
+    start = min(float(t.min()) for t in stamps.values() if t.size)
+    end = max(float(t.max()) for t in stamps.values() if t.size)
+    steps = int(np.round((end - start) / step)) + 1
+    _check_grid_size(directory, steps * len(entities) * len(metrics), step, stamps, used, sources)
     left_out: dict[str, tuple[int, int]] = {}
     sums = np.zeros((steps, len(entities), len(metrics)))
     counts = np.zeros((steps, len(entities), len(metrics)), dtype=np.int64)
     for m, name in enumerate(metrics):
-        rows = [r for r in per_metric[name] if r[0] in index]
+        rows = [per_metric[name][k] for k in used[name]]
         if len(rows) < len(per_metric[name]):  # entities outside the panel: say how many
             outside = {r[0] for r in per_metric[name]}.difference(index)
             left_out[name] = (len(outside), len(per_metric[name]) - len(rows))
         ent = np.array([index[r[0]] for r in rows], dtype=np.int64)
-        cell = np.round((np.array([r[1] for r in rows]) - start) / step).astype(np.int64)
+        cell = np.round((stamps[name] - start) / step).astype(np.int64)
         np.add.at(sums[:, :, m], (cell, ent), np.array([r[2] for r in rows]))
         np.add.at(counts[:, :, m], (cell, ent), 1)
     observed: BoolArray = counts > 0
@@ -270,6 +315,42 @@ def read_panel(
         merged_samples=int((counts > 1).sum()),
         left_out=left_out,
         null_values=null_values,
+        duplicate_rows=duplicates,
+        no_rows=tuple(m for m in zero_filled if not per_metric[m]),
+    )
+
+
+def _check_grid_size(
+    directory: Path,
+    cells: int,
+    step: float,
+    stamps: dict[str, FloatArray],
+    used: dict[str, list[int]],
+    sources: dict[str, tuple[Path, list[int]]],
+) -> None:
+    """Refuse a grid over ``MAX_PANEL_CELLS`` before allocating it, naming the rows that
+    stretch it: one stray timestamp (a 0, a year off, milliseconds in one file) would
+    otherwise ask for gigabytes."""
+    if cells <= MAX_PANEL_CELLS:
+        return
+
+    def where(pick: str) -> str:
+        metric = (min if pick == "min" else max)(
+            (m for m in stamps if stamps[m].size),
+            key=lambda m: float(stamps[m].min() if pick == "min" else stamps[m].max()),
+        )
+        k = int(stamps[metric].argmin() if pick == "min" else stamps[metric].argmax())
+        path, lines = sources[metric]
+        return f"{path.name}:{lines[used[metric][k]]} ({stamps[metric][k]:g})"
+
+    every = np.unique(np.concatenate([t for t in stamps.values() if t.size]))
+    gap = float(np.diff(every).max()) if every.size > 1 else 0.0
+    raise InputError(
+        f"{directory}: the samples span a grid of {cells:,} cells at {step:g} s a step, "
+        f"over the limit of {MAX_PANEL_CELLS:,}; the earliest timestamp is {where('min')}, "
+        f"the latest {where('max')}, and the largest gap between samples is "
+        f"{format_duration(gap)} — check those rows, and that every file's timestamps are "
+        "in seconds"
     )
 
 
@@ -289,6 +370,18 @@ def read_entityless(directory: Path | str, panel: MetricPanel, metric: str) -> F
         inside = (cells >= 0) & (cells < panel.steps)
         np.add.at(series, cells[inside], values[inside])
     return series
+
+
+def silent_stretch(panel: MetricPanel) -> tuple[int, int]:
+    """The longest run of steps ``[first, last)`` where no entity reported (``(0, 0)``
+    when every step has one)."""
+    silent = np.concatenate([[False], ~panel.alive.any(axis=1), [False]])
+    edges = np.flatnonzero(np.diff(silent.astype(np.int8)))
+    if edges.size == 0:
+        return 0, 0
+    starts, ends = edges[0::2], edges[1::2]
+    longest = int(np.argmax(ends - starts))
+    return int(starts[longest]), int(ends[longest])
 
 
 def describe(panel: MetricPanel) -> str:
@@ -319,8 +412,21 @@ def describe(panel: MetricPanel) -> str:
             "values marked missing (empty, None, NULL, NaN) not used: "
             + ", ".join(f"{k} {v}" for k, v in sorted(panel.null_values.items()))
         )
+    if panel.duplicate_rows:
+        parts.append(
+            "rows repeating an earlier row exactly, not added again: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(panel.duplicate_rows.items()))
+        )
+    if panel.no_rows:
+        parts.append(f"no rows with an entity id (0 wherever alive): {', '.join(panel.no_rows)}")
     if panel.merged_samples:
         parts.append(f"{panel.merged_samples} cells had several samples (combined)")
+    first, last = silent_stretch(panel)
+    if last - first >= max(2, SILENT_SHARE * panel.steps):
+        parts.append(
+            f"no entity reported for {format_duration((last - first) * panel.step_s)} "
+            f"(steps {first}–{last - 1}, {(last - first) / panel.steps:.0%} of the grid)"
+        )
     live_cells = int(panel.alive.sum()) * len(panel.metrics)
     missing = 1.0 - panel.mask.sum() / max(1, live_cells)
     parts.append(f"{missing:.1%} of live cells missing (masked)")

@@ -227,3 +227,76 @@ def test_steps_before_the_cut_off_hold_only_earlier_samples(tmp_path: Path, cut_
     testing = panel.values[first_test:, 0, 0][panel.mask[first_test:, 0, 0]]
     assert (training < cut_off).all()
     assert testing.min() > training.max()
+
+
+def test_exact_repeats_in_a_request_type_file_are_not_added_again(tmp_path: Path) -> None:
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n1,10,a\n")
+    write(
+        tmp_path,
+        "qps.csv",
+        "timestamp_anon,value,container_ip,request_type\n"
+        "10,0.5,a,Generative\n10,0.25,a,API\n10,0.5,a,Generative\n",
+    )
+    panel = read_panel(tmp_path)
+    assert panel.values[1, 0, panel.metrics.index("qps")] == pytest.approx(0.75)
+    assert panel.duplicate_rows == {"qps": 1}
+    assert "rows repeating an earlier row exactly, not added again: qps 1" in describe(panel)
+
+
+def test_a_zero_filled_metric_without_rows_reads_zero_wherever_alive(tmp_path: Path) -> None:
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n1,10,a\n")
+    write(tmp_path, "qps.csv", "timestamp_anon,value,container_ip,request_type\n5,3,,API\n")
+    panel = read_panel(tmp_path)
+    qps = panel.metrics.index("qps")
+    assert panel.values[:, 0, qps].tolist() == [0.0, 0.0]
+    assert panel.mask[:, 0, qps].all()
+    assert "no rows with an entity id (0 wherever alive): qps" in describe(panel)
+
+
+@pytest.mark.parametrize(
+    ("qps_time", "named"),
+    [
+        ("0", r"earliest timestamp is qps\.csv:3 \(0\)"),  # a stray zero
+        ("1662945220000", r"latest qps\.csv:3 \(1\.66295e\+12\)"),  # milliseconds in one file
+    ],
+)
+def test_a_stray_timestamp_is_refused_before_the_grid_is_built(
+    tmp_path: Path, qps_time: str, named: str
+) -> None:
+    write(
+        tmp_path,
+        "pod_cpu_anon.csv",
+        "value,timestamp_anon,container_ip\n1,1662945163,a\n1,1662945220,a\n",
+    )
+    write(
+        tmp_path,
+        "qps.csv",
+        "timestamp_anon,value,container_ip,request_type\n"
+        f"1662945163,1,a,Generative\n{qps_time},2,a,Generative\n",
+    )
+    with pytest.raises(InputError, match=f"over the limit of 50,000,000; .*{named}.*in seconds"):
+        read_panel(tmp_path)
+
+
+def test_the_grid_spans_only_the_entities_used(tmp_path: Path) -> None:
+    # "c" reports memory only, and hours before the others: it is left out, so its
+    # samples move neither the grid's start nor a +DURATION measured from it.
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,1000,a\n1,1010,a\n")
+    write(
+        tmp_path,
+        "pod_mem_anon.csv",
+        "value,timestamp_anon,container_ip\n1,1000,a\n1,1010,a\n5,0,c\n5,10,c\n",
+    )
+    panel = read_panel(tmp_path)
+    assert (panel.entities, panel.start_s, panel.steps) == (("a",), 1000.0, 2)
+
+
+def test_a_long_stretch_without_any_entity_is_said(tmp_path: Path) -> None:
+    rows = "".join(f"1,{t},a\n" for t in range(0, 200, 10)) + "1,2000,a\n"
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n" + rows)
+    said = describe(read_panel(tmp_path))
+    assert "no entity reported for 30m (steps 20–199, 90% of the grid)" in said
+    # One missing step of 21 is a gap within the data, under 5 % of the grid: not said.
+    rows = "".join(f"1,{t},a\n" for t in range(0, 210, 10) if t != 100)
+    write(tmp_path / "gap", "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n" + rows)
+    assert "no entity reported" not in describe(read_panel(tmp_path / "gap"))
