@@ -14,6 +14,11 @@ With ``quantiles``, each of ``models`` (not the ablations) is also scored at tho
 upper quantiles (:mod:`kubesage.core.forecast.quantile_eval`: a second fit, pinball
 loss, wQL and coverage under each horizon's ``quantiles`` key; its seconds under
 ``"<model>@q"``).
+
+The document also says what was read and scored: ``data_start`` (the panel's first
+timestamp), ``train_until``, ``test_until`` and ``test_steps``; and ``notes`` when a
+model fell back (a cold start forecasts the last value under the model's name) or a
+horizon is longer than the test block (its figures are null).
 """
 
 from __future__ import annotations
@@ -151,10 +156,19 @@ def evaluate(
             )
             for h, per_quantile in scored.items():
                 results[name][h]["quantiles"] = per_quantile
+    for steps_ahead in horizons:
+        if steps_ahead > end - until_step:
+            notes[f"h={steps_ahead}"] = (
+                f"needs at least {steps_ahead} test steps and there are {end - until_step}: "
+                "its figures are null"
+            )
     document: dict[str, object] = {
         "train_until": train_until_label
         if train_until_label is not None
         else float(panel.start_s + until_step * panel.step_s),
+        "data_start": panel.start_s,
+        "test_until": float(panel.start_s + end * panel.step_s),
+        "test_steps": end - until_step,
         "entities": len(panel.entities),
         "metrics": list(panel.metrics),
         "graph": graph.description,
@@ -162,6 +176,8 @@ def evaluate(
     }
     if ablations:
         document["ablations"] = {name: results[name] for name in ablations}
+    if notes:
+        document["notes"] = dict(notes)
     return Evaluation(
         document=document, graph=graph.description, train_seconds=seconds, notes=notes
     )

@@ -87,14 +87,20 @@ def rolling_evaluate(
         block_documents.append(
             {
                 **evaluation.document,
-                "test_until": float(panel.start_s + block.end * panel.step_s),
-                "test_steps": block.end - block.cut_off,
                 "train_seconds": {k: round(v, 2) for k, v in evaluation.train_seconds.items()},
             }
         )
     first = evaluations[0].document
+    notes = {
+        f"{name} (block {k})": note
+        for k, e in enumerate(evaluations, start=1)
+        for name, note in e.notes.items()
+    }
     document: dict[str, object] = {
         "train_until": first["train_until"],
+        "data_start": panel.start_s,
+        "test_until": block_documents[-1]["test_until"],
+        "test_steps": panel.steps - first_cut_off,
         "entities": first["entities"],
         "metrics": first["metrics"],
         "graph": f"per block: {evaluations[0].graph}, …",
@@ -103,15 +109,12 @@ def rolling_evaluate(
     }
     if ablations:
         document["ablations"] = mean_over([d["ablations"] for d in block_documents])
+    if notes:
+        document["notes"] = notes
     document["blocks"] = block_documents
     seconds = {
         name: sum(e.train_seconds[name] for e in evaluations)
         for name in evaluations[0].train_seconds
-    }
-    notes = {
-        f"{name} (block {k})": note
-        for k, e in enumerate(evaluations, start=1)
-        for name, note in e.notes.items()
     }
     return Evaluation(
         document=document, graph=str(document["graph"]), train_seconds=seconds, notes=notes

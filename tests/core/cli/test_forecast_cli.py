@@ -64,6 +64,10 @@ def test_eval_json_shape_on_any_hours(
     assert {"train_until", "entities", "metrics", "models"} <= set(document)
     assert document["entities"] == entities
     assert document["train_until"] == pytest.approx(start_s + 7200, abs=57)
+    # Which hours were read and scored, in the data's own timestamps.
+    assert document["data_start"] == pytest.approx(start_s, abs=57)
+    assert document["test_until"] == pytest.approx(start_s + steps * 57, abs=2 * 57)
+    assert document["test_steps"] == pytest.approx(steps - 7200 / 57, abs=2)
     assert set(document["models"]) == set(MODEL_NAMES)
     for per_horizon in document["models"].values():
         assert set(per_horizon) == {"1", "5"}

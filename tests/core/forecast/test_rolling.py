@@ -157,3 +157,19 @@ def test_a_folder_of_plain_csv_files(tmp_path: Path) -> None:
     assert np.array_equal(a.mask, b.mask) and np.allclose(a.values, b.values)
     result = rolling_evaluate(b, 120, 2, horizons=(1,), models=("last_value",))
     assert isinstance(result.document["blocks"], list)
+
+
+def test_what_did_not_go_as_asked_is_in_the_documents_notes(panel: MetricPanel) -> None:
+    # 30 steps before the cut-off are too few to train on (a cold start: the last value,
+    # under the model's name), and 10 test steps cannot score 15 steps ahead.
+    result = evaluate(panel.head(40), 30, horizons=(1, 15), models=("linear", "last_value"))
+    notes = result.document["notes"]
+    assert isinstance(notes, dict)
+    assert "cold start" in notes["linear"]
+    assert notes["h=15"] == "needs at least 15 test steps and there are 10: its figures are null"
+    models = result.document["models"]
+    assert isinstance(models, dict)
+    assert models["linear"]["15"]["wape"] is None
+    assert result.notes == notes  # the CLI prints the same as warnings
+    rolled = rolling_evaluate(panel, 120, 2, horizons=(1, 4), models=FAST_MODELS)
+    assert "notes" not in rolled.document  # nothing to say
