@@ -20,6 +20,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.report.html import write_report
 from kubesage.core.scenario.profiles import default_data_dir
 from kubesage.core.scenario.result import ScenarioSettings
+from kubesage.core.sim.protocol import check_gpu_capacity
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
 from kubesage.core.sim.settings import (
     DEFAULT_REPORT_DIR,
@@ -27,10 +28,10 @@ from kubesage.core.sim.settings import (
     SimulationSettings,
     parse_seeds,
 )
-from kubesage.core.sim.summary import json_document, summary_table
+from kubesage.core.sim.summary import json_document, missing_points, summary_table
 from kubesage.core.traces.openb import read_nodes, read_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
-from kubesage.core.types import NodeSpec, PodRequest
+from kubesage.core.types import GPU_MILLI_PER_GPU, NodeSpec, PodRequest
 
 SCENARIO_SEEDS = (42, 43, 44)
 """The scenario's default seeds (each runs every variant)."""
@@ -53,6 +54,10 @@ def load_inputs(
     if nodes_csv is not None:
         nodes = read_nodes(nodes_csv)
         cluster_text = f"nodes from {nodes_csv}"
+        try:
+            check_gpu_capacity(sum(node.gpu_count for node in nodes) * GPU_MILLI_PER_GPU)
+        except InputError as exc:
+            raise InputError(f"{nodes_csv}: {exc}") from None
     else:
         nodes = synthetic_cluster(cluster.synthetic.nodes, seed=cluster.synthetic.seed)
         cluster_text = (
@@ -226,6 +231,8 @@ def simulate(
             jobs=worker_count,
             on_result=lambda result: progress.advance(task),
         )
+    for note in missing_points(results):
+        stderr.print(f"[yellow]warning:[/] {note}")
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(json_document(results)))
     else:

@@ -5,7 +5,10 @@ sorted by name and shuffled with the run's seed; then, while the total GPU reque
 is below ``tune × cluster GPU capacity``, pods are drawn with replacement from the
 original workload and appended (clones named ``<name>-tuned-<i>``), stopping at the
 first draw that would overshoot; a workload already above the target instead loses
-randomly chosen pods until it is not. Pods then arrive one by one and never leave.
+randomly chosen pods until it is not — and gets the last one back (at the end of
+the sequence) when that lands nearer the target: on a small cluster one 8-GPU pod is
+several percent of capacity, and stopping short by that much would leave no event at
+130 % arrived. Pods then arrive one by one and never leave.
 
 One deliberate difference: the simulator compares the target with a clone's
 per-GPU share rather than its whole request (so an 8-GPU clone can overshoot by up
@@ -25,6 +28,15 @@ DEFAULT_TUNE = 1.3
 """Requested GPU as a multiple of cluster GPU capacity (the paper's 130 %)."""
 
 
+def check_gpu_capacity(gpu_capacity_milli: int) -> None:
+    """Refuse a cluster without GPUs: every figure here is a share of GPU capacity."""
+    if gpu_capacity_milli <= 0:
+        raise InputError(
+            "the cluster has no GPUs: the simulator measures GPU allocation as a share of "
+            "GPU capacity"
+        )
+
+
 def fgd_arrivals(
     pods: Sequence[PodRequest],
     *,
@@ -41,7 +53,8 @@ def fgd_arrivals(
     by_name = sorted(pods, key=lambda pod: pod.name)
     order = rng.permutation(len(by_name))
     arrivals = [by_name[i] for i in order]
-    if tune == 0 or gpu_capacity_milli <= 0:
+    check_gpu_capacity(gpu_capacity_milli)
+    if tune == 0:
         return arrivals
     target = tune * gpu_capacity_milli
     requested = sum(pod.total_gpu_milli for pod in arrivals)
@@ -59,7 +72,12 @@ def fgd_arrivals(
             )
             clone_index += 1
     else:
+        removed: PodRequest | None = None
         while requested > target and arrivals:
             removed = arrivals.pop(int(rng.integers(len(arrivals))))
             requested -= removed.total_gpu_milli
+        if removed is not None:
+            over_with_it = requested + removed.total_gpu_milli - target
+            if over_with_it < target - requested:  # putting it back lands nearer the target
+                arrivals.append(removed)
     return arrivals

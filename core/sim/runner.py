@@ -18,7 +18,7 @@ from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.registry import make_policy
 from kubesage.core.sim.engine import ProgressCallback, Simulator
 from kubesage.core.sim.metrics import arrived_percent, discrete_curve, downsample, value_at
-from kubesage.core.sim.protocol import DEFAULT_TUNE, fgd_arrivals
+from kubesage.core.sim.protocol import DEFAULT_TUNE, check_gpu_capacity, fgd_arrivals
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.state.fragmentation import FragmentationMeasure, typical_pods
 from kubesage.core.types import NodeSpec, PodRequest
@@ -56,6 +56,8 @@ class RunResult:
     pods: int
     nodes: int
     wall_s: float
+    arrived_end: float = 0.0
+    """GPU request arrived by the last event (% of capacity): the arrived axis ends there."""
     curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     """Plot series: name → (x, y)."""
 
@@ -91,6 +93,7 @@ def run_one(
         nodes, policy, lambda state: FragmentationMeasure(typical, state.gpu_models)
     )
     capacity = simulator.state.gpu_capacity_milli_total
+    check_gpu_capacity(capacity)
     if spec.mode == "fgd":
         arrivals = fgd_arrivals(
             workload, gpu_capacity_milli=capacity, seed=spec.seed, tune=spec.tune
@@ -101,8 +104,8 @@ def run_one(
         simulator.run_replay(workload, on_progress)
         pods = len(workload)
     series = simulator.trajectory.as_arrays()
-    arrived = arrived_percent(series["arrived_gpu_milli"], capacity) if capacity else np.zeros(1)
-    alloc_pct = np.round(series["allocated_gpu_milli"] * 100.0 / max(capacity, 1), 2)
+    arrived = arrived_percent(series["arrived_gpu_milli"], capacity)
+    alloc_pct = np.round(series["allocated_gpu_milli"] * 100.0 / capacity, 2)
     frag_pct = series["fragmentation_ratio"] * 100.0
     upto = int(arrived.max()) if arrived.size else 0
     curves: dict[str, tuple[list[float], list[float]]] = {}
@@ -123,6 +126,9 @@ def run_one(
         pods=pods,
         nodes=simulator.state.num_nodes,
         wall_s=time.perf_counter() - started,
+        arrived_end=float(series["arrived_gpu_milli"][-1] * 100.0 / capacity)
+        if series["arrived_gpu_milli"].size
+        else 0.0,
         curves=curves,
     )
 

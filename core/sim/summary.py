@@ -79,6 +79,28 @@ def summarise(results: Sequence[RunResult]) -> list[PolicySummary]:
     return summaries
 
 
+def missing_points(results: Sequence[RunResult]) -> list[str]:
+    """A sentence per run of the FGD protocol without a value at 100 or 130 % arrived: the
+    means leave it out, so say which run and where its arrivals end."""
+    notes = []
+    for run in results:
+        if run.mode != "fgd":
+            continue
+        points = [
+            point
+            for point, value in ((100, run.alloc_at_100), (130, run.alloc_at_130))
+            if value is None
+        ]
+        if points:
+            at = " and ".join(f"{point} %" for point in points)
+            notes.append(
+                f"{run.policy}, seed {run.seed}: its arrivals end at {run.arrived_end:.1f} % of "
+                f"GPU capacity, so it has no value at {at} arrived (within ±1 point) and the "
+                "means leave it out"
+            )
+    return notes
+
+
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -133,4 +155,10 @@ def json_document(results: Sequence[RunResult]) -> dict[str, object]:
             "alloc_at_100": None if item.alloc_at_100 is None else round(item.alloc_at_100, 3),
             "alloc_at_130": None if item.alloc_at_130 is None else round(item.alloc_at_130, 3),
         }
-    return {"runs": [r.summary_row() for r in results], "summary": summary}
+    document: dict[str, object] = {
+        "runs": [r.summary_row() for r in results],
+        "summary": summary,
+    }
+    if notes := missing_points(results):
+        document["notes"] = notes
+    return document

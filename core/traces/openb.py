@@ -13,6 +13,7 @@ the 1-based line and the field. Nothing is skipped silently.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -76,11 +77,14 @@ def _optional_float(value: str, *, path: Path, line: int, field: str) -> float |
     if value == "":
         return None
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise TraceFormatError(
             f"not a number: {value!r}", path=path, line=line, field=field
         ) from None
+    if not math.isfinite(number):
+        raise TraceFormatError(f"not a finite number: {value!r}", path=path, line=line, field=field)
+    return number
 
 
 # Spec attribute → the CSV column it comes from, so errors name the user's column.

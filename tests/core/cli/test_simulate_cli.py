@@ -136,6 +136,7 @@ def test_openb_csv_inputs_and_table_output(tmp_path: Path) -> None:
         (["--seeds", "9-1"], "runs backwards"),
         (["--pods", "missing.csv"], "missing.csv: no such file"),
         (["--mode", "replay", "--pods", "untimed.csv"], "no creation time"),
+        (["--nodes", "cpu_nodes.csv"], "cpu_nodes.csv: the cluster has no GPUs"),
     ],
 )
 def test_bad_input_is_a_clear_error_with_exit_code_2(
@@ -143,6 +144,9 @@ def test_bad_input_is_a_clear_error_with_exit_code_2(
 ) -> None:
     (tmp_path / "untimed.csv").write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,1000\n"
+    )
+    (tmp_path / "cpu_nodes.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,0,\nn1,64000,262144,0,\n"
     )
     done = kubesage("simulate", "--no-report", "--seeds", "1", *args, cwd=tmp_path)
     assert done.returncode == 2

@@ -28,9 +28,26 @@ def test_inflates_to_the_target_with_clones_of_originals() -> None:
 
 def test_deflates_by_dropping_random_pods() -> None:
     arrivals = fgd_arrivals(WORKLOAD, gpu_capacity_milli=10_000, seed=1, tune=1.0)
-    assert sum(p.total_gpu_milli for p in arrivals) <= 10_000
+    assert sum(p.total_gpu_milli for p in arrivals) <= 10_000 + 1_000  # within half a pod
     assert len(arrivals) < len(WORKLOAD)
     assert {p.name for p in arrivals} <= {p.name for p in WORKLOAD}
+
+
+def test_deflation_ends_nearest_the_target_when_a_large_pod_goes_last() -> None:
+    # One pod of 8 GPUs among 1- and 2-GPU pods: stopping right after it is removed
+    # can land 8 GPUs short of the target; it comes back when that lands nearer.
+    workload = [*WORKLOAD, pod("big", gpus=8)]  # 23,000 milli
+    target = 16_000
+    for seed in range(40):
+        arrivals = fgd_arrivals(workload, gpu_capacity_milli=target, seed=seed, tune=1.0)
+        total = sum(p.total_gpu_milli for p in arrivals)
+        assert abs(total - target) <= 4_000, (seed, total)  # half the largest pod at most
+        assert len({p.name for p in arrivals}) == len(arrivals)
+
+
+def test_a_cluster_without_gpus_is_refused() -> None:
+    with pytest.raises(InputError, match="the cluster has no GPUs"):
+        fgd_arrivals(WORKLOAD, gpu_capacity_milli=0, seed=0)
 
 
 def test_same_seed_same_sequence_other_seed_other_order() -> None:

@@ -14,6 +14,7 @@ from kubesage.core.sim.qualification import (
     qualify,
 )
 from kubesage.core.sim.runner import RunResult, RunSpec, run_many
+from kubesage.core.sim.summary import json_document, missing_points
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 
 NODES = synthetic_cluster(24, seed=7)
@@ -77,12 +78,23 @@ def test_too_few_orders_are_refused_before_anything_runs() -> None:
         qualify(NODES, WORKLOAD, runs=1)
 
 
-def test_a_run_that_never_reaches_130_percent_is_named() -> None:
-    def result(policy: str, seed: int, alloc: float | None) -> RunResult:
-        return RunResult(policy, seed, "fgd", None, alloc, None, 0, 0.0, 0.0, 10, 4, 0.1)
+def test_a_run_that_never_reaches_130_percent_is_named_with_where_it_ends() -> None:
+    def result(policy: str, seed: int, alloc: float | None, end: float = 130.0) -> RunResult:
+        return RunResult(policy, seed, "fgd", 80.0, alloc, None, 0, 0.0, 0.0, 10, 4, 0.1, end)
 
-    results = [result("ppo", 1, 90.0), result("fgd", 1, 89.5), result("ppo", 2, None)]
+    results = [result("ppo", 1, 90.0), result("fgd", 1, 89.5), result("ppo", 2, None, 127.6)]
     results.append(result("fgd", 2, 88.0))
-    with pytest.raises(InputError, match="seed 2 did not reach 130 % arrived for ppo"):
+    with pytest.raises(
+        InputError, match=re.escape("seed 2 end at 127.6 % of GPU capacity for ppo, short of")
+    ):
         paired_gains(results, "ppo", "fgd")
     assert paired_gains(results[:2], "ppo", "fgd") == ((1,), (pytest.approx(0.5),))
+    with pytest.raises(InputError, match="fgd has no run for seed 2"):
+        paired_gains(results[:3], "ppo", "fgd")
+    notes = missing_points(results)
+    assert notes == [
+        "ppo, seed 2: its arrivals end at 127.6 % of GPU capacity, so it has no value at "
+        "130 % arrived (within ±1 point) and the means leave it out"
+    ]
+    assert json_document(results)["notes"] == notes
+    assert "notes" not in json_document(results[:2])

@@ -368,6 +368,22 @@ MALFORMED = [
         id="pod-non-numeric-creation-time",
     ),
     pytest.param(
+        read_pods,
+        POD_HEADER + "\np0,1000,1024,0,0,,LS,Running,nan,50,100\n",
+        2,
+        "creation_time",
+        "not a finite number: 'nan'",
+        id="pod-nan-creation-time",
+    ),
+    pytest.param(
+        read_pods,
+        POD_HEADER + "\np0,1000,1024,0,0,,LS,Running,10,inf,100\n",
+        2,
+        "deletion_time",
+        "not a finite number: 'inf'",
+        id="pod-infinite-deletion-time",
+    ),
+    pytest.param(
         read_nodes,
         NODE_HEADER + "\nn0,1000,1024,2,\n",
         2,
