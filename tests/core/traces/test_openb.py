@@ -12,6 +12,7 @@ import pytest
 
 from kubesage.core.errors import InputError, TraceFormatError
 from kubesage.core.traces import read_nodes, read_pods
+from kubesage.core.traces.openb import models_no_node_has
 from kubesage.core.types import NodeSpec, PodRequest
 
 POD_HEADER = (
@@ -486,3 +487,18 @@ def test_a_file_that_is_not_what_its_name_says_is_named(
     with pytest.raises(InputError, match=re.escape(message)) as info:
         read_pods(path)  # every trace reader opens its files through the same rule
     assert str(info.value).startswith(f"{path}: ")
+
+
+def test_pods_asking_for_a_model_no_node_has_are_counted_by_spec(tmp_path: Path) -> None:
+    nodes = read_nodes(write(tmp_path, "nodes.csv", NODE_HEADER + "\nn0,64000,262144,2,T4\n"))
+    pods = read_pods(
+        write(
+            tmp_path,
+            "pods.csv",
+            POD_HEADER + "\np0,1000,1024,1,1000,T4|V100M16,,,,,\np1,1000,1024,1,1000,t4,,,,,\n"
+            "p2,1000,1024,1,1000,H100|A100,,,,,\np3,1000,1024,1,1000,t4,,,,,\n"
+            "p4,1000,1024,1,1000,,,,,,\n",
+        )
+    )
+    # p0 may use the T4; the match is exact, as placement's is, so "t4" is no T4.
+    assert models_no_node_has(nodes, pods) == {"t4": 2, "H100|A100": 1}
