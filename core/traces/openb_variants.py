@@ -14,20 +14,23 @@ a percentage:
   plus multi-GPU pods drawn from the base's until they do (``multigpu20``: ``default``
   and 172 more multi-GPU pods).
 - ``gpuspec<N>``: GPU pods restricted to some GPU models request N % of the GPU: the
-  base's pods, with constraints given to GPU pods taken in random order until they do
-  (``gpuspec20``: ``default``'s pods, 18 % of them constrained). The constraints are
-  drawn from those of ``specs`` when given (a pod list that carries some, such as the
-  trace's ``gpuspec20``), else one GPU model per pod, drawn in proportion to the
-  cluster's GPUs of each model (``models``).
+  base's pods, with constraints given to GPU pods taken in random order until they
+  (the base's own constrained pods counted) do (``gpuspec20``: ``default``'s pods,
+  18 % of them constrained). The constraints are drawn from those of ``specs`` when
+  given (a pod list that carries some, such as the trace's ``gpuspec20``), else one
+  GPU model per pod, drawn in proportion to the cluster's GPUs of each model
+  (``models``).
 - ``cpu<NNN>``: CPU-only pods are NNN / 10 % of the pods (``cpu050``: 5 %): the base's
   GPU pods, and its CPU-only pods drawn to that count (without replacement while the
   base has enough).
 
 Drawn pods keep every field of the pod they copy and get fresh unique names
 (``<kind><N>-pod-<i>``). The same base, variant name and seed give the same list.
-Variant names are checked: :class:`~kubesage.core.errors.InputError` names what is
-wrong. :func:`variant_statistics` measures what each kind controls, so a generated
-list can be checked against its name.
+Variant names are checked, and so is the base: ``multigpu`` and ``gpuspec`` only add
+to a share, so a base already above the target is refused, as is a base without GPU
+pods; :class:`~kubesage.core.errors.InputError` names what is wrong.
+:func:`variant_statistics` measures what each kind controls, so a generated list can
+be checked against its name.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.types import NodeSpec, PodRequest
 
 KINDS = ("gpushare", "multigpu", "gpuspec", "cpu")
+_WHAT = {"multigpu": "multi-GPU pods", "gpuspec": "GPU-model-constrained pods"}
 PUBLISHED_VARIANTS = (
     "cpu050", "cpu100", "cpu200", "cpu250",
     "gpushare40", "gpushare60", "gpushare80", "gpushare100",
@@ -50,7 +54,7 @@ PUBLISHED_VARIANTS = (
 )  # fmt: skip
 """The FGD paper's variants of ``default`` (its published results cover all of them)."""
 
-_NAME = re.compile(r"^(gpushare|multigpu|gpuspec|cpu)(\d{2,3})$")
+_NAME = re.compile(r"^(?:(gpushare|multigpu|gpuspec)(\d{1,3})|(cpu)(\d{3}))$")
 
 
 @dataclass(frozen=True)
@@ -68,9 +72,10 @@ def parse_variant(name: str) -> Variant:
     if match is None:
         raise InputError(
             f"openb variant {name!r}: expected one of {', '.join(KINDS)} followed by a "
-            "percentage (gpushare60, multigpu30, gpuspec25; cpu050 is 5 % CPU-only pods)"
+            "percentage (gpushare60, multigpu30, gpuspec25; cpu takes three digits, tenths "
+            "of a percent: cpu050 is 5 % CPU-only pods)"
         )
-    kind, digits = match.group(1), match.group(2)
+    kind, digits = match.group(1) or match.group(3), match.group(2) or match.group(4)
     share = int(digits) / (1000 if kind == "cpu" else 100)
     if not 0 < share <= 1 or (kind in ("multigpu", "gpuspec", "cpu") and share >= 1):
         raise InputError(f"openb variant {name!r}: {share:.0%} is out of range for {kind}")
@@ -122,6 +127,16 @@ def openb_variant(
     pods = list(base)
     gpu_pods = [pod for pod in pods if pod.num_gpu > 0]
     cpu_pods = [pod for pod in pods if pod.num_gpu == 0]
+    if not gpu_pods:
+        raise InputError(f"openb variant {variant.name}: the base has no GPU pods")
+    if variant.kind in ("multigpu", "gpuspec"):
+        already = variant_statistics(pods)[variant.kind]
+        if already > variant.share + 0.005:
+            raise InputError(
+                f"openb variant {variant.name}: the base's {_WHAT[variant.kind]} already "
+                f"request {already:.1%} of its GPU, and this kind only adds to that; start "
+                f"from a base below {variant.share:.0%}"
+            )
     if variant.kind == "gpushare":
         drawn = _gpushare(variant, pods, gpu_pods, cpu_pods, rng)
     elif variant.kind == "multigpu":
@@ -160,6 +175,11 @@ def _gpushare(
     shared, other = gpu[sharing].sum(), gpu[~sharing].sum()
     if shared == 0:
         raise InputError(f"openb variant {variant.name}: the base has no GPU-sharing pods")
+    if other == 0 and variant.share < 1:
+        raise InputError(
+            f"openb variant {variant.name}: every GPU pod of the base shares a GPU, so no "
+            "draw can bring the share below 100 %; the base needs whole-GPU pods too"
+        )
     if variant.share >= 1 or other == 0:
         weights = sharing.astype(np.float64)
     else:
@@ -209,7 +229,7 @@ def _gpuspec(
         pool = [(names[i],) for i in picks.tolist()]
     total = float(sum(pod.total_gpu_milli for pod in pods))
     drawn = list(pods)
-    held = 0.0
+    held = sum(pod.total_gpu_milli for pod in pods if pod.gpu_models and pod.num_gpu > 0)
     for position in rng.permutation(len(pods)).tolist():
         if held >= variant.share * total:
             break

@@ -33,7 +33,7 @@ def base() -> list[PodRequest]:
     ("name", "kind", "share"),
     [("gpushare60", "gpushare", 0.6), ("gpushare100", "gpushare", 1.0),
      ("multigpu30", "multigpu", 0.3), ("gpuspec25", "gpuspec", 0.25),
-     ("cpu050", "cpu", 0.05), ("cpu250", "cpu", 0.25)],
+     ("cpu050", "cpu", 0.05), ("cpu250", "cpu", 0.25), ("multigpu5", "multigpu", 0.05)],
 )  # fmt: skip
 def test_parse_variant(name: str, kind: str, share: float) -> None:
     variant = parse_variant(name)
@@ -41,7 +41,7 @@ def test_parse_variant(name: str, kind: str, share: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["default", "gpushare", "gpushare0", "multigpu100", "cpu1000", "x20"]
+    "name", ["default", "gpushare", "gpushare0", "multigpu100", "cpu1000", "cpu5", "x20"]
 )
 def test_bad_variant_names_are_refused_by_name(name: str) -> None:
     with pytest.raises(InputError, match=repr(name)):
@@ -88,8 +88,33 @@ def test_missing_inputs_are_named(base: list[PodRequest]) -> None:
     with pytest.raises(InputError, match="empty"):
         openb_variant([], "cpu100")
     cpu_only = [pod for pod in base if pod.num_gpu == 0]
+    for name in ("gpushare40", "cpu100", "gpuspec25"):
+        with pytest.raises(InputError, match="the base has no GPU pods"):
+            openb_variant(cpu_only, name, models=MODELS)
+    whole = [pod for pod in base if not pod.is_gpu_sharing]
     with pytest.raises(InputError, match="no GPU-sharing pods"):
-        openb_variant(cpu_only, "gpushare40")
+        openb_variant(whole, "gpushare40")
+    sharing = [pod for pod in base if pod.is_gpu_sharing or pod.num_gpu == 0]
+    with pytest.raises(InputError, match="every GPU pod of the base shares a GPU"):
+        openb_variant(sharing, "gpushare40")
+
+
+@pytest.mark.parametrize(
+    ("first", "then"), [("multigpu40", "multigpu20"), ("gpuspec33", "gpuspec10")]
+)
+def test_a_kind_that_only_adds_refuses_a_base_already_above_it(
+    base: list[PodRequest], first: str, then: str
+) -> None:
+    heavier = openb_variant(base, first, seed=0, models=MODELS)
+    with pytest.raises(InputError, match=r"already request \d+\.\d% of its GPU, .* below"):
+        openb_variant(heavier, then, seed=0, models=MODELS)
+
+
+def test_gpuspec_counts_the_constraints_the_base_already_has(base: list[PodRequest]) -> None:
+    # gpuspec25 from a gpuspec20 list adds about five points, not another 25.
+    twenty = openb_variant(base, "gpuspec20", seed=0, models=MODELS)
+    stats = variant_statistics(openb_variant(twenty, "gpuspec25", seed=1, models=MODELS))
+    assert stats["gpuspec"] == pytest.approx(0.25, abs=0.01)
 
 
 def test_written_variant_reads_back(base: list[PodRequest], tmp_path: Path) -> None:
