@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kubesage.core.durations import parse_duration_s
+from kubesage.core.errors import InputError
 
 if TYPE_CHECKING:
     from kubesage.core.forecast.panel import MetricPanel
@@ -25,6 +27,18 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 TINY_ENV = "KUBESAGE_BENCH_TINY"
 """Environment variable that turns ``--tiny`` on for every script (``1``, ``true``, ``yes``)."""
+
+
+def run_main(main: Callable[[], int]) -> None:
+    """Run a script's ``main`` and exit with its status; bad input (an InputError: a
+    missing trace file, an unknown trace name) is one line on stderr and status 2, as
+    the CLI's, not a traceback."""
+    try:
+        status = main()
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        status = 2
+    raise SystemExit(status)
 
 
 def tiny_from_environment() -> bool:

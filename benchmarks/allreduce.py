@@ -21,7 +21,7 @@ import statistics
 import sys
 
 import numpy as np
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 
 from kubesage.adapters.gpu_training.allreduce import (
     exhaustive_best,
@@ -121,4 +121,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, trace_dir
+from _common import format_table, parse_args, run_main, trace_dir
 
 from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter
 from kubesage.adapters.gpu_training.mig_workload import mig_cluster, mig_workload
@@ -205,4 +205,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -18,7 +18,7 @@ import statistics
 import time
 
 import numpy as np
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 
 from kubesage.core.config import parse_config
 from kubesage.core.topology.graph import DRTG
@@ -95,4 +95,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

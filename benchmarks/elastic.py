@@ -19,7 +19,7 @@ import json
 import statistics
 
 import numpy as np
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 
 from kubesage.adapters.gpu_training.elastic import Segment, detect_phases, scale_plan
 
@@ -86,4 +86,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

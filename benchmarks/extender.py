@@ -86,7 +86,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from _common import REPO, format_table, parse_args
+from _common import REPO, format_table, parse_args, run_main
 from _extender_client import Cycle, feasible_nodes_to_find, shape, v1_pod
 from _extender_granian import granian_server
 from _extender_profile import print_stage_profile
@@ -405,4 +405,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -29,6 +29,7 @@ from _common import (
     openb_traces,
     parse_args,
     published_allocation,
+    run_main,
     trace_dir,
 )
 
@@ -121,4 +122,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 from flink_support.cluster import LocalFlinkCluster
 from flink_support.ramp_scenario import FIGURES as RAMP_FIGURES
 from flink_support.ramp_scenario import RampOptions, run_ramp
@@ -267,4 +267,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -58,7 +58,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 from flink_support.cluster import LocalFlinkCluster
 from flink_support.io_sampler import IoTimeline, sample_io
 from flink_support.samples import BACKLOGGED_NO_PERIODIC, SAMPLE_JOB, sample_copies
@@ -310,4 +310,4 @@ def _kilo(value: float | None) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

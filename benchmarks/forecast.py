@@ -30,7 +30,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import format_table, parse_args, trace_dir
+from _common import format_table, parse_args, run_main, trace_dir
 
 from kubesage.core.cli.forecast import cut_off_step, parse_quantiles, quantile_table
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
@@ -153,4 +153,4 @@ def print_quantiles(document: dict[str, object]) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, trace_dir
+from _common import format_table, parse_args, run_main, trace_dir
 
 from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.cli.forecast import cut_off_step, parse_horizons
@@ -147,4 +147,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

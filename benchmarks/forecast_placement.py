@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import find_trace, format_table, parse_args, replay_start
+from _common import find_trace, format_table, parse_args, replay_start, run_main
 
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
@@ -399,4 +399,4 @@ def _cells(v: dict[str, float], base: dict[str, float]) -> list[object]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

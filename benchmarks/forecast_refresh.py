@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
 from kubesage.core.forecast.loop_adapter import LoopForecaster
@@ -183,4 +183,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Any
 
-from _common import REPO, format_table, parse_args
+from _common import REPO, format_table, parse_args, run_main
 
 SETTINGS = {"kubesage": None, "python-default": (700, 10, 10)}
 """Collector thresholds per setting (None: kubesage.core.gc_pauses' own)."""
@@ -154,4 +154,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -54,6 +54,7 @@ from _common import (
     format_table,
     parse_args,
     published_allocation,
+    run_main,
     trace_dir,
 )
 
@@ -211,4 +212,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

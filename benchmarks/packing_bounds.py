@@ -46,7 +46,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, openb_traces, parse_args, trace_dir
+from _common import format_table, openb_traces, parse_args, run_main, trace_dir
 
 from kubesage.core.sim.hindsight import (
     DEFAULT_CHECKPOINTS_PCT,
@@ -283,4 +283,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -35,7 +35,7 @@ import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from _common import format_table, parse_args, trace_dir  # noqa: E402
+from _common import format_table, parse_args, run_main, trace_dir  # noqa: E402
 
 from kubesage.core.policy import PolicyContext, make_policy, policy_names  # noqa: E402
 from kubesage.core.sim.protocol import fgd_arrivals  # noqa: E402
@@ -146,4 +146,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, openb_traces, parse_args, trace_dir
+from _common import format_table, openb_traces, parse_args, run_main, trace_dir
 
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.rl.network import PlacementNetwork
@@ -188,4 +188,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

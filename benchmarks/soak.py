@@ -78,7 +78,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 from _extender_client import KeepAlive, binding_args, feasible_nodes_to_find, v1_pod
 from _soak_memory import (
     MARK,
@@ -495,4 +495,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

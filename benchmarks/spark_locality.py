@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args
+from _common import format_table, parse_args, run_main
 
 from kubesage.adapters.spark import tpch_job
 from kubesage.adapters.spark.cli import find_spark_submit
@@ -151,4 +151,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -1,4 +1,5 @@
-"""Which trace folder a benchmark's ``--data-dir`` names (``benchmarks/_common.py``).
+"""Which trace folder a benchmark's ``--data-dir`` names, and how bad input ends a
+benchmark (``benchmarks/_common.py``).
 
 A folder given on the command line is read or refused, never swapped for the
 shared data behind the user's back.
@@ -49,3 +50,21 @@ def test_a_trace_found_nowhere_says_how_to_get_it(
         trace_dir(None, "openb")
     with pytest.raises(SystemExit, match="point --data-dir at a copy"):
         trace_dir(None, "genai")
+
+
+def test_bad_input_ends_a_benchmark_with_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks._common import run_main
+    from kubesage.core.errors import InputError
+
+    def main() -> int:
+        raise InputError("pods.csv: no such file")
+
+    with pytest.raises(SystemExit) as ended:
+        run_main(main)
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == "error: pods.csv: no such file\n"
+    with pytest.raises(SystemExit) as ended:
+        run_main(lambda: 0)
+    assert ended.value.code == 0
