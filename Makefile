@@ -61,7 +61,7 @@ lint: $(STAMP)
 	$(BIN)/mypy -p kubesage.core -p kubesage.adapters; status=$$?; \
 	  $(BIN)/python -m pip install --quiet -e '.[dev]'; exit $$status
 
-## bench: quality and speed tables beside their baselines (about three hours on 2 cores;
+## bench: quality and speed tables beside their baselines (about four hours on 2 cores;
 ## the Flink ones start a real Flink cluster, which make services installs). Every script
 ## takes --tiny (or KUBESAGE_BENCH_TINY=1): seconds, figures meaningless; make test runs
 ## them so (tests/benchmarks).
@@ -74,6 +74,7 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/forecast_placement.py --learned stgcn,lstm,stgcn-q0.95
 	$(BIN)/python benchmarks/forecast_refresh.py
 	$(BIN)/python benchmarks/forecast_packing.py --sweep 0.9,0.95,0.98,0.99,0.995
+	$(BIN)/python benchmarks/forecast_packing.py --train-until +8h --rolling 4 --sweep 0.9,0.95,0.98,0.99,0.995
 	$(BIN)/python benchmarks/drtg.py
 	$(BIN)/python benchmarks/allreduce.py
 	$(BIN)/python benchmarks/elastic.py

@@ -25,14 +25,22 @@ pods' true duty cycles sum over 100 % or memory over capacity, the step's minute
 ``migrations_per_pod_hour``; ``distance_to_oracle`` = |GPU-hours − oracle's| /
 oracle's + |overload − oracle's| / max(history_peak's overload, 1). JSON:
 ``{"policies": {"<name>": {...those four...}}, "train_hours", "replay_hours",
-"interval_steps", "quantile", "scale", "gpu_memory_gib", "pods", "decisions", "train_seconds",
-"data"}``; with ``--sweep Q1,Q2,…`` also ``"quantile_sweep": {"<q>": {"<forecaster>":
-{"gpu_hours", "overload_minutes"}}}`` (the same trained forecasters recalibrated at each
+"interval_steps", "quantile", "scale", "gpu_memory_gib", "pods", "decisions", "rolling",
+"blocks": [{"train_hours", "replay_hours", "decisions"}], "train_seconds", "data"}``;
+with ``--sweep Q1,Q2,…`` also ``"quantile_sweep": {"<q>": {"<forecaster>": {"gpu_hours",
+"overload_minutes"}}}`` (the same trained forecasters recalibrated at each
 quantile: how much the verdict moves with ``q``). ``--tiny``: the first 160 steps, one
-epoch, a sweep of 0.9 and 0.95.
+epoch, two rolling blocks, a sweep of 0.9 and 0.95.
+
+``--rolling N`` (forecast eval's rolling origins): the replay after ``--train-until`` is
+cut into N blocks, and before each block every forecaster is retrained (and
+recalibrated) on all steps before that block's first re-packing; the replay itself
+stays one run over every block, so the policies without a model are unchanged and
+the figures add up over more hours, so that a few bursts decide less. ``train_seconds`` sums
+the blocks.
 
     python benchmarks/forecast_packing.py [--data-dir DIR] [--train-until +10h]
-        [--interval 5] [--quantile 0.95] [--gpu-memory-gib 80] [--epochs 30]
+        [--rolling 1] [--interval 5] [--quantile 0.95] [--gpu-memory-gib 80] [--epochs 30]
         [--calibration-fraction 0.2] [--scale series|window] [--sweep Q1,Q2,…]
         [--seed 0] [--tiny]
         [--format table|json]
@@ -48,8 +56,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import find_shared_data, format_table, parse_args, replay_start
+from _common import find_trace, format_table, parse_args, replay_start, run_main
 
+from kubesage.core.arrays import FloatArray, IntArray
+from kubesage.core.cli.forecast import parse_quantiles
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import make_forecaster
 from kubesage.core.forecast.packing_replay import (
@@ -66,13 +76,14 @@ from kubesage.core.forecast.packing_replay import (
 )
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 from kubesage.core.forecast.quantile import QuantileForecaster
+from kubesage.core.forecast.rolling import Block, blocks_after
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.forecast.training import TrainConfig
 
 FORECASTERS = ("last_value", "lstm", "stgcn")
 POLICIES = ("one_per_pod", "history_peak", *FORECASTERS, "oracle")
 GIB = 2.0**30
-TINY = {"steps": 160, "train_until": "+100m", "epochs": 1, "sweep": (0.9, 0.95)}
+TINY = {"steps": 160, "train_until": "+100m", "rolling": 2, "epochs": 1, "sweep": (0.9, 0.95)}
 
 
 def log(message: str) -> None:
@@ -80,9 +91,10 @@ def log(message: str) -> None:
 
 
 def load_panel(data_dir: Path | None) -> tuple[MetricPanel, str]:
-    shared = find_shared_data(data_dir, "genai")
-    if shared is not None:
-        return read_panel(shared / "genai"), "genai"
+    folder = find_trace(data_dir, "genai")
+    if folder is not None:
+        log(f"reading {folder}")
+        return read_panel(folder), "genai"
     log("no GenAI trace found; using synthetic metrics")
     folder = Path(tempfile.mkdtemp(prefix="kubesage-genai-"))
     return read_panel(write_synthetic_metrics(folder, entities=40, steps=1011)), "synthetic"
@@ -93,16 +105,24 @@ def first_steps(panel: MetricPanel, steps: int) -> MetricPanel:
 
 
 def quantile_list(text: str) -> tuple[float, ...]:
-    """``--sweep``: comma-separated quantiles, each in (0, 1)."""
+    """``--sweep``: comma-separated quantiles, each in (0, 1) (``forecast eval --quantiles``'
+    rule)."""
     try:
-        values = tuple(sorted({float(part) for part in text.split(",") if part.strip()}))
-    except ValueError:
-        values = ()
+        values = tuple(parse_quantiles(text, "--sweep"))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if not values:
         raise argparse.ArgumentTypeError(f"expected quantiles like 0.9,0.95; got {text!r}")
-    if any(not 0.0 < q < 1.0 for q in values):
-        raise argparse.ArgumentTypeError(f"each quantile must be in (0, 1); got {text!r}")
     return values
+
+
+def block_origins(origins: IntArray, blocks: list[Block]) -> list[IntArray]:
+    """The decisions of each rolling block: those from its start to its end. A block's
+    forecasters train on every step before its first decision."""
+    groups = [origins[(origins >= b.cut_off) & (origins < b.end)] for b in blocks]
+    if any(group.size == 0 for group in groups):
+        raise SystemExit(f"--rolling {len(blocks)}: a block holds no re-packing; use fewer blocks")
+    return groups
 
 
 def sweep_table(sweep: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -120,6 +140,14 @@ def main() -> int:
     )
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--train-until", default="+10h", help="+DURATION after the first sample.")
+    parser.add_argument(
+        "--rolling",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Split the replay into N blocks; before each, every forecaster is retrained on "
+        "all steps before it (forecast eval's rolling origins). The replay itself is one.",
+    )
     parser.add_argument("--interval", type=int, default=5, help="Steps between re-packings.")
     parser.add_argument("--quantile", type=float, default=0.95)
     parser.add_argument("--calibration-fraction", type=float, default=0.2)
@@ -150,6 +178,11 @@ def main() -> int:
     capacity = np.array([DUTY_CAPACITY, args.gpu_memory_gib * GIB])
     usage = usage_of(panel)
     origins = decision_steps(cut, panel.steps, args.interval)
+    try:
+        blocks = blocks_after(cut, panel.steps, args.rolling, min_steps=args.interval)
+    except InputError as exc:
+        raise SystemExit(str(exc)) from None
+    groups = block_origins(origins, blocks)
     reservations = {
         "one_per_pod": whole_gpu(usage, origins, capacity),
         "history_peak": history_peak(usage, origins, args.interval),
@@ -160,29 +193,40 @@ def main() -> int:
     sweep: dict[str, dict[str, dict[str, float]]] = {str(q): {} for q in args.sweep}
     config = TrainConfig(epochs=args.epochs, seed=args.seed)
     for name in FORECASTERS:
-        log(f"training {name} on steps before {cut} (calibrating on the last part)")
-        started = time.perf_counter()
-        forecaster = QuantileForecaster(
-            make_forecaster(name, config=config, horizon=args.interval),
-            quantile=args.quantile,
-            calibration_fraction=args.calibration_fraction,
-            scale=args.scale,
-        )
-        try:
-            forecaster.fit(panel, cut)
-        except InputError as exc:
-            raise SystemExit(f"{name}: {exc}") from None
-        train_seconds[name] = round(time.perf_counter() - started, 1)
-        if forecaster.note:
-            notes[name] = forecaster.note
-        reservations[name] = forecast_peaks(forecaster, panel, usage, origins, args.interval)
+        peaks: list[FloatArray] = []
+        swept: dict[float, list[FloatArray]] = {q: [] for q in args.sweep}
+        train_seconds[name] = 0.0
+        for number, group in enumerate(groups, start=1):
+            before = int(group[0])
+            log(
+                f"block {number}/{len(groups)}: training {name} on steps before {before} "
+                "(calibrating on the last part)"
+            )
+            started = time.perf_counter()
+            forecaster = QuantileForecaster(
+                make_forecaster(name, config=config, horizon=args.interval),
+                quantile=args.quantile,
+                calibration_fraction=args.calibration_fraction,
+                scale=args.scale,
+            )
+            try:
+                forecaster.fit(panel, before)
+            except InputError as exc:
+                raise SystemExit(f"{name}, block {number}: {exc}") from None
+            train_seconds[name] = round(train_seconds[name] + time.perf_counter() - started, 1)
+            if forecaster.note:
+                notes[name if len(groups) == 1 else f"{name}, block {number}"] = forecaster.note
+            peaks.append(forecast_peaks(forecaster, panel, usage, group, args.interval))
+            for q in args.sweep:
+                at_q = forecaster.at_quantile(q)
+                swept[q].append(forecast_peaks(at_q, panel, usage, group, args.interval))
+        reservations[name] = np.concatenate(peaks)
         for q in args.sweep:
             log(f"replaying {name} at q = {q:g}")
-            peaks = forecast_peaks(forecaster.at_quantile(q), panel, usage, origins, args.interval)
-            swept = replay(usage, origins, args.interval, peaks, capacity)
+            result = replay(usage, origins, args.interval, np.concatenate(swept[q]), capacity)
             sweep[str(q)][name] = {
-                "gpu_hours": round(swept.gpu_hours, 3),
-                "overload_minutes": round(swept.overload_minutes, 2),
+                "gpu_hours": round(result.gpu_hours, 3),
+                "overload_minutes": round(result.overload_minutes, 2),
             }
     results: dict[str, ReplayResult] = {}
     for name in POLICIES:
@@ -209,6 +253,18 @@ def main() -> int:
         "gpu_memory_gib": args.gpu_memory_gib,
         "pods": len(panel.entities),
         "decisions": int(origins.size),
+        "rolling": len(groups),
+        "blocks": [
+            {
+                "train_hours": [0.0, round(int(group[0]) * hours, 3)],
+                "replay_hours": [
+                    round(int(group[0]) * hours, 3),
+                    round(min(int(group[-1]) + args.interval, panel.steps) * hours, 3),
+                ],
+                "decisions": int(group.size),
+            }
+            for group in groups
+        ],
         "train_seconds": train_seconds,
         "data": source,
     }
@@ -225,6 +281,9 @@ def main() -> int:
         f"{panel.steps * hours:.2f} ({origins.size} re-packings every {args.interval} steps); "
         f"GPUs of 100 % duty and {args.gpu_memory_gib:g} GiB; q = {args.quantile:g}"
     )
+    if len(groups) > 1:
+        starts = ", ".join(f"{int(group[0]) * hours:.2f}" for group in groups)
+        print(f"rolling: each forecaster retrained on all hours before each block ({starts} h)")
     rows = [
         [
             name,
@@ -252,4 +311,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

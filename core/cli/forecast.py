@@ -56,15 +56,16 @@ def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:
     return step, timestamp
 
 
-def parse_quantiles(text: str) -> list[float]:
-    """``--quantiles 0.9,0.95``: distinct quantiles, each strictly between 0 and 1."""
+def parse_quantiles(text: str, flag: str = "--quantiles") -> list[float]:
+    """``--quantiles 0.9,0.95``: distinct quantiles, each strictly between 0 and 1; errors
+    name ``flag``."""
     from kubesage.core.forecast.quantile import check_quantile
 
     try:
         values = sorted({float(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise InputError(f"--quantiles '{text}' is not a comma-separated list of numbers") from None
-    return [check_quantile(value, f"each of --quantiles ('{text}')") for value in values]
+        raise InputError(f"{flag} '{text}' is not a comma-separated list of numbers") from None
+    return [check_quantile(value, f"each of {flag} ('{text}')") for value in values]
 
 
 def parse_horizons(text: str) -> list[int]:

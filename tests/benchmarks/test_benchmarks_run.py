@@ -265,8 +265,9 @@ def with_and_without(*keys: str) -> list[str]:
 def check_forecast(document: dict[str, Any]) -> None:
     keys_are(
         document,
-        *("train_until", "entities", "metrics", "graph", "models", "train_seconds"),
-        *("rolling", "blocks"),
+        *("train_until", "data_start", "test_until", "test_steps", "entities", "metrics"),
+        *("graph", "models", "train_seconds", "rolling", "blocks"),
+        *(["notes"] if "notes" in document else []),
     )
     # The tiny run scores q = 0.9 as well: a second fit per model, timed as "<model>@q".
     models = set(document["models"])
@@ -350,11 +351,20 @@ def check_forecast_packing(document: dict[str, Any]) -> None:
         "gpu_memory_gib",
         "pods",
         "decisions",
+        "rolling",
+        "blocks",
         "train_seconds",
         "data",
         *(["notes"] if "notes" in document else []),
         "quantile_sweep",  # the tiny run sweeps two quantiles
     )
+    # The tiny run retrains before each of two blocks, which together are the replay.
+    assert document["rolling"] == 2 == len(document["blocks"])
+    first, second = document["blocks"]
+    assert first["train_hours"][1] == document["replay_hours"][0] == first["replay_hours"][0]
+    assert first["replay_hours"][1] == second["replay_hours"][0] == second["train_hours"][1]
+    assert second["replay_hours"][1] == document["replay_hours"][1]
+    assert first["decisions"] + second["decisions"] == document["decisions"]
     assert set(document["quantile_sweep"]) == {"0.9", "0.95"}
     for at_quantile in document["quantile_sweep"].values():
         assert set(at_quantile) == {"stgcn", "lstm", "last_value"}
