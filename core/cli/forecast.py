@@ -19,7 +19,7 @@ from kubesage.core.cli.telemetry import (
     metric_map_from_options,
     read_history,
 )
-from kubesage.core.durations import parse_duration_s
+from kubesage.core.durations import format_duration, parse_duration_s
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import (
     ABLATION_NAMES,
@@ -49,9 +49,11 @@ def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:
             ) from None
     step = panel.step_of(timestamp)
     if not 0 < step < panel.steps:
-        end = panel.start_s + (panel.steps - 1) * panel.step_s
+        span = (panel.steps - 1) * panel.step_s
+        end = panel.start_s + span
         raise InputError(
-            f"--train-until {timestamp:.0f} is outside the data ({panel.start_s:.0f} – {end:.0f})"
+            f"--train-until {text} ({timestamp:.0f}) leaves no steps on one side: the data "
+            f"spans {format_duration(span)}, from {panel.start_s:.0f} to {end:.0f}"
         )
     return step, timestamp
 

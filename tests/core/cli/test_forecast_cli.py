@@ -180,7 +180,10 @@ def test_train_with_a_quantile_saves_the_model_and_its_calibration(tmp_path: Pat
     [
         (["--train-until", "soon"], "neither a timestamp nor +DURATION"),
         (["--train-until", "+12y"], "not a duration"),
-        (["--train-until", "+100h"], "outside the data"),
+        (
+            ["--train-until", "+100h"],
+            "+100h (1700359977) leaves no steps on one side: the data spans 3h9m3s",
+        ),
         (["--train-until", "+2h", "--horizons", "0,5"], "positive step counts"),
         (["--train-until", "+2h", "--models", "prophet"], "unknown model(s) ['prophet']"),
         (["--train-until", "+2h", "--ablations", "lstm"], "unknown ablation(s) ['lstm']"),
