@@ -46,6 +46,7 @@ from kubesage.core.k8s.scheduling_policy import (
     SchedulingPolicy,
     by_priority,
 )
+from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION, effective_requests
 from kubesage.core.k8s.v1_models import Affinity
 from kubesage.core.observability import metrics
 
@@ -172,7 +173,10 @@ def _implies(term: Mapping[str, Any], required: Mapping[str, Any]) -> bool:
 
 
 def _and_terms(pod_terms: list[Any], policy_terms: list[Any]) -> list[Any]:
-    """ORed terms ∧ ORed terms: every pairwise union (Kubernetes ORs terms, ANDs within one)."""
+    """ORed terms ∧ ORed terms: every pairwise union (Kubernetes ORs terms, ANDs within one).
+    A pod without terms (an empty list the API server would refuse) takes the policy's."""
+    if not pod_terms:
+        return list(policy_terms)
     if all(any(_implies(term, p) for p in policy_terms) for term in pod_terms):
         return pod_terms
     combined = []
@@ -274,7 +278,27 @@ def _apply(pod: dict[str, Any], policy: SchedulingPolicy, notes: list[str]) -> N
             )
     _append_missing(spec, "tolerations", [t.to_v1() for t in inject.tolerations], "object.spec")
     for mapping in inject.mig_resources:
-        _rename_resources(spec, mapping.source, mapping.to, notes)
+        refused = _not_one_gpu(pod, mapping.source)
+        if refused:
+            notes.append(f"policy {policy.name}: {refused}; {mapping.source} is left as it is")
+        else:
+            _rename_resources(spec, mapping.source, mapping.to, notes)
+
+
+def _not_one_gpu(pod: Mapping[str, Any], source: str) -> str | None:
+    """Why ``source`` may not become a MIG instance in ``pod``: one instance stands for
+    one whole GPU (a 4-GPU job is not four slices), and a GPU share is not an instance."""
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if isinstance(annotations, dict) and GPU_MILLI_ANNOTATION in annotations:
+        return f"the pod shares a GPU ({GPU_MILLI_ANNOTATION})"
+    try:
+        count = effective_requests(pod.get("spec") or {}, "object.spec").get(source)
+    except InputError as exc:
+        return str(exc)
+    if count is None or count == 1:
+        return None
+    return f"the pod asks for {count} {source} and a MIG instance stands for one"
 
 
 def mutate_pod(

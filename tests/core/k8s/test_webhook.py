@@ -51,13 +51,13 @@ def examples() -> AdmissionWebhook:
 def test_gpu_training_pod_gets_mig_scheduler_affinity_and_toleration(
     examples: AdmissionWebhook,
 ) -> None:
-    before = pod_object({"kubesage.io/workload": "gpu-training"}, gpus="2")
+    before = pod_object({"kubesage.io/workload": "gpu-training"}, gpus="1")
     after = admit(examples, before)
     spec = after["spec"]
     assert spec["schedulerName"] == "kubesage"
     resources = spec["containers"][0]["resources"]
-    assert resources["limits"] == {"nvidia.com/mig-3g.40gb": "2"}
-    assert resources["requests"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/mig-3g.40gb": "2"}
+    assert resources["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
+    assert resources["requests"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/mig-3g.40gb": "1"}
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
     # The defaulted toleration stays; the policy's is added after it.
@@ -73,6 +73,32 @@ def test_gpu_training_pod_gets_mig_scheduler_affinity_and_toleration(
         untouched["spec"].pop(key)
         before["spec"].pop(key, None)
     assert untouched["spec"] == before["spec"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "annotations", "why"),
+    [
+        ("4", {}, "the pod asks for 4 nvidia.com/gpu and a MIG instance stands for one"),
+        ("1", {"kubesage.io/gpu-milli": "500"}, "the pod shares a GPU (kubesage.io/gpu-milli)"),
+    ],
+)
+def test_only_a_pod_of_one_whole_gpu_is_moved_to_a_mig_instance(
+    examples: AdmissionWebhook, gpus: str, annotations: dict[str, str], why: str
+) -> None:
+    # Four GPUs are not four 3g.40gb slices (a CUDA process uses one MIG device), and a
+    # GPU share is not an instance: both keep nvidia.com/gpu, and the user is told why;
+    # the rest of the policy still applies.
+    before = pod_object(
+        {"kubesage.io/workload": "gpu-training"}, annotations=annotations, gpus=gpus
+    )
+    response, _ = call(examples, review(before))
+    after = admit(examples, before)
+    resources = after["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"nvidia.com/gpu": gpus}
+    assert after["spec"]["schedulerName"] == "kubesage"
+    assert response["warnings"] == [
+        f"kubesage: policy gpu-training: {why}; nvidia.com/gpu is left as it is"
+    ]
 
 
 def test_the_mig_opt_out_label_and_another_namespace_keep_the_pod_as_is(
@@ -204,23 +230,21 @@ def test_mig_rename_covers_init_containers_and_leaves_an_ambiguous_container_alo
             )
         )
     )
-    obj = pod_object(gpus="1")
+    obj = pod_object(gpus="1")  # init containers run one at a time: the pod holds one GPU
     obj["spec"]["initContainers"] = [
-        {"name": "warmup", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-    ]
-    obj["spec"]["containers"].append(
+        {"name": "warmup", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
         {
             "name": "both",
             "image": "x",
             "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"}},
-        }
-    )
+        },
+    ]
     _, patch = call(webhook, review(obj))
     after = jsonpatch.apply_patch(obj, patch)
     spec = after["spec"]
     assert spec["initContainers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
     assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
-    assert spec["containers"][1]["resources"] == obj["spec"]["containers"][1]["resources"]
+    assert spec["initContainers"][1]["resources"] == obj["spec"]["initContainers"][1]["resources"]
     response, again = call(webhook, review(after))
     assert again == []
     assert "has both nvidia.com/gpu and nvidia.com/mig-1g.10gb" in response["warnings"][0]
@@ -394,3 +418,17 @@ def test_a_broken_request_field_is_named_in_the_400(change: Any, field: str) -> 
     assert status == 400
     assert answer["error"].startswith(field)
     webhook.close()
+
+
+def test_a_pod_with_an_empty_required_term_list_takes_the_policys_terms(
+    examples: AdmissionWebhook,
+) -> None:
+    before = pod_object({"kubesage.io/workload": "gpu-training"}, gpus="1")
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    before["spec"]["affinity"] = {"nodeAffinity": {required: {"nodeSelectorTerms": []}}}
+    after = admit(examples, before)
+    terms = after["spec"]["affinity"]["nodeAffinity"][required]["nodeSelectorTerms"]
+    assert [e["key"] for e in terms[0]["matchExpressions"]] == [
+        "nvidia.com/gpu.product",
+        "nvidia.com/mig.strategy",
+    ]
