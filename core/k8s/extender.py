@@ -43,7 +43,11 @@ What the handlers decide, and their fallbacks:
   (:func:`~kubesage.core.k8s.binding.assume_and_bind` on a live cluster, the embedded
   cluster's binder); a failure is an ``ExtenderBindingResult.Error``.
 
-Malformed input raises :class:`ExtenderRequestError` (HTTP 400 in the server).
+Malformed input raises :class:`ExtenderRequestError` (HTTP 400 in the server), except
+a well-formed filter request whose Pod kubesage cannot read (:class:`PodRequestError`):
+kube-scheduler reads only a 200's body, so filter answers that in the result's
+``Error``, which kube-scheduler reports on the pod (counted as
+``kubesage_errors_total{kind="bad_pod"}``).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from kubesage.core.errors import KubesageError
 from kubesage.core.k8s.binding import BindFunction, BindTarget, StateView
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
 from kubesage.core.k8s.extender_candidates import (
+    REASON_PREFIX,
     Candidates,
     Passed,
     filter_candidates,
@@ -73,7 +78,7 @@ from kubesage.core.k8s.extender_candidates import (
 from kubesage.core.k8s.extender_wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderBindingArgs,
-    ExtenderRequestError,
+    PodRequestError,
     parse_args,
     parse_model,
     scale_scores,
@@ -81,7 +86,7 @@ from kubesage.core.k8s.extender_wire import (
 from kubesage.core.k8s.pod_templates import PodTemplates
 from kubesage.core.k8s.translate import TranslateError, UnsupportedPodError
 from kubesage.core.observability.logging import log_event
-from kubesage.core.observability.metrics import BINDS, DECISIONS, FALLBACKS
+from kubesage.core.observability.metrics import BINDS, DECISIONS, ERRORS, FALLBACKS
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import PodRequest
@@ -99,6 +104,12 @@ _FILTER_FEASIBLE = DECISIONS.labels("filter", "feasible")
 _FILTER_NO_FIT = DECISIONS.labels("filter", "no_fit")
 _PRIORITIZE_SCORED = DECISIONS.labels("prioritize", "scored")
 _UNKNOWN_NODES = FALLBACKS.labels("extender", "unknown_node")
+_NO_RESULT: dict[str, Any] = {
+    "Nodes": None,
+    "NodeNames": None,
+    "FailedNodes": {},
+    "FailedAndUnresolvableNodes": {},
+}
 
 Response = tuple[int, bytes]
 ClaimRequests = Callable[[Mapping[str, Any]], PodRequest]
@@ -149,7 +160,12 @@ class Extender:
         """ExtenderArgs → ExtenderFilterResult."""
         args = parse_args(body)
         pod = _pod_key(args.pod)
-        request = self._request(args.pod, pod)
+        try:
+            request = self._request(args.pod, pod)
+        except PodRequestError as exc:
+            ERRORS.labels("filter", "bad_pod").inc()
+            log_event(log, logging.INFO, "pod_refused", verb="filter", error=str(exc))
+            return 200, orjson.dumps({**_NO_RESULT, "Error": f"{REASON_PREFIX}{exc}"})
         with self.view.locked() as (state, _):
             candidates = map_candidates(state, args, None)
             if isinstance(request, UnsupportedPodError):
@@ -348,7 +364,7 @@ class Extender:
             # plugin keeps the pod unschedulable, and kubesage leaves it to the default.
             return UnsupportedPodError("a ResourceClaim it names is not created yet", path=exc.path)
         except TranslateError as exc:
-            raise ExtenderRequestError(f"Pod: {exc}") from exc
+            raise PodRequestError(f"Pod: {exc}") from exc
         if uid:
             with self._pods_lock:
                 self._pods[key] = outcome

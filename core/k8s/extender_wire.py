@@ -35,6 +35,12 @@ class ExtenderRequestError(InputError):
     """A request body the extender cannot read; the message names the field."""
 
 
+class PodRequestError(ExtenderRequestError):
+    """Well-formed arguments whose Pod kubesage cannot read (a fractional GPU count, a bad
+    kubesage annotation): filter answers it in ``ExtenderFilterResult.Error``, which
+    kube-scheduler reports on the pod; it never reads a body that is not a 200."""
+
+
 # -- wire models ---------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ CPU-only node.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -220,11 +221,6 @@ def test_lower_case_keys_are_read_like_gos_decoder() -> None:
         (b'{"Pod": {"metadata": {"name": "x"}}, "NodeNames": "n1"}', "expected a list"),
         (b'{"Pod": {"metadata": {"name": "x"}}, "NodeNames": [1]}', r"NodeNames\[0\]"),
         (b'{"Pod": {"metadata": {"name": "x"}}, "NodeNames": [[]]}', "must be a string"),
-        (b'{"Pod": {"metadata": {}}, "NodeNames": []}', "metadata.name: missing"),
-        (
-            orjson.dumps({"Pod": gpu_pod("p", gpus="1.5"), "NodeNames": []}),
-            "extended resource count 1.5",
-        ),
     ],
 )
 def test_malformed_requests_name_the_problem(body: bytes, match: str) -> None:
@@ -232,6 +228,29 @@ def test_malformed_requests_name_the_problem(body: bytes, match: str) -> None:
     with pytest.raises(ExtenderRequestError, match=match):
         extender.filter(body)
     with pytest.raises(ExtenderRequestError, match=match):
+        extender.prioritize(body)
+
+
+@pytest.mark.parametrize(
+    ("pod", "match"),
+    [
+        ({"metadata": {}}, "metadata.name: missing"),
+        (gpu_pod("p", gpus="1.5"), "extended resource count 1.5 is not a whole number"),
+    ],
+)
+def test_a_pod_kubesage_cannot_read_is_filters_error_which_kube_scheduler_shows(
+    pod: dict[str, Any], match: str
+) -> None:
+    # kube-scheduler reads an extender's body only on a 200: filter answers the pod's
+    # problem in ExtenderFilterResult.Error, which ends up in the pod's events.
+    extender, _ = make_extender()
+    body = orjson.dumps({"Pod": pod, "NodeNames": ["h100-a"]})
+    status, answer = extender.filter(body)
+    assert status == 200
+    result = ExtenderFilterResult.model_validate_json(answer)
+    assert result.error.startswith("kubesage: Pod: ") and re.search(match, result.error)
+    assert not result.node_names and not result.failed_nodes
+    with pytest.raises(ExtenderRequestError, match=match):  # no Error field there: a 400
         extender.prioritize(body)
 
 

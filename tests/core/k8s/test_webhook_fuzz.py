@@ -207,8 +207,11 @@ def test_any_pod_gets_a_patch_that_applies_and_a_second_pass_changes_nothing(
     status, answer = webhook.handle(json.dumps(body).encode())
     assert status == 200
     patch = check_answer(status, answer, body)
-    assert "warnings" not in answer["response"] or all(
-        "spark-app-selector" in w for w in answer["response"]["warnings"]
+    # The only warnings a well-formed pod gets are the policies' own notes: a Spark pod
+    # without its app label, a GPU request a MIG rename leaves as it is.
+    assert all(
+        "spark-app-selector" in w or w.endswith("nvidia.com/gpu is left as it is")
+        for w in answer["response"].get("warnings", [])
     )
     after = jsonpatch.apply_patch(pod, patch)
     again = review(after)
