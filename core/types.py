@@ -15,6 +15,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 GPU_MILLI_PER_GPU = 1000
+MAX_GPUS_PER_NODE = 64
+"""The most GPUs a node may have (and so a pod may ask for)."""
 """One whole GPU in milli-GPU."""
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -37,7 +39,7 @@ class NodeSpec(_Frozen):
     """Allocatable CPU in milli-cores."""
     memory_mib: NonNegativeInt
     """Allocatable memory in MiB."""
-    gpu_count: Annotated[int, Field(ge=0, le=64)] = 0
+    gpu_count: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)] = 0
     """Number of GPUs on the node."""
     gpu_model: str | None = None
     """GPU model name (for example ``V100M32``, ``H100-80GB``); ``None`` when there are no GPUs."""
@@ -102,7 +104,7 @@ class PodRequest(_Frozen):
     """Requested CPU in milli-cores."""
     memory_mib: NonNegativeInt
     """Requested memory in MiB."""
-    num_gpu: Annotated[int, Field(ge=0, le=64)] = 0
+    num_gpu: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)] = 0
     """Number of GPUs."""
     gpu_milli: Annotated[int, Field(ge=0, le=GPU_MILLI_PER_GPU)] = 0
     """Share of each GPU in milli-GPU (1000 = whole)."""

@@ -84,7 +84,7 @@ from kubesage.core.k8s.extender_wire import (
     scale_scores,
 )
 from kubesage.core.k8s.pod_templates import PodTemplates
-from kubesage.core.k8s.translate import TranslateError, UnsupportedPodError
+from kubesage.core.k8s.translate import TranslateError, UnfittablePodError, UnsupportedPodError
 from kubesage.core.observability.logging import log_event
 from kubesage.core.observability.metrics import BINDS, DECISIONS, ERRORS, FALLBACKS
 from kubesage.core.policy.base import Policy
@@ -168,10 +168,15 @@ class Extender:
             return 200, orjson.dumps({**_NO_RESULT, "Error": f"{REASON_PREFIX}{exc}"})
         with self.view.locked() as (state, _):
             candidates = map_candidates(state, args, None)
-            if isinstance(request, UnsupportedPodError):
-                passed = np.ones(len(candidates.names), dtype=bool)
+            if isinstance(request, UnfittablePodError):  # no node can: every known one fails
+                passed = candidates.index < 0
                 failed: dict[str, str] = {}
-                unresolvable: dict[str, str] = {}
+                reason = f"{REASON_PREFIX}{request}"
+                unresolvable = dict.fromkeys(compress(candidates.names, (~passed).tolist()), reason)
+            elif isinstance(request, UnsupportedPodError):
+                passed = np.ones(len(candidates.names), dtype=bool)
+                failed = {}
+                unresolvable = {}
                 self._fallback("filter", "unsupported_pod", request)
             else:
                 passed, failed, unresolvable = filter_candidates(state, request, candidates)

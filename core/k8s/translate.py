@@ -50,6 +50,7 @@ from kubesage.core.topology.discovery import (
 )
 from kubesage.core.types import (
     GPU_MILLI_PER_GPU,
+    MAX_GPUS_PER_NODE,
     MIG_MEMORY_SLICES,
     MigShape,
     NodeSpec,
@@ -127,6 +128,10 @@ class TranslateError(InputError):
 
 class UnsupportedPodError(TranslateError):
     """A valid pod outside the core's model; the caller should leave it to the default."""
+
+
+class UnfittablePodError(UnsupportedPodError):
+    """A valid pod no node can hold (more GPUs than any node has): every node fails it."""
 
 
 # -- quantities ----------------------------------------------------------------------
@@ -341,9 +346,10 @@ def _gpu_shape(
     milli_text = annotations.get(GPU_MILLI_ANNOTATION)
     if migs:
         if gpus or milli_text is not None or len(migs) > 1 or sum(migs.values()) > 1:
+            share = "" if milli_text is None else f", {GPU_MILLI_ANNOTATION}={milli_text!r}"
             raise UnsupportedPodError(
                 f"one MIG instance per pod is modelled, with no other GPU request; got "
-                f"{dict(sorted(migs.items()))}, {GPU_RESOURCE}={gpus}",
+                f"{dict(sorted(migs.items()))}, {GPU_RESOURCE}={gpus}{share}",
                 path=where,
             )
         resource = next(iter(migs))
@@ -363,6 +369,11 @@ def _gpu_shape(
                 path=annotation_path,
             )
         return 1, int(milli_text), None
+    if gpus > MAX_GPUS_PER_NODE:
+        raise UnfittablePodError(
+            f"{gpus} GPUs asked for, and no node has more than {MAX_GPUS_PER_NODE}",
+            path=f"{where}.{GPU_RESOURCE}",
+        )
     return gpus, (GPU_MILLI_PER_GPU if gpus else 0), None
 
 

@@ -514,3 +514,14 @@ def test_fit_over_candidates_is_the_cluster_mask_at_those_nodes(
     index = np.array(picks, dtype=np.int64)
     expected = cluster.state.feasible(request)[index]
     assert cluster.state.feasible(request, index).tolist() == expected.tolist()
+
+
+def test_a_pod_asking_for_more_gpus_than_any_node_has_fails_every_known_node() -> None:
+    extender, _ = make_extender()
+    names = [node["metadata"]["name"] for node in NODES]
+    result = filter_result(extender, args(gpu_pod("huge", gpus="65"), [*names, "new-node"]))
+    assert result.node_names == ["new-node"]  # a node the state does not know passes on
+    assert set(result.failed_and_unresolvable_nodes) == set(names)
+    reason = next(iter(result.failed_and_unresolvable_nodes.values()))
+    assert reason.startswith("kubesage: ") and "65 GPUs asked for" in reason
+    assert "no node has more than 64" in reason

@@ -10,6 +10,7 @@ import pytest
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.translate import (
     TranslateError,
+    UnfittablePodError,
     UnsupportedPodError,
     mig_shape,
     node_spec,
@@ -169,6 +170,18 @@ def test_mig_pod_and_mig_node_fit_in_cluster_state() -> None:
             {},
             UnsupportedPodError,
             "one MIG instance per pod",
+        ),
+        (
+            [v1_container(limits={"nvidia.com/mig-1g.10gb": "1"})],
+            {"kubesage.io/gpu-milli": "500"},
+            UnsupportedPodError,
+            r"got \{'nvidia.com/mig-1g.10gb': 1\}, nvidia.com/gpu=0, kubesage.io/gpu-milli='500'",
+        ),
+        (
+            [v1_container(limits={"nvidia.com/gpu": "65"})],
+            {},
+            UnfittablePodError,
+            r"requests.nvidia.com/gpu: 65 GPUs asked for, and no node has more than 64",
         ),
         (
             [v1_container(limits={"nvidia.com/mig-9g.10gb": "1"})],
