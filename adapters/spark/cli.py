@@ -105,7 +105,15 @@ def plan(
     shape = ExecutorShape(executors, cores, memory)
     if event_log is not None:
         app = read_event_log(event_log)
+        for note in app.notes:
+            stderr.print(f"[yellow]warning:[/] {note}")
         profile = ShuffleProfile.from_application(app)
+        if profile.total_shuffle_bytes == 0 and app.total_shuffle_bytes > 0:
+            stderr.print(
+                f"[yellow]warning:[/] the log's stages read {app.total_shuffle_bytes:,} shuffle "
+                "bytes, but no stage that wrote them is in it (a part of a rolling log "
+                "missing?): they shape no edge"
+            )
         if profile.total_shuffle_bytes == 0 and profile.input_bytes == 0:
             stderr.print("the event log shows no shuffle or input bytes; using the default shape")
             profile = DEFAULT_PROFILE
@@ -121,7 +129,6 @@ def plan(
     state = ClusterState(drtg.node_specs())
     ours = place_executors(drtg, state, shape, profile, local, max_node_share=max_node_share)
     spread = spread_placement(drtg, state, shape, profile, local)
-    out.mkdir(parents=True, exist_ok=True)
     settings = spark_settings(
         drtg,
         ours,
@@ -132,6 +139,7 @@ def plan(
         gpus_per_executor=executor_gpus,
         devices=devices,
     )
+    out.mkdir(parents=True, exist_ok=True)
     (out / "executor-template.yaml").write_text(yaml.safe_dump(settings.executor_template))
     (out / "driver-template.yaml").write_text(yaml.safe_dump(settings.driver_template))
     (out / "spark-defaults.conf").write_text(settings.properties())

@@ -44,6 +44,7 @@ from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement
 from kubesage.core.dra.api import GPU_DEVICE_CLASS
 from kubesage.core.dra.claims import DeviceMode, claim_pod_spec, claim_template
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.v1_models import check_label_key
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, ZONE_LABEL
 from kubesage.core.topology.graph import DRTG
@@ -107,6 +108,7 @@ def spark_settings(
     GPU executors ask for ``gpus_per_executor`` GPUs in the ``devices`` form."""
     if gpus_per_executor < 0:
         raise InputError(f"--executor-gpus must be ≥ 0, got {gpus_per_executor}")
+    check_label_key(rack_label, "--rack-label")
     per_rack = placement.executors_per_rack(drtg)
     racks = sorted(per_rack, key=lambda r: (-per_rack[r], r))
     group = (

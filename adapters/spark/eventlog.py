@@ -2,21 +2,29 @@
 
 A log is JSON lines, one listener event per line. Accepted forms: a single file
 (plain, ``.gz`` or ``.zstd`` — Spark 4's default codec), or a rolling log
-directory (``eventlog_v2_<app>/events_<n>_<app>[.codec]``, read in ``n`` order).
+directory (``eventlog_v2_<app>/events_<n>_<app>[.codec]``, read in ``n`` order);
+the path may be a ``file://`` URI, as ``spark.eventLog.dir`` is written. The codec
+comes from the name without Spark's ``.inprogress`` and ``.compact`` endings.
+
+A log still being written (named ``….inprogress``, or a rolling directory whose
+``appstatus_…`` file is) often ends mid-line, or mid-zstd-frame, where Spark's
+buffered writer stopped: as Spark's own replay does, that last partial event is
+dropped and said in :attr:`SparkApplication.notes`. In a finished log the same is an
+error saying the log is cut off.
 
 Used events: application start, executor added, job start (stage parents, also of
 stages later skipped), stage completed (latest attempt wins) and task end (per
 task: executor, host, shuffle bytes written, shuffle bytes read locally and
 remotely, input bytes). Every other event type is skipped and counted in
-:attr:`SparkApplication.skipped_events`. A line that is not JSON, or a used event
-without a field it needs, is an :class:`EventLogError` naming the file and line;
-a last line cut off mid-event says the log is truncated.
+:attr:`SparkApplication.skipped_events`, and so is a successful task end without
+``Task Metrics`` (Spark writes them optionally). A line that is not JSON, a used
+event without a field it needs, or a count that is not a non-negative whole number
+is an :class:`EventLogError` naming the file and line.
 """
 
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import re
 from collections import Counter
@@ -94,6 +102,8 @@ class SparkApplication:
     executor_cores: dict[str, int] = field(default_factory=dict)
     skipped_events: Counter[str] = field(default_factory=Counter)
     failed_tasks: int = 0
+    notes: list[str] = field(default_factory=list)
+    """What was read differently from what the log holds (a dropped partial last event)."""
 
     def executed_parents(self, stage: Stage) -> list[Stage]:
         """``stage``'s parents, each skipped one replaced by the stage that ran in its place.
@@ -141,54 +151,110 @@ class SparkApplication:
 
 
 _ROLLING_PART = re.compile(r"^events_(\d+)_")
+_URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_LIVE_ENDINGS = (".inprogress", ".compact")
+"""Endings Spark adds after the codec's (a log being written; a compacted rolling part)."""
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    if path.suffix in (".zstd", ".zst"):
-        import zstandard
+def _codec(path: Path) -> str:
+    """The compression codec's suffix (``.zstd``, ``.gz``, …; ``""`` for none)."""
+    name = path.name
+    for ending in _LIVE_ENDINGS:
+        name = name.removesuffix(ending)
+    return Path(name).suffix if "." in name else ""
 
-        return io.TextIOWrapper(
-            zstandard.ZstdDecompressor().stream_reader(path.open("rb")), encoding="utf-8"
-        )
-    if path.suffix in (".lz4", ".snappy", ".lzf"):
+
+def _decoded(file: Path, in_progress: bool) -> tuple[str, bool]:
+    """The file's text, and whether its compressed stream stopped mid-frame (only
+    allowed while the log is being written)."""
+    codec = _codec(file)
+    if codec in (".lz4", ".snappy", ".lzf"):
         raise EventLogError(
-            f"{path}: {path.suffix[1:]}-compressed event logs are not supported; "
+            f"{file}: {codec[1:]}-compressed event logs are not supported; "
             "set spark.eventLog.compression.codec=zstd (or spark.eventLog.compress=false)"
         )
-    return path.open("r", encoding="utf-8")
+    try:
+        data = file.read_bytes()
+        cut = False
+        if codec == ".gz":
+            data = gzip.decompress(data)
+        elif codec in (".zstd", ".zst"):
+            data, cut = _zstd_frames(data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise EventLogError(f"{file}:{line}: not UTF-8 text") from None
+    except (OSError, EOFError, ValueError) as exc:
+        raise EventLogError(f"{file}: cannot read: {exc}") from exc
+    if cut and not in_progress:
+        raise EventLogError(f"{file}: the zstd stream ends mid-frame (the log is cut off)")
+    return text, cut
 
 
-def _files(path: Path) -> list[Path]:
+def _zstd_frames(data: bytes) -> tuple[bytes, bool]:
+    """Every zstd frame of ``data`` decompressed, and whether the last one is incomplete."""
+    import zstandard
+
+    out = []
+    while data:
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        out.append(frame.decompress(data))
+        if not frame.eof:
+            return b"".join(out), True
+        data = frame.unused_data
+    return b"".join(out), False
+
+
+def _local(path: Path) -> Path:
+    """``path``, read from a ``file://`` URI; another scheme is refused by name."""
+    text = str(path)
+    scheme = _URI_SCHEME.match(text)
+    if scheme is None or len(scheme.group(1)) == 1:  # no scheme (or a drive letter)
+        return path
+    if scheme.group(1).lower() != "file":
+        raise EventLogError(
+            f"{text}: a {scheme.group(1)} URI; kubesage reads event logs from local paths "
+            "or file:// URIs (copy the log here first)"
+        )
+    return Path(re.sub(r"^file:(//)?", "", text))
+
+
+def _files(path: Path) -> tuple[list[Path], bool]:
+    """The log's files in order, and whether the log is still being written."""
     if not path.exists():
         raise EventLogError(f"{path}: no such event log")
     if path.is_file():
-        return [path]
+        return [path], path.name.endswith(".inprogress")
     parts = []
+    in_progress = False
     for child in path.iterdir():
         match = _ROLLING_PART.match(child.name)
         if match:
             parts.append((int(match.group(1)), child))
+        in_progress |= child.name.startswith("appstatus_") and child.name.endswith(".inprogress")
     if not parts:
         raise EventLogError(f"{path}: a directory without events_<n>_* files")
-    return [child for _, child in sorted(parts)]
+    return [child for _, child in sorted(parts)], in_progress
 
 
-def _events(path: Path) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    for file in _files(path):
-        try:
-            with _open_text(file) as stream:
-                lines = stream.readlines()
-        except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
-            raise EventLogError(f"{file}: cannot read: {exc}") from exc
+def _events(path: Path, notes: list[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    files, in_progress = _files(_local(path))
+    for index, file in enumerate(files):
+        text, cut = _decoded(file, in_progress)
+        lines = text.splitlines(keepends=True)
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 event = json.loads(line)
             except json.JSONDecodeError as exc:
-                last = number == len(lines) and not line.endswith("\n")
+                last = number == len(lines) and (cut or not line.endswith("\n"))
+                if last and in_progress and index == len(files) - 1:
+                    notes.append(
+                        f"{file}:{number}: the log is being written and ends mid-event; "
+                        "that partial event is not read"
+                    )
+                    continue
                 reason = "truncated (the log ends mid-event)" if last else f"not JSON ({exc.msg})"
                 raise EventLogError(f"{file}:{number}: {reason}") from None
             if not isinstance(event, dict) or "Event" not in event:
@@ -208,7 +274,7 @@ def _get(event: dict[str, Any], where: str, *keys: str) -> Any:
 def read_event_log(path: Path | str) -> SparkApplication:
     """Read a Spark event log (file or rolling directory) into a SparkApplication."""
     app = SparkApplication()
-    for file, number, event in _events(Path(path)):
+    for file, number, event in _events(Path(path), app.notes):
         kind = event["Event"]
         where = f"{file}:{number}"
         if kind == "SparkListenerLogStart":
@@ -231,15 +297,48 @@ def read_event_log(path: Path | str) -> SparkApplication:
     return app
 
 
+def _count(value: Any, where: str, name: str) -> int:
+    """``value`` as a non-negative whole number; EventLogError naming ``name`` if not."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise EventLogError(f"{where}: '{name}' is {value!r}, not a whole number")
+    if value < 0 or value != int(value):
+        raise EventLogError(f"{where}: '{name}' is {value!r}, not a non-negative whole number")
+    return int(value)
+
+
+def _count_of(values: dict[str, Any], name: str, where: str, absent: int = 0) -> int:
+    """``values[name]`` as a count (``absent`` when the field is not there)."""
+    return _count(values.get(name, absent), where, name)
+
+
+def _object(value: Any, where: str, name: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object (absent: empty); EventLogError if not."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise EventLogError(f"{where}: '{name}' is {type(value).__name__}, not an object")
+    return value
+
+
 def _stage_from_info(app: SparkApplication, info: Any, where: str, completed: bool) -> None:
     if not isinstance(info, dict):
         raise EventLogError(f"{where}: a stage info is not an object")
-    stage_id = int(_get({"Event": "stage info", **info}, where, "Stage ID"))
+    stage_id = _count(_get({"Event": "stage info", **info}, where, "Stage ID"), where, "Stage ID")
     stage = app.stages.setdefault(stage_id, Stage(stage_id))
     stage.name = str(info.get("Stage Name", stage.name))
-    stage.num_tasks = int(info.get("Number of Tasks", stage.num_tasks))
-    stage.parent_ids = tuple(int(p) for p in info.get("Parent IDs", stage.parent_ids))
-    rdds = [int(r["RDD ID"]) for r in info.get("RDD Info", []) if "RDD ID" in r]
+    stage.num_tasks = _count(info.get("Number of Tasks", stage.num_tasks), where, "Number of Tasks")
+    parents = info.get("Parent IDs", stage.parent_ids)
+    if not isinstance(parents, list | tuple):
+        raise EventLogError(f"{where}: 'Parent IDs' is {parents!r}, not a list")
+    stage.parent_ids = tuple(_count(p, where, "Parent IDs") for p in parents)
+    rdd_infos = info.get("RDD Info", [])
+    if not isinstance(rdd_infos, list):
+        raise EventLogError(f"{where}: 'RDD Info' is {type(rdd_infos).__name__}, not a list")
+    rdds = [
+        _count(r["RDD ID"], where, "RDD ID")
+        for r in rdd_infos
+        if isinstance(r, dict) and "RDD ID" in r
+    ]
     if rdds:
         stage.rdd_key = max(rdds)
     stage.completed = stage.completed or completed
@@ -250,20 +349,25 @@ def _task_end(app: SparkApplication, event: dict[str, Any], where: str) -> None:
     if reason != "Success":
         app.failed_tasks += 1
         return
-    stage_id = int(_get(event, where, "Stage ID"))
-    info = _get(event, where, "Task Info")
-    metrics = _get(event, where, "Task Metrics")
-    read = metrics.get("Shuffle Read Metrics", {})
-    write = metrics.get("Shuffle Write Metrics", {})
+    if event.get("Task Metrics") is None:  # optional in Spark's JSON protocol
+        app.skipped_events["SparkListenerTaskEnd without Task Metrics"] += 1
+        return
+    stage_id = _count(_get(event, where, "Stage ID"), where, "Stage ID")
+    info = _object(_get(event, where, "Task Info"), where, "Task Info")
+    metrics = _object(event["Task Metrics"], where, "Task Metrics")
+    read = _object(metrics.get("Shuffle Read Metrics"), where, "Shuffle Read Metrics")
+    write = _object(metrics.get("Shuffle Write Metrics"), where, "Shuffle Write Metrics")
+    source = _object(metrics.get("Input Metrics"), where, "Input Metrics")
+    launched = _count_of(info, "Launch Time", where)
     task = TaskShuffle(
-        task_id=int(_get(event, where, "Task Info", "Task ID")),
+        task_id=_count(_get(event, where, "Task Info", "Task ID"), where, "Task ID"),
         stage_id=stage_id,
         executor_id=str(info.get("Executor ID", "")),
         host=str(info.get("Host", "")),
-        shuffle_write_bytes=int(write.get("Shuffle Bytes Written", 0)),
-        shuffle_read_local_bytes=int(read.get("Local Bytes Read", 0)),
-        shuffle_read_remote_bytes=int(read.get("Remote Bytes Read", 0)),
-        input_bytes=int(metrics.get("Input Metrics", {}).get("Bytes Read", 0)),
-        duration_ms=int(info.get("Finish Time", 0)) - int(info.get("Launch Time", 0)),
+        shuffle_write_bytes=_count_of(write, "Shuffle Bytes Written", where),
+        shuffle_read_local_bytes=_count_of(read, "Local Bytes Read", where),
+        shuffle_read_remote_bytes=_count_of(read, "Remote Bytes Read", where),
+        input_bytes=_count_of(source, "Bytes Read", where),
+        duration_ms=max(0, _count_of(info, "Finish Time", where, launched) - launched),
     )
     app.stages.setdefault(stage_id, Stage(stage_id)).tasks.append(task)

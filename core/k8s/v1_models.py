@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from kubesage.core.errors import InputError
+
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _NAME_PART = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 QUALIFIED_NAME_PATTERN = rf"^({_DNS_SUBDOMAIN}/)?{_NAME_PART}$"
@@ -35,6 +37,21 @@ def _qualified_name(value: str) -> str:
     if len(prefix) > 253:
         raise ValueError(f"prefix of '{value}' is longer than 253 characters")
     return value
+
+
+def check_label_key(key: str, what: str) -> str:
+    """``key`` when it is a valid label key (what the API server accepts in a node
+    selector or a topology key); InputError naming ``what`` if not."""
+    try:
+        if re.fullmatch(QUALIFIED_NAME_PATTERN, key) is None or len(key) > 317:
+            raise ValueError(
+                "expected an optional DNS-subdomain prefix and '/', then a name "
+                "of letters, digits, '-', '_' and '.' (≤ 63 characters)"
+            )
+        _qualified_name(key)
+    except ValueError as exc:
+        raise InputError(f"{what} {key!r} is not a Kubernetes label key: {exc}") from None
+    return key
 
 
 QualifiedName = Annotated[

@@ -117,6 +117,24 @@ def test_spark_conf_cli_writes_the_claim_template_for_dra(tmp_path: Path) -> Non
     assert "give --executor-gpus" in " ".join(cpu_only.output.split())
 
 
+def test_a_rack_label_kubernetes_would_refuse_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    # It becomes a node-selector key and a topologyKey (label-key syntax), and a key of
+    # spark-defaults.conf, a Java properties file where a space ends the key.
+    base = ["spark", "conf", "--executors", "2", "--cores", "1", "--memory", "1024"]
+    out = tmp_path / "conf"
+    for label in ("Bad Label!", "-rack", "kubesage.io/" + "r" * 64):
+        bad = CliRunner().invoke(app, [*base, "--out", str(out), "--rack-label", label])
+        assert bad.exit_code == 2, bad.output
+        assert f"--rack-label {label!r} is not a Kubernetes label key" in " ".join(
+            bad.output.split()
+        )
+        assert not out.exists()
+    good = CliRunner().invoke(app, [*base, "--out", str(out), "--rack-label", "example.com/rack"])
+    assert good.exit_code == 0, good.output
+
+
 def test_spark_submit_options_before_the_separator_are_kubesages() -> None:
     args = ["spark", "submit", "--executors", "1", "--cores", "1", "--memory", "512"]
     result = CliRunner().invoke(app, [*args, "--executor-gpu", "1", "--", "app.py"])

@@ -101,3 +101,88 @@ def test_malformed_and_truncated_logs_name_the_line(spark_event_log: Path, tmp_p
         read_event_log(no_field)
     with pytest.raises(EventLogError, match="no such event log"):
         read_event_log(tmp_path / "absent")
+
+
+def test_a_log_being_written_drops_its_partial_last_event_and_says_so(
+    spark_event_log: Path, tmp_path: Path
+) -> None:
+    # Spark's buffered writer leaves a live log mid-line (and a zstd one mid-frame);
+    # Spark's own replay skips that last event, and so does the reader, with a note.
+    lines = plain_lines(spark_event_log)
+    text = "".join(lines)[:-40]
+    whole = read_event_log(spark_event_log)
+    plain = tmp_path / "app-1.inprogress"
+    plain.write_text(text)
+    packed = tmp_path / "app-2.zstd.inprogress"  # the codec comes before .inprogress
+    packed.write_bytes(zstandard.ZstdCompressor().compress(text.encode())[:-7])
+    for live in (plain, packed):
+        app = read_event_log(live)
+        assert len(app.notes) == 1 and "ends mid-event" in app.notes[0]
+        assert app.name == whole.name and app.stages.keys() <= whole.stages.keys()
+    rolling = tmp_path / "eventlog_v2_app"
+    rolling.mkdir()
+    (rolling / "events_1_app").write_text("".join(lines[:10]))
+    (rolling / "events_2_app").write_text("".join(lines[10:])[:-40])
+    (rolling / "appstatus_app.inprogress").write_text("")
+    assert "events_2_app" in read_event_log(rolling).notes[0]
+    (rolling / "appstatus_app.inprogress").rename(rolling / "appstatus_app")  # finished
+    with pytest.raises(EventLogError, match=r"events_2_app:\d+: truncated"):
+        read_event_log(rolling)
+
+
+def test_a_finished_zstd_log_cut_mid_frame_is_an_error(
+    spark_event_log: Path, tmp_path: Path
+) -> None:
+    data = zstandard.ZstdCompressor().compress("".join(plain_lines(spark_event_log)).encode())
+    cut = tmp_path / "app.zstd"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(EventLogError, match="the zstd stream ends mid-frame"):
+        read_event_log(cut)
+    compacted = tmp_path / "events_1_app.zstd.compact"  # History Server compaction
+    compacted.write_bytes(data)
+    whole = read_event_log(spark_event_log)
+    assert read_event_log(compacted).shuffle_edges() == whole.shuffle_edges()
+
+
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        ({"Shuffle Read Metrics": {"Remote Bytes Read": -5}}, "'Remote Bytes Read' is -5, not a"),
+        ({"Shuffle Read Metrics": {"Remote Bytes Read": "abc"}}, "'Remote Bytes Read' is 'abc'"),
+        (
+            {"Shuffle Read Metrics": None, "Input Metrics": {"Bytes Read": 1.5}},
+            "'Bytes Read' is 1.5, not",
+        ),
+        ({"Shuffle Write Metrics": [1]}, "'Shuffle Write Metrics' is list, not an object"),
+    ],
+)
+def test_a_count_that_is_not_a_count_names_the_line(
+    tmp_path: Path, metrics: dict[str, object], message: str
+) -> None:
+    event = {
+        "Event": "SparkListenerTaskEnd",
+        "Stage ID": 1,
+        "Task End Reason": {"Reason": "Success"},
+        "Task Info": {"Task ID": 7, "Executor ID": "1", "Host": "h"},
+        "Task Metrics": metrics,
+    }
+    log = tmp_path / "app"
+    log.write_text(json.dumps({"Event": "SparkListenerLogStart"}) + "\n" + json.dumps(event) + "\n")
+    with pytest.raises(EventLogError, match=rf"app:2: {message}"):
+        read_event_log(log)
+    del event["Task Metrics"]  # optional in Spark's JSON protocol: the task is skipped
+    log.write_text(json.dumps(event) + "\n")
+    assert read_event_log(log).skipped_events["SparkListenerTaskEnd without Task Metrics"] == 1
+
+
+def test_a_file_uri_is_read_and_another_scheme_is_refused(
+    spark_event_log: Path, tmp_path: Path
+) -> None:
+    uri = Path(spark_event_log.resolve().as_uri())  # as typer hands it over
+    assert read_event_log(uri).shuffle_edges() == read_event_log(spark_event_log).shuffle_edges()
+    with pytest.raises(EventLogError, match="a s3a URI; kubesage reads event logs from local"):
+        read_event_log("s3a://bucket/spark-events/app-1")
+    latin = tmp_path / "latin"
+    latin.write_bytes(b'{"Event": "SparkListenerLogStart"}\n{"Event": "caf\xe9"}\n')
+    with pytest.raises(EventLogError, match=r"latin:2: not UTF-8 text"):
+        read_event_log(latin)
