@@ -20,6 +20,7 @@ from kubesage.adapters.spark.job_hints import DEFAULT_PROFILE, parse_locality
 from kubesage.adapters.spark.loop_placement import SparkPlacementReconciler
 from kubesage.adapters.spark.placement import (
     ExecutorShape,
+    executor_memory_mib,
     place_executors,
     spread_placement,
 )
@@ -46,7 +47,12 @@ DEFAULT_TOPOLOGY = Path("cpu-racks")
 
 Executors = Annotated[int, typer.Option("--executors", min=1, help="Executors.")]
 Cores = Annotated[int, typer.Option("--cores", min=1, help="Cores per executor.")]
-Memory = Annotated[int, typer.Option("--memory", min=1, help="Memory per executor, MiB.")]
+Memory = Annotated[
+    str,
+    typer.Option(
+        "--memory", help="Memory per executor, as spark.executor.memory: 4g, 4096m or 4096 (MiB)."
+    ),
+]
 EventLog = Annotated[
     Path | None,
     typer.Option("--event-log", help="A past run's event log (file or rolling directory)."),
@@ -88,7 +94,7 @@ def plan(
     out: Path,
     executors: int,
     cores: int,
-    memory: int,
+    memory: str,
     event_log: Path | None,
     input_locality: str | None,
     topology: Path,
@@ -102,7 +108,7 @@ def plan(
     if devices is DeviceMode.dra and not executor_gpus:
         raise InputError("--devices dra is for GPU executors: give --executor-gpus too")
     drtg = DRTG.from_yaml(topology_file(topology))
-    shape = ExecutorShape(executors, cores, memory)
+    shape = ExecutorShape(executors, cores, executor_memory_mib(memory))
     if event_log is not None:
         app = read_event_log(event_log)
         for note in app.notes:

@@ -43,10 +43,10 @@ class ShuffleProfile:
         if scale <= 0:
             raise InputError(f"scale must be positive, got {scale}")
         edges = tuple(round(edge.bytes * scale) for edge in app.shuffle_edges())
-        source_input = sum(
-            s.input_bytes for s in app.stages.values() if not s.parent_ids and s.input_bytes
-        )
-        return cls(edges, round(source_input * scale))
+        # Every stage's reads from storage: a stage with shuffle parents may scan a table
+        # too (a union of a scan and an aggregation, a join with a bucketed table).
+        read = sum(s.input_bytes for s in app.stages.values())
+        return cls(edges, round(read * scale))
 
     @property
     def total_shuffle_bytes(self) -> int:

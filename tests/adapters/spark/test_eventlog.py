@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from kubesage.adapters.spark.eventlog import EventLogError, read_event_log
+from kubesage.adapters.spark.eventlog import (
+    EventLogError,
+    SparkApplication,
+    Stage,
+    TaskShuffle,
+    read_event_log,
+)
+from kubesage.adapters.spark.shuffle_model import ShuffleProfile
 
 
 def plain_lines(log: Path) -> list[str]:
@@ -186,3 +193,17 @@ def test_a_file_uri_is_read_and_another_scheme_is_refused(
     latin.write_bytes(b'{"Event": "SparkListenerLogStart"}\n{"Event": "caf\xe9"}\n')
     with pytest.raises(EventLogError, match=r"latin:2: not UTF-8 text"):
         read_event_log(latin)
+
+
+def test_input_read_by_a_stage_with_shuffle_parents_counts_too() -> None:
+    # A union of a scan and an aggregation: stage 1 reads stage 0's shuffle and a table.
+    app = SparkApplication()
+    for stage_id, parents, written, read, scanned in (
+        (0, (), 1_000, 0, 2_000),
+        (1, (0,), 0, 1_000, 20_000),
+    ):
+        stage = app.stages.setdefault(stage_id, Stage(stage_id, parent_ids=parents))
+        stage.tasks.append(TaskShuffle(stage_id, stage_id, "1", "h", written, read, 0, scanned, 5))
+    profile = ShuffleProfile.from_application(app)
+    assert profile.input_bytes == 22_000
+    assert profile.shuffle_bytes == (1_000,)
