@@ -35,9 +35,9 @@ epoch, two rolling blocks, a sweep of 0.9 and 0.95.
 ``--rolling N`` (forecast eval's rolling origins): the replay after ``--train-until`` is
 cut into N blocks, and before each block every forecaster is retrained (and
 recalibrated) on all steps before that block's first re-packing; the replay itself
-stays one run over every block, so the policies without a model are unchanged and
-the figures add up over more hours, so that a few bursts decide less. ``train_seconds`` sums
-the blocks.
+stays one run over every block, so the policies without a model are unchanged, and
+the figures add up over more hours, so that a few bursts decide less.
+``train_seconds`` sums the blocks.
 
     python benchmarks/forecast_packing.py [--data-dir DIR] [--train-until +10h]
         [--rolling 1] [--interval 5] [--quantile 0.95] [--gpu-memory-gib 80] [--epochs 30]
@@ -178,10 +178,7 @@ def main() -> int:
     capacity = np.array([DUTY_CAPACITY, args.gpu_memory_gib * GIB])
     usage = usage_of(panel)
     origins = decision_steps(cut, panel.steps, args.interval)
-    try:
-        blocks = blocks_after(cut, panel.steps, args.rolling, min_steps=args.interval)
-    except InputError as exc:
-        raise SystemExit(str(exc)) from None
+    blocks = blocks_after(cut, panel.steps, args.rolling, min_steps=args.interval)
     groups = block_origins(origins, blocks)
     reservations = {
         "one_per_pod": whole_gpu(usage, origins, capacity),
