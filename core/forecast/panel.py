@@ -90,6 +90,8 @@ class MetricPanel:
     """Per ``request_type`` metric, rows that repeat an earlier row exactly: not added again."""
     no_rows: tuple[str, ...] = ()
     """Zero-filled metrics whose file holds no row with an entity id (0 wherever alive)."""
+    negative_values: dict[str, int] = field(default_factory=dict)
+    """Per metric, the rows with a value below 0: kept, and said."""
 
     @property
     def steps(self) -> int:
@@ -157,6 +159,8 @@ class _Rows:
     duplicate_rows: int = 0
     """Rows repeating an earlier row of a ``request_type`` file field for field: not
     counted again (they would add to the same cell)."""
+    negative_values: int = 0
+    """Rows with a value below 0 (kept: a metric may be signed, but the trace's are not)."""
 
 
 def _read_rows(path: Path) -> _Rows:
@@ -167,6 +171,7 @@ def _read_rows(path: Path) -> _Rows:
     null_values = 0
     seen: set[tuple[str, ...]] = set()
     duplicates = 0
+    negative = 0
     with open_text(path) as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
@@ -212,7 +217,8 @@ def _read_rows(path: Path) -> _Rows:
                 continue
             rows.append((entity, timestamp, value))
             lines.append(line)
-    return _Rows(rows, lines, without_entity, by_request_type, null_values, duplicates)
+            negative += value < 0
+    return _Rows(rows, lines, without_entity, by_request_type, null_values, duplicates, negative)
 
 
 def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
@@ -246,6 +252,7 @@ def read_panel(
     excluded: dict[str, int] = {}
     null_values: dict[str, int] = {}
     duplicates: dict[str, int] = {}
+    negatives: dict[str, int] = {}
     summed: set[str] = set()
     for path in files:
         name = metric_name(path)
@@ -259,6 +266,8 @@ def read_panel(
             null_values[name] = read.null_values
         if read.duplicate_rows:
             duplicates[name] = read.duplicate_rows
+        if read.negative_values:
+            negatives[name] = read.negative_values
         if read.by_request_type:
             summed.add(name)
     metrics = tuple(sorted(per_metric))
@@ -316,6 +325,7 @@ def read_panel(
         left_out=left_out,
         null_values=null_values,
         duplicate_rows=duplicates,
+        negative_values=negatives,
         no_rows=tuple(m for m in zero_filled if not per_metric[m]),
     )
 
@@ -416,6 +426,11 @@ def describe(panel: MetricPanel) -> str:
         parts.append(
             "rows repeating an earlier row exactly, not added again: "
             + ", ".join(f"{k} {v}" for k, v in sorted(panel.duplicate_rows.items()))
+        )
+    if panel.negative_values:
+        parts.append(
+            "values below 0 (kept; check the source): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(panel.negative_values.items()))
         )
     if panel.no_rows:
         parts.append(f"no rows with an entity id (0 wherever alive): {', '.join(panel.no_rows)}")

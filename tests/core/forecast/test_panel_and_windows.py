@@ -300,3 +300,10 @@ def test_a_long_stretch_without_any_entity_is_said(tmp_path: Path) -> None:
     rows = "".join(f"1,{t},a\n" for t in range(0, 210, 10) if t != 100)
     write(tmp_path / "gap", "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n" + rows)
     assert "no entity reported" not in describe(read_panel(tmp_path / "gap"))
+
+
+def test_values_below_zero_are_kept_and_said(tmp_path: Path) -> None:
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n-5,0,a\n1,10,a\n")
+    panel = read_panel(tmp_path)
+    assert panel.values[0, 0, 0] == -5.0 and panel.negative_values == {"cpu": 1}
+    assert "values below 0 (kept; check the source): cpu 1" in describe(panel)
