@@ -14,13 +14,12 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from kubesage.adapters.spark.conf import SparkSettings, spark_settings
+from kubesage.adapters.spark.conf import SparkSettings, executor_memory_mib, spark_settings
 from kubesage.adapters.spark.eventlog import read_event_log
 from kubesage.adapters.spark.job_hints import DEFAULT_PROFILE, parse_locality
 from kubesage.adapters.spark.loop_placement import SparkPlacementReconciler
 from kubesage.adapters.spark.placement import (
     ExecutorShape,
-    executor_memory_mib,
     place_executors,
     spread_placement,
 )

@@ -36,6 +36,8 @@ GPU executors (``gpus_per_executor``), in the form the cluster hands GPUs out:
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +60,26 @@ GPU_VENDOR = "nvidia.com"
 """Spark's ``resource.gpu.vendor``: with it Spark asks Kubernetes for ``nvidia.com/gpu``."""
 GPU_DISCOVERY_SCRIPT = "/opt/spark/examples/src/main/scripts/getGpusResources.sh"
 """The GPU discovery script shipped in Spark's distribution and its container images."""
+
+
+_MEMORY = re.compile(r"^\s*(\d+|\d*\.\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+_MIB_PER_UNIT = {"k": 1 / 1024, "": 1.0, "m": 1.0, "g": 1024.0, "t": 1024.0**2}
+
+
+def executor_memory_mib(text: str) -> int:
+    """``spark.executor.memory`` as Spark reads it — a whole number with an optional JVM
+    unit (``k``, ``m``, ``g``, ``t``; no unit is MiB): ``4g``, ``4096m``, ``4096`` → 4096.
+    A fraction is refused, as Spark refuses it, with the whole-MiB spelling to use."""
+    match = _MEMORY.match(text)
+    if match is None:
+        raise InputError(f"--memory {text!r} is not a JVM memory size like 4g or 4096m")
+    number, unit = match.group(1), match.group(2).lower()
+    mib = math.ceil(float(number) * _MIB_PER_UNIT[unit])
+    if "." in number:
+        raise InputError(f"--memory {text!r}: Spark reads whole numbers; write {mib}m")
+    if mib < 1:
+        raise InputError(f"--memory {text!r} is less than 1 MiB")
+    return mib
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ random node with room for each.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,25 +31,6 @@ from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import PodRequest
-
-_MEMORY = re.compile(r"^\s*(\d+|\d*\.\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
-_MIB_PER_UNIT = {"k": 1 / 1024, "": 1.0, "m": 1.0, "g": 1024.0, "t": 1024.0**2}
-
-
-def executor_memory_mib(text: str) -> int:
-    """``spark.executor.memory`` as Spark reads it — a whole number with an optional JVM
-    unit (``k``, ``m``, ``g``, ``t``; no unit is MiB): ``4g``, ``4096m``, ``4096`` → 4096.
-    A fraction is refused, as Spark refuses it, with the whole-MiB spelling to use."""
-    match = _MEMORY.match(text)
-    if match is None:
-        raise InputError(f"--memory {text!r} is not a JVM memory size like 4g or 4096m")
-    number, unit = match.group(1), match.group(2).lower()
-    mib = math.ceil(float(number) * _MIB_PER_UNIT[unit])
-    if "." in number:
-        raise InputError(f"--memory {text!r}: Spark reads whole numbers; write {mib}m")
-    if mib < 1:
-        raise InputError(f"--memory {text!r} is less than 1 MiB")
-    return mib
 
 
 @dataclass(frozen=True)

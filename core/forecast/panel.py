@@ -344,21 +344,21 @@ def _check_grid_size(
     if cells <= MAX_PANEL_CELLS:
         return
 
-    def where(pick: str) -> str:
-        metric = (min if pick == "min" else max)(
-            (m for m in stamps if stamps[m].size),
-            key=lambda m: float(stamps[m].min() if pick == "min" else stamps[m].max()),
-        )
-        k = int(stamps[metric].argmin() if pick == "min" else stamps[metric].argmax())
+    filled = [m for m in stamps if stamps[m].size]
+    first = min(filled, key=lambda m: float(stamps[m].min()))
+    last = max(filled, key=lambda m: float(stamps[m].max()))
+
+    def row(metric: str, k: int) -> str:
         path, lines = sources[metric]
         return f"{path.name}:{lines[used[metric][k]]} ({stamps[metric][k]:g})"
 
-    every = np.unique(np.concatenate([t for t in stamps.values() if t.size]))
+    every = np.unique(np.concatenate([stamps[m] for m in filled]))
     gap = float(np.diff(every).max()) if every.size > 1 else 0.0
     raise InputError(
         f"{directory}: the samples span a grid of {cells:,} cells at {step:g} s a step, "
-        f"over the limit of {MAX_PANEL_CELLS:,}; the earliest timestamp is {where('min')}, "
-        f"the latest {where('max')}, and the largest gap between samples is "
+        f"over the limit of {MAX_PANEL_CELLS:,}; the earliest timestamp is "
+        f"{row(first, int(stamps[first].argmin()))}, the latest "
+        f"{row(last, int(stamps[last].argmax()))}, and the largest gap between samples is "
         f"{format_duration(gap)} — check those rows, and that every file's timestamps are "
         "in seconds"
     )

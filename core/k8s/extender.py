@@ -104,7 +104,7 @@ _FILTER_FEASIBLE = DECISIONS.labels("filter", "feasible")
 _FILTER_NO_FIT = DECISIONS.labels("filter", "no_fit")
 _PRIORITIZE_SCORED = DECISIONS.labels("prioritize", "scored")
 _UNKNOWN_NODES = FALLBACKS.labels("extender", "unknown_node")
-_NO_RESULT: dict[str, Any] = {
+_NO_RESULT: dict[str, Any] = {  # an ExtenderFilterResult's fields, in Go's order
     "Nodes": None,
     "NodeNames": None,
     "FailedNodes": {},
@@ -186,8 +186,7 @@ class Extender:
         if candidates.unknown.size:
             _UNKNOWN_NODES.inc(candidates.unknown.size)
         result: dict[str, Any] = {
-            "Nodes": None,
-            "NodeNames": None,
+            **_NO_RESULT,
             "FailedNodes": failed,
             "FailedAndUnresolvableNodes": unresolvable,
             "Error": "",

@@ -18,7 +18,15 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from kubesage.core.errors import InputError
@@ -39,25 +47,25 @@ def _qualified_name(value: str) -> str:
     return value
 
 
-def check_label_key(key: str, what: str) -> str:
-    """``key`` when it is a valid label key (what the API server accepts in a node
-    selector or a topology key); InputError naming ``what`` if not."""
-    try:
-        if re.fullmatch(QUALIFIED_NAME_PATTERN, key) is None or len(key) > 317:
-            raise ValueError(
-                "expected an optional DNS-subdomain prefix and '/', then a name "
-                "of letters, digits, '-', '_' and '.' (≤ 63 characters)"
-            )
-        _qualified_name(key)
-    except ValueError as exc:
-        raise InputError(f"{what} {key!r} is not a Kubernetes label key: {exc}") from None
-    return key
-
-
 QualifiedName = Annotated[
     str, Field(pattern=QUALIFIED_NAME_PATTERN, max_length=317), AfterValidator(_qualified_name)
 ]
 """A label or annotation key: optional DNS-subdomain prefix and '/', then a name ≤ 63."""
+_LABEL_KEY: TypeAdapter[str] = TypeAdapter(QualifiedName)
+
+
+def check_label_key(key: str, what: str) -> str:
+    """``key`` when it is a valid label key (what the API server accepts in a node
+    selector or a topology key: :data:`QualifiedName`); InputError naming ``what`` if not."""
+    try:
+        return _LABEL_KEY.validate_python(key)
+    except ValidationError:
+        raise InputError(
+            f"{what} {key!r} is not a Kubernetes label key: an optional DNS-subdomain prefix "
+            "and '/', then a name of letters, digits, '-', '_' and '.' (≤ 63 characters)"
+        ) from None
+
+
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, max_length=253)]
 Weight = Annotated[int, Field(ge=1, le=100)]

@@ -5,14 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kubesage.adapters.spark.conf import GROUP_LABEL, SparkSettings, spark_settings
+from kubesage.adapters.spark.conf import (
+    GROUP_LABEL,
+    SparkSettings,
+    executor_memory_mib,
+    spark_settings,
+)
 from kubesage.adapters.spark.placement import ExecutorShape, place_executors
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile
 from kubesage.core.cli.main import app
 from kubesage.core.dra.claims import DeviceMode
+from kubesage.core.errors import InputError
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from tests.adapters.spark.test_placement import loaded, topology
 
@@ -140,3 +147,25 @@ def test_spark_submit_options_before_the_separator_are_kubesages() -> None:
     result = CliRunner().invoke(app, [*args, "--executor-gpu", "1", "--", "app.py"])
     assert result.exit_code == 2
     assert "No such option: --executor-gpu" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [("4g", 4096), ("4G", 4096), ("4096m", 4096), ("4096", 4096), ("2gb", 2048), ("1t", 1 << 20),
+     ("1536k", 2)],
+)  # fmt: skip
+def test_executor_memory_reads_like_spark_executor_memory(text: str, mib: int) -> None:
+    assert executor_memory_mib(text) == mib
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1.5g", "Spark reads whole numbers; write 1536m"),
+        ("4 GiB", "not a JVM memory size like 4g or 4096m"),
+        ("0m", "less than 1 MiB"),
+    ],
+)
+def test_executor_memory_spark_would_refuse_is_refused(text: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        executor_memory_mib(text)

@@ -7,7 +7,6 @@ import pytest
 
 from kubesage.adapters.spark.placement import (
     ExecutorShape,
-    executor_memory_mib,
     place_executors,
     random_placement,
     spread_placement,
@@ -118,25 +117,3 @@ def test_capacity_and_shape_errors_are_named() -> None:
         place_executors(drtg, state, ExecutorShape(9, 8, 1_024), ShuffleProfile((GB,)))
     with pytest.raises(InputError, match="must be positive"):
         ExecutorShape(0, 1, 1)
-
-
-@pytest.mark.parametrize(
-    ("text", "mib"),
-    [("4g", 4096), ("4G", 4096), ("4096m", 4096), ("4096", 4096), ("2gb", 2048), ("1t", 1 << 20),
-     ("1536k", 2)],
-)  # fmt: skip
-def test_executor_memory_reads_like_spark_executor_memory(text: str, mib: int) -> None:
-    assert executor_memory_mib(text) == mib
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("1.5g", "Spark reads whole numbers; write 1536m"),
-        ("4 GiB", "not a JVM memory size like 4g or 4096m"),
-        ("0m", "less than 1 MiB"),
-    ],
-)
-def test_executor_memory_spark_would_refuse_is_refused(text: str, message: str) -> None:
-    with pytest.raises(InputError, match=message):
-        executor_memory_mib(text)
