@@ -4,7 +4,10 @@ A log is JSON lines, one listener event per line. Accepted forms: a single file
 (plain, ``.gz`` or ``.zstd`` — Spark 4's default codec), or a rolling log
 directory (``eventlog_v2_<app>/events_<n>_<app>[.codec]``, read in ``n`` order);
 the path may be a ``file://`` URI, as ``spark.eventLog.dir`` is written. The codec
-comes from the name without Spark's ``.inprogress`` and ``.compact`` endings.
+comes from the name without Spark's ``.inprogress`` and ``.compact`` endings. A file is
+read and decompressed in pieces, one event line at a time, so memory follows the
+longest line, not the log; lines end at ``\n`` only (U+2028 inside a JSON string,
+which Spark writes raw, is text).
 
 A log still being written (named ``….inprogress``, or a rolling directory whose
 ``appstatus_…`` file is) often ends mid-line, or mid-zstd-frame, where Spark's
@@ -30,6 +33,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -164,45 +168,104 @@ def _codec(path: Path) -> str:
     return Path(name).suffix if "." in name else ""
 
 
-def _decoded(file: Path, in_progress: bool) -> tuple[str, bool]:
-    """The file's text, and whether its compressed stream stopped mid-frame (only
-    allowed while the log is being written)."""
-    codec = _codec(file)
-    if codec in (".lz4", ".snappy", ".lzf"):
-        raise EventLogError(
-            f"{file}: {codec[1:]}-compressed event logs are not supported; "
-            "set spark.eventLog.compression.codec=zstd (or spark.eventLog.compress=false)"
-        )
-    try:
-        data = file.read_bytes()
-        cut = False
-        if codec == ".gz":
-            data = gzip.decompress(data)
-        elif codec in (".zstd", ".zst"):
-            data, cut = _zstd_frames(data)
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise EventLogError(f"{file}:{line}: not UTF-8 text") from None
-    except (OSError, EOFError, ValueError) as exc:
-        raise EventLogError(f"{file}: cannot read: {exc}") from exc
-    if cut and not in_progress:
-        raise EventLogError(f"{file}: the zstd stream ends mid-frame (the log is cut off)")
-    return text, cut
+_READ_BYTES = 1 << 20
+"""How much of a log file is read (or decompressed) at a time."""
+_ZSTD_READ_BYTES = 1 << 16
+"""How much of a zstd log is decompressed at a time: zstd's decoder returns all that
+its input holds, ten to twenty times as much for an event log."""
 
 
-def _zstd_frames(data: bytes) -> tuple[bytes, bool]:
-    """Every zstd frame of ``data`` decompressed, and whether the last one is incomplete."""
-    import zstandard
+class _Decoded:
+    """A log file's bytes after its codec, in pieces, without holding the whole file;
+    :attr:`cut` says, once every piece is read, whether a zstd stream stopped
+    mid-frame."""
 
-    out = []
-    while data:
+    def __init__(self, file: Path):
+        self.file = file
+        self.codec = _codec(file)
+        if self.codec in (".lz4", ".snappy", ".lzf"):
+            raise EventLogError(
+                f"{file}: {self.codec[1:]}-compressed event logs are not supported; "
+                "set spark.eventLog.compression.codec=zstd (or spark.eventLog.compress=false)"
+            )
+        self.cut = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            if self.codec == ".gz":
+                with gzip.open(self.file, "rb") as handle:
+                    yield from iter(partial(handle.read, _READ_BYTES), b"")
+            else:
+                with self.file.open("rb") as handle:
+                    if self.codec in (".zstd", ".zst"):
+                        yield from self._zstd_frames(
+                            iter(partial(handle.read, _ZSTD_READ_BYTES), b"")
+                        )
+                    else:
+                        yield from iter(partial(handle.read, _READ_BYTES), b"")
+        except (OSError, EOFError, ValueError) as exc:
+            raise EventLogError(f"{self.file}: cannot read: {exc}") from exc
+
+    def _zstd_frames(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        """Every zstd frame of ``pieces`` decompressed (Spark may write several)."""
+        import zstandard
+
         frame = zstandard.ZstdDecompressor().decompressobj()
-        out.append(frame.decompress(data))
-        if not frame.eof:
-            return b"".join(out), True
-        data = frame.unused_data
-    return b"".join(out), False
+        fed = False  # the current frame has had input
+        for piece in pieces:
+            while piece:
+                try:
+                    out = frame.decompress(piece)
+                except zstandard.ZstdError as exc:
+                    raise EventLogError(f"{self.file}: not a zstd stream: {exc}") from None
+                fed = True
+                if out:
+                    yield out
+                if not frame.eof:
+                    break
+                piece = frame.unused_data
+                frame = zstandard.ZstdDecompressor().decompressobj()
+                fed = False
+        self.cut = fed and not frame.eof
+
+
+def _lines(decoded: _Decoded, in_progress: bool) -> Iterator[tuple[int, str, bool]]:
+    """``(number, text, cut_off)`` for each line of the file, split at ``\n`` only (a
+    JSON string may hold U+2028 and other characters Python also calls line breaks);
+    ``cut_off`` marks a final line that ends without its newline or where the zstd
+    stream stops mid-frame."""
+    file = decoded.file
+    number = 0
+    held: bytes | None = None  # the last whole line seen: yielded once the next one is
+
+    def text_of(line: bytes) -> str:
+        try:
+            return line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise EventLogError(f"{file}:{number}: not UTF-8 text") from None
+
+    tail: list[bytes] = []  # the line being read, in pieces (a line may be megabytes)
+    for piece in decoded:
+        split = piece.split(b"\n")
+        if len(split) == 1:
+            tail.append(piece)
+            continue
+        tail.append(split[0])
+        for line in (b"".join(tail), *split[1:-1]):
+            if held is not None:
+                number += 1
+                yield number, text_of(held), False
+            held = line
+        tail = [split[-1]] if split[-1] else []
+    pending = b"".join(tail)
+    if decoded.cut and not in_progress:
+        raise EventLogError(f"{file}: the zstd stream ends mid-frame (the log is cut off)")
+    if held is not None:
+        number += 1
+        yield number, text_of(held), decoded.cut and not pending
+    if pending:
+        number += 1
+        yield number, text_of(pending), True
 
 
 def _local(path: Path) -> Path:
@@ -240,22 +303,22 @@ def _files(path: Path) -> tuple[list[Path], bool]:
 def _events(path: Path, notes: list[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
     files, in_progress = _files(_local(path))
     for index, file in enumerate(files):
-        text, cut = _decoded(file, in_progress)
-        lines = text.splitlines(keepends=True)
-        for number, line in enumerate(lines, start=1):
+        decoded = _Decoded(file)
+        for number, line, cut_off in _lines(decoded, in_progress):
             if not line.strip():
                 continue
             try:
                 event = json.loads(line)
             except json.JSONDecodeError as exc:
-                last = number == len(lines) and (cut or not line.endswith("\n"))
-                if last and in_progress and index == len(files) - 1:
+                if cut_off and in_progress and index == len(files) - 1:
                     notes.append(
                         f"{file}:{number}: the log is being written and ends mid-event; "
                         "that partial event is not read"
                     )
                     continue
-                reason = "truncated (the log ends mid-event)" if last else f"not JSON ({exc.msg})"
+                reason = (
+                    "truncated (the log ends mid-event)" if cut_off else f"not JSON ({exc.msg})"
+                )
                 raise EventLogError(f"{file}:{number}: {reason}") from None
             if not isinstance(event, dict) or "Event" not in event:
                 raise EventLogError(f"{file}:{number}: not a listener event (no 'Event' field)")

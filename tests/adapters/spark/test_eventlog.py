@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,43 @@ def test_input_read_by_a_stage_with_shuffle_parents_counts_too() -> None:
     profile = ShuffleProfile.from_application(app)
     assert profile.input_bytes == 22_000
     assert profile.shuffle_bytes == (1_000,)
+
+
+def test_a_large_log_is_read_in_pieces_and_split_at_newlines_only(
+    spark_event_log: Path, tmp_path: Path
+) -> None:
+    # A job description may hold U+2028 (Jackson writes it raw), which Python's
+    # str.splitlines also takes for a line break; and a SQL plan event can be
+    # megabytes on one line. Neither may change what is read, nor need the whole
+    # log in memory.
+    lines = plain_lines(spark_event_log)
+    description = {"Event": "SparkListenerJobStart", "Job ID": 99, "Stage Infos": []}
+    description["Properties"] = {"spark.job.description": "first\u2028second\u0085third"}
+    plan = {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart"}
+    plan["physicalPlanDescription"] = "x" * (3 << 19)  # more than one read piece in one line
+    rng = random.Random(0)
+    filler = [  # compresses about as well as an event log (a few times, not thousands)
+        json.dumps({"Event": "SparkListenerBlockUpdated", "pad": rng.randbytes(2000).hex()}) + "\n"
+        for _ in range(6000)  # about 24 MB in all
+    ]
+    head = [lines[0], json.dumps(description, ensure_ascii=False) + "\n", json.dumps(plan) + "\n"]
+    text = "".join([*head, *filler, *lines[1:]])
+    log = tmp_path / "big.zstd"
+    log.write_bytes(zstandard.ZstdCompressor().compress(text.encode()))
+    tracemalloc.start()
+    try:
+        app = read_event_log(log)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    whole = read_event_log(spark_event_log)
+    assert app.shuffle_edges() == whole.shuffle_edges()
+    assert app.skipped_events["SparkListenerBlockUpdated"] == 6000
+    assert peak < len(text) / 3, f"peak {peak / 2**20:.1f} MiB for a {len(text) / 2**20:.0f} MB log"
+
+
+def test_a_file_that_is_not_zstd_is_refused_by_name(tmp_path: Path) -> None:
+    log = tmp_path / "app.zstd"
+    log.write_bytes(b'{"Event": "SparkListenerLogStart"}\n')  # named zstd, written plain
+    with pytest.raises(EventLogError, match=r"app.zstd: not a zstd stream"):
+        read_event_log(log)
