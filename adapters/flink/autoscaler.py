@@ -22,14 +22,20 @@ Missing metrics hold only the vertex that lacks them, as Flink's operator autosc
 does: a vertex without busy time or without its record counts keeps its parallelism
 (a source: "held"), the others are still scaled from their own busy time and the
 records they receive, and the reasons say what was missing and what was assumed. A
-vertex that processed nothing while its demand is zero is idle: it goes to
-``min_parallelism`` (after the scale-down delay).
+vertex that counted no records, is not busy (below ``BUSY_WITHOUT_RECORDS_MS``) and
+owes nothing is idle: it goes to ``min_parallelism`` (after the scale-down delay); one
+that is busy without counting records (a source chained into its sink has no network
+input or output) is held. Records flowing at busy time 0 is an unbounded true rate, as
+Flink's operator autoscaler reads it: ``min_parallelism`` too. A FINISHED vertex (a
+bounded input that has ended) keeps its parallelism and emits nothing more; the rest of
+the job is scaled without it.
 
 A *saturated* source — no backlog metric, backpressured — emits only what the
 bottleneck takes, so its demand is only a lower bound. Then a vertex busier than the
 target utilisation is scaled up by ``saturated_step`` per rescale (bounded, re-measured
 after each: once the backpressure lifts the demand shows itself and the ordinary rule
-takes over), and nothing downstream of it is scaled down on that figure.
+takes over), and nothing downstream of it is scaled down on that figure (not even an
+idle or unboundedly fast vertex).
 
 Guard rails: no decision while the job is not RUNNING or within ``settle_s`` of its
 last (re)start or over a window shorter than ``min_window_s``; a change must be
@@ -37,7 +43,9 @@ proposed, in the same direction, by ``stable_observations`` consecutive observat
 (the smallest of those changes is made); a vertex whose utilisation is within
 ``target ± boundary`` keeps its parallelism; scale-downs wait ``scale_down_delay_s``;
 no vertex reverses a rescale within ``oscillation_window_s``; and a plan that needs
-more task slots than the cluster has is capped to the slots there are, saying so.
+more task slots than the cluster has is capped to the slots there are, split among the
+slot-sharing groups by water-filling (:mod:`~kubesage.adapters.flink.slot_sharing`),
+saying so.
 
 :class:`Autoscaler` keeps the memory between calls for callers that want an object;
 the control loop is :func:`~kubesage.adapters.flink.autoscale_loop.run_autoscaler`.
@@ -53,7 +61,17 @@ from typing import Literal
 from kubesage.adapters.flink.autoscaler_settings import AutoscalerSettings
 from kubesage.adapters.flink.demand import JobDemand, VertexDemand, job_demand
 from kubesage.adapters.flink.guard_rails import GuardRailMemory, VertexMemory, guard
-from kubesage.adapters.flink.observation import Observation, VertexObservation
+from kubesage.adapters.flink.observation import (
+    SETTLED_STATUSES,
+    Observation,
+    VertexObservation,
+)
+from kubesage.adapters.flink.slot_sharing import GroupNeed, share_slots
+
+BUSY_WITHOUT_RECORDS_MS = 100.0
+"""Busy ms/s from which a vertex that counts no records is working on records the
+counters do not see (a source chained into its sink has no network input or output):
+the top of Flink's "ok" level (10 %). Below it, no records and no demand is idleness."""
 
 __all__ = [
     "Autoscaler",
@@ -169,9 +187,12 @@ class Autoscaler:
 def _skip_reason(observation: Observation, settings: AutoscalerSettings) -> str | None:
     if observation.job_state != "RUNNING":
         return f"job is {observation.job_state}, not RUNNING"
-    not_running = [v.name for v in observation.vertices if v.status != "RUNNING"]
+    not_running = [v.name for v in observation.vertices if v.status not in SETTLED_STATUSES]
     if not_running:
         return f"vertices not RUNNING yet: {', '.join(not_running)}"
+    active = [v for v in observation.vertices if not v.finished]
+    if not active:
+        return "every vertex is FINISHED: nothing left to scale"
     since = observation.time_s - observation.running_since_s
     if since < settings.settle_s:
         return f"job (re)started {since:.0f} s ago; metrics count after {settings.settle_s:.0f} s"
@@ -188,7 +209,7 @@ def _skip_reason(observation: Observation, settings: AutoscalerSettings) -> str 
             f"the measurement window starts {window_start:.0f} s after the (re)start; "
             f"it must start after {settings.settle_s:.0f} s"
         )
-    if all(_missing(v) for v in observation.vertices):
+    if all(_missing(v) for v in active):
         return "no vertex reports busy time and record counts yet"
     return None
 
@@ -208,16 +229,26 @@ def _missing(vertex: VertexObservation) -> list[str]:
 def _job_notes(
     observation: Observation, demand: JobDemand, settings: AutoscalerSettings
 ) -> list[str]:
-    """The job-wide modes the decision ran in: saturated sources, vertices held for
-    missing metrics."""
+    """The job-wide modes the decision ran in: finished vertices, saturated sources,
+    vertices held for missing metrics."""
     notes = []
+    finished = [v.name for v in observation.vertices if v.finished]
+    if finished:
+        notes.append(
+            f"FINISHED (input ended), kept at their parallelism: {', '.join(finished)}; "
+            "the rest is scaled without them"
+        )
     if demand.saturated:
         notes.append(
             f"saturated: {', '.join(demand.saturated)} (no backlog metric, no room to emit "
             f"more): demand is a lower bound; bottlenecks grow ×{settings.saturated_step:g} "
             "per rescale and are re-measured after each; no scale-down on that figure"
         )
-    missing = {v.name: _missing(v) for v in observation.vertices if not settings.excludes(v)}
+    missing = {
+        v.name: _missing(v)
+        for v in observation.vertices
+        if not settings.excludes(v) and not v.finished
+    }
     held = [f"{name} ({', '.join(metrics)})" for name, metrics in missing.items() if metrics]
     if held:
         notes.append(f"metrics missing, held: {'; '.join(held)}")
@@ -233,6 +264,8 @@ def _vertex(
 ) -> tuple[VertexDecision, VertexMemory | None]:
     """The vertex's decision and its memory afterwards (None: nothing to remember)."""
     target = demand.target_out if vertex.is_source else demand.target_in
+    if vertex.finished:
+        return _keep(vertex, "FINISHED: its input has ended; keeps its parallelism"), None
     if settings.excludes(vertex):
         return _keep(vertex, "excluded from scaling", target=target), None
     missing = _missing(vertex)
@@ -246,26 +279,42 @@ def _vertex(
     assert vertex.busy_ms_per_s is not None
     rate = vertex.records_out_per_s if vertex.is_source else vertex.records_in_per_s
     assert rate is not None
-    busy = min(max(vertex.busy_ms_per_s, 0.0), 1000.0) / 1000.0
+    busy_ms = min(max(vertex.busy_ms_per_s, 0.0), 1000.0)
     reasons = list(demand.notes)
-    if rate <= 0.0 or busy <= 0.0:
-        if target > 0.0:
+    if rate <= 0.0:
+        owed = f" (demand {target:.1f} rec/s)" if target > 0.0 else ""
+        if busy_ms >= BUSY_WITHOUT_RECORDS_MS:
+            # Working on something the record counters do not see: no rate to scale on.
             return _keep(
                 vertex,
-                f"no records processed in the window (demand {target:.1f} rec/s)",
+                f"busy {busy_ms:.0f} ms/s but no records counted in the window{owed}: held",
                 *demand.notes,
                 target=target,
             ), None
-        # Nothing arrives and nothing is owed: idle, as Flink's autoscaler reads it
-        # (an infinite true rate) — the smallest parallelism does.
+        if target > 0.0:
+            return _keep(
+                vertex, f"no records processed in the window{owed}", *demand.notes, target=target
+            ), None
         true_rate, utilisation = None, 0.0
-        reasons.append("idle: no records in the window and no demand")
+        reasons.append(f"idle: no records in the window and no demand (busy {busy_ms:.0f} ms/s)")
         ideal = _clamp(vertex, settings.min_parallelism, reasons, settings)
+        ideal = _within_boundary(vertex, ideal, utilisation, demand, reasons, settings)
+    elif busy_ms <= 0.0:
+        # Records flow and no busy time registers: Flink's operator autoscaler reads this
+        # as an unbounded true rate, so the smallest parallelism takes the demand.
+        true_rate, utilisation = None, 0.0
+        reasons.append(
+            f"busy 0 ms/s at {rate:.1f} rec/s: true rate unbounded (as Flink's operator "
+            f"autoscaler reads it), so target {target:.1f} rec/s needs the minimum"
+        )
+        ideal = _clamp(vertex, settings.min_parallelism, reasons, settings)
+        ideal = _within_boundary(vertex, ideal, utilisation, demand, reasons, settings)
     else:
+        busy = busy_ms / 1000.0
         true_rate = rate / vertex.parallelism / busy
         utilisation = target / (true_rate * vertex.parallelism)
         reasons.append(
-            f"true rate {true_rate:.1f} rec/s per subtask (busy {busy * 1000:.0f} ms/s), "
+            f"true rate {true_rate:.1f} rec/s per subtask (busy {busy_ms:.0f} ms/s), "
             f"target {target:.1f} rec/s, utilisation {utilisation:.2f}"
         )
         ideal = math.ceil(target / (true_rate * settings.target_utilisation) - 1e-9)
@@ -349,24 +398,30 @@ def _clamp(
 def _fit_slots(
     observation: Observation, decisions: list[VertexDecision]
 ) -> tuple[list[VertexDecision], str | None]:
-    """Caps the plan to the slots that exist; vertices of one slot-sharing group share."""
+    """Caps the plan to the slots that exist; vertices of one slot-sharing group share,
+    and the groups split the slots by water-filling (:mod:`slot_sharing`)."""
     groups: dict[str, list[int]] = {}
     by_id = {v.vertex_id: v for v in observation.vertices}
     for index, decision in enumerate(decisions):
         groups.setdefault(by_id[decision.vertex_id].slot_sharing_group, []).append(index)
-    current = sum(max(decisions[i].current for i in members) for members in groups.values())
-    needed = sum(max(decisions[i].proposed for i in members) for members in groups.values())
-    capacity = observation.slots_free + current
+    needs = {
+        name: GroupNeed(
+            held=max(decisions[i].current for i in members),
+            wanted=max(decisions[i].proposed for i in members),
+        )
+        for name, members in groups.items()
+    }
+    capacity = observation.slots_free + sum(need.held for need in needs.values())
+    needed = sum(need.wanted for need in needs.values())
     if needed <= capacity:
         return decisions, None
-    spare = capacity - len(groups)  # every group keeps at least one slot
-    per_group = max(1, 1 + spare // max(len(groups), 1))
+    allowed = share_slots(needs, capacity)
     capped = list(decisions)
-    for members in groups.values():
+    for name, members in groups.items():
         for i in members:
             decision = capped[i]
-            if decision.proposed > per_group and decision.proposed > decision.current:
-                limit = max(per_group, decision.current)
+            if decision.proposed > allowed[name] and decision.proposed > decision.current:
+                limit = max(allowed[name], decision.current)
                 capped[i] = replace(
                     decision,
                     proposed=limit,

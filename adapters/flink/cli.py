@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -18,15 +19,14 @@ from kubesage.adapters.flink.checkpoint_coordinator import (
     CheckpointRecord,
 )
 from kubesage.adapters.flink.checkpoint_history import (
-    completed_entries,
     history_peak_concurrent,
-    measure_profiles,
-    observed_profile,
 )
-from kubesage.adapters.flink.checkpoint_settings import periodic_interval_ms
-from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.client import FlinkClient, check_rest_url
 from kubesage.adapters.flink.demand_forecast import DemandForecast
-from kubesage.adapters.flink.errors import FlinkError, FlinkUnavailable
+from kubesage.adapters.flink.errors import (
+    FlinkError,
+    FlinkUnavailable,
+)
 from kubesage.adapters.flink.registry import JobRegistry
 from kubesage.adapters.flink.stagger import (
     DEFAULT_RESOLUTION_MS,
@@ -35,6 +35,7 @@ from kubesage.adapters.flink.stagger import (
     aligned_plan,
     plan_stagger,
 )
+from kubesage.adapters.flink.stagger_jobs import stagger_profiles
 from kubesage.adapters.flink.state_apply import (
     DEFAULT_RUNNING_TIMEOUT_S,
     StateApplier,
@@ -80,8 +81,9 @@ DurationS = Annotated[
 
 @contextmanager
 def connect(url: str) -> Iterator[FlinkClient]:
-    """A client on ``url`` that has answered once; a clear error when nothing answers."""
-    with FlinkClient(url) as client:
+    """A client on ``url`` that has answered once; a clear error when ``url`` is not an
+    http(s) URL or nothing answers."""
+    with FlinkClient(check_rest_url(url)) as client:
         try:
             client.overview()
         except FlinkUnavailable as exc:
@@ -166,9 +168,7 @@ def submit_command(
         parallelism=parallelism,
         forecast_rate=forecast_rate,
         subtask_rate=subtask_rate,
-        checkpoint_interval_ms=round(checkpoint_interval_s * 1000)
-        if checkpoint_interval_s
-        else None,
+        checkpoint_interval_ms=positive_ms(checkpoint_interval_s, "--checkpoint-interval-s"),
         driven=drive,
         flink_home=flink_home,
         taskmanager_gpus=taskmanager_gpus,
@@ -281,12 +281,15 @@ def stagger_command(
 ) -> None:
     """Plan checkpoint phases across jobs and trigger checkpoints on that plan."""
     jobs_registry = JobRegistry(registry)
+    fallback_interval_ms = positive_ms(interval_s, "--interval-s")
     with connect(jobmanager) as client:
         profiles = stagger_profiles(
             client,
             jobs_registry,
-            job_ids=job,
-            interval_ms=round(interval_s * 1000) if interval_s else None,
+            job or running_job_ids(client),
+            named=bool(job),
+            say=say,
+            interval_ms=fallback_interval_ms,
             probe_rounds=0 if dry_run else probe_rounds,
         )
         if not profiles:
@@ -397,45 +400,22 @@ def running_job_ids(client: FlinkClient) -> list[str]:
     return sorted(j.job_id for j in client.jobs() if j.state == "RUNNING")
 
 
-def stagger_profiles(
-    client: FlinkClient,
-    registry: JobRegistry,
-    *,
-    job_ids: list[str] | None,
-    interval_ms: int | None,
-    probe_rounds: int,
-) -> list[CheckpointProfile]:
-    """Profiles of the jobs the coordinator can drive; says why each other job is left out."""
-    candidates = job_ids or running_job_ids(client)
-    profiles: list[CheckpointProfile] = []
-    to_probe: list[tuple[str, int]] = []
-    for job_id in candidates:
-        periodic = periodic_interval_ms(client, job_id)
-        if periodic is not None:
-            stderr.print(
-                f"job {job_id}: Flink checkpoints it every {periodic} ms itself; not driven "
-                "(resubmit with `kubesage flink submit --drive`)",
-                highlight=False,
-            )
-            continue
-        run = registry.find(job_id)
-        interval = (run.checkpoint_interval_ms if run else None) or interval_ms
-        if interval is None:
-            stderr.print(f"job {job_id}: no checkpoint interval known; skipped", highlight=False)
-            continue
-        entries = completed_entries(client.checkpoints(job_id))
-        if entries or probe_rounds == 0:
-            if not entries:
-                stderr.print(
-                    f"job {job_id}: no completed checkpoint yet; assuming the default duration",
-                    highlight=False,
-                )
-            profiles.append(observed_profile(job_id, interval, entries))
-        else:
-            to_probe.append((job_id, interval))
-    for job_id, interval in to_probe:
-        profiles += measure_profiles(client, [job_id], interval, rounds=probe_rounds)
-    return profiles
+def say(note: str) -> None:
+    """A note for the user, on stderr."""
+    stderr.print(note, highlight=False)
+
+
+def positive_ms(seconds: float | None, option: str) -> int | None:
+    """``seconds`` in whole ms (None stays None); an InputError naming ``option`` unless
+    it is at least 1 ms (0 is not "not given")."""
+    if seconds is None:
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InputError(f"{option} must be positive, got {seconds:g}")
+    milliseconds = round(seconds * 1000)
+    if milliseconds < 1:
+        raise InputError(f"{option} must be at least 0.001 (1 ms), got {seconds:g}")
+    return milliseconds
 
 
 def print_plan(plan: StaggerPlan, profiles: list[CheckpointProfile]) -> None:

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import tenacity
@@ -34,6 +35,7 @@ from kubesage.adapters.flink.rest_models import (
     AggregatedMetric,
     BackPressure,
     CheckpointConfig,
+    CheckpointDetail,
     CheckpointStats,
     CheckpointTrigger,
     ClusterOverview,
@@ -43,11 +45,21 @@ from kubesage.adapters.flink.rest_models import (
     ResourceRequirement,
     SavepointTrigger,
 )
+from kubesage.core.errors import InputError
 from kubesage.core.field_errors import first_problem
 
 log = logging.getLogger(__name__)
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+def check_rest_url(url: str, option: str = "--jobmanager") -> str:
+    """``url`` when it is an http(s) URL with a host, as the REST client needs; else an
+    InputError naming ``option`` (a malformed URL is not a JobManager that is down)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"{option} must be an http(s) URL like http://host:8081, got '{url}'")
+    return url
 
 
 class _TransientError(Exception):
@@ -193,6 +205,11 @@ class FlinkClient:
 
     def checkpoints(self, job_id: str) -> CheckpointStats:
         return self._get_model(CheckpointStats, f"/jobs/{job_id}/checkpoints")
+
+    def checkpoint_details(self, job_id: str, checkpoint_id: int) -> CheckpointDetail:
+        """One checkpoint's statistics, with the state each vertex holds (``tasks``)."""
+        path = f"/jobs/{job_id}/checkpoints/details/{checkpoint_id}"
+        return self._get_model(CheckpointDetail, path)
 
     def checkpoint_config(self, job_id: str) -> CheckpointConfig:
         return self._get_model(CheckpointConfig, f"/jobs/{job_id}/checkpoints/config")

@@ -21,7 +21,12 @@ import numpy as np
 
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.demand_forecast import DEFAULT_HISTORY_STEPS
-from kubesage.adapters.flink.observation import Observation, VertexObservation
+from kubesage.adapters.flink.observation import (
+    FINISHED,
+    SETTLED_STATUSES,
+    Observation,
+    VertexObservation,
+)
 from kubesage.adapters.flink.rest_models import JobVertex, PlanInput
 
 if TYPE_CHECKING:
@@ -90,12 +95,15 @@ class ObservationCollector:
             self._samples.clear()
             self._pending_names.clear()
             self._running_since_ms = job.running_since_ms
-        running = job.state == "RUNNING" and all(v.status == "RUNNING" for v in job.vertices)
+        # A FINISHED vertex (a bounded input that has ended) never runs again: the rest of
+        # the job is measured without it.
+        running = job.state == "RUNNING" and all(v.status in SETTLED_STATUSES for v in job.vertices)
         counters: dict[str, dict[str, float]] = {}
         meters: dict[str, dict[str, float]] = {}
         if running:
             for vertex in job.vertices:
-                counters[vertex.id], meters[vertex.id] = self._read(vertex.id)
+                if vertex.status != FINISHED:
+                    counters[vertex.id], meters[vertex.id] = self._read(vertex.id)
             # Flink's metric store fills on the first query after a (re)start, and some
             # vertices never report some counters (a legacy source's busy time): each
             # rate is taken from the oldest sample that has its counter (``_rate``).
@@ -182,7 +190,7 @@ class ObservationCollector:
             slot_sharing_group=vertex.slot_sharing_group,
         )
         now_values = counters.get(vertex_id, {})
-        if window <= 0:
+        if window <= 0 or base.finished:
             return base
 
         def rate(name: str) -> float | None:

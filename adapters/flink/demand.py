@@ -11,7 +11,10 @@ order, the way Flink's own operator autoscaler computes them:
   the measured window trails a decline), plus ``backlog / catch_up_s`` to drain what
   it owes;
 - every other vertex must accept the sum of its inputs' targets and passes on
-  ``target × (records out / records in)`` (its selectivity; 1 when it cannot be measured).
+  ``target × (records out / records in)`` (its selectivity; 1 when it cannot be measured);
+- a FINISHED vertex (a bounded input that has ended) emits nothing more: 0; a vertex
+  all of whose inputs are FINISHED is draining what is in flight: its target is what it
+  receives now.
 
 Two things make a figure weaker, and both are recorded rather than hidden:
 
@@ -78,7 +81,12 @@ def job_demand(observation: Observation, catch_up_s: float) -> JobDemand:
     saturated: list[str] = []
     for vertex_id in topological(observation.vertices):
         vertex = by_id[vertex_id]
-        if vertex.is_source or vertex.pending_records is not None:
+        if vertex.finished:
+            demand = VertexDemand(0.0, 0.0, notes=("FINISHED: emits nothing more",))
+        elif vertex.inputs and all(i in by_id and by_id[i].finished for i in vertex.inputs):
+            # Every input has ended: what still arrives is in flight, owed like a backlog.
+            demand = _downstream(vertex, {}, unknown="its inputs are FINISHED (draining)")
+        elif vertex.is_source or vertex.pending_records is not None:
             received = _received_from(vertex_id, observation.vertices)
             demand = _source(vertex, catch_up_s, demands, received)
             if demand.lower_bound and vertex.is_source:
@@ -175,7 +183,13 @@ def _source(
     return VertexDemand(target_in, target_out, lower_bound or inherited, tuple(notes))
 
 
-def _downstream(vertex: VertexObservation, upstream: Mapping[str, VertexDemand]) -> VertexDemand:
+def _downstream(
+    vertex: VertexObservation,
+    upstream: Mapping[str, VertexDemand],
+    *,
+    unknown: str = "upstream demand unknown",
+) -> VertexDemand:
+    """A non-source vertex's demand; ``unknown`` says why its inputs' targets are not used."""
     notes: list[str] = []
     inputs = [upstream.get(i, VertexDemand(None, None)) for i in vertex.inputs]
     lower_bound = any(d.lower_bound for d in inputs)
@@ -184,9 +198,9 @@ def _downstream(vertex: VertexObservation, upstream: Mapping[str, VertexDemand])
     else:
         target_in = vertex.records_in_per_s
         notes.append(
-            "upstream demand unknown: target is what it receives now"
+            f"{unknown}: target is what it receives now"
             if target_in is not None
-            else "upstream demand unknown and records in not reported"
+            else f"{unknown} and records in not reported"
         )
     observed_in, observed_out = vertex.records_in_per_s, vertex.records_out_per_s
     if observed_in and observed_out is not None:

@@ -16,6 +16,15 @@ from dataclasses import dataclass
 
 from kubesage.adapters.flink.errors import FlinkNotFound
 
+FINISHED = "FINISHED"
+"""A vertex whose input has ended — a bounded source, or a side input, of a streaming
+job that keeps running (Flink checkpoints after tasks finish since 1.15). It never
+runs again: it keeps its parallelism, emits nothing more, and the rest of the job is
+measured and scaled without it."""
+SETTLED_STATUSES = frozenset({"RUNNING", FINISHED})
+"""Vertex states a running job can be measured and scaled in; any other is a (re)start
+that has not settled yet."""
+
 _RATE_FIELDS = (
     "records_in_per_s",
     "records_out_per_s",
@@ -54,6 +63,11 @@ class VertexObservation:
     @property
     def is_source(self) -> bool:
         return not self.inputs
+
+    @property
+    def finished(self) -> bool:
+        """Its input has ended (:data:`FINISHED`): left as it is."""
+        return self.status == FINISHED
 
     def __post_init__(self) -> None:
         # Flink reports NaN for metrics it does not measure (busy time of legacy

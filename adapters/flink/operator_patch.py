@@ -86,9 +86,13 @@ def validate_patch(patch: Mapping[str, Any]) -> dict[str, int]:
     value = conf.get(OVERRIDES_KEY)
     if not isinstance(value, str):
         raise OperatorPatchError(f"'spec.flinkConfiguration.{OVERRIDES_KEY}' must be a string")
-    extra = set(patch) - {"spec"} or set(spec) - {"flinkConfiguration"}
+    extra = (
+        sorted(set(patch) - {"spec"})
+        + [f"spec.{key}" for key in sorted(set(spec) - {"flinkConfiguration"})]
+        + [f"spec.flinkConfiguration.{key}" for key in sorted(set(conf) - {OVERRIDES_KEY})]
+    )
     if extra:
-        raise OperatorPatchError(f"patch touches more than the overrides: {sorted(extra)}")
+        raise OperatorPatchError(f"patch touches more than the overrides: {extra}")
     return parse_overrides(value)
 
 

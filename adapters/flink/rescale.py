@@ -1,7 +1,8 @@
 """In-place rescale through the adaptive scheduler's resource-requirements API.
 
 ``rescale_in_place`` sets the upper parallelism bound of the given vertices, then
-waits until the job is RUNNING with every vertex at its requested parallelism. If
+waits until the job is RUNNING with every vertex at its requested parallelism (and
+RUNNING, or FINISHED where its bounded input has ended). If
 Flink refuses the request (unknown vertex, a bound above max parallelism) nothing
 changed and the outcome says why. If the job does not get there in time (too few task
 slots, a task that keeps failing), the previous requirements are put back and the
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError, FlinkUnavailable
+from kubesage.adapters.flink.observation import SETTLED_STATUSES
 from kubesage.adapters.flink.rest_models import JobDetail, ParallelismBounds
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ class RescaleOutcome:
 
 
 def _running_at(job: JobDetail, wanted: Mapping[str, int]) -> bool:
-    if job.state != "RUNNING" or any(v.status != "RUNNING" for v in job.vertices):
+    if job.state != "RUNNING" or any(v.status not in SETTLED_STATUSES for v in job.vertices):
         return False
     current = {v.id: v.parallelism for v in job.vertices}
     return all(current.get(vertex_id) == p for vertex_id, p in wanted.items())

@@ -185,6 +185,22 @@ class CheckpointStats(FlinkModel):
     history: tuple[CheckpointEntry, ...] = ()
 
 
+class TaskCheckpointState(FlinkModel):
+    """One vertex's entry in a checkpoint's ``tasks``: the state its subtasks hold."""
+
+    state_size_bytes: int = Field(0, alias="state_size")
+    num_subtasks: int = 0
+
+
+class CheckpointDetail(FlinkModel):
+    """``GET /jobs/<id>/checkpoints/details/<checkpoint id>``: ``tasks`` per vertex id."""
+
+    id: int
+    status: str
+    state_size_bytes: int = Field(0, alias="state_size")
+    tasks: dict[str, TaskCheckpointState] = Field(default_factory=dict)
+
+
 class CheckpointConfig(FlinkModel):
     """``GET /jobs/<id>/checkpoints/config`` (404 when checkpointing is off)."""
 

@@ -4,7 +4,11 @@ What Flink tells us over REST, per completed checkpoint: ``state_size`` (the who
 state) and ``checkpointed_size`` (what that checkpoint wrote — with incremental
 checkpoints, only what changed since the last one). From their history:
 
-- size per subtask = latest ``state_size`` ÷ parallelism;
+- size per subtask = the largest ``state_size ÷ num_subtasks`` over the vertices of the
+  latest completed checkpoint (``GET /jobs/<id>/checkpoints/details/<id>``, its
+  ``tasks``): the state sits in the stateful vertices, often narrower than a stateless
+  map beside them; when Flink gives no per-vertex sizes, the latest ``state_size`` ÷ the
+  smallest vertex parallelism (an upper estimate: the narrowest vertex may hold it all);
 - growth = least-squares slope of ``state_size`` over time (bytes/hour);
 - hot fraction = median ``checkpointed_size / state_size`` (incremental backends only):
   the share of the state rewritten per interval, an upper estimate of the hot set;
@@ -76,10 +80,26 @@ class StateSample:
 
 
 @dataclass(frozen=True)
+class VertexState:
+    """The state one vertex held in a checkpoint, over its subtasks."""
+
+    name: str
+    state_bytes: int
+    subtasks: int
+
+    @property
+    def per_subtask(self) -> int:
+        return self.state_bytes // max(self.subtasks, 1)
+
+
+@dataclass(frozen=True)
 class StateObservation:
     job_id: str
     samples: tuple[StateSample, ...]
     parallelism: int = 1
+    """What the whole state is divided by when ``vertex_states`` are unknown."""
+    vertex_states: tuple[VertexState, ...] = ()
+    """Per vertex, from the latest completed checkpoint (empty: Flink gave none)."""
     interval_ms: int | None = None
     state_backend: str = ""
     read_latency_p99_ms: float | None = None
@@ -147,13 +167,23 @@ def recommend(
     if not samples:
         raise InputError(f"job {observation.job_id}: no completed checkpoint to judge its state by")
     state = samples[-1].state_bytes
-    per_subtask = state // observation.parallelism
     hot = hot_fraction(samples)
     growth = growth_per_hour(samples)
-    reasons = [
-        f"state {_size(state)} over {observation.parallelism} subtask(s) = "
-        f"{_size(per_subtask)} each, from {len(samples)} checkpoint(s)"
-    ]
+    stateful = [v for v in observation.vertex_states if v.state_bytes > 0]
+    if stateful:
+        largest = max(stateful, key=lambda v: v.per_subtask)
+        per_subtask = largest.per_subtask
+        reasons = [
+            f"state {_size(state)}, from {len(samples)} checkpoint(s); the largest share "
+            f"per subtask is in vertex '{largest.name}': {_size(largest.state_bytes)} over "
+            f"{largest.subtasks} subtask(s) = {_size(per_subtask)} each"
+        ]
+    else:
+        per_subtask = state // observation.parallelism
+        reasons = [
+            f"state {_size(state)} over {observation.parallelism} subtask(s) = "
+            f"{_size(per_subtask)} each, from {len(samples)} checkpoint(s)"
+        ]
     config: dict[str, str] = {}
     if hot is None:
         reasons.append(
@@ -244,7 +274,7 @@ def _size(count: int) -> str:
 
 
 def observe_state(client: FlinkClient, job_id: str) -> StateObservation:
-    """Checkpoint history, parallelism, backend and (if tracked) read latency of a job."""
+    """Checkpoint history, per-vertex state, backend and (if tracked) read latency of a job."""
     entries = completed_entries(client.checkpoints(job_id))
     detail = client.job(job_id)
     backend = ""
@@ -254,16 +284,34 @@ def observe_state(client: FlinkClient, job_id: str) -> StateObservation:
         interval = periodic_interval_ms(client, job_id)
     except FlinkError as exc:
         log.info("job %s: no checkpoint config (%s)", job_id, exc)
+    names = {v.id: v.name for v in detail.vertices}
     return StateObservation(
         job_id=job_id,
         samples=tuple(
             StateSample(e.trigger_timestamp_ms, e.state_size_bytes, e.checkpointed_size_bytes)
             for e in entries
         ),
-        parallelism=max((v.parallelism for v in detail.vertices), default=1),
+        parallelism=min((v.parallelism for v in detail.vertices), default=1),
+        vertex_states=_vertex_states(client, job_id, entries[-1].id, names) if entries else (),
         interval_ms=interval,
         state_backend=backend,
-        read_latency_p99_ms=_read_latency_p99(client, job_id, [v.id for v in detail.vertices]),
+        read_latency_p99_ms=_read_latency_p99(client, job_id, list(names)),
+    )
+
+
+def _vertex_states(
+    client: FlinkClient, job_id: str, checkpoint_id: int, names: dict[str, str]
+) -> tuple[VertexState, ...]:
+    """The state per vertex in checkpoint ``checkpoint_id`` (empty when Flink gives none)."""
+    try:
+        tasks = client.checkpoint_details(job_id, checkpoint_id).tasks
+    except FlinkError as exc:
+        log.info("job %s: no per-vertex state of checkpoint %d (%s)", job_id, checkpoint_id, exc)
+        return ()
+    return tuple(
+        VertexState(names.get(vertex_id, vertex_id), task.state_size_bytes, task.num_subtasks)
+        for vertex_id, task in tasks.items()
+        if task.num_subtasks > 0
     )
 
 

@@ -42,7 +42,7 @@ from kubesage.adapters.flink.checkpoint_settings import (
     periodic_interval_ms,
     submit_time_conf,
 )
-from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.client import FlinkClient, check_rest_url
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.flink_home import find_flink_home
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
@@ -106,12 +106,7 @@ class SubmitRequest:
                 raise InputError(f"{option} must be positive, got {value}")
         if self.checkpoint_interval_ms is not None and self.checkpoint_interval_ms <= 0:
             raise InputError("--checkpoint-interval-s must be positive")
-        parts = urlsplit(self.jobmanager)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InputError(
-                f"--jobmanager must be an http(s) URL like http://host:8081, got "
-                f"'{self.jobmanager}'"
-            )
+        check_rest_url(self.jobmanager)
 
 
 @dataclass(frozen=True)

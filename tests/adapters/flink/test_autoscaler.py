@@ -15,11 +15,13 @@ from kubesage.adapters.flink.autoscaler import (
     decide,
 )
 from kubesage.adapters.flink.observation import Observation
+from kubesage.adapters.flink.slot_sharing import GroupNeed, share_slots
 from kubesage.core.errors import ConfigError
 
 from .autoscaler_support import (
     SETTINGS,
     SLOW,
+    SOURCE,
     observe,
     pipeline,
     reasons_of,
@@ -201,6 +203,26 @@ def test_never_asks_for_more_slots_than_exist() -> None:
     )
     assert slow_of(decision) == 6
     assert any("cluster has 6" in r for r in decision.reasons)
+
+
+def test_spare_slots_go_to_the_slot_sharing_group_that_wants_them() -> None:
+    # the source's group needs its 1 slot; the bottleneck's group wants 12 of the 10
+    vertices = tuple(
+        replace(v, slot_sharing_group="sources" if v.vertex_id == SOURCE else "work")
+        for v in pipeline(rate=90.0, capacity=9.0, pending=0.0)[:2]
+    )
+    settings = replace(SETTINGS, target_utilisation=0.9, utilisation_boundary=0.05)
+    decision = Autoscaler(settings).decide(observe(vertices, slots_total=10, slots_free=8))
+    assert decision.changes == {SLOW: 9}  # not 5: an even split would strand 4 slots
+    assert "capped at 9: only 10 task slots for this job" in reasons_of(decision, SLOW)
+    assert any("but the cluster has 10 for this job" in r for r in decision.reasons)
+
+
+def test_slots_are_water_filled_between_growing_groups() -> None:
+    wanted = {"a": GroupNeed(held=1, wanted=3), "b": GroupNeed(held=2, wanted=20)}
+    wanted["c"] = GroupNeed(held=4, wanted=2)  # scales down: its 2 slots go to the others
+    assert share_slots(wanted, 12) == {"a": 3, "b": 7, "c": 2}
+    assert share_slots({"a": GroupNeed(5, 9), "b": GroupNeed(1, 9)}, 4) == {"a": 5, "b": 1}
 
 
 def test_forecast_scales_ahead_of_observed_rate() -> None:

@@ -164,3 +164,74 @@ def test_a_stalled_vertex_with_demand_is_not_called_idle() -> None:
     decision = Autoscaler(SETTINGS).decide(observe(tuple(stalled)))
     assert proposal(decision, SLOW) == 2
     assert "no records processed in the window" in reasons_of(decision, SLOW)
+
+
+def chained_source_sink(busy_ms: float) -> tuple[VertexObservation, ...]:
+    """``Source: gen -> Sink: out`` as one vertex: no network input or output, so Flink
+    counts no records in or out however busy it is."""
+    return (
+        VertexObservation(
+            "gen",
+            "Source: gen -> Sink: out",
+            4,
+            128,
+            records_in_per_s=0.0,
+            records_out_per_s=0.0,
+            busy_ms_per_s=busy_ms,
+            backpressured_ms_per_s=0.0,
+        ),
+    )
+
+
+def test_a_busy_vertex_that_counts_no_records_is_held_not_idle() -> None:
+    settings = AutoscalerSettings(stable_observations=1, scale_down_delay_s=0.0)
+    for busy_ms in (950.0, 600.0):
+        decision = Autoscaler(settings).decide(observe(chained_source_sink(busy_ms)))
+        assert decision.changes == {}
+        reasons = reasons_of(decision, "gen")
+        assert f"busy {busy_ms:.0f} ms/s but no records counted in the window: held" in reasons
+        assert "idle" not in reasons
+
+
+def test_a_vertex_counting_no_records_at_low_busy_time_is_idle() -> None:
+    settings = AutoscalerSettings(stable_observations=1, scale_down_delay_s=0.0)
+    decision = Autoscaler(settings).decide(observe(chained_source_sink(20.0)))
+    assert decision.changes == {"gen": 1}
+    assert "idle: no records in the window and no demand (busy 20 ms/s)" in reasons_of(
+        decision, "gen"
+    )
+
+
+def test_records_at_zero_busy_time_are_an_unbounded_true_rate() -> None:
+    vertices = list(pipeline(rate=10.0, capacity=1000.0, pending=0.0))
+    vertices[1] = replace(vertices[1], parallelism=8, busy_ms_per_s=0.0)
+    autoscaler = Autoscaler(replace(SETTINGS, scale_down_delay_s=30.0))
+    first = autoscaler.decide(observe(tuple(vertices), time_s=100.0))
+    reasons = reasons_of(first, SLOW)
+    assert "busy 0 ms/s at 10.0 rec/s: true rate unbounded" in reasons
+    assert "no records processed" not in reasons
+    assert "scale-down to 1 deferred" in reasons
+    assert autoscaler.decide(observe(tuple(vertices), time_s=131.0)).changes == {SLOW: 1}
+
+
+def test_a_lower_bound_demand_never_scales_an_unmeasurable_vertex_down() -> None:
+    # a saturated source (no backlog metric, backpressured) in front of a map whose
+    # busy time reads 0: its true rate is unbounded, but the demand is only a lower bound
+    source = VertexObservation(
+        "src",
+        "Source",
+        1,
+        128,
+        records_out_per_s=10.0,
+        busy_ms_per_s=100.0,
+        backpressured_ms_per_s=900.0,
+    )
+    mapper = VertexObservation(
+        "map", "map", 8, 128, inputs=("src",), records_in_per_s=10.0, busy_ms_per_s=0.0
+    )
+    settings = AutoscalerSettings(stable_observations=1, scale_down_delay_s=0.0)
+    decision = Autoscaler(settings).decide(observe((source, mapper)))
+    assert proposal(decision, "map") == 8
+    assert "demand is a lower bound (saturated source): no scale-down" in reasons_of(
+        decision, "map"
+    )

@@ -169,3 +169,91 @@ def test_state_prints_a_config_snippet_with_reasons() -> None:
     assert done.exit_code == 0, done.output
     assert f"# job {JOB}: heap state" in done.output
     assert "state.backend.type: hashmap" in done.output
+
+
+BATCH = "b" * 32
+
+
+@pytest.mark.usefixtures("recorded_jobmanager")
+def test_stagger_leaves_out_a_running_job_without_checkpointing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay_client: Callable[..., FlinkClient]
+) -> None:
+    """A batch job in the same session cluster has no checkpoint coordinator: Flink
+    answers 404 on its checkpoint config. The other jobs are still planned."""
+    registry = tmp_path / "flink-jobs.yaml"
+    register_driven_job(registry)
+    overview = copy.deepcopy(recorded("jobs_overview"))
+    batch = {**overview["body"]["jobs"][0], "jid": BATCH, "name": "batch"}
+    overview["body"]["jobs"].insert(0, batch)
+    config = copy.deepcopy(recorded("checkpoint_config"))
+    config["body"]["interval"] = 2**63 - 1
+    disabled = {
+        "status": 404,
+        "body": {"errors": [f"Checkpointing is not enabled for this job ({BATCH})."]},
+    }
+    routes = {
+        "GET /jobs/overview": overview,
+        f"GET /jobs/{JOB}/checkpoints/config": config,
+        f"GET /jobs/{BATCH}/checkpoints/config": disabled,
+    }
+    monkeypatch.setattr(
+        cli,
+        "FlinkClient",
+        lambda url, **kwargs: replay_client("overview", "checkpoints", "job_running", **routes),
+    )
+    args = ["stagger", "--jobmanager", "http://flink.test", "--dry-run", "--registry"]
+    done = runner.invoke(cli.flink_app, [*args, str(registry)])
+    assert done.exit_code == 0, done.output
+    output = " ".join(done.output.split())
+    assert f"job {BATCH}: checkpoint settings not available" in output
+    assert "Checkpointing is not enabled for this job" in output
+    assert f"{JOB:34} {10_000:>11} {400:>11}" in done.output
+    named = runner.invoke(cli.flink_app, [*args, str(registry), "--job", BATCH])
+    assert named.exit_code == 2  # a job the user named is an error, not a note
+    assert "Checkpointing is not enabled for this job" in " ".join(named.output.split())
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_stagger_refuses_a_fallback_interval_that_is_not_positive(value: str) -> None:
+    done = runner.invoke(
+        cli.flink_app, ["stagger", "--jobmanager", "http://127.0.0.1:1", "--interval-s", value]
+    )
+    assert done.exit_code == 2
+    assert f"--interval-s must be positive, got {value}" in " ".join(done.output.split())
+
+
+def test_submit_refuses_a_checkpoint_interval_of_zero(tmp_path: Path) -> None:
+    done = runner.invoke(
+        cli.flink_app,
+        [
+            "submit",
+            "--jobmanager",
+            "http://127.0.0.1:1",
+            "--checkpoint-interval-s",
+            "0",
+            "--flink-home",
+            str(tmp_path),
+            "--",
+            "-py",
+            "job.py",
+        ],
+    )
+    assert done.exit_code == 2
+    output = " ".join(done.output.split())
+    assert "--checkpoint-interval-s must be positive, got 0" in output
+    assert "bin/flink" not in output  # refused before looking for Flink
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:1", "jm:8081"])
+def test_a_jobmanager_that_is_not_a_url_is_named_as_such(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_client(*args: object, **kwargs: object) -> FlinkClient:
+        raise AssertionError("no client for a malformed URL")
+
+    monkeypatch.setattr(cli, "FlinkClient", no_client)
+    done = runner.invoke(cli.flink_app, ["autoscale", "--jobmanager", url, "--duration-s", "0"])
+    assert done.exit_code == 2
+    output = " ".join(done.output.split())
+    assert f"--jobmanager must be an http(s) URL like http://host:8081, got '{url}'" in output
+    assert "no Flink JobManager answers" not in output

@@ -132,3 +132,12 @@ def test_apply_failure_is_a_dependency_error() -> None:
         apply_patch(
             custom_objects(FakePool(404)), namespace="streaming", name="gone", parallelism={SLOW: 3}
         )
+
+
+def test_validate_rejects_other_flink_configuration_keys() -> None:
+    patch = deployment_patch({SLOW: 2})
+    patch["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] = "8"
+    with pytest.raises(
+        OperatorPatchError, match=r"spec\.flinkConfiguration\.taskmanager\.numberOfTaskSlots"
+    ):
+        validate_patch(patch)

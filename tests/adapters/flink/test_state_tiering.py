@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -20,6 +22,8 @@ from kubesage.adapters.flink.state_tiering import (
     recommend,
 )
 from kubesage.core.errors import InputError
+
+from .conftest import recorded
 
 JOB = "fdb4749fec8f525bb194110b606c1048"
 HOUR_MS = 3_600_000
@@ -132,3 +136,70 @@ def test_observe_a_recorded_job(replay_client: Callable[..., FlinkClient]) -> No
     assert observation.read_latency_p99_ms is None  # the job does not track latency
     advice = recommend(observation)
     assert advice.tier == "heap"
+
+
+def _keyed_aggregation_beside_a_wide_map() -> tuple[dict[str, Any], dict[str, Any], int]:
+    """The recorded job with 1 GiB of state in a p=1 vertex beside a stateless p=8 one:
+    its ``/jobs/<id>`` and ``/checkpoints`` replies and the latest checkpoint's id."""
+    job = copy.deepcopy(recorded("job_running"))
+    for vertex, parallelism in zip(job["body"]["vertices"], (1, 8, 1), strict=True):
+        vertex["parallelism"] = parallelism
+    checkpoints = copy.deepcopy(recorded("checkpoints"))
+    for entry in checkpoints["body"]["history"]:
+        entry["state_size"] = entry["checkpointed_size"] = GIB
+    latest = max(checkpoints["body"]["history"], key=lambda e: e["trigger_timestamp"])["id"]
+    return job, checkpoints, latest
+
+
+def test_the_size_per_subtask_comes_from_the_stateful_vertex(
+    replay_client: Callable[..., FlinkClient],
+) -> None:
+    job, checkpoints, latest = _keyed_aggregation_beside_a_wide_map()
+    source, mapper, aggregate = (v["id"] for v in job["body"]["vertices"])
+    task = {"id": latest, "status": "COMPLETED", "checkpointed_size": 0, "end_to_end_duration": 9}
+    details = {
+        "status": 200,
+        "body": {
+            "className": "completed",
+            "id": latest,
+            "status": "COMPLETED",
+            "is_savepoint": False,
+            "state_size": GIB,
+            "checkpointed_size": GIB,
+            "num_subtasks": 10,
+            "tasks": {
+                source: {**task, "state_size": 0, "num_subtasks": 1},
+                mapper: {**task, "state_size": 0, "num_subtasks": 8},
+                aggregate: {**task, "state_size": GIB, "num_subtasks": 1},
+            },
+        },
+    }
+    client = replay_client(
+        "checkpoint_config",
+        "metric_names_source",
+        **{
+            f"GET /jobs/{JOB}": job,
+            f"GET /jobs/{JOB}/checkpoints": checkpoints,
+            f"GET /jobs/{JOB}/checkpoints/details/{latest}": details,
+        },
+    )
+    advice = recommend(observe_state(client, JOB))
+    assert advice.bytes_per_subtask == GIB
+    assert advice.tier == "local-disk"
+    assert advice.config["state.backend.type"] == "rocksdb"
+    assert "vertex 'sink: Writer': 1.0 GiB over 1 subtask(s) = 1.0 GiB each" in advice.reasons[0]
+
+
+def test_without_per_vertex_sizes_the_narrowest_vertex_is_assumed_to_hold_it(
+    replay_client: Callable[..., FlinkClient],
+) -> None:
+    job, checkpoints, _ = _keyed_aggregation_beside_a_wide_map()
+    client = replay_client(
+        "checkpoint_config",
+        "metric_names_source",
+        **{f"GET /jobs/{JOB}": job, f"GET /jobs/{JOB}/checkpoints": checkpoints},
+    )
+    observation = observe_state(client, JOB)
+    assert observation.vertex_states == ()  # the details endpoint answered 404
+    assert observation.parallelism == 1
+    assert recommend(observation).tier != "heap"
