@@ -9,10 +9,15 @@ which the API server copies onto the pod, so that every replica's
 Failures and what happens next:
 
 - 5xx, 429 and connection errors are retried (tenacity, exponential backoff with
-  full jitter). A retry after a lost response may find the pod already bound.
+  full jitter). A 429 waits at least what the API server asks (its ``Retry-After``
+  header, else the Status' ``details.retryAfterSeconds``), at most
+  ``max_retry_after_s``, as client-go does. A retry after a lost response may find
+  the pod already bound.
 - 409 Conflict: the pod is read back. Bound to the same node: the bind is done (it
-  was ours). Bound to another node: :class:`BindConflictError`, never retried. Not
-  bound (a conflict on something else): retried.
+  was ours). Bound to another node: :class:`BindConflictError`, never retried. Being
+  deleted: :class:`PodGoneError` at once. Held by scheduling gates (the API server
+  binds no gated pod): :class:`PodGatedError` at once. Otherwise (a conflict on
+  something else): retried.
 - 404: the pod is gone, :class:`PodGoneError`.
 - Anything else, or retries exhausted: :class:`BindError`.
 
@@ -23,7 +28,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import urllib3
@@ -44,6 +51,7 @@ from kubesage.core.k8s.apiclient import (
     V1ObjectMeta,
     V1ObjectReference,
 )
+from kubesage.core.k8s.schedulable import bound_node, is_terminating, scheduling_gates
 from kubesage.core.types import Placement
 
 log = logging.getLogger(__name__)
@@ -70,11 +78,36 @@ class BindConflictError(BindError):
 
 
 class PodGoneError(BindError):
-    """The pod no longer exists (or was re-created with another UID)."""
+    """The pod no longer exists, is being deleted, or was re-created with another UID."""
+
+
+class PodGatedError(BindError):
+    """The pod still has scheduling gates: the API server binds it only once they are
+    removed."""
 
 
 class _RetryableError(Exception):
-    """A transient failure tenacity retries; carries the cause for the final error."""
+    """A transient failure tenacity retries; carries the cause for the final error and
+    how long the API server asked to wait before the next attempt (429), if it did."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after_s(exc: ApiException) -> float | None:
+    """Seconds the API server asked to wait (``Retry-After`` header in seconds, else the
+    Status' ``details.retryAfterSeconds``); None when it did not say."""
+    header = (exc.headers or {}).get("Retry-After")
+    if header is not None and str(header).strip().isdigit():
+        return float(str(header).strip())
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return None
+    details = body.get("details") if isinstance(body, dict) else None
+    seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return float(seconds) if isinstance(seconds, int) and seconds > 0 else None
 
 
 def placement_annotations(placement: Placement) -> dict[str, str]:
@@ -121,17 +154,26 @@ class Binder:
         attempts: int = 5,
         backoff_s: float = 0.2,
         max_backoff_s: float = 5.0,
+        max_retry_after_s: float = 10.0,
         request_timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if attempts < 1:
             raise InputError(f"Binder attempts must be at least 1, got {attempts}")
+        if max_retry_after_s < 0:
+            raise InputError(f"Binder max_retry_after_s must be >= 0, got {max_retry_after_s}")
         # Any: called with _preload_content=False (raw JSON), which the generated
         # signatures do not describe.
         self._core: Any = CoreV1Api(api)
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        """The longest a 429's ``Retry-After`` makes one wait between attempts."""
         self.request_timeout_s = request_timeout_s
+        self._sleep = sleep
+        # full jitter: uniform in [0, min(backoff_s * 2**n, max_backoff_s)]
+        self._backoff = wait_random_exponential(multiplier=backoff_s, max=max_backoff_s)
         self._bound: OrderedDict[str, str] = OrderedDict()
         self.posts = 0
         """Binding POSTs sent (a counter, for metrics and tests)."""
@@ -156,10 +198,10 @@ class Binder:
             raise BindConflictError(f"{where} was bound to {done} already", bound_node=done)
         retrying = Retrying(
             stop=stop_after_attempt(self.attempts),
-            # full jitter: uniform in [0, min(backoff_s * 2**n, max_backoff_s)]
-            wait=wait_random_exponential(multiplier=self.backoff_s, max=self.max_backoff_s),
+            wait=self._wait,
             retry=retry_if_exception_type(_RetryableError),
             before_sleep=self._before_sleep(where),
+            sleep=self._sleep,
             reraise=True,
         )
         try:
@@ -175,12 +217,31 @@ class Binder:
             while len(self._bound) > _REMEMBERED_BINDS:
                 self._bound.popitem(last=False)
 
+    def _wait(self, state: RetryCallState) -> float:
+        """The jittered backoff, or longer when the API server asked (429), capped."""
+        backoff = float(self._backoff(state))
+        asked = _asked_wait_s(state)
+        return backoff if asked is None else max(backoff, min(asked, self.max_retry_after_s))
+
     def _before_sleep(self, where: str) -> Any:
         def log_retry(state: RetryCallState) -> None:
             self.retries += 1
             error = state.outcome.exception() if state.outcome else None
+            wait_s = state.upcoming_sleep
+            asked = _asked_wait_s(state)
+            why = ""
+            if asked is not None:
+                capped = asked > self.max_retry_after_s
+                why = f", the API server asked for {asked:g}s (Retry-After)" + (
+                    f", capped at {self.max_retry_after_s:g}s" if capped else ""
+                )
             log.warning(
-                "binding %s: attempt %d failed (%s); retrying", where, state.attempt_number, error
+                "binding %s: attempt %d failed (%s); retrying in %.2fs%s",
+                where,
+                state.attempt_number,
+                error,
+                wait_s,
+                why,
             )
 
         return log_retry
@@ -223,7 +284,8 @@ class Binder:
         if exc.status == 404:
             raise PodGoneError(f"{where} not found: {message}") from exc
         if exc.status == 409:
-            bound = self._bound_node(namespace, name, uid, where)
+            pod = self._read_back(namespace, name, uid, where)
+            bound = bound_node(pod)
             if bound == node:
                 log.info("%s is already bound to %s: counted as done", where, node)
                 return
@@ -231,20 +293,29 @@ class Binder:
                 raise BindConflictError(
                     f"{where} is bound to {bound}, not {node}: {message}", bound_node=bound
                 ) from exc
+            if is_terminating(pod):
+                raise PodGoneError(f"{where} is being deleted: {message}") from exc
+            gates = scheduling_gates(pod)
+            if gates:
+                raise PodGatedError(
+                    f"{where} is held by scheduling gates {', '.join(gates)}: {message}"
+                ) from exc
             raise _RetryableError(f"conflict: {message}") from exc
-        if exc.status in (429,) or (exc.status or 0) >= 500:
+        if exc.status == 429:
+            raise _RetryableError(f"HTTP 429: {message}", retry_after_s=retry_after_s(exc)) from exc
+        if (exc.status or 0) >= 500:
             raise _RetryableError(f"HTTP {exc.status}: {message}") from exc
         raise BindError(
             f"binding {where} to {node} was refused (HTTP {exc.status}): {message}"
         ) from exc
 
-    def _bound_node(self, namespace: str, name: str, uid: str, where: str) -> str | None:
-        """The node the pod is bound to now (None if unbound); PodGoneError if it is gone."""
+    def _read_back(self, namespace: str, name: str, uid: str, where: str) -> dict[str, Any]:
+        """The pod as it is now; PodGoneError if it is gone (or re-created)."""
         try:
             pod = self._core.read_namespaced_pod(
                 name, namespace, _preload_content=False, _request_timeout=self.request_timeout_s
             )
-            data = json.loads(pod.data)
+            data: dict[str, Any] = json.loads(pod.data)
         except ApiException as exc:
             if exc.status == 404:
                 raise PodGoneError(f"{where} not found") from exc
@@ -253,5 +324,10 @@ class Binder:
             raise _RetryableError(f"reading {where} after a conflict failed: {exc}") from exc
         if uid and data.get("metadata", {}).get("uid") != uid:
             raise PodGoneError(f"{where} was re-created with another UID")
-        node = (data.get("spec") or {}).get("nodeName")
-        return str(node) if node else None
+        return data
+
+
+def _asked_wait_s(state: RetryCallState) -> float | None:
+    """What the failed attempt's answer asked to wait (a 429's Retry-After), if anything."""
+    error = state.outcome.exception() if state.outcome else None
+    return error.retry_after_s if isinstance(error, _RetryableError) else None

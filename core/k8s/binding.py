@@ -164,7 +164,12 @@ def assume_and_bind(
     kube-scheduler allocated the claims already) claims are left as they are.
     """
     # Imported on use: only the live-cluster path needs the Kubernetes client.
-    from kubesage.core.k8s.binder import BindConflictError, PodGoneError, placement_annotations
+    from kubesage.core.k8s.binder import (
+        BindConflictError,
+        PodGatedError,
+        PodGoneError,
+        placement_annotations,
+    )
     from kubesage.core.k8s.dra_allocation import AllocationRefusedError
 
     def post(target: BindTarget, placement: Placement | None) -> None:
@@ -197,7 +202,7 @@ def assume_and_bind(
         except KubesageError as exc:
             if claims is not None and allocated is not None:
                 claims.release(allocated)
-            if isinstance(exc, PodGoneError | BindConflictError):
+            if isinstance(exc, PodGoneError | PodGatedError | BindConflictError):
                 raise BindRefusedError(str(exc)) from exc  # the world said no: not an error
             raise
 

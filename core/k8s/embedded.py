@@ -13,7 +13,7 @@ re-create on a real cluster — until the loop binds it again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,40 @@ class BoundPod:
     name: str = ""
 
 
+class BoundPods(MutableMapping[str, BoundPod]):
+    """The bound pods by UID (or ``namespace/name`` when bound without one), also found
+    by ``namespace/name`` (:meth:`find`): a name is bound once, as on a real cluster."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, BoundPod] = {}
+        self._by_name: dict[tuple[str, str], str] = {}
+
+    def find(self, namespace: str, name: str) -> str | None:
+        """The key of the pod bound as ``namespace/name``, if one is."""
+        return self._by_name.get((namespace, name))
+
+    def __getitem__(self, key: str) -> BoundPod:
+        return self._pods[key]
+
+    def __setitem__(self, key: str, pod: BoundPod) -> None:
+        if key in self._pods:
+            del self[key]
+        self._pods[key] = pod
+        if pod.name:
+            self._by_name[(pod.namespace, pod.name)] = key
+
+    def __delitem__(self, key: str) -> None:
+        pod = self._pods.pop(key)
+        if self._by_name.get((pod.namespace, pod.name)) == key:
+            del self._by_name[(pod.namespace, pod.name)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pods)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+
 @dataclass(frozen=True)
 class PendingPod:
     """A pod of the embedded cluster waiting to be bound: evicted, or submitted new."""
@@ -71,7 +105,7 @@ class EmbeddedCluster(LockedState):
         self.workload = workload
         """Typical pods for policies that need them (FGD)."""
         self.description = description
-        self.bound: dict[str, BoundPod] = {}
+        self.bound = BoundPods()
         """Bound pods by UID (or namespace/name when the bind carried no UID)."""
         self.pending: dict[str, PendingPod] = {}
         """Pods waiting to be bound (evicted, or submitted), keyed as :attr:`bound`."""
@@ -113,16 +147,25 @@ class EmbeddedCluster(LockedState):
     def binder(self, policy: Policy) -> BindFunction:
         """Bind into this cluster through the one bind path
         (:func:`~kubesage.core.k8s.binding.assume_then_bind`): the pod takes its
-        resources on the GPUs ``policy`` chooses. A retried bind of a bound pod to the
-        same node is done already; to another node, or of a pod whose requests this
-        cluster never saw, it is refused."""
+        resources on the GPUs ``policy`` chooses. A name is bound once, as the API
+        server's Binding does it: a retried bind of a bound pod to the same node is done
+        already (the Binder counts the API's 409 naming that node as done); to another
+        node it is refused (already assigned), and so is one whose UID is not the bound
+        pod's (the UID precondition), or of a pod whose requests this cluster never saw."""
         assume_and_post = assume_then_bind(self, policy, self._posted)
 
         def bind(target: BindTarget) -> None:
             where = f"pod {target.namespace}/{target.name}"
             with self.locked() as (state, _):
-                done = self.bound.get(_key(target.pod))
-                if done is not None:
+                key = self.bound.find(target.namespace, target.name)
+                if key is not None:
+                    done = self.bound[key]
+                    bound_uid = _uid_of(key, target.namespace, target.name)
+                    if target.uid and bound_uid and target.uid != bound_uid:
+                        raise BindRefusedError(
+                            f"{where}: Precondition failed: UID in precondition: "
+                            f"{target.uid}, UID in object meta: {bound_uid}"
+                        )
                     if done.node == target.node:
                         return  # a retried bind of the same pod: already done
                     raise BindRefusedError(f"{where} is already bound to {done.node}")
@@ -174,7 +217,7 @@ class EmbeddedCluster(LockedState):
                 return None
             bound = self.bound.pop(key)
             state.release(bound.request, bound.placement)
-            bound_uid = "" if key == f"{namespace}/{name}" else key  # bound without a UID
+            bound_uid = _uid_of(key, namespace, name)
             evicted = PendingPod(namespace, name, bound_uid, bound.request, bound.node)
             self.pending[key] = evicted
         log_event(log, logging.INFO, "embedded_evict", pod=f"{namespace}/{name}", node=bound.node)
@@ -218,12 +261,7 @@ class EmbeddedCluster(LockedState):
     def _bound_key(self, namespace: str, name: str, uid: str) -> str | None:
         if uid:
             return uid if uid in self.bound else None
-        if f"{namespace}/{name}" in self.bound:
-            return f"{namespace}/{name}"
-        for key, pod in self.bound.items():
-            if (pod.namespace, pod.name) == (namespace, name):
-                return key
-        return None
+        return self.bound.find(namespace, name)
 
     @staticmethod
     def _posted(target: BindTarget, placement: Placement | None) -> None:
@@ -236,6 +274,11 @@ class EmbeddedCluster(LockedState):
             node=target.node,
             gpus=list(placement.gpu_indices) if placement else [],
         )
+
+
+def _uid_of(key: str, namespace: str, name: str) -> str:
+    """The UID a bound pod's key holds ("" for a pod bound without one)."""
+    return "" if key == f"{namespace}/{name}" else key
 
 
 def _key(pod: Mapping[str, Any]) -> str:

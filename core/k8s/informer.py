@@ -47,6 +47,7 @@ from kubesage.core.k8s.accounting import BoundPod, PodAccounting
 from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
 from kubesage.core.k8s.claim_cache import ClaimCache
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
+from kubesage.core.k8s.schedulable import awaits_scheduler, bound_node
 from kubesage.core.k8s.slice_cache import SliceCache
 from kubesage.core.k8s.translate import TranslateError, node_spec
 from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
@@ -80,11 +81,6 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 
 def _is_terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _bound_node(pod: Mapping[str, Any]) -> str | None:
-    node = (pod.get("spec") or {}).get("nodeName")
-    return str(node) if node else None
 
 
 class ClusterSync(ReflectedCache):
@@ -191,15 +187,14 @@ class ClusterSync(ReflectedCache):
             return dict(self._nodes)
 
     def pending_pods(self, scheduler_name: str) -> list[Obj]:
-        """Unbound, live pods naming ``scheduler_name``, not assumed, oldest first."""
+        """Pods naming ``scheduler_name`` that a bind could take now (unbound, not being
+        deleted, no scheduling gates: :func:`awaits_scheduler`), not assumed, oldest
+        first."""
         with self._lock:
             pods = [
                 pod
                 for key, pod in self._pods.items()
-                if key not in self._accounts.assumed
-                and _bound_node(pod) is None
-                and not (pod.get("metadata") or {}).get("deletionTimestamp")
-                and (pod.get("spec") or {}).get("schedulerName") == scheduler_name
+                if key not in self._accounts.assumed and awaits_scheduler(pod, scheduler_name)
             ]
         return sorted(
             pods,
@@ -213,7 +208,7 @@ class ClusterSync(ReflectedCache):
     def bound_pods(self) -> list[Obj]:
         """Bound, live pods (treat as read-only)."""
         with self._lock:
-            return [pod for pod in self._pods.values() if _bound_node(pod) is not None]
+            return [pod for pod in self._pods.values() if bound_node(pod) is not None]
 
     def placement_of(self, key: str) -> Placement | None:
         """Where the pod with this key is accounted (bound or assumed), if anywhere."""
@@ -451,7 +446,7 @@ class ClusterSync(ReflectedCache):
 
     def _bound(self, key: str, pod: Obj) -> BoundPod | None:
         """The pod as the accounting sees it, or None while it is not bound."""
-        node = _bound_node(pod)
+        node = bound_node(pod)
         if node is None:
             return None
         annotations = (pod.get("metadata") or {}).get("annotations") or {}

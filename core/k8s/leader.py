@@ -12,14 +12,25 @@ change* (client-go's ``observedTime``), not from the ``renewTime`` timestamp wri
 by another machine, so clock skew between replicas cannot make a live lease look
 expired. A leader that cannot renew within ``renew_s`` steps down (``on_stop``)
 before its lease (``lease_s``) can expire for the others, so two leaders never act at
-once. Stopping gracefully releases the lease (empty holder, one-second duration), so
-another replica takes over at its next retry instead of waiting out the lease.
+once. The Lease says ``leaseDurationSeconds`` in whole seconds: ``lease_s`` rounded
+*up*, so the others never wait less than this leader relies on.
+
+A write whose answer is lost (a timeout, or a 5xx after the server applied it) may
+have gone through: the next read that shows this identity as holder with the very
+``renewTime`` that write carried is taken as ours (client-go's leader compares only
+the holder identity), so the leader keeps its lease rather than stepping down and
+counting a transition that did not happen. Any other record naming this identity
+under a resourceVersion it did not write (a previous life of this process, say) is
+waited out like another holder's. Stopping gracefully releases the lease (empty
+holder, one-second duration), so another replica takes over at its next retry instead
+of waiting out the lease.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -41,6 +52,14 @@ Obj = dict[str, Any]
 def micro_time(moment: datetime) -> str:
     """A ``metav1.MicroTime`` string (RFC 3339 with microseconds, UTC)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _instant(text: object) -> datetime | None:
+    """A MicroTime as a moment (the server may write it in another RFC 3339 form)."""
+    try:
+        return datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
 
 
 class LeaderElector:
@@ -73,6 +92,9 @@ class LeaderElector:
         self.namespace = namespace
         self.identity = identity
         self.lease_s = lease_s
+        self.lease_duration_s = math.ceil(lease_s)
+        """``leaseDurationSeconds`` as written: whole seconds, never less than ``lease_s``
+        (so above ``renew_s``)."""
         self.renew_s = renew_s
         self.retry_s = retry_s
         self._clock = clock
@@ -83,6 +105,8 @@ class LeaderElector:
         self._observed_version: str | None = None
         self._observed_at = 0.0
         self._held_version: str | None = None
+        self._unconfirmed_renew: str | None = None
+        """The ``renewTime`` of our last write whose answer was lost (it may be applied)."""
         self._deadline = 0.0
 
     @property
@@ -176,6 +200,8 @@ class LeaderElector:
             self._observed_at = self._clock()
         holder = spec.get("holderIdentity") or ""
         duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
+        if holder == self.identity and self._adopt_unconfirmed(spec, version):
+            self._hold(lease)
         mine = holder == self.identity and version == self._held_version
         if holder and not mine and self._observed_at + duration > self._clock():
             return False  # held by another replica (or by us in a previous life) and live
@@ -184,7 +210,7 @@ class LeaderElector:
         lease["spec"] = {
             **spec,
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": round(self.lease_s),
+            "leaseDurationSeconds": self.lease_duration_s,
             "renewTime": now,
             "acquireTime": spec.get("acquireTime") if mine else now,
             "leaseTransitions": transitions if mine else transitions + 1,
@@ -221,6 +247,25 @@ class LeaderElector:
             log.warning("releasing lease %s failed (it will expire): %s", self.lease_name, exc)
         finally:
             self._held_version = None
+            self._unconfirmed_renew = None
+
+    def _adopt_unconfirmed(self, spec: Obj, version: str) -> bool:
+        """Whether the record read is our own write whose answer was lost (it carries
+        the ``renewTime`` that write sent); clears the doubt either way."""
+        sent, self._unconfirmed_renew = self._unconfirmed_renew, None
+        if sent is None or version == self._held_version:
+            return False
+        if _instant(spec.get("renewTime")) != _instant(sent):
+            return False
+        log.info(
+            "%s: lease %s/%s shows our update of renewTime %s applied although its answer "
+            "was lost; keeping the lease",
+            self.identity,
+            self.namespace,
+            self.lease_name,
+            sent,
+        )
+        return True
 
     def _read(self) -> Obj:
         response = self._api.read_namespaced_lease(
@@ -244,7 +289,7 @@ class LeaderElector:
             "metadata": {"name": self.lease_name, "namespace": self.namespace},
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": round(self.lease_s),
+                "leaseDurationSeconds": self.lease_duration_s,
                 "acquireTime": now,
                 "renewTime": now,
                 "leaseTransitions": 0,
@@ -252,6 +297,7 @@ class LeaderElector:
         }
         return self._commit(
             "creating",
+            body,
             lambda: self._api.create_namespaced_lease(
                 self.namespace, body, _preload_content=False, _request_timeout=self._time_left()
             ),
@@ -260,6 +306,7 @@ class LeaderElector:
     def _write(self, lease: Obj) -> bool:
         return self._commit(
             "updating",
+            lease,
             lambda: self._api.replace_namespaced_lease(
                 self.lease_name,
                 self.namespace,
@@ -269,23 +316,38 @@ class LeaderElector:
             ),
         )
 
-    def _commit(self, action: str, call: Callable[[], Any]) -> bool:
-        """Send a Lease create or update; hold what the server returns.
+    def _commit(self, action: str, lease: Obj, call: Callable[[], Any]) -> bool:
+        """Send ``lease`` (a create or update); hold what the server returns.
 
-        False when it fails: a 409 (another replica wrote first) quietly, anything else
-        logged; the caller retries at its next tick either way.
+        False when it fails: a 409 (another replica wrote first, nothing applied)
+        quietly, anything else logged; a timeout or 5xx is remembered as possibly
+        applied (the answer may be what was lost). The caller retries at its next tick.
         """
+        self._unconfirmed_renew = None
         try:
             written: Obj = json.loads(call().data)
         except ApiException as exc:
             if exc.status != 409:
-                log.warning("%s lease %s failed: HTTP %s", action, self.lease_name, exc.status)
+                self._failed(action, lease, f"HTTP {exc.status}", (exc.status or 500) >= 500)
             return False
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            log.warning("%s lease %s failed: %s", action, self.lease_name, exc)
+            self._failed(action, lease, str(exc), in_doubt=True)
             return False
         self._hold(written)
         return True
+
+    def _failed(self, action: str, lease: Obj, why: str, in_doubt: bool) -> None:
+        if in_doubt:
+            self._unconfirmed_renew = str(lease["spec"]["renewTime"])
+        log.warning(
+            "%s lease %s/%s as %s failed (%s)%s",
+            action,
+            self.namespace,
+            self.lease_name,
+            self.identity,
+            why,
+            "; it may have been applied" if in_doubt else "",
+        )
 
     def _hold(self, lease: Obj) -> None:
         version = str((lease.get("metadata") or {}).get("resourceVersion") or "")

@@ -4,7 +4,10 @@ Each cycle (on every cluster change, at least every ``interval_s``):
 
 1. take the pending pods naming this scheduler from :class:`ClusterSync`'s cache (with
    the GPUs their ResourceClaims ask for; a pod whose claim is not created yet waits)
-   in gangs (:mod:`kubesage.core.k8s.gang`), highest priority first, then oldest;
+   in gangs (:mod:`kubesage.core.k8s.gang`), highest priority first, then oldest; a
+   pod still held by scheduling gates or being deleted is not pending
+   (:mod:`kubesage.core.k8s.schedulable`), so it does not count towards its gang's
+   ``min-available`` either;
 2. a gang with fewer members than ``min-available`` (counting members already bound)
    waits; past its waiting time it gets a ``FailedScheduling`` event and waits afresh;
 3. otherwise, under the state lock, all its pending members are placed on a copy of

@@ -216,14 +216,19 @@ class ListWatch:
         """Watch from :attr:`version` until the server ends the stream; :attr:`version`
         follows every event and bookmark, so a broken stream resumes where it broke."""
         timeout_s = max(1, int(min(self.watch_timeout_s, resync_at - self._clock())))
-        response = self._list_call(
-            watch=True,
-            resource_version=self.version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_s,
-            _preload_content=False,
-            _request_timeout=(self.request_timeout_s, timeout_s + self.request_timeout_s),
-        )
+        try:
+            response = self._list_call(
+                watch=True,
+                resource_version=self.version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_s,
+                _preload_content=False,
+                _request_timeout=(self.request_timeout_s, timeout_s + self.request_timeout_s),
+            )
+        except ApiException as exc:
+            if exc.status == 410:  # answered as an HTTP status rather than an ERROR event
+                raise _ExpiredError() from exc
+            raise
         self._response = response
         with self._lock:
             self.error = None  # connected again: the cache is current from here on
@@ -245,10 +250,6 @@ class ListWatch:
                         self._on_event(kind, obj)
                     if version:
                         self.version = str(version)
-        except ApiException as exc:
-            if exc.status == 410:
-                raise _ExpiredError() from exc
-            raise
         finally:
             response.release_conn()
 

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import urllib3
+from kubernetes.client.rest import RESTResponse
 
-from kubesage.core.k8s.apiclient import load_api_client
+from kubesage.core.k8s.apiclient import ApiException, load_api_client
 from kubesage.core.k8s.binder import (
     GPU_INDICES_ANNOTATION,
     MIG_START_ANNOTATION,
     BindConflictError,
     Binder,
     BindError,
+    PodGatedError,
     PodGoneError,
     parse_gpu_indices,
     placement_annotations,
+    retry_after_s,
 )
 from kubesage.core.types import Placement
 from tests.core.k8s import v1_node, v1_pod
@@ -139,3 +145,86 @@ def test_annotations_round_trip_for_mig() -> None:
     assert parse_gpu_indices(annotations) == ((1,), 4)
     assert parse_gpu_indices({GPU_INDICES_ANNOTATION: "x"}) is None
     assert placement_annotations(Placement(node="n", node_index=0)) == {}
+
+
+def test_a_gated_pod_is_refused_by_the_fake_and_the_binder_stops_at_once(
+    fake: FakeApiServer,
+) -> None:
+    pod = v1_pod("gated", scheduler_name="kubesage")
+    pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    uid = fake.add_pod(pod)["metadata"]["uid"]
+    binder = make_binder(fake)
+    with pytest.raises(PodGatedError, match=re.escape("kueue.x-k8s.io/admission")) as caught:
+        binder.bind("ml", "gated", uid, "n1")
+    # The API server's own refusal, carried in the error.
+    assert 'pods/binding "gated": pod gated has non-empty .spec.schedulingGates' in str(
+        caught.value
+    )
+    assert fake.pod("ml", "gated")["spec"].get("nodeName") is None
+    assert (binder.posts, binder.retries) == (1, 0)
+
+
+def test_a_terminating_pod_is_gone_after_one_post(fake: FakeApiServer) -> None:
+    uid = add(fake)["metadata"]["uid"]
+
+    def terminating(obj: dict[str, Any]) -> None:
+        obj["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+
+    fake.modify_pod("ml", "p", terminating)
+    binder = make_binder(fake)
+    with pytest.raises(PodGoneError, match="being deleted, cannot be assigned to a host"):
+        binder.bind("ml", "p", uid, "n1")
+    assert (binder.posts, binder.retries) == (1, 0)
+
+
+def test_429_waits_as_long_as_retry_after_asks_capped(fake: FakeApiServer) -> None:
+    uid = add(fake)["metadata"]["uid"]
+    throttled = "Too many requests, please try again later."
+    fake.fail("POST", BINDING, 429, times=2, message=throttled, retry_after_s=3)
+    api = load_api_client(str(fake.kubeconfig))
+    assert api is not None
+    waits: list[float] = []
+    binder = Binder(
+        api,
+        attempts=4,
+        backoff_s=0.01,
+        max_backoff_s=0.02,
+        max_retry_after_s=2.5,
+        sleep=waits.append,
+    )
+    binder.bind("ml", "p", uid, "n1")
+    assert fake.pod("ml", "p")["spec"]["nodeName"] == "n1"
+    assert waits == [2.5, 2.5]  # Retry-After: 3, capped; not the 0.01-0.02 s backoff
+    assert binder.posts == 3
+
+
+def test_retry_after_is_read_from_the_status_details_without_the_header() -> None:
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": "Too many requests, please try again later.",
+        "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": 4},
+        "code": 429,
+    }
+    answer = urllib3.HTTPResponse(
+        body=json.dumps(status).encode(), status=429, reason="Too Many Requests"
+    )
+    assert retry_after_s(client_error(answer)) == 4.0
+    answer = urllib3.HTTPResponse(
+        body=json.dumps(status).encode(),
+        status=429,
+        reason="Too Many Requests",
+        headers={"Retry-After": "7"},
+    )
+    assert retry_after_s(client_error(answer)) == 7.0  # the header wins
+
+
+def client_error(answer: urllib3.HTTPResponse) -> ApiException:
+    """The ApiException the generated client raises for a non-2xx answer."""
+    response = RESTResponse(answer)
+    response.read()
+    with pytest.raises(ApiException) as caught:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return caught.value

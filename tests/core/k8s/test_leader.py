@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -13,7 +14,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.k8s.apiclient import load_api_client
 from kubesage.core.k8s.leader import LeaderElector
 from kubesage.core.observability.metrics import REGISTRY
-from tests.fakes.apiserver import FakeApiServer, wait_until
+from tests.fakes.apiserver import LEASES, FakeApiServer, wait_until
 
 LEASE = r"^/apis/coordination.k8s.io/v1/namespaces/kubesage/leases"
 
@@ -188,3 +189,84 @@ def test_the_leader_gauge_follows_the_lease(fake: FakeApiServer) -> None:
         fake.fail("GET", LEASE, 500, times=10_000)
         wait_until(lambda: a.stopped == 1, what="step down")
         assert gauge() == 0
+
+
+def test_a_renew_applied_whose_answer_was_lost_keeps_the_lease(fake: FakeApiServer) -> None:
+    a = elector(fake, "a", lease_s=30.0, renew_s=20.0)
+    assert a.try_acquire_or_renew()
+    acquired = fake.lease("kubesage", "kubesage-scheduler")["spec"]["acquireTime"]
+    fake.fail("PUT", LEASE, 504, after_apply=True, message="request timed out")
+    assert not a.try_acquire_or_renew()  # applied, but the answer is lost
+    assert a.try_acquire_or_renew()  # the next renew goes through, not after 30 s
+    spec = fake.lease("kubesage", "kubesage-scheduler")["spec"]
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("a", 0)
+    assert spec["acquireTime"] == acquired
+    # Safety: nobody else, not even this identity in another process, takes it.
+    assert not elector(fake, "b", lease_s=30.0, renew_s=20.0).try_acquire_or_renew()
+    assert not elector(fake, "a", lease_s=30.0, renew_s=20.0).try_acquire_or_renew()
+    assert a.try_acquire_or_renew()
+
+
+def test_a_lost_answer_does_not_adopt_a_record_written_by_another_process(
+    fake: FakeApiServer,
+) -> None:
+    a = elector(fake, "a", lease_s=30.0, renew_s=20.0)
+    assert a.try_acquire_or_renew()
+    fake.fail("PUT", LEASE, 504)  # not applied
+    assert not a.try_acquire_or_renew()
+
+    def renewed_by_a_twin(lease: dict[str, Any]) -> None:  # the same identity elsewhere
+        lease["spec"]["renewTime"] = "2030-01-01T00:00:00.000000Z"
+
+    fake.modify(LEASES, "kubesage", "kubesage-scheduler", renewed_by_a_twin)
+    assert not a.try_acquire_or_renew()  # not our write: waited out like another holder
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "renew_s", "written"), [(0.4, 0.3, 1), (10.4, 10.3, 11), (15, 10, 15)]
+)
+def test_lease_duration_is_written_in_whole_seconds_never_below_the_lease(
+    fake: FakeApiServer, lease_s: float, renew_s: float, written: int
+) -> None:
+    a = elector(fake, "a", lease_s=lease_s, renew_s=renew_s, retry_s=0.1)
+    assert a.try_acquire_or_renew()  # the create
+    assert a.try_acquire_or_renew()  # and an update
+    duration = fake.lease("kubesage", "kubesage-scheduler")["spec"]["leaseDurationSeconds"]
+    assert duration == a.lease_duration_s == written
+    assert renew_s < lease_s <= duration
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"leaseDurationSeconds": 0},
+            'Lease.coordination.k8s.io "l" is invalid: spec.leaseDurationSeconds: '
+            "Invalid value: 0: must be greater than 0",
+        ),
+        (
+            {"leaseTransitions": -1},
+            'Lease.coordination.k8s.io "l" is invalid: spec.leaseTransitions: '
+            "Invalid value: -1: must be greater than or equal to 0",
+        ),
+    ],
+)
+def test_the_fake_refuses_invalid_leases_like_the_api(
+    fake: FakeApiServer, spec: dict[str, Any], message: str
+) -> None:
+    from kubernetes import client
+
+    api = load_api_client(str(fake.kubeconfig))
+    leases = client.CoordinationV1Api(api)
+    body = {"metadata": {"name": "l", "namespace": "kubesage"}, "spec": spec}
+    with pytest.raises(client.ApiException) as invalid:
+        leases.create_namespaced_lease("kubesage", body)
+    assert invalid.value.status == 422
+    status = json.loads(invalid.value.body)
+    assert (status["reason"], status["message"]) == ("Invalid", message)
+    valid = {"metadata": body["metadata"], "spec": {"leaseDurationSeconds": 1}}
+    created = leases.create_namespaced_lease("kubesage", valid)
+    created.spec.lease_duration_seconds = 0
+    with pytest.raises(client.ApiException) as on_update:
+        leases.replace_namespaced_lease("l", "kubesage", created)
+    assert on_update.value.status == 422

@@ -309,3 +309,31 @@ def test_two_replicas_under_leader_election_bind_each_pod_once(harness: Harness)
         for thread, sync in threads:
             thread.join(5)
             sync.stop()
+
+
+def test_gated_pods_are_not_pending_nor_counted_in_their_gang(harness: Harness) -> None:
+    def gated(pod: dict[str, Any]) -> None:
+        pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+
+    member = v1_pod("w1", scheduler_name=NAME, annotations=gang("job", 2))
+    gated(member)
+    harness.fake.add_pod(member)
+    lone = v1_pod("lone", scheduler_name=NAME)
+    gated(lone)
+    harness.fake.add_pod(lone)
+    harness.add("w0", annotations=gang("job", 2))  # last: once it is seen, all are
+    harness.seen(1)
+    assert [p["metadata"]["name"] for p in harness.sync.pending_pods(NAME)] == ["w0"]
+    report = harness.scheduler.schedule_once()
+    assert report.bound == {} and report.failed == {}
+    assert report.waiting == {"ml/job": "gang ml/job: 1 of 2 members present"}
+    assert harness.fake.requests_to("POST", r"/binding$") == []
+
+    def ungate(pod: dict[str, Any]) -> None:  # what Kueue does on admission
+        pod["spec"].pop("schedulingGates")
+
+    harness.fake.modify_pod("ml", "w1", ungate)
+    harness.seen(2)
+    report = harness.scheduler.schedule_once()
+    assert sorted(report.bound) == ["ml/w0", "ml/w1"]
+    assert harness.node_of("lone") is None

@@ -19,11 +19,13 @@ fake writes. What it serves, with the shapes of the real API:
   ``status.phase: Active``.
 - ``POST /api/v1/namespaces/{ns}/pods/{name}/binding`` and ``.../{ns}/bindings``: 201
   and a ``Status`` of ``Success``; the binding's annotations are copied onto the pod
-  (as the real registry does); 409 ``Conflict`` when the pod is already assigned or the
-  UID precondition fails; 404 for a missing pod.
+  (as the real registry does); 409 ``Conflict`` with the registry's message when the
+  UID precondition fails, the pod is being deleted, is already assigned or still has
+  ``spec.schedulingGates``; 404 for a missing pod.
 - ``/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]``: GET, POST (409
   ``AlreadyExists``), PUT with ``metadata.resourceVersion`` optimistic concurrency
-  (409 ``Conflict``).
+  (409 ``Conflict``); 422 ``Invalid`` for ``spec.leaseDurationSeconds`` <= 0 or
+  ``spec.leaseTransitions`` < 0 (:mod:`.coordination`).
 - Custom resources ``/apis/{group}/{version}[/namespaces/{ns}]/{plural}[/{name}]``
   (GET list/get, POST) for kinds registered with :meth:`FakeApiServer.register_custom`;
   ``kubesage.io/v1alpha1`` ``schedulingpolicies`` is registered by default.
@@ -67,7 +69,8 @@ resourceVersion and a watch event), stand in for the controllers a real cluster 
 ReplicaSet's replacement of an evicted pod — the real controller does it a moment
 later, this fake at once), and inject faults: an HTTP error for the next
 matching requests (:meth:`FakeApiServer.fail`, optionally after the change was applied,
-as when a response is lost), dropped watch connections
+as when a response is lost, or a 429 with ``Retry-After`` and
+``details.retryAfterSeconds`` as priority and fairness sends it), dropped watch connections
 (:meth:`FakeApiServer.drop_watches`), and compacted history
 (:meth:`FakeApiServer.compact`).
 

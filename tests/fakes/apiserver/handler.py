@@ -71,9 +71,11 @@ def handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def do_PATCH(self) -> None:
             self._serve("PATCH")
 
-        def _send(self, code: int, body: Obj) -> None:
+        def _send(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(code)
+            for header, value in (headers or {}).items():
+                self.send_header(header, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -101,14 +103,14 @@ def handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 if fault is not None and not fault.after_apply:
                     if method in ("POST", "PUT", "PATCH"):
                         self._body()  # drain it so the connection stays usable
-                    raise ApiError(fault.code, fault.message)
+                    raise fault.error()
                 code, body = self._route(method, split.path, query)
                 if fault is not None:
-                    raise ApiError(fault.code, fault.message)
+                    raise fault.error()
                 if body is not None:
                     self._send(code, body)
             except ApiError as exc:
-                self._send(exc.code, exc.body())
+                self._send(exc.code, exc.body(), exc.headers)
 
         def _route(
             self, method: str, path: str, query: dict[str, list[str]]

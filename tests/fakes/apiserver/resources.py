@@ -74,6 +74,18 @@ class ApiError(Exception):
         self.reason = reason or REASONS.get(code, "Unknown")
         self.details = details
 
+    @classmethod
+    def throttled(cls, message: str, retry_after_s: int) -> ApiError:
+        """A 429 as priority and fairness answers it: ``details.retryAfterSeconds``
+        (and the ``Retry-After`` header, :attr:`headers`)."""
+        return cls(429, message, retryAfterSeconds=retry_after_s)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Response headers beyond the content ones: ``Retry-After`` on a throttled 429."""
+        seconds = self.details.get("retryAfterSeconds")
+        return {"Retry-After": str(seconds)} if seconds is not None else {}
+
     def body(self) -> Obj:
         return status(self.code, self.reason, str(self), self.details or None)
 
@@ -212,7 +224,15 @@ class Fault:
     times: int
     after_apply: bool
     message: str
+    retry_after_s: int | None = None
+    """With a 429: the ``Retry-After`` (and ``details.retryAfterSeconds``) it carries."""
     hits: int = 0
+
+    def error(self) -> ApiError:
+        """The error this fault answers with."""
+        if self.retry_after_s is not None:
+            return ApiError.throttled(self.message, self.retry_after_s)
+        return ApiError(self.code, self.message)
 
 
 @dataclass

@@ -244,10 +244,12 @@ class FakeApiServer(WatchedStore):
         times: int = 1,
         after_apply: bool = False,
         message: str = "injected fault",
+        retry_after_s: int | None = None,
     ) -> Fault:
         """Answer the next ``times`` requests matching ``method`` and the ``path`` regex
-        with ``code``; with ``after_apply`` the change is made first (a lost response)."""
-        fault = Fault(method, re.compile(path), code, times, after_apply, message)
+        with ``code``; with ``after_apply`` the change is made first (a lost response);
+        with ``retry_after_s`` (a 429) the answer asks the client to wait that long."""
+        fault = Fault(method, re.compile(path), code, times, after_apply, message, retry_after_s)
         with self._lock:
             self._faults.append(fault)
         return fault

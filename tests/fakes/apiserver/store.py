@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.fakes import dra
+from tests.fakes.apiserver.coordination import lease_problems
 from tests.fakes.apiserver.resources import (
     DEVICE_CLASSES,
     DRA_RESOURCES,
@@ -218,8 +219,10 @@ class ObjectStore:
         self, resource: Resource, new: Obj, old: Obj | None, subresource: str | None = None
     ) -> None:
         """The registry's defaulting and validation of ``resource.k8s.io`` writes (in
-        place); 422 ``Invalid`` with the problems."""
-        if resource is RESOURCE_SLICES:
+        place) and of Leases; 422 ``Invalid`` with the problems."""
+        if resource is LEASES:
+            problems = lease_problems(new)
+        elif resource is RESOURCE_SLICES:
             problems = dra.slice_problems(new, old)
         elif resource is DEVICE_CLASSES:
             problems = dra.device_class_problems(new, old)
@@ -413,6 +416,13 @@ class ObjectStore:
                 raise ApiError(
                     409,
                     conflict + f'pod {name} is already assigned to node "{assigned}"',
+                    name=name,
+                    kind="pods/binding",
+                )
+            if pod.get("spec", {}).get("schedulingGates"):
+                raise ApiError(
+                    409,
+                    conflict + f"pod {name} has non-empty .spec.schedulingGates",
                     name=name,
                     kind="pods/binding",
                 )
