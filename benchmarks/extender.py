@@ -329,14 +329,14 @@ def main() -> int:
         with server as port:
             for mode_number, mode in enumerate(modes):
                 window = feasible_nodes_to_find(size) if mode == "default" else size
-                # Fresh pods (new UIDs) per mode: the server keeps bound pods.
+                # Fresh pods (new names and UIDs) per mode: the server keeps bound pods.
                 offset = mode_number * (2 * warmup_pods + args.pods)
                 pods = [v1_pod(offset + i, request) for i, request in enumerate(workload)]
                 measured = pods[warmup_pods:]
                 # One pod of every shape the measured pods have, then the warm-up pods.
                 firsts = {shape(pod): pod for pod in reversed(measured)}
                 warmup = [
-                    {**pod, "metadata": {**pod["metadata"], "name": f"warm-{number}",
+                    {**pod, "metadata": {**pod["metadata"], "name": f"warm-{offset}-{number}",
                                          "uid": f"warm-{offset}-{number}"}}
                     for number, pod in enumerate(firsts.values())
                 ] + pods[:warmup_pods]  # fmt: skip
