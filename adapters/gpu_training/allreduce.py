@@ -7,7 +7,12 @@ ring bus bandwidth, the fewest nodes and racks, and then the tightest fit (nodes
 whose free GPUs it uses up, so whole free nodes stay whole for the next big job).
 
 Inside a node, the best ring order is the Hamiltonian cycle with the widest
-slowest hop, found exactly by a bitmask search (nodes have at most 16 GPUs).
+slowest hop, found exactly by a bitmask search for rings of at most
+:data:`EXACT_RING_LIMIT` GPUs, and which free GPUs to take by scoring every subset
+while there are at most :data:`SUBSET_LIMIT`. Bigger nodes (a template allows 64
+GPUs) never blow up: where every hop inside the node is equally fast (an NVSwitch
+node) there is nothing to search; otherwise a greedy choice stands in for the
+exhaustive one (see :func:`greedy_ring` and :func:`_greedy_subset`).
 Across nodes, each node's GPUs are consecutive in the ring (consecutive ranks
 share the fastest links, as NCCL wants), so only one hop per node boundary
 crosses the network.
@@ -16,6 +21,7 @@ crosses the network.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,17 +38,47 @@ class GangPlacement:
 
     ranks: tuple[int, ...]
     bus_bandwidth_gbps: float
+    """``inf`` for a single GPU (no ring: nothing to reduce over)."""
     nodes: tuple[str, ...]
     racks: int
     explanation: str
 
+    @property
+    def bandwidth_text(self) -> str:
+        """The ring bus bandwidth in words (a single GPU has no ring)."""
+        return ring_text(len(self.ranks), self.bus_bandwidth_gbps)
+
+
+def ring_text(size: int, busbw: float) -> str:
+    return "single GPU: no ring" if size < 2 else f"ring bus bandwidth {busbw:.1f} GB/s"
+
+
+EXACT_RING_LIMIT = 12
+"""Largest ring ordered by the exact bitmask search (``2^n · n`` states); above, greedily."""
+SUBSET_LIMIT = 5_000
+"""Most GPU subsets of one node scored exhaustively; above, they are chosen greedily."""
+
+
+def _all_equal(bandwidth: FloatArray) -> bool:
+    off_diagonal = bandwidth[~np.eye(bandwidth.shape[0], dtype=bool)]
+    return bool(off_diagonal.size == 0 or np.all(off_diagonal == off_diagonal[0]))
+
 
 def best_ring(bandwidth: FloatArray) -> tuple[list[int], float]:
-    """Order of ``n`` GPUs (bandwidth matrix ``(n, n)``) maximising the slowest ring hop."""
+    """Order of ``n`` GPUs (bandwidth matrix ``(n, n)``) maximising the slowest ring hop.
+
+    Exact up to :data:`EXACT_RING_LIMIT` GPUs and whenever every hop is equally fast
+    (any order is then best; the one given, 0 then n−1 down to 1, is the one the exact
+    search returns); otherwise :func:`greedy_ring`.
+    """
     n = bandwidth.shape[0]
     if n <= 2:
         order = list(range(n))
         return order, float(bandwidth[0, 1]) if n == 2 else float("inf")
+    if _all_equal(bandwidth):
+        return [0, *range(n - 1, 0, -1)], float(bandwidth[0, 1])
+    if n > EXACT_RING_LIMIT:
+        return greedy_ring(bandwidth)
     thresholds = sorted({float(v) for v in bandwidth[np.triu_indices(n, 1)]}, reverse=True)
     for threshold in thresholds:
         cycle = _hamiltonian_cycle(bandwidth >= threshold)
@@ -79,16 +115,84 @@ def _hamiltonian_cycle(adjacent: BoolArray) -> list[int] | None:
     return None
 
 
+def greedy_ring(bandwidth: FloatArray) -> tuple[list[int], float]:
+    """A ring from GPU 0, each next GPU the unvisited one with the widest hop from the
+    last (ties: lowest index); not always optimal, always ``O(n²)``."""
+    n = bandwidth.shape[0]
+    order, left = [0], set(range(1, n))
+    while left:
+        last = order[-1]
+        step = max(sorted(left), key=lambda g: float(bandwidth[last, g]))
+        order.append(step)
+        left.remove(step)
+    slowest = min(float(bandwidth[a, b]) for a, b in itertools.pairwise([*order, 0]))
+    return order, slowest
+
+
+def _rails(subset: Sequence[int], per_switch: int) -> int:
+    """How many PCIe switches (so NICs, rails out) the local GPUs ``subset`` sit behind."""
+    return len({g // per_switch for g in subset})
+
+
+def _spread_subset(free: Sequence[int], count: int, per_switch: int) -> list[int]:
+    """The first ``count`` of ``free`` (in index order) behind the most switches: what
+    scoring every subset picks when every hop is equally fast, without enumerating."""
+    target = min(count, _rails(free, per_switch))
+    chosen: list[int] = []
+    for position, gpu in enumerate(free):
+        if len(chosen) == count:
+            break
+        trial = [*chosen, gpu]
+        rest = free[position + 1 :]
+        seen = {g // per_switch for g in trial}
+        reachable = len(seen | {g // per_switch for g in rest})
+        slots = count - len(trial)
+        if len(rest) >= slots and min(reachable, len(seen) + slots) >= target:
+            chosen = trial
+    return chosen
+
+
+def _greedy_subset(matrix: FloatArray, free: Sequence[int], count: int) -> list[int]:
+    """``count`` of ``free`` grown from the best seed, each step adding the GPU whose
+    slowest link to those chosen is widest (ties: lowest index)."""
+    best: tuple[float, list[int]] = (-1.0, [])
+    for seed in free:
+        chosen, left = [seed], [g for g in free if g != seed]
+        while len(chosen) < count:
+            step = max(left, key=lambda g: float(matrix[g, chosen].min()))
+            chosen.append(step)
+            left.remove(step)
+        slowest = float(matrix[np.ix_(chosen, chosen)][~np.eye(count, dtype=bool)].min())
+        if count == 1 or slowest > best[0]:
+            best = (slowest, sorted(chosen))
+        if count == 1:
+            break
+    return best[1]
+
+
 def _node_choice(drtg: DRTG, node: int, free: Sequence[int], count: int) -> tuple[list[int], float]:
-    """Best ``count`` of the node's free local GPUs and their ring order."""
+    """Best ``count`` of the node's free local GPUs and their ring order.
+
+    Every subset is scored while there are at most :data:`SUBSET_LIMIT`; when every
+    hop between the free GPUs is equally fast the subset behind the most switches is
+    taken straight away (the same one scoring would pick); otherwise a greedy subset.
+    """
     matrix = drtg.intra_node_bandwidth(node)
     per_switch = drtg.spec.node_templates[drtg.node_template[node]].gpus_per_switch
+    equal = _all_equal(matrix[np.ix_(free, free)])
+    if equal or math.comb(len(free), count) > SUBSET_LIMIT:
+        if equal:
+            chosen = _spread_subset(free, count, per_switch)
+        else:
+            chosen = _greedy_subset(matrix, free, count)
+        order, slowest = best_ring(matrix[np.ix_(chosen, chosen)])
+        return [chosen[i] for i in order], slowest
     best: tuple[list[int], float] = ([], -1.0)
     best_rails = -1
     for subset in itertools.combinations(free, count):
         order, slowest = best_ring(matrix[np.ix_(subset, subset)])
         # Among equally fast rings prefer GPUs behind more NICs (more rails out).
-        rails = len({g // per_switch for g in subset})
+        rails = _rails(subset, per_switch)
         if slowest > best[1] or (slowest == best[1] and rails > best_rails):
             best, best_rails = ([subset[i] for i in order], slowest), rails
     return best
@@ -121,7 +225,7 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
             nodes=(drtg.node_names[node],),
             racks=1,
             explanation=(
-                f"one node, {drtg.node_names[node]}: ring bus bandwidth {busbw:.1f} GB/s; "
+                f"one node, {drtg.node_names[node]}: {ring_text(count, busbw)}; "
                 f"{len(free_by_node[node]) - count} of its free GPUs left"
             ),
         )

@@ -18,6 +18,7 @@ from kubesage.adapters.gpu_training.launcher import (
     torchrun_commands,
 )
 from kubesage.adapters.gpu_training.mig import catalogue
+from kubesage.core.arrays import BoolArray
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.passthrough import PassThroughCommand
 from kubesage.core.dra.claims import DeviceMode
@@ -35,6 +36,7 @@ DEFAULT_TOPOLOGY = "dgx-h100-pod"
 """The shipped example topology a launch places on when no --topology is given."""
 
 YAML_WIDTH = 10_000
+TARGETS = ("kubernetes", "torchrun")
 
 
 @gpu_app.command("launch", cls=PassThroughCommand)
@@ -78,14 +80,15 @@ def launch(
     command = list(ctx.args)
     if not command:
         raise InputError("give the training command after --, e.g. -- python train.py")
+    if target not in TARGETS:
+        raise InputError(f"--target must be {' or '.join(TARGETS)}, got '{target}'")
     topology = topology_file(topology) if topology else example_topology(DEFAULT_TOPOLOGY)
     drtg = DRTG.from_yaml(topology)
+    free = np.ones(drtg.num_gpus, dtype=bool)  # no live occupancy without a cluster
     if mig is not None:
-        model = drtg.spec.node_templates[drtg.node_template[0]].gpu_model or ""
-        catalogue(model).profile(mig)  # unknown profile: a clear error
         if gpus != 1:
             raise InputError("a MIG job runs on one MIG slice: use --gpus 1 with --mig")
-    free = np.ones(drtg.num_gpus, dtype=bool)  # no live occupancy without a cluster
+        free &= _has_profile(drtg, mig, topology.name)
     placement = place_gang(drtg, free, gpus)
     if placement is None:
         raise InputError(f"{gpus} GPUs do not fit in {topology.name} ({drtg.num_gpus} GPUs)")
@@ -94,8 +97,6 @@ def launch(
         stderr.print(f"plan: {placement.explanation}")
         for rank, share in enumerate(shares):
             stderr.print(f"  node rank {rank}: {share.node}, GPUs {list(share.gpu_indices)}")
-    if target not in ("kubernetes", "torchrun"):
-        raise InputError(f"--target must be kubernetes or torchrun, got '{target}'")
     if target == "torchrun":
         master = shares[0].node
         for line in torchrun_commands(shares, command, master_addr=master):
@@ -109,6 +110,27 @@ def launch(
     )
     # Wide lines: a CEL selector stays on one line instead of folding mid-expression.
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=YAML_WIDTH).rstrip())
+
+
+def _has_profile(drtg: DRTG, profile: str, where: str) -> BoolArray:
+    """Per GPU, whether its node's GPU model has MIG ``profile``; InputError when none has."""
+    why: dict[str, str] = {}
+    capable = np.zeros(drtg.num_gpus, dtype=bool)
+    for node in range(drtg.num_nodes):
+        model = drtg.spec.node_templates[drtg.node_template[node]].gpu_model or "unknown"
+        if model not in why:
+            try:
+                catalogue(model).profile(profile)
+                why[model] = ""
+            except InputError as exc:
+                why[model] = str(exc)
+        capable[drtg.node_gpus(node)] = not why[model]
+    if not capable.any():
+        raise InputError(
+            f"no node in {where} has a GPU model with MIG profile '{profile}': "
+            + "; ".join(why.values())
+        )
+    return capable
 
 
 def _node_shares(drtg: DRTG, ranks: Sequence[int]) -> list[NodeShare]:

@@ -53,7 +53,7 @@ from kubesage.adapters.gpu_training.loop_support import (
     where,
 )
 from kubesage.adapters.gpu_training.relayout import relayout_plans
-from kubesage.core.errors import KubesageError
+from kubesage.core.errors import InputError, KubesageError
 from kubesage.core.loop.actions import Action, Bind, Evict, LabelNode, Plan, Reservation, digest
 from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.view import PodInfo, WorldView
@@ -166,7 +166,7 @@ class DefragReconciler:
             left -= _remember(plan, stopped)
             labels_left -= _relabels(plan)
         if not migrations and left > 0 and self._compaction_due(view):
-            plans = self._compaction(state, running, infos, left, labels_left)
+            plans = self._compaction(state, running, infos, left, labels_left, notes)
             for plan in plans:
                 _remember(plan, stopped)
             if plans:
@@ -289,6 +289,8 @@ class DefragReconciler:
             for name, _ in moves
         ]
         labels = self._relayouts(state, before_with_waiting, moves, plan_id, why)
+        if isinstance(labels, str):
+            return labels
         if len(labels) > relayouts:
             return (
                 f"{waiting.ref}: the migration that makes room re-lays out {len(labels)} MIG "
@@ -346,8 +348,15 @@ class DefragReconciler:
         moves: Sequence[Migration],
         plan_id: str,
         why: str,
-    ) -> list[Action]:
-        """A mig-parted label for every MIG node whose layout ``moves`` change."""
+    ) -> list[Action] | str:
+        """A mig-parted label for every MIG node whose layout ``moves`` change, or why
+        there can be none (a node's GPU model has no MIG catalogue or lacks a profile:
+        the migration is then not planned, rather than evicting for a layout nobody
+        can apply)."""
+        try:
+            relayouts = relayout_plans(state, running, moves)
+        except InputError as exc:
+            return f"{why}: no MIG re-layout can be planned ({exc}); migration not planned"
         return [
             LabelNode(
                 reconciler=NAME,
@@ -362,7 +371,7 @@ class DefragReconciler:
                 node=relayout.node,
                 labels=dict([relayout.label]),
             )
-            for relayout in relayout_plans(state, running, moves)
+            for relayout in relayouts
         ]
 
     # -- background compaction -------------------------------------------------------------
@@ -381,9 +390,11 @@ class DefragReconciler:
         infos: Mapping[str, PodInfo],
         budget: int,
         relayouts: int,
+        notes: list[str],
     ) -> list[Plan]:
         """One plan per move of a compaction round (each stands alone), as many as the
-        re-layout budget allows (each move assumes the ones before it)."""
+        re-layout budget allows (each move assumes the ones before it); why it stopped
+        early goes to ``notes``."""
         settings = self.settings
         moves = Compactor(
             self.policy,
@@ -412,6 +423,9 @@ class DefragReconciler:
                 )
             ]
             labels = self._relayouts(state, running, [(name, target)], plan_id, why)
+            if isinstance(labels, str):
+                notes.append(labels)
+                break
             relayouts -= len(labels)
             if relayouts < 0:
                 break

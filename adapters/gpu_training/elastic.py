@@ -38,6 +38,22 @@ class PhaseDetector:
     smooth_samples: int = 5
     min_segment_s: float = 60.0
     step_s: float = 10.0
+    """Seconds between two utilisation samples."""
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.idle_pct < self.train_pct <= 100):
+            raise InputError(
+                f"PhaseDetector: need 0 <= idle_pct < train_pct <= 100, got idle_pct="
+                f"{self.idle_pct}, train_pct={self.train_pct}"
+            )
+        if self.smooth_samples < 1:
+            raise InputError(
+                f"PhaseDetector: smooth_samples must be >= 1, got {self.smooth_samples}"
+            )
+        if not (np.isfinite(self.min_segment_s) and self.min_segment_s >= 0):
+            raise InputError(f"PhaseDetector: min_segment_s must be >= 0, got {self.min_segment_s}")
+        if not (np.isfinite(self.step_s) and self.step_s > 0):
+            raise InputError(f"PhaseDetector: step_s must be > 0, got {self.step_s}")
 
 
 @dataclass(frozen=True)

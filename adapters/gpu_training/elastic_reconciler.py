@@ -32,6 +32,7 @@ scale is retried; a slow controller is not hurried).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,7 +72,8 @@ class ElasticSettings:
     detector: PhaseDetector = field(
         default_factory=lambda: PhaseDetector(step_s=5.0, smooth_samples=3, min_segment_s=60.0)
     )
-    """Thresholds, smoothing and the shortest phase; ``step_s`` is the loop's tick."""
+    """Thresholds, smoothing and the shortest phase; ``step_s`` is only the guess until
+    two samples show their real spacing (:func:`sampled_detector`)."""
     history_samples: int = 360
     """Utilisation samples kept per job (30 minutes at 5 s)."""
     settle_s: float = 120.0
@@ -127,13 +129,24 @@ class ElasticReconciler:
             word = pod.annotations.get(PHASE_ANNOTATION)
             if word and word.lower() in PHASE_WORDS:
                 return PHASE_WORDS[word.lower()], f"annotation {PHASE_ANNOTATION}={word}"
-        detector = self.settings.detector
+        detector = sampled_detector(self.settings.detector, [at for at, _ in samples])
         if len(samples) * detector.step_s < detector.min_segment_s:
             return None, "not enough utilisation yet"  # no decision on a first glimpse
         values = [value for _, value in samples]
         segments = detect_phases(values, detector)
         mean = float(np.mean(values[-detector.smooth_samples :]))
         return segments[-1].phase, f"GPU utilisation {mean:.0f}% (DCGM)"
+
+
+def sampled_detector(detector: PhaseDetector, taken_at: Sequence[float]) -> PhaseDetector:
+    """``detector`` with ``step_s`` the samples' real spacing (the median gap between
+    their timestamps): a sample is kept only when its snapshot is newer, so a DCGM
+    exporter refreshing every 30 s gives 30 s samples whatever the loop's tick."""
+    gaps = np.diff(np.asarray(taken_at, dtype=np.float64))
+    gaps = gaps[gaps > 0]
+    if gaps.size == 0:
+        return detector
+    return dataclasses.replace(detector, step_s=float(np.median(gaps)))
 
 
 def elastic_jobs(pods: Iterable[PodInfo]) -> tuple[dict[str, _Job], list[str]]:

@@ -17,11 +17,46 @@ from typing import ClassVar
 
 
 class NVMLError(Exception):
-    """Mirrors ``pynvml.NVMLError``: ``value`` is the NVML return code."""
+    """Mirrors ``pynvml.NVMLError``: ``value`` is the NVML return code, and
+    ``NVMLError(code)`` is an instance of the code's subclass where one exists
+    (``NVMLError(3)`` is an :class:`NVMLError_NotSupported`), as in pynvml."""
 
-    def __init__(self, value: int):
-        super().__init__(FakeNvml.MESSAGES.get(value, f"NVML error {value}"))
-        self.value = value
+    _by_code: ClassVar[dict[int, type[NVMLError]]] = {}
+    code: ClassVar[int | None] = None
+    value: int
+
+    def __new__(cls, value: int | None = None) -> NVMLError:
+        code = cls.code if value is None else value
+        if code is None:
+            raise TypeError("NVMLError needs an NVML return code")
+        if cls is NVMLError:
+            cls = NVMLError._by_code.get(code, cls)
+        error = Exception.__new__(cls)
+        error.value = code
+        return error
+
+    def __init__(self, value: int | None = None):
+        super().__init__(FakeNvml.MESSAGES.get(self.value, f"NVML error {self.value}"))
+
+    def __init_subclass__(cls) -> None:
+        if cls.code is not None:
+            NVMLError._by_code[cls.code] = cls
+
+
+class NVMLError_InvalidArgument(NVMLError):  # noqa: N801, N818 - pynvml's name
+    code = 2
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801, N818 - pynvml's name
+    code = 3
+
+
+class NVMLError_NoPermission(NVMLError):  # noqa: N801, N818 - pynvml's name
+    code = 4
+
+
+class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801, N818 - pynvml's name
+    code = 12
 
 
 @dataclass
@@ -31,6 +66,11 @@ class FakeGpu:
     memory_used_mib: int = 0
     utilization_pct: int = 0
     mig: bool | None = False
+    """Current MIG mode; None where the GPU does not support MIG."""
+    mig_pending: bool | None = None
+    """MIG mode after the next GPU reset (None: the current mode)."""
+    mig_mode_error: int | None = None
+    """An NVML code ``nvmlDeviceGetMigMode`` fails with (4: no permission)."""
     nvlink_peers: list[str | None] = field(default_factory=list)
     """Per NVLink, the remote PCI bus id (a GPU's, or an NVSwitch's)."""
 
@@ -39,17 +79,23 @@ class FakeNvml:
     NVML_ERROR_LIBRARY_NOT_FOUND = 12
     NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_INVALID_ARGUMENT = 2
+    NVML_ERROR_NO_PERMISSION = 4
     NVML_DEVICE_MIG_DISABLE = 0
     NVML_DEVICE_MIG_ENABLE = 1
     NVML_FEATURE_DISABLED = 0
     NVML_FEATURE_ENABLED = 1
-    NVML_NVLINK_MAX_LINKS = 18
+    NVML_NVLINK_MAX_LINKS = 36
     MESSAGES: ClassVar[dict[int, str]] = {
         12: "NVML Shared Library Not Found",
         3: "Not Supported",
         2: "Invalid Argument",
+        4: "Insufficient Permissions",
     }
     NVMLError = NVMLError
+    NVMLError_InvalidArgument = NVMLError_InvalidArgument
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
 
     def __init__(
         self,
@@ -98,14 +144,22 @@ class FakeNvml:
         return SimpleNamespace(total=total, used=used, free=total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
-        return SimpleNamespace(gpu=self.gpus[handle].utilization_pct, memory=0)
+        gpu = self.gpus[handle]
+        if gpu.mig:  # NVML: utilisation is not supported on a GPU in MIG mode
+            raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(gpu=gpu.utilization_pct, memory=0)
 
     def nvmlDeviceGetMigMode(self, handle: int) -> tuple[int, int]:
-        mig = self.gpus[handle].mig
-        if mig is None:
+        gpu = self.gpus[handle]
+        if gpu.mig_mode_error is not None:
+            raise NVMLError(gpu.mig_mode_error)
+        if gpu.mig is None:
             raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
-        mode = self.NVML_DEVICE_MIG_ENABLE if mig else self.NVML_DEVICE_MIG_DISABLE
-        return mode, mode
+        pending = gpu.mig if gpu.mig_pending is None else gpu.mig_pending
+        return self._mig_mode(gpu.mig), self._mig_mode(pending)
+
+    def _mig_mode(self, enabled: bool) -> int:
+        return self.NVML_DEVICE_MIG_ENABLE if enabled else self.NVML_DEVICE_MIG_DISABLE
 
     def nvmlDeviceGetTopologyCommonAncestor(self, first: int, second: int) -> int:
         if self.topology_level is None:

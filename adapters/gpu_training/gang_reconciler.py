@@ -237,8 +237,7 @@ class GangReconciler:
                 Bind(
                     reconciler=NAME,
                     explanation=(
-                        f"gang {key} rank {rank} on {where(placement)} (ring bus bandwidth "
-                        f"{gang.bus_bandwidth_gbps:.1f} GB/s)"
+                        f"gang {key} rank {rank} on {where(placement)} ({gang.bandwidth_text})"
                     ),
                     plan=plan_id,
                     pod=member.ref,

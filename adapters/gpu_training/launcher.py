@@ -38,6 +38,7 @@ from kubesage.core.dra.claims import (
     mig_selectors,
 )
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.v1_models import LABEL_VALUE_PATTERN
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 
 MASTER_PORT = 29500
@@ -55,6 +56,15 @@ class NodeShare:
     gpu_uuids: tuple[str, ...] = ()
     """Their UUIDs where known (a DRA claim then selects by UUID, else by index)."""
 
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise InputError(f"node {self.node}: gpus must be at least 1, got {self.gpus}")
+        if self.gpu_indices and len(self.gpu_indices) != self.gpus:
+            raise InputError(
+                f"node {self.node}: gpus is {self.gpus} but gpu_indices has "
+                f"{len(self.gpu_indices)} entries"
+            )
+
 
 def _check_name(name: str) -> None:
     if len(name) > 52 or not _NAME.match(name):
@@ -64,17 +74,50 @@ def _check_name(name: str) -> None:
         )
 
 
+def _check_namespace(namespace: str) -> None:
+    if len(namespace) > 63 or not _NAME.match(namespace):
+        raise InputError(
+            f"namespace '{namespace}' must be a DNS label of at most 63 characters "
+            "(lower-case letters, digits and '-')"
+        )
+
+
+def _check_node(node: str) -> None:
+    """The node name is the value of the Job's ``kubernetes.io/hostname`` selector."""
+    if len(node) > 63 or not re.fullmatch(LABEL_VALUE_PATTERN, node):
+        raise InputError(
+            f"node name '{node}' cannot be a kubernetes.io/hostname label value (at most 63 "
+            "letters, digits, '-', '_' and '.', starting and ending alphanumeric)"
+        )
+
+
+def _check_shares(shares: Sequence[NodeShare]) -> None:
+    if not shares:
+        raise InputError("the placement has no nodes")
+
+
+def visible_devices(share: NodeShare) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for ``share``: its chosen GPUs in ring order, so local
+    rank i runs on the i-th GPU of the ring (empty when the GPUs were not chosen)."""
+    return ",".join(map(str, share.gpu_indices))
+
+
 def torchrun_commands(
     shares: Sequence[NodeShare], command: Sequence[str], *, master_addr: str
 ) -> list[str]:
-    """One ``torchrun`` command line per node, in node-rank order."""
+    """One ``torchrun`` command line per node, in node-rank order, each limited to the
+    node's chosen GPUs in ring order (``env CUDA_VISIBLE_DEVICES=…``): torchrun gives
+    local rank i the i-th visible GPU."""
+    _check_shares(shares)
     if not command:
         raise InputError("the training command is empty")
     lines = []
     for rank, share in enumerate(shares):
+        devices = visible_devices(share)
         lines.append(
             shlex.join(
                 [
+                    *(["env", f"CUDA_VISIBLE_DEVICES={devices}"] if devices else []),
                     "torchrun",
                     f"--nnodes={len(shares)}",
                     f"--nproc-per-node={share.gpus}",
@@ -101,8 +144,10 @@ def kubernetes_manifests(
     """A headless Service, with ``dra`` one ResourceClaimTemplate per node, and one Job
     per node, validated; rank 0 is the rendezvous."""
     _check_name(name)
-    if not shares:
-        raise InputError("the placement has no nodes")
+    _check_namespace(namespace)
+    _check_shares(shares)
+    for share in shares:
+        _check_node(share.node)
     if not command:
         raise InputError("the training command is empty")
     if mig_profile is not None and any(share.gpus != 1 for share in shares):

@@ -93,6 +93,16 @@ _NAMES: dict[str, tuple[tuple[str, ...], str]] = {
         ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
         "names and counts confirmed; placements and most IDs inferred from H100 — check with NVML",
     ),
+    "H100-94GB": (
+        ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"),
+        "names and counts confirmed (guide, NVIDIA's default mig-parted config); placements "
+        "and IDs inferred from H100-80GB",
+    ),
+    "H100-96GB": (
+        ("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+        "names and counts confirmed (guide: H100 on GH200); placements and IDs inferred from "
+        "H100-80GB",
+    ),
 }
 
 CATALOGUES: dict[str, MigCatalogue] = {
@@ -111,7 +121,7 @@ CATALOGUES: dict[str, MigCatalogue] = {
 
 
 def catalogue(gpu_model: str) -> MigCatalogue:
-    """The catalogue of ``gpu_model`` (A100-40GB, A100-80GB, H100-80GB, H200-141GB)."""
+    """The catalogue of ``gpu_model`` (a key of :data:`CATALOGUES`)."""
     found = CATALOGUES.get(gpu_model)
     if found is None:
         raise InputError(

@@ -14,9 +14,10 @@ reason, counts the failure, and the rest of kubesage carries on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from kubesage.core.errors import InputError
 from kubesage.core.topology.discovery import gpu_model_from_product
@@ -25,6 +26,7 @@ from kubesage.core.topology.spec import NodeTemplate, NvlinkSpec
 log = logging.getLogger(__name__)
 
 NvlinkTopology = Literal["nvswitch", "pairs", "none", "mixed"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,10 @@ class GpuInfo:
     pci_bus_id: str
     memory_total_mib: int
     memory_used_mib: int
-    utilization_pct: int
+    utilization_pct: int | None
+    """None where NVML cannot say (not supported in MIG mode; the snapshot's notes say why)."""
     mig_enabled: bool | None
-    """None where the GPU does not support MIG."""
+    """None where the GPU does not support MIG, or NVML would not say (a note says why)."""
 
 
 @dataclass(frozen=True)
@@ -101,14 +104,24 @@ class NvmlCollector:
         notes: list[str] = []
         for index, handle in enumerate(handles):
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            utilization = nvml.nvmlDeviceGetUtilizationRates(handle)
             bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
             bus_ids.append(bus_id)
-            try:
-                current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-                mig: bool | None = current == nvml.NVML_DEVICE_MIG_ENABLE
-            except nvml.NVMLError:
-                mig = None
+            rates = _optional(
+                nvml,
+                f"GPU {index}: utilisation",
+                notes,
+                nvml.nvmlDeviceGetUtilizationRates,
+                handle,
+                unsupported_note=True,
+            )
+            utilization = None if rates is None else int(rates.gpu)
+            modes = _optional(
+                nvml, f"GPU {index}: MIG mode", notes, nvml.nvmlDeviceGetMigMode, handle
+            )
+            mig = None if modes is None else modes[0] == nvml.NVML_DEVICE_MIG_ENABLE
+            if modes is not None and (modes[1] == nvml.NVML_DEVICE_MIG_ENABLE) != mig:
+                pending = "enabled" if not mig else "disabled"
+                notes.append(f"GPU {index}: MIG mode {pending} after the next GPU reset")
             gpus.append(
                 GpuInfo(
                     index=index,
@@ -117,7 +130,7 @@ class NvmlCollector:
                     pci_bus_id=bus_id,
                     memory_total_mib=int(memory.total) // (1 << 20),
                     memory_used_mib=int(memory.used) // (1 << 20),
-                    utilization_pct=int(utilization.gpu),
+                    utilization_pct=utilization,
                     mig_enabled=mig,
                 )
             )
@@ -150,6 +163,28 @@ class NvmlCollector:
             nvswitch_links=tuple(switch_links),
             notes=tuple(notes),
         )
+
+
+def _optional(
+    nvml: Any,
+    what: str,
+    notes: list[str],
+    read: Callable[..., T],
+    *args: Any,
+    unsupported_note: bool = False,
+) -> T | None:
+    """``read(*args)``, or None when NVML refuses it for this one GPU.
+
+    A GPU that does not support the read (utilisation in MIG mode, MIG mode on a GPU
+    without MIG) must not cost the whole snapshot. Any other refusal (no permission…)
+    is noted; "not supported" is noted only where ``unsupported_note``.
+    """
+    try:
+        return read(*args)
+    except nvml.NVMLError as exc:
+        if exc.value != nvml.NVML_ERROR_NOT_SUPPORTED or unsupported_note:
+            notes.append(f"{what} not read: {exc}")
+        return None
 
 
 def _text(value: object) -> str:

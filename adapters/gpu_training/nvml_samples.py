@@ -41,7 +41,8 @@ class NodeGpuSamples:
 
     def metric_samples(self) -> Iterable[tuple[str, str, float]]:
         for gpu in self.reading.gpus:
-            yield self.node, GPU_UTIL_METRIC.format(gpu=gpu.index), float(gpu.utilization_pct)
+            if gpu.utilization_pct is not None:  # not readable in MIG mode
+                yield self.node, GPU_UTIL_METRIC.format(gpu=gpu.index), float(gpu.utilization_pct)
             yield self.node, FB_USED_METRIC.format(gpu=gpu.index), float(gpu.memory_used_mib)
 
 

@@ -111,8 +111,8 @@ _MIG_GEOMETRY: dict[int, tuple[int, tuple[int, ...]]] = {
     4: (4, (0,)),
     7: (8, (0,)),
 }
-_MIG_1G_DOUBLE_MEMORY = frozenset({"1g.20gb", "1g.35gb", "1g.45gb"})
-"""1g profiles with two memory slices (A100/H100-80GB, H200, B200). A100-40GB's
+_MIG_1G_DOUBLE_MEMORY = frozenset({"1g.20gb", "1g.24gb", "1g.35gb", "1g.45gb"})
+"""1g profiles with two memory slices (A100/H100-80GB, H100-94GB/96GB, H200, B200). A100-40GB's
 ``1g.10gb`` is also two slices, but on 80 GB GPUs ``1g.10gb`` is the one-slice
 profile, which is what this module assumes."""
 _MIG_PROFILE = re.compile(r"^([1-7])g\.([0-9]+)gb(\+me)?$")

@@ -54,12 +54,23 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_ZONE = "default"
 
-# GPU Feature Discovery product strings → the model names of the MIG catalogues.
+# GPU Feature Discovery product strings (``NVIDIA-H100-80GB-HBM3``) and NVML names
+# (``NVIDIA H100 PCIe``) → the model names of the MIG catalogues (memory size as in
+# the MIG User Guide's "Supported GPUs" table). First match wins; a product no
+# pattern matches keeps its own string (and has no MIG catalogue).
+# - GH200 480GB carries the "H100 on GH200" (96 GB); the GH200 144GB HBM3e part is
+#   its own product, not an H200.
+# - "H100 PCIe" with no size is the 80 GB PCIe card; H100 NVL is the 94 GB part.
 _PRODUCTS = (
-    (re.compile(r"H200"), "H200-141GB"),
-    (re.compile(r"H100.*80GB"), "H100-80GB"),
-    (re.compile(r"A100.*80GB"), "A100-80GB"),
-    (re.compile(r"A100.*40GB|A100-SXM4$|A100-PCIE$"), "A100-40GB"),
+    (re.compile(r"GH200.*144G", re.IGNORECASE), "GH200-144GB"),
+    (re.compile(r"GH200", re.IGNORECASE), "H100-96GB"),
+    (re.compile(r"(?<![A-Z])H200", re.IGNORECASE), "H200-141GB"),
+    (re.compile(r"H100.*80GB|H100[- ]PCIE$", re.IGNORECASE), "H100-80GB"),
+    (re.compile(r"H100.*94GB|H100[- ]NVL", re.IGNORECASE), "H100-94GB"),
+    (re.compile(r"H100.*96GB", re.IGNORECASE), "H100-96GB"),
+    (re.compile(r"A100.*80GB", re.IGNORECASE), "A100-80GB"),
+    (re.compile(r"A100.*40GB|A100-SXM4$|A100-PCIE$", re.IGNORECASE), "A100-40GB"),
+    (re.compile(r"(?<![A-Z0-9])A30(?![0-9])", re.IGNORECASE), "A30-24GB"),
 )
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)$")

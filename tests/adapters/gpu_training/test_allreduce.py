@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +119,71 @@ def test_all_or_nothing_and_bad_input() -> None:
         place_gang(drtg, free, 0)
     with pytest.raises(InputError, match="one entry per GPU"):
         place_gang(drtg, free[:5], 2)
+
+
+def big_node_cluster(gpus: int, nvlink: str, nodes: int = 2) -> DRTG:
+    template = {
+        "gpu_model": "H100-80GB",
+        "gpus": gpus,
+        "sockets": 2,
+        "gpus_per_switch": 2,
+        "pcie_generation": 5,
+        "nic_gbps_per_switch": 400,
+        "nvlink": {"topology": nvlink, "generation": 4, "links_per_gpu": 18},
+    }
+    spec = {
+        "apiVersion": "kubesage.io/v1alpha1",
+        "kind": TOPOLOGY_KIND,
+        "spec": {
+            "node_templates": {"big": template},
+            "zones": [{"name": "z", "uplink_gbps": 800}],
+            "racks": [
+                {"name": "r", "zone": "z", "uplink_gbps": 800, "template": "big", "nodes": nodes}
+            ],
+        },
+    }
+    return DRTG(parse_config(spec, TopologySpec, kind=TOPOLOGY_KIND))
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nvlink", "count"),
+    [(24, "nvswitch", 24), (32, "nvswitch", 16), (16, "nvswitch", 8), (24, "none", 12)],
+)
+def test_large_nodes_are_placed_quickly(gpus: int, nvlink: str, count: int) -> None:
+    # Before: (24, 24) asked for a 3 GiB bitmask table, (32, 16) enumerated 6e8 subsets.
+    drtg = big_node_cluster(gpus, nvlink)
+    started = time.perf_counter()
+    placement = place_gang(drtg, np.ones(drtg.num_gpus, dtype=bool), count)
+    assert time.perf_counter() - started < 10
+    assert placement is not None and len(set(placement.ranks)) == count
+    assert placement.nodes == ("r-node-00",)
+    assert placement.bus_bandwidth_gbps == pytest.approx(drtg.ring_bus_bandwidth(placement.ranks))
+
+
+def test_equal_hops_take_the_subset_exhaustive_scoring_would() -> None:
+    drtg = DRTG.from_yaml(CONFIGS / "dgx-h100-pod.yaml")
+    node = drtg.node_gpus(0)
+    per_switch = drtg.spec.node_templates[drtg.node_template[0]].gpus_per_switch
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        free = np.zeros(drtg.num_gpus, dtype=bool)
+        free[node] = rng.random(len(node)) < 0.7
+        local = [int(g) for g in np.flatnonzero(free[node])]
+        if len(local) < 2:
+            continue
+        count = int(rng.integers(2, len(local) + 1))
+        # Reference: the first subset (in index order) behind the most PCIe switches.
+        expected = max(
+            itertools.combinations(local, count),
+            key=lambda s: len({g // per_switch for g in s}),
+        )
+        placement = place_gang(drtg, free, count)
+        assert placement is not None
+        assert sorted(int(drtg.gpu_local[g]) for g in placement.ranks) == list(expected)
+
+
+def test_one_gpu_has_no_ring() -> None:
+    drtg = DRTG.from_yaml(CONFIGS / "dgx-h100-pod.yaml")
+    placement = place_gang(drtg, np.ones(drtg.num_gpus, dtype=bool), 1)
+    assert placement is not None and "single GPU: no ring" in placement.explanation
+    assert "inf" not in placement.explanation and placement.bandwidth_text == "single GPU: no ring"

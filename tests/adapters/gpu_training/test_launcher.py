@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -53,9 +57,44 @@ def test_bad_job_names_are_refused(name: str) -> None:
 def test_torchrun_lines_follow_rank_order() -> None:
     lines = torchrun_commands(SHARES, ["python", "train.py", "--lr", "3e-4"], master_addr="node-a")
     assert lines[1] == (
-        "torchrun --nnodes=2 --nproc-per-node=4 --node-rank=1 --master-addr=node-a "
-        "--master-port=29500 python train.py --lr 3e-4"
+        "env CUDA_VISIBLE_DEVICES=0,2,4,6 torchrun --nnodes=2 --nproc-per-node=4 --node-rank=1 "
+        "--master-addr=node-a --master-port=29500 python train.py --lr 3e-4"
     )
+    unchosen = torchrun_commands([NodeShare("n", 2)], ["t"], master_addr="n")
+    assert unchosen == [
+        "torchrun --nnodes=1 --nproc-per-node=2 --node-rank=0 --master-addr=n --master-port=29500 t"
+    ]
+    with pytest.raises(InputError, match="the placement has no nodes"):
+        torchrun_commands([], ["t"], master_addr="n")
+
+
+def test_cli_torchrun_runs_on_the_chosen_gpus_in_ring_order() -> None:
+    args = ["gpu", "launch", "--gpus", "4", "--dry-run", "--target", "torchrun", "--", "t"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    chosen = next(line for line in result.stderr.splitlines() if "node rank 0" in line)
+    ring = chosen.split("GPUs [")[1].rstrip("]").replace(" ", "")
+    assert result.stdout.startswith(f"env CUDA_VISIBLE_DEVICES={ring} torchrun ")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: NodeShare("n", 0), "node n: gpus must be at least 1, got 0"),
+        (lambda: NodeShare("n", 2, (0,)), "gpus is 2 but gpu_indices has 1"),
+        (
+            lambda: kubernetes_manifests("j", [NodeShare("n" * 70, 1)], ["t"], image="i"),
+            "node name '" + "n" * 70 + "' cannot be a kubernetes.io/hostname label value",
+        ),
+        (
+            lambda: kubernetes_manifests("j", SHARES, ["t"], image="i", namespace="Bad_NS"),
+            "namespace 'Bad_NS' must be a DNS label",
+        ),
+    ],
+)
+def test_launch_inputs_are_checked_and_named(call: Callable[[], object], message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        call()
 
 
 def test_cli_launch_dry_run_explains_and_prints_valid_yaml() -> None:
@@ -80,3 +119,56 @@ def test_cli_launch_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["gpu", "launch", *args])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+MIXED = """\
+apiVersion: kubesage.io/v1alpha1
+kind: Topology
+spec:
+  node_templates:
+    h100: {gpu_model: H100-80GB, gpus: 8, sockets: 2, gpus_per_switch: 2, pcie_generation: 5,
+           nvlink: {topology: nvswitch, generation: 4, links_per_gpu: 18},
+           nic_gbps_per_switch: 400}
+    a100: {gpu_model: A100-40GB, gpus: 4, sockets: 1, gpus_per_switch: 2, pcie_generation: 4,
+           nic_gbps_per_switch: 100}
+  zones:
+    - {name: zone-a, uplink_gbps: 800}
+  racks:
+    - {name: rack-1, zone: zone-a, uplink_gbps: 800, template: h100, nodes: 1}
+    - {name: rack-2, zone: zone-a, uplink_gbps: 800, template: a100, nodes: 1}
+"""
+
+
+@pytest.mark.parametrize(
+    ("profile", "node"), [("3g.40gb", "rack-1-node-00"), ("3g.20gb", "rack-2-node-00")]
+)
+def test_a_mig_job_lands_only_on_a_model_with_its_profile(
+    tmp_path: Path, profile: str, node: str
+) -> None:
+    topology = tmp_path / "mixed.yaml"
+    topology.write_text(MIXED)
+    args = ["gpu", "launch", "--gpus", "1", "--mig", profile, "--topology", str(topology)]
+    args += ["--devices", "device-plugin", "--", "python", "t.py"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    job = list(yaml.safe_load_all(result.stdout))[1]
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
+
+
+def test_a_mig_profile_no_node_has_is_refused(tmp_path: Path) -> None:
+    topology = tmp_path / "mixed.yaml"
+    topology.write_text(MIXED)
+    args = ["gpu", "launch", "--gpus", "1", "--mig", "1g.12gb", "--topology", str(topology)]
+    result = CliRunner().invoke(app, [*args, "--", "t"])
+    assert result.exit_code == 2
+    assert "no node in mixed.yaml has a GPU model with MIG profile '1g.12gb'" in " ".join(
+        result.output.split()
+    )
+
+
+def test_a_bad_target_is_refused_before_any_plan() -> None:
+    args = ["gpu", "launch", "--gpus", "4", "--dry-run", "--target", "ray", "--", "t"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "--target must be kubernetes or torchrun, got 'ray'" in result.output
+    assert "plan:" not in result.output

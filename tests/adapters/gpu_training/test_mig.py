@@ -14,6 +14,8 @@ from kubesage.adapters.gpu_training.mig import (
     valid_layouts,
 )
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.translate import mig_shape
+from kubesage.core.topology.discovery import gpu_model_from_product
 
 # Published placements (nvidia-smi mig -lgipp; MIG User Guide), written out per GPU
 # independently of the module's shape table: profile -> (profile ID, starts, size).
@@ -151,3 +153,19 @@ def test_unknown_models_and_profiles_are_named() -> None:
         catalogue("V100")
     with pytest.raises(InputError, match=r"A100-40GB has no MIG profile '1g\.10gb\+me'"):
         catalogue("A100-40GB").profile("1g.10gb+me")
+
+
+@pytest.mark.parametrize(
+    ("product", "names"),
+    [
+        ("NVIDIA GH200 480GB", ("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb")),
+        ("NVIDIA H100 NVL", ("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb")),
+        ("NVIDIA H100 PCIe", ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+    ],
+)
+def test_hopper_variants_get_their_own_profile_names(product: str, names: tuple[str, ...]) -> None:
+    cat = catalogue(gpu_model_from_product(product))
+    assert tuple(p.name for p in cat.profiles if "+me" not in p.name) == names
+    for name in names:  # the core's geometry of each name agrees with the catalogue
+        core, ours = mig_shape(name), cat.profile(name)
+        assert (core.memory_slices, core.starts) == (ours.memory_slices, ours.starts), name

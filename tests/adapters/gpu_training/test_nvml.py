@@ -104,3 +104,41 @@ def test_no_template_without_nvml() -> None:
     snapshot = NvmlCollector(FakeNvml(driver_loaded=False)).collect()
     with pytest.raises(InputError, match=r"no NVML topology .* Shared Library Not Found"):
         node_template(snapshot, cpu_milli=1, memory_mib=1)
+
+
+def test_a_mig_gpu_costs_only_its_utilisation_not_the_snapshot() -> None:
+    fake = FakeNvml([FakeGpu(mig=True), FakeGpu(utilization_pct=40)])
+    snapshot = NvmlCollector(fake).collect()
+    assert snapshot.available, snapshot.reason
+    assert [g.utilization_pct for g in snapshot.gpus] == [None, 40]
+    assert [g.mig_enabled for g in snapshot.gpus] == [True, False]
+    assert snapshot.notes == ("GPU 0: utilisation not read: Not Supported",)
+    assert node_template(snapshot, cpu_milli=1_000, memory_mib=1_024).gpus == 2
+
+
+def test_a_pending_mig_mode_and_a_refused_read_are_noted() -> None:
+    fake = FakeNvml(
+        [
+            FakeGpu(mig=False, mig_pending=True),
+            FakeGpu(mig=False, mig_mode_error=FakeNvml.NVML_ERROR_NO_PERMISSION),
+        ]
+    )
+    snapshot = NvmlCollector(fake).collect()
+    assert [g.mig_enabled for g in snapshot.gpus] == [False, None]
+    assert snapshot.notes == (
+        "GPU 0: MIG mode enabled after the next GPU reset",
+        "GPU 1: MIG mode not read: Insufficient Permissions",
+    )
+
+
+def test_fake_errors_are_pynvml_shaped() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    for code in (2, 3, 4, 12):
+        real, fake = pynvml.NVMLError(code), FakeNvml.NVMLError(code)
+        assert (type(fake).__name__, fake.value, str(fake)) == (
+            type(real).__name__,
+            real.value,
+            str(real),
+        )
+    assert isinstance(FakeNvml.NVMLError_NoPermission(), FakeNvml.NVMLError)
+    assert FakeNvml.NVML_NVLINK_MAX_LINKS == pynvml.NVML_NVLINK_MAX_LINKS

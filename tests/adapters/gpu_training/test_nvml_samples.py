@@ -36,3 +36,12 @@ def test_no_driver_adds_no_collector_and_a_lost_driver_raises_for_the_loop() -> 
     with pytest.raises(DependencyError, match="NVML on gpu-node-1"):
         collector.collect()
     assert collector.failures == 1
+
+
+def test_a_node_with_a_mig_gpu_still_gets_its_collector() -> None:
+    nvml = FakeNvml([FakeGpu(mig=True, memory_used_mib=512), FakeGpu(utilization_pct=9)])
+    (collector,) = node_gpu_collectors(nvml, node="mig-node")
+    samples = set(collector.collect().data.metric_samples())
+    assert ("mig-node", GPU_UTIL_METRIC.format(gpu=1), 9.0) in samples
+    assert ("mig-node", FB_USED_METRIC.format(gpu=0), 512.0) in samples
+    assert not any(metric == GPU_UTIL_METRIC.format(gpu=0) for _, metric, _ in samples)

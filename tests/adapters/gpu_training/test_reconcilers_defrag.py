@@ -14,6 +14,7 @@ from kubesage.adapters.gpu_training.defrag_reconciler import (
     only_fragmentation,
 )
 from kubesage.adapters.gpu_training.mig import MIG_CONFIG_LABEL, mig_request
+from kubesage.core.k8s.translate import mig_shape
 from kubesage.core.loop.actions import Bind, Evict, LabelNode, Plan
 from kubesage.core.loop.reconciler import Reconciled, Reconciler
 from kubesage.core.loop.view import PodInfo
@@ -176,6 +177,46 @@ def test_a_mig_migration_relabels_the_nodes_whose_layout_changes() -> None:
     tight = DefragReconciler(policy, DefragSettings(relayout_budget=1))
     result = tight.reconcile(view(state, pods))
     assert not result.actions and "re-layout budget allows 1" in result.notes[0]
+
+
+def test_a_mig_node_without_a_catalogue_gets_a_note_not_an_exception() -> None:
+    # GH200 144GB has no MIG catalogue here: its re-layout cannot be written, so the
+    # migration that needs one is not planned (no evictions for a layout nobody applies).
+    model = "GH200-144GB"
+    nodes = [mig_node(f"g{i}", gpus=1).model_copy(update={"gpu_model": model}) for i in range(2)]
+    state = ClusterState(nodes)
+
+    def ask(name: str, profile: str, qos: str = "LS") -> PodRequest:
+        shape = mig_shape(profile)
+        return PodRequest(
+            name=name,
+            cpu_milli=1_000,
+            memory_mib=1_024,
+            num_gpu=1,
+            gpu_milli=shape.gpu_milli,
+            gpu_models=(model,),
+            mig=shape,
+            qos=qos,
+        )
+
+    pods = []
+    for name, node_index, start, qos in (("be", 0, 6, "BestEffort"), ("ls", 1, 0, "LS")):
+        pod = ask(f"default/{name}", "1g.18gb", qos)
+        placement = state.placement(node_index, [0], pod, mig_start=start)
+        state.allocate(pod, placement)
+        pods.append(info(pod, placement))
+    big = ask("default/big7", "7g.144gb")
+    pods.append(info(big))
+    assert only_fragmentation(state, big)
+    policy = make_policy("migpacking", PolicyContext(workload=[big]))
+    result = DefragReconciler(policy).reconcile(view(state, pods))
+    assert not result.actions
+    migration, compaction = result.notes  # the waiting pod's, then background compaction's
+    assert migration.startswith("make room for default/big7")
+    assert compaction.startswith("background compaction")
+    for note in result.notes:
+        assert "no MIG catalogue for GPU model 'GH200-144GB'" in note
+        assert note.endswith("migration not planned")
 
 
 def test_a_plan_that_stopped_half_way_is_finished() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
 from kubesage.adapters.gpu_training.elastic import PhaseDetector
 from kubesage.adapters.gpu_training.elastic_reconciler import (
@@ -15,6 +17,7 @@ from kubesage.adapters.gpu_training.elastic_reconciler import (
     ElasticReconciler,
     ElasticSettings,
 )
+from kubesage.core.errors import InputError
 from kubesage.core.loop.actions import ObjectRef, Plan, Scale
 from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.view import PodInfo
@@ -53,14 +56,18 @@ def dcgm(utilisation: float, taken_at: float) -> Mapping[str, Snapshot[Any]]:
 
 
 def replay(
-    series: Sequence[float], workers: Sequence[int], memory: Mapping[str, Any] | None = None
+    series: Sequence[float],
+    workers: Sequence[int],
+    memory: Mapping[str, Any] | None = None,
+    every_s: float = TICK_S,
 ) -> list[Reconciled]:
-    """One tick per utilisation sample, the job having ``workers[t]`` pods at tick ``t``."""
+    """One tick per utilisation sample (``every_s`` apart), the job having ``workers[t]``
+    pods at tick ``t``."""
     elastic = reconciler()
     results = []
     for t, (utilisation, count) in enumerate(zip(series, workers, strict=True)):
         state, pods = job(count)
-        now = t * TICK_S
+        now = t * every_s
         result = elastic.reconcile(
             view(
                 state, pods, tick=t + 1, now_s=now, snapshots=dcgm(utilisation, now), memory=memory
@@ -138,3 +145,24 @@ def test_bad_bounds_are_noted_and_jobs_without_them_ignored() -> None:
 def test_no_decision_on_a_first_glimpse() -> None:
     asked = scales(replay([30, 30, 30], [4, 4, 4]))
     assert [(t, replicas) for t, replicas, _ in asked] == [(1, 2)]  # not at the first sample
+
+
+def test_phases_are_timed_by_the_samples_not_the_configured_tick() -> None:
+    # Samples 30 s apart (a slow exporter): one 30 s validation sample already outlasts
+    # the 10 s shortest phase. Timed as 5 s steps it looked like a 5 s blip.
+    asked = scales(replay([90, 30, 30], [4, 4, 4], every_s=30.0))
+    assert [(t, replicas) for t, replicas, _ in asked] == [(1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"step_s": 0.0}, "step_s must be > 0, got 0.0"),
+        ({"smooth_samples": 0}, "smooth_samples must be >= 1, got 0"),
+        ({"min_segment_s": -1.0}, "min_segment_s must be >= 0, got -1.0"),
+        ({"idle_pct": 70.0}, "need 0 <= idle_pct < train_pct <= 100"),
+    ],
+)
+def test_phase_detector_fields_are_checked(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        PhaseDetector(**fields)

@@ -118,3 +118,22 @@ def test_quantities_and_products() -> None:
     assert gpu_model_from_product("NVIDIA-H100-80GB-HBM3") == "H100-80GB"
     assert gpu_model_from_product("NVIDIA-H200") == "H200-141GB"
     assert gpu_model_from_product("Tesla-T4") == "Tesla-T4"
+
+
+@pytest.mark.parametrize(
+    ("product", "model"),
+    [
+        ("NVIDIA-GH200-480GB", "H100-96GB"),  # GH200's GPU is the H100 96GB, not an H200
+        ("NVIDIA GH200 480GB", "H100-96GB"),
+        ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
+        ("NVIDIA H200 NVL", "H200-141GB"),
+        ("NVIDIA H100 PCIe", "H100-80GB"),  # NVML's name of the 80 GB PCIe card
+        ("NVIDIA-H100-PCIe", "H100-80GB"),
+        ("NVIDIA H100 NVL", "H100-94GB"),
+        ("NVIDIA-A30", "A30-24GB"),
+        ("NVIDIA-A100-PCIE-40GB", "A100-40GB"),
+        ("NVIDIA-H20", "NVIDIA-H20"),  # no catalogue: kept as given
+    ],
+)
+def test_gpu_products_map_to_their_own_model(product: str, model: str) -> None:
+    assert gpu_model_from_product(product) == model
