@@ -53,13 +53,28 @@ def parse_config(
         raise config_error(exc, path=source, prefix="spec") from None
 
 
+def read_config_text(path: Path | str) -> str:
+    """The UTF-8 text of a config file; a ConfigError naming the file (and, for bytes
+    that are not UTF-8, the line) when it cannot be read."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}; save it as UTF-8)",
+            path=path,
+        ) from None
+
+
 def load_config(path: Path | str, model: type[ModelT], *, kind: str) -> ModelT:
     """Read ``path`` and decode it with :func:`parse_config`."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
+    text = read_config_text(path)
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:

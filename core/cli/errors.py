@@ -14,7 +14,7 @@ from kubesage.core.errors import KubesageError
 P = ParamSpec("P")
 R = TypeVar("R")
 
-stderr = Console(stderr=True)
+stderr = Console(stderr=True, soft_wrap=True)
 
 
 def user_errors(function: Callable[P, R]) -> Callable[P, R]:

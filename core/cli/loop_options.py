@@ -85,6 +85,9 @@ def loop_settings(
         raise InputError(f"--forecast-weight must be in [0, 1], got {forecast_weight}")
     if forecast_model is not None and not forecast_model.is_file():
         raise InputError(f"--forecast-model {forecast_model}: no such file")
+    if audit_log is not None and (audit_log.is_dir() or not audit_log.parent.is_dir()):
+        problem = "is a directory" if audit_log.is_dir() else "its folder does not exist"
+        raise InputError(f"--audit-log {audit_log}: cannot append to it: {problem}")
     if prometheus is not None and not prometheus.startswith(("http://", "https://")):
         raise InputError(f"--prometheus '{prometheus}' must be an http:// or https:// URL")
     budgets = Budgets()

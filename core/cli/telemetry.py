@@ -19,7 +19,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,7 +33,7 @@ from rich.table import Table
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import OutputFormat
 from kubesage.core.cli.tables import print_table
-from kubesage.core.durations import parse_duration_s
+from kubesage.core.durations import format_duration, parse_duration_s, parse_promql_duration
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.perception import Snapshot
 from kubesage.core.telemetry.features import (
@@ -57,6 +57,14 @@ HEADLINE_COLUMNS = (
     ("dcgm.fb_used_mib.sum", "gpu MiB", "{:,.0f}"),
 )
 """Columns shown in the table when the metric map has them: (column, heading, format)."""
+MAX_INTERVAL_S = 86_400.0
+"""Longest ``--interval`` between snapshots (a day)."""
+MAX_RANGE_S = 366 * 86_400.0
+"""Longest ``--range`` of history (a year)."""
+MAX_STEPS = 1_000_000
+"""Most time steps ``--range`` / ``--step`` may ask for (each series is one array of them)."""
+MAX_TIMEOUT_S = 600.0
+"""Longest ``--timeout`` per query."""
 VARIANCE_TARGETS = (0.5, 0.9, 0.95, 0.99)
 """Explained-variance levels ``fit-pca`` reports the component count for."""
 
@@ -75,8 +83,8 @@ def _unreachable(url: str, exc: PrometheusUnavailableError) -> PrometheusUnreach
     if found is not None:
         cause = (found.group(1) or found.group(2)).strip()
     else:
+        # the collector bounds the query it quotes; Prometheus' own error text stays whole
         cause = text.removeprefix(f"{url}: ").split(" (no earlier good snapshot")[0]
-        cause = cause if len(cause) <= 200 else cause[:197] + "..."
     return PrometheusUnreachableError(f"cannot read Prometheus at {url}: {cause}")
 
 
@@ -102,8 +110,9 @@ def _check_url(url: str) -> str:
 def metric_map_from_options(path: Path | None, rate_window: str | None) -> MetricMap:
     metric_map = load_metric_map(path)
     if rate_window is not None:
-        parse_duration_s(rate_window, "--rate-window")
-        metric_map = metric_map.with_rate_window(rate_window)
+        metric_map = metric_map.with_rate_window(
+            parse_promql_duration(rate_window, "--rate-window")
+        )
     return metric_map
 
 
@@ -137,10 +146,16 @@ class SnapshotReport(_Out):
     columns: int
     feature_names: list[str]
     nodes: list[NodeSummary]
+    dropped: list[str] = []
+    """Per source, series that could not be placed on a node (e.g. no node label)."""
 
 
 def summarise(
-    url: str, metric_map: MetricMap, snapshot: Snapshot[NodeMetrics], builder: FeatureBuilder
+    url: str,
+    metric_map: MetricMap,
+    snapshot: Snapshot[NodeMetrics],
+    builder: FeatureBuilder,
+    dropped: Sequence[str] = (),
 ) -> SnapshotReport:
     """Per-node feature summary of ``snapshot`` (marked stale when it is a fallback)."""
     data = snapshot.data
@@ -174,6 +189,7 @@ def summarise(
         columns=len(data.columns),
         feature_names=list(features.names),
         nodes=nodes,
+        dropped=list(dropped),
     )
 
 
@@ -220,9 +236,12 @@ def print_snapshot(report: SnapshotReport, console: Console) -> None:
             for h in headings
         ]
         table.add_row(*row)
-    print_table(console, table)
-    if not report.nodes:
+    if report.nodes:
+        print_table(console, table)
+    else:
         console.print("no node reported any metric of the map")
+    for line in report.dropped:
+        console.print(f"dropped: {line}", highlight=False, markup=False)
 
 
 PrometheusOption = Annotated[
@@ -237,7 +256,8 @@ RateWindowOption = Annotated[
     typer.Option("--rate-window", help="Override the map's rate() window ($window), e.g. 1m."),
 ]
 TimeoutOption = Annotated[
-    float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each query.")
+    float,
+    typer.Option("--timeout", min=0.1, max=MAX_TIMEOUT_S, help="Seconds to wait for each query."),
 ]
 
 
@@ -256,7 +276,7 @@ def snapshot_command(
 ) -> None:
     """Per-node feature summary of the metric map now (stale snapshots are marked)."""
     url = _check_url(prometheus)
-    interval_s = parse_duration_s(interval, "--interval")
+    interval_s = parse_duration_s(interval, "--interval", maximum_s=MAX_INTERVAL_S)
     loaded = metric_map_from_options(metric_map, rate_window)
     builder = FeatureBuilder(loaded)
     collector = PrometheusCollector(url, loaded, timeout_s=timeout)
@@ -264,7 +284,8 @@ def snapshot_command(
     try:
         with _collector_logs_quiet():
             for snapshot in snapshots(collector, count, interval_s):
-                report = summarise(url, loaded, snapshot, builder)
+                dropped = [d.describe() for d in collector.dropped.values()]
+                report = summarise(url, loaded, snapshot, builder, dropped)
                 if output_format is OutputFormat.json:
                     reports.append(report.model_dump(mode="json"))
                 else:
@@ -293,10 +314,16 @@ def read_history(
     """``--range`` of the metric map's columns at ``--step``, ending now, from Prometheus;
     a clear error when it is unreachable or holds none of the map's series."""
     url = _check_url(prometheus)
-    range_s = parse_duration_s(range_, "--range")
+    range_s = parse_duration_s(range_, "--range", maximum_s=MAX_RANGE_S)
     step_s = parse_duration_s(step, "--step")
     if step_s > range_s:
         raise InputError(f"--step {step} is longer than --range {range_}")
+    if range_s / step_s > MAX_STEPS:
+        shortest = format_duration(math.ceil(range_s / MAX_STEPS))
+        raise InputError(
+            f"--range {range_} at --step {step} is {range_s / step_s:,.0f} steps, more than "
+            f"{MAX_STEPS:,}: use a step of at least {shortest}"
+        )
     collector = PrometheusCollector(url, metric_map, timeout_s=timeout)
     end = time.time()
     try:
@@ -310,9 +337,11 @@ def read_history(
     finally:
         collector.close()
     if not history.nodes:
+        dropped = "; ".join(d.describe() for d in collector.dropped.values())
         raise InputError(
             f"Prometheus at {url} has no series of the metric map in the last {range_}: "
             "nothing to learn from (are the exporters scraped? is --metric-map right?)"
+            + (f"; dropped: {dropped}" if dropped else "")
         )
     return history
 

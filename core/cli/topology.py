@@ -4,6 +4,7 @@ ResourceSlices their GPU driver publishes), and summarise one."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ import typer
 import yaml
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.config import API_VERSION, load_config
+from kubesage.core.config import API_VERSION, load_config, read_config_text
 from kubesage.core.dra.nodes import node_devices
 from kubesage.core.errors import InputError
 from kubesage.core.topology.discovery import (
@@ -32,9 +33,7 @@ def _read_list(path: Path, what: str) -> list[object]:
     """The ``items`` of a kubectl List file (``-``: stdin)."""
     text = typer.get_text_stream("stdin").read() if str(path) == "-" else None
     try:
-        document = json.loads(text if text is not None else path.read_text("utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+        document = json.loads(text if text is not None else read_config_text(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON: {exc}") from None
     items = document.get("items") if isinstance(document, dict) else None
@@ -83,6 +82,12 @@ def discover(
     the same List or with --resource-slices), the slices give the GPU model, count,
     PCIe roots and each GPU's identity.
     """
+    for option, gbps in (
+        ("--rack-uplink-gbps", rack_uplink_gbps),
+        ("--zone-uplink-gbps", zone_uplink_gbps),
+    ):
+        if not (gbps > 0 and math.isfinite(gbps)):
+            raise InputError(f"{option} must be a positive number of Gbit/s, got {gbps}")
     items, slices = split_kubectl_list(_read_list(nodes_json, "NodeList"))
     if resource_slices is not None:
         more_nodes, more = split_kubectl_list(_read_list(resource_slices, "ResourceSliceList"))
@@ -112,7 +117,10 @@ def discover(
     if output is None:
         typer.echo(rendered, nl=False)
     else:
-        output.write_text(rendered, encoding="utf-8")
+        try:
+            output.write_text(rendered, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"--output {output}: cannot write: {exc.strerror}") from None
         published = f", {len(devices)} with ResourceSlices" if devices else ""
         stderr.print(
             f"{len(items)} node(s){published} in {len(spec.racks)} rack(s) written to {output}"

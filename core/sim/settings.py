@@ -59,6 +59,10 @@ class WorkloadSource(StrictModel):
     synthetic: SyntheticWorkload = SyntheticWorkload()
 
 
+MAX_TUNE = 100.0
+"""Largest ``tune``: a hundred times the cluster's GPU capacity in requests."""
+
+
 class SimulationSettings(StrictModel):
     cluster: ClusterSource = ClusterSource()
     workload: WorkloadSource = WorkloadSource()
@@ -66,8 +70,9 @@ class SimulationSettings(StrictModel):
     """Policies to compare, in report order."""
     seeds: tuple[Seed, ...] = DEFAULT_SEEDS
     """One run per policy and seed."""
-    tune: float = Field(DEFAULT_TUNE, ge=0.0)
-    """FGD protocol: inflate the workload to this multiple of GPU capacity."""
+    tune: float = Field(DEFAULT_TUNE, ge=0.0, le=MAX_TUNE, allow_inf_nan=False)
+    """FGD protocol: inflate the workload to this multiple of GPU capacity (finite, at
+    most ``MAX_TUNE``: the clones are held in memory)."""
     mode: Literal["fgd", "replay"] = "fgd"
     """``fgd``: arrivals only, the paper's protocol; ``replay``: creation and deletion times."""
     jobs: int | None = Field(None, ge=1)

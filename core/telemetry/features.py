@@ -205,7 +205,7 @@ class FeatureBuilder:
         if "p95" in self.stats:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells: imputed below
-                out["p95"] = np.nanpercentile(values, 95, axis=0)
+                out["p95"] = np.nanpercentile(np.where(observed, values, np.nan), 95, axis=0)
         times = np.broadcast_to(times_s[:, np.newaxis, np.newaxis], values.shape)
         t_mean = np.where(observed, times, 0.0).sum(axis=0) / np.maximum(count, 1)
         dt = np.where(observed, times - t_mean, 0.0)

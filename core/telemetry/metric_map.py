@@ -10,7 +10,16 @@ feature budget is a :class:`ConfigError` naming the file and the field.
 Column naming (stable, used by the features and by saved PCA models): a metric gives
 ``<source>.<metric>`` when it has one aggregate and no per-device slots; otherwise one
 column per aggregate, ``<source>.<metric>.<aggregate>``, followed by one per device
-slot, ``<source>.<metric>.<device_label><i>`` for ``i < max_devices``.
+slot, ``<source>.<metric>.<device_label><i>`` for ``i < max_devices`` (the first
+device label when there are several).
+
+MIG: dcgm-exporter sends one series per GPU instance, all with the GPU's ``gpu`` label
+and told apart by ``GPU_I_ID`` (``GPU_I_PROFILE`` names the profile). A metric whose
+``device_label`` is the list ``[gpu, GPU_I_ID]`` keys its devices by both labels, so
+every instance is a device of its own (summed by ``sum``, one per-device slot each);
+a series without ``GPU_I_ID`` (a GPU not in MIG mode) is keyed by ``gpu`` alone.
+Series that carry the same values of every device label are one device seen twice
+(e.g. by two scrape jobs) and are averaged.
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kubesage.core.config import StrictModel, load_config
+from kubesage.core.durations import parse_promql_duration, promql_duration_problem
 from kubesage.core.errors import InputError
 from kubesage.core.paths import shipped_file
 
@@ -40,7 +50,7 @@ Aggregate = Literal["mean", "max", "min", "sum"]
 Stat = Literal["last", "mean", "max", "p95", "slope"]
 
 _NAME = r"^[a-z][a-z0-9_]*$"
-_DURATION = r"^[0-9]+(ms|s|m|h)$"
+_GROUP_REFERENCE = re.compile(r"\$\{?(\d+)\}?")
 
 
 class RelabelRule(StrictModel):
@@ -62,11 +72,26 @@ class RelabelRule(StrictModel):
             raise ValueError(f"not a valid regular expression: {exc}") from None
         return value
 
+    @field_validator("replacement")
+    @classmethod
+    def _groups_exist(cls, value: str, info: ValidationInfo) -> str:
+        regex = info.data.get("regex")
+        if regex is None:  # the regex itself is wrong; that error is reported
+            return value
+        groups = re.compile(regex).groups
+        for reference in _GROUP_REFERENCE.findall(value):
+            if int(reference) > groups:
+                raise ValueError(
+                    f"{value!r} refers to group ${reference}, but the regex {regex!r} "
+                    f"has {groups} group(s)"
+                )
+        return value
+
     def apply(self, value: str) -> str:
         match = re.fullmatch(self.regex, value)
         if match is None:
             return value
-        template = re.sub(r"\$\{?(\d+)\}?", r"\\g<\1>", self.replacement)
+        template = _GROUP_REFERENCE.sub(r"\\g<\1>", self.replacement)
         return match.expand(template)
 
 
@@ -89,13 +114,14 @@ class MetricSpec(StrictModel):
     unit: str = Field(min_length=1)
     """Unit of the query's value (documentation; ``bytes_per_s``, ``fraction``...)."""
     description: str = ""
-    device_label: str | None = None
-    """Label that tells a node's series apart (``gpu``, ``device``); none: one series."""
+    device_label: str | tuple[str, ...] | None = None
+    """Label(s) that tell a node's series apart (``gpu``, ``device``; ``[gpu, GPU_I_ID]``
+    for MIG instances); none: one series."""
     aggregate: tuple[Aggregate, ...] = ("sum",)
     """How a node's series (its devices) reduce to per-node columns."""
     max_devices: int = Field(default=0, ge=0, le=64)
     """Per-device columns kept, padded or truncated in device order (0: aggregates only)."""
-    impute: float = 0.0
+    impute: float = Field(default=0.0, allow_inf_nan=False)
     """Value written where a column has no sample; its ``:missing`` flag says so."""
 
     @model_validator(mode="after")
@@ -106,13 +132,26 @@ class MetricSpec(StrictModel):
             raise ValueError(f"aggregate repeats a reducer: {list(self.aggregate)}")
         if self.max_devices and self.device_label is None:
             raise ValueError("max_devices needs a device_label to order the devices by")
+        labels = self.device_labels
+        if self.device_label is not None and (
+            not labels or not all(labels) or len(set(labels)) != len(labels)
+        ):
+            raise ValueError(f"device_label needs distinct, non-empty labels: {list(labels)}")
         return self
+
+    @property
+    def device_labels(self) -> tuple[str, ...]:
+        """The labels that key a device, in order (empty: one series per node)."""
+        if self.device_label is None:
+            return ()
+        return (self.device_label,) if isinstance(self.device_label, str) else self.device_label
 
     def columns(self, source: str, name: str) -> tuple[str, ...]:
         base = f"{source}.{name}"
         if len(self.aggregate) == 1 and not self.max_devices:
             return (base,)
-        slots = tuple(f"{base}.{self.device_label}{i}" for i in range(self.max_devices))
+        first = self.device_labels[0] if self.device_labels else ""
+        slots = tuple(f"{base}.{first}{i}" for i in range(self.max_devices))
         return tuple(f"{base}.{agg}" for agg in self.aggregate) + slots
 
 
@@ -135,12 +174,20 @@ class SourceSpec(StrictModel):
 class MetricMapSpec(StrictModel):
     """The ``spec`` of a MetricMap document."""
 
-    rate_window: str = Field(default="1m", pattern=_DURATION)
-    """Substituted for ``$window`` in queries; cover at least two scrapes."""
+    rate_window: str = "1m"
+    """Substituted for ``$window`` in queries (a PromQL duration); cover at least two scrapes."""
     stats: tuple[Stat, ...] = ("last", "mean", "max", "p95", "slope")
     """Windowed statistics computed per column."""
     max_dimensions: int = Field(default=MAX_DIMENSIONS, ge=1, le=MAX_DIMENSIONS)
     sources: dict[str, SourceSpec] = Field(min_length=1)
+
+    @field_validator("rate_window")
+    @classmethod
+    def _promql_duration(cls, value: str) -> str:
+        problem = promql_duration_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("sources")
     @classmethod
@@ -229,9 +276,9 @@ class MetricMap:
         return MetricMap(spec=self.spec.model_copy(update={"sources": sources}), path=self.path)
 
     def with_rate_window(self, rate_window: str) -> MetricMap:
-        """The same map with another ``$window`` (tests scrape every second)."""
-        spec = MetricMapSpec.model_validate({**self.spec.model_dump(), "rate_window": rate_window})
-        return MetricMap(spec=spec, path=self.path)
+        """The same map with another ``$window`` (a PromQL duration; else a DurationError)."""
+        window = parse_promql_duration(rate_window, "rate window")
+        return MetricMap(spec=self.spec.model_copy(update={"rate_window": window}), path=self.path)
 
 
 def load_metric_map(path: Path | str | None = None) -> MetricMap:

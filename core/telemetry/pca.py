@@ -100,8 +100,13 @@ def fit_pca(
         raise InputError(f"PCA needs at least 2 samples, got {rows.shape[0]}")
     if n_components < 1:
         raise InputError(f"n_components must be at least 1, got {n_components}")
-    if not np.isfinite(rows).all():
-        raise InputError("training rows must be finite")
+    finite = np.isfinite(rows)
+    if not finite.all():
+        row, column = np.argwhere(~finite)[0]
+        raise InputError(
+            f"training rows must be finite: feature {feature_names[column]!r} is "
+            f"{rows[row, column]} in row {row} ({int((~finite).sum())} non-finite value(s))"
+        )
     samples, width = rows.shape
     mean = rows.mean(axis=0)
     std = rows.std(axis=0)

@@ -5,12 +5,16 @@ prometheus-api-client's ``PrometheusConnect`` — ``custom_query`` at one instan
 :meth:`~PrometheusCollector.collect`, ``custom_query_range`` for
 :meth:`~PrometheusCollector.history` (the data PCA is fitted on) — and reduces the
 returned series to the map's columns: the node comes from the source's node label
-after its relabel rules, devices are ordered by their device label (numbers
+after its relabel rules, devices are keyed by their device label(s) (``gpu``, or
+``gpu`` and ``GPU_I_ID`` for MIG instances) and ordered by them (numbers
 numerically), reduced by the map's aggregates and, up to ``max_devices``, kept as
-per-device columns (padded with NaN, extra devices truncated).
+per-device columns (padded with NaN, extra devices truncated). Series without the
+source's node label cannot be placed: they are dropped, and ``dropped`` says, per
+source, how many and which labels they had instead.
 
 Fallback (the Collector protocol's): when Prometheus is unreachable, answers with an
-error status or with a body that is not an instant/range vector, ``collect`` logs a
+error status (its ``errorType`` and ``error`` text in the reason) or with a body that
+is not a Prometheus API response holding an instant/range vector, ``collect`` logs a
 warning, counts the failure (``failures``, the process metric
 ``kubesage_collector_failures_total{collector="prometheus"}`` and an optional
 ``on_failure`` callback) and returns the last good snapshot marked ``stale`` with
@@ -25,10 +29,14 @@ counts the series).
 
 from __future__ import annotations
 
+import ast
+import json
 import logging
 import math
+import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from functools import partial
@@ -78,30 +86,98 @@ class PrometheusUnavailableError(DependencyError):
     """Prometheus could not answer (down, error status, malformed body)."""
 
 
-def _device_key(value: str) -> tuple[int, int, str]:
-    """Order devices naturally: ``gpu="2"`` before ``gpu="10"``, names after numbers."""
+QUERY_SHOWN = 80
+"""Characters of a query that error messages show (the error text is shown whole)."""
+_HTTP_STATUS = re.compile(r"HTTP Status Code (\d+) \((b?(?:'.*'|\".*\"))\)", re.DOTALL)
+
+
+def _short(query: str) -> str:
+    flat = " ".join(query.split())
+    return repr(flat if len(flat) <= QUERY_SHOWN else flat[: QUERY_SHOWN - 3] + "...")
+
+
+def http_error_text(url: str, message: str) -> str:
+    """prometheus-api-client's ``HTTP Status Code 422 (b'{...}')`` as a reader wants it:
+    ``HTTP 422 execution: <error>`` from the API's JSON body, the body decoded when it is
+    not JSON, and a 404 said to be no Prometheus API at ``url``."""
+    found = _HTTP_STATUS.search(message)
+    if found is None:
+        return message
+    status = int(found.group(1))
+    try:
+        body = ast.literal_eval(found.group(2))
+    except (ValueError, SyntaxError):
+        body = found.group(2)
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    if status == 404:
+        return f"HTTP 404: no Prometheus API at {url} (is the URL the server's base URL?)"
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        reply = None
+    if isinstance(reply, dict) and reply.get("error"):
+        kind = f" {reply['errorType']}" if reply.get("errorType") else ""
+        return f"HTTP {status}{kind}: {reply['error']}"
+    text = " ".join(text.split())
+    return f"HTTP {status}: {text}" if text else f"HTTP {status} with an empty body"
+
+
+@dataclass
+class DroppedSeries:
+    """Series of one source that had no node label, and the labels they had instead."""
+
+    source: str
+    label: str
+    count: int = 0
+    labels_seen: set[str] = field(default_factory=set)
+
+    def describe(self) -> str:
+        seen = ", ".join(sorted(self.labels_seen)) or "none"
+        return (
+            f"{self.source}: {self.count} series had no {self.label!r} label (labels seen: {seen})"
+        )
+
+
+def _natural(value: str) -> tuple[int, int, str]:
+    """Order labels naturally: ``gpu="2"`` before ``gpu="10"``, names after numbers."""
     return (0, int(value), "") if value.isdigit() else (1, 0, value)
 
 
+def _device_key(device: tuple[str, ...]) -> tuple[tuple[int, int, str], ...]:
+    """Order devices by each of their labels naturally (a missing ``GPU_I_ID`` first)."""
+    return tuple(_natural(value) for value in device)
+
+
 def reduce_series(
-    metric: MappedMetric, series: Sequence[Series], steps: int
+    metric: MappedMetric,
+    series: Sequence[Series],
+    steps: int,
+    dropped: MutableMapping[str, DroppedSeries] | None = None,
 ) -> dict[str, FloatArray]:
     """Per node, the metric's columns over ``steps`` time steps: ``{node: [steps, columns]}``.
 
-    Series without the source's node label are dropped (logged): they cannot be placed.
+    A device is keyed by the values of all the metric's device labels (``gpu`` and
+    ``GPU_I_ID``: each MIG instance apart). Series without the source's node label are
+    dropped: they cannot be placed; they are logged and counted in ``dropped`` (per
+    source) when given.
     """
     spec = metric.spec
-    by_node: dict[str, dict[str, FloatArray]] = {}
-    dropped = 0
+    by_node: dict[str, dict[tuple[str, ...], FloatArray]] = {}
+    lost = DroppedSeries(metric.source, metric.node.label)
     for labels, values in series:
         raw = labels.get(metric.node.label)
         if not raw:
-            dropped += 1
+            lost.count += 1
+            lost.labels_seen.update(name for name in labels if name != "__name__")
             continue
         node = metric.node.node_of(raw)
         devices = by_node.setdefault(node, {})
-        device = labels.get(spec.device_label, "") if spec.device_label else str(len(devices))
-        if device in devices:  # several series for one device (e.g. two scrape jobs): average
+        device = (
+            tuple(labels.get(name, "") for name in spec.device_labels)
+            if spec.device_labels
+            else (str(len(devices)),)
+        )
+        if device in devices:  # one device seen twice (e.g. by two scrape jobs): average
             earlier = devices[device]
             both = np.isfinite(earlier) & np.isfinite(values)
             devices[device] = np.where(
@@ -109,13 +185,12 @@ def reduce_series(
             )
         else:
             devices[device] = values
-    if dropped:
-        LOG.warning(
-            "%s: %d series without the node label %r were dropped",
-            metric.query,
-            dropped,
-            metric.node.label,
-        )
+    if lost.count:
+        LOG.warning("%s (query %s): dropped", lost.describe(), _short(metric.query))
+        if dropped is not None:
+            total = dropped.setdefault(lost.source, DroppedSeries(lost.source, lost.label))
+            total.count += lost.count
+            total.labels_seen |= lost.labels_seen
     out = {}
     for node, devices in by_node.items():
         ordered = [devices[key] for key in sorted(devices, key=_device_key)]
@@ -202,6 +277,8 @@ class PrometheusCollector:
         self._last_good: Snapshot[NodeMetrics] | None = None
         self._failures = 0
         self.last_error: str | None = None
+        self.dropped: dict[str, DroppedSeries] = {}
+        """Per source, the series the last collection or history dropped (no node label)."""
 
     @property
     def name(self) -> str:
@@ -221,14 +298,16 @@ class PrometheusCollector:
     def collect(self) -> Snapshot[NodeMetrics]:
         """Every map column per node now; the stale last good snapshot if Prometheus fails."""
         now = self._clock()
+        dropped: dict[str, DroppedSeries] = {}
         try:
             per_metric = [
-                reduce_series(metric, self._instant(metric.query, now), 1)
+                reduce_series(metric, self._instant(metric.query, now), 1, dropped)
                 for metric in self.metric_map.metrics
             ]
         except PrometheusUnavailableError as exc:
             return self._fallback(str(exc))
         snapshot = Snapshot(self._assemble(per_metric, steps=1, taken_at=now), taken_at=now)
+        self.dropped = dropped
         self._last_good = snapshot
         self.last_error = None
         return snapshot
@@ -243,9 +322,11 @@ class PrometheusCollector:
         steps = int((end - start) // step_s) + 1
         times = np.asarray(start + step_s * np.arange(steps), dtype=np.float64)
         per_metric = []
+        dropped: dict[str, DroppedSeries] = {}
         for metric in self.metric_map.metrics:
             series = self._range(metric.query, step_s, times)
-            per_metric.append(reduce_series(metric, series, steps))
+            per_metric.append(reduce_series(metric, series, steps, dropped))
+        self.dropped = dropped
         nodes, values = self._stack(per_metric, steps)
         return MetricHistory(times, nodes, self.columns, values)
 
@@ -274,13 +355,22 @@ class PrometheusCollector:
         try:
             result = fetch()
         except PrometheusApiClientException as exc:
-            raise PrometheusUnavailableError(f"{self.url}: query {query!r} failed: {exc}") from exc
+            raise PrometheusUnavailableError(
+                f"{self.url}: {http_error_text(self.url, str(exc))} (query {_short(query)})"
+            ) from exc
         except (OSError, ValueError) as exc:  # requests' errors are OSErrors; bad JSON: ValueError
             raise PrometheusUnavailableError(
                 f"{self.url}: unreachable ({type(exc).__name__}: {exc})"
             ) from exc
+        except (KeyError, TypeError, IndexError) as exc:  # the client reads body["data"]["result"]
+            raise PrometheusUnavailableError(
+                f"{self.url}: query {_short(query)}: the reply is not a Prometheus API "
+                f"response (no data.result: {type(exc).__name__}: {exc})"
+            ) from exc
         if not isinstance(result, list) or (result and not isinstance(result[0], dict)):
-            raise PrometheusUnavailableError(f"{self.url}: query {query!r} did not return a vector")
+            raise PrometheusUnavailableError(
+                f"{self.url}: query {_short(query)} did not return a vector"
+            )
         return result
 
     def _instant(self, query: str, at_s: float) -> list[Series]:
@@ -292,7 +382,7 @@ class PrometheusCollector:
             value = item.get("value")
             if not isinstance(value, list) or len(value) != 2:
                 raise PrometheusUnavailableError(
-                    f"{self.url}: query {query!r}: sample without value"
+                    f"{self.url}: query {_short(query)}: sample without value"
                 )
             out.append((_labels(item, query), np.array([_number(value[1], query)])))
         return out
@@ -329,11 +419,13 @@ class PrometheusCollector:
     ) -> None:
         points = item.get("values")
         if not isinstance(points, list):
-            raise PrometheusUnavailableError(f"{self.url}: query {query!r}: series without values")
+            raise PrometheusUnavailableError(
+                f"{self.url}: query {_short(query)}: series without values"
+            )
         for point in points:
             if not isinstance(point, list) or len(point) != 2:
                 raise PrometheusUnavailableError(
-                    f"{self.url}: query {query!r}: bad point {point!r}"
+                    f"{self.url}: query {_short(query)}: bad point {point!r}"
                 )
             index = round((_number(point[0], query) - times[0]) / step_s)
             if 0 <= index < len(times):

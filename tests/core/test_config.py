@@ -161,6 +161,15 @@ BAD_DOCUMENTS = [
         id="negative-tune",
     ),
     pytest.param(
+        with_spec_change(("spec", "tune"), float("inf")), "spec.tune", "finite", id="inf-tune"
+    ),
+    pytest.param(
+        with_spec_change(("spec", "tune"), 1000.0),
+        "spec.tune",
+        "less than or equal to 100",
+        id="huge-tune",
+    ),
+    pytest.param(
         with_spec_change(("spec", "mode"), "live"), "spec.mode", "'fgd' or 'replay'", id="mode"
     ),
     pytest.param(
@@ -219,6 +228,21 @@ def test_unreadable_documents(tmp_path: Path, text: str, message: str) -> None:
     assert info.value.field is None
     assert str(info.value).startswith(f"{path}: ")
     assert message in str(info.value)
+
+
+def test_a_file_that_is_not_utf8_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "simulate.yaml"
+    text = yaml.safe_dump(with_spec_change(("spec", "tune"), 1.3))
+    path.write_bytes(text.encode() + "# café\n".encode("latin-1"))
+    line = text.count("\n") + 1
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert str(info.value) == (f"{path}: line {line}: not UTF-8 text (byte 0xe9; save it as UTF-8)")
+
+
+def test_a_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read: Is a directory"):
+        load(tmp_path)
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import io
 import json
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ from tests.core.conftest import (
     start_prometheus,
     wait_until,
 )
+from tests.core.telemetry.fake_prometheus import Reply, empty, fake_prometheus
+from tests.core.telemetry.test_prometheus_replies import hostname_lower
 
 
 def telemetry(*args: str) -> Result:
@@ -210,7 +213,7 @@ def test_unreachable_prometheus_is_a_one_line_error(command: str, tmp_path: Path
         ),
         (
             ["snapshot", "--prometheus", "http://x", "--rate-window", "1x"],
-            "--rate-window: '1x' is not a duration",
+            "--rate-window: '1x' is not a PromQL duration (e.g. 30s, 1m, 1h30m or 2d)",
         ),
         (["fit-pca", "--prometheus", "http://x", "--range", "1 hour", "--out", "m"], "--range"),
         (
@@ -225,3 +228,77 @@ def test_unreachable_prometheus_is_a_one_line_error(command: str, tmp_path: Path
 )
 def test_bad_options_are_named(args: list[str], words: str) -> None:
     assert words in one_line_error(telemetry(*args))
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["snapshot", "--rate-window", "90"], "--rate-window: '90' is not a PromQL duration"),
+        (["snapshot", "--rate-window", "1.5m"], "--rate-window: '1.5m' is not a PromQL duration"),
+        (
+            ["snapshot", "--interval", "inf", "--count", "2"],
+            "--interval: duration 'inf' must be finite",
+        ),
+        (
+            ["snapshot", "--interval", "1e10", "--count", "2"],
+            "--interval: duration '1e10' is longer",
+        ),
+        (["fit-pca", "--range", "inf", "--out", "m"], "--range: duration 'inf' must be finite"),
+        (
+            ["fit-pca", "--range", "1e400", "--step", "1e399", "--out", "m"],
+            "--range: duration '1e400'",
+        ),
+        (["fit-pca", "--range", "30d", "--step", "1s", "--out", "m"], "more than 1,000,000"),
+    ],
+)
+def test_durations_prometheus_cannot_take_are_refused_up_front(args: list[str], words: str) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: the options fail first
+    assert words in one_line_error(telemetry(*args, "--prometheus", url))
+
+
+def test_an_infinite_timeout_is_refused_naming_the_option() -> None:
+    result = telemetry("snapshot", "--prometheus", "http://x", "--timeout", "inf")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--timeout" in result.output
+
+
+def test_a_compound_rate_window_reaches_prometheus_as_written() -> None:
+    queries: list[str] = []
+
+    def handler(path: str, params: Mapping[str, str]) -> Reply:
+        queries.append(params.get("query", ""))
+        return empty(path, params)
+
+    with fake_prometheus(handler) as url:
+        result = telemetry("snapshot", "--prometheus", url, "--rate-window", "1h30m")
+    assert result.exit_code == 0, result.output
+    assert any("[1h30m]" in query for query in queries)
+
+
+def test_prometheus_error_text_is_shown_whole_in_one_line() -> None:
+    error = "query processing would load too many samples into memory in query execution"
+    body = {"status": "error", "errorType": "execution", "error": error}
+    with fake_prometheus(lambda path, params: (422, body)) as url:
+        message = one_line_error(telemetry("snapshot", "--prometheus", url))
+    assert message.startswith(
+        f"error: cannot read Prometheus at {url}: HTTP 422 execution: {error} (query '"
+    )
+
+
+def test_a_200_that_is_not_an_api_response_is_a_one_line_error() -> None:
+    with fake_prometheus(lambda path, params: (200, [])) as url:
+        message = one_line_error(telemetry("snapshot", "--prometheus", url))
+    assert "the reply is not a Prometheus API response" in message
+
+
+def test_dropped_series_are_said_in_the_table_and_the_json() -> None:
+    with fake_prometheus(hostname_lower) as url:
+        table = telemetry("snapshot", "--prometheus", url)
+        document = json.loads(telemetry("snapshot", "--prometheus", url, "--format", "json").stdout)
+    assert table.exit_code == 0, table.output
+    assert "no node reported any metric of the map" in table.stdout
+    said = " ".join(table.stdout.split())
+    assert "dropped: dcgm: " in said and "had no 'Hostname' label" in said
+    assert document["nodes"] == []
+    [line] = document["dropped"]
+    assert line.startswith("dcgm: ") and "hostname" in line

@@ -102,6 +102,17 @@ def test_gaps_are_skipped_flagged_and_never_silently_zero() -> None:
     assert np.isfinite(features.values).all()
 
 
+@pytest.mark.parametrize("infinity", [np.inf, -np.inf])
+def test_an_infinite_sample_counts_as_missing_in_every_statistic(infinity: float) -> None:
+    window = history([[[v, 1.0, 1.0]] for v in (10.0, 20.0, infinity, 30.0)])
+    features = FeatureBuilder(small_map()).node_features(window)
+    row = dict(zip(features.names, features.row("n0"), strict=True))
+    assert np.isfinite(features.values).all()
+    assert row["node_exporter.load1:p95"] == pytest.approx(np.percentile([10, 20, 30], 95))
+    assert row["node_exporter.load1:max"] == 30.0 and row["node_exporter.load1:last"] == 30.0
+    assert row["node_exporter.load1:missing"] == 0.25
+
+
 def test_imputed_value_comes_from_the_map() -> None:
     window = history([[[NAN, 1.0, 1.0]]])
     features = FeatureBuilder(small_map(impute=-1.0)).node_features(window)

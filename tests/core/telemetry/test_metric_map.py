@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,27 @@ def test_rate_window_is_substituted(tmp_path: Path) -> None:
     assert metric_map.with_rate_window("5s").metrics[0].query.endswith("[5s])")
 
 
+@pytest.mark.parametrize("window", ["1h30m", "2d", "1w", "500ms", "1y"])
+def test_rate_window_takes_what_promql_takes(tmp_path: Path, window: str) -> None:
+    document = minimal()
+    document["spec"]["rate_window"] = window
+    document["spec"]["sources"]["node_exporter"]["metrics"]["load1"]["query"] = "rate(x[$window])"
+    assert load_metric_map(write(tmp_path, document)).metrics[0].query == f"rate(x[{window}])"
+    assert load_metric_map().with_rate_window(window).spec.rate_window == window
+
+
+@pytest.mark.parametrize("window", ["90", "1.5m", "30m1h", "inf", "0s"])
+def test_with_rate_window_refuses_what_promql_refuses(window: str) -> None:
+    with pytest.raises(InputError, match=rf"^rate window: .*'{re.escape(window)}'"):
+        load_metric_map().with_rate_window(window)
+
+
+def test_the_shipped_map_keys_mig_instances_apart() -> None:
+    [fb_used] = [m for m in load_metric_map().metrics if m.name == "fb_used_mib"]
+    assert fb_used.spec.device_labels == ("gpu", "GPU_I_ID")
+    assert fb_used.columns[2] == "dcgm.fb_used_mib.gpu0"  # slots named by the first label
+
+
 @pytest.mark.parametrize(
     ("edit", "field", "message"),
     [
@@ -114,6 +136,40 @@ def test_rate_window_is_substituted(tmp_path: Path) -> None:
             "",
         ),
         (lambda d: d["spec"].update(rate_window="a minute"), "spec.rate_window", ""),
+        (
+            lambda d: d["spec"].update(rate_window="90"),
+            "spec.rate_window",
+            "'90' is not a PromQL duration (e.g. 30s, 1m, 1h30m or 2d)",
+        ),
+        (lambda d: d["spec"].update(rate_window="0s"), "spec.rate_window", "must be positive"),
+        (
+            lambda d: d["spec"]["sources"]["node_exporter"]["node"].update(
+                relabel=[{"regex": "(.+):[0-9]+", "replacement": "$2"}]
+            ),
+            "spec.sources.node_exporter.node.relabel.0.replacement",
+            "refers to group $2, but the regex '(.+):[0-9]+' has 1 group(s)",
+        ),
+        (
+            lambda d: d["spec"]["sources"]["node_exporter"]["metrics"]["load1"].update(
+                impute=float("nan")
+            ),
+            "spec.sources.node_exporter.metrics.load1.impute",
+            "finite",
+        ),
+        (
+            lambda d: d["spec"]["sources"]["node_exporter"]["metrics"]["load1"].update(
+                impute=float("inf")
+            ),
+            "spec.sources.node_exporter.metrics.load1.impute",
+            "finite",
+        ),
+        (
+            lambda d: d["spec"]["sources"]["node_exporter"]["metrics"]["load1"].update(
+                device_label=["gpu", "gpu"]
+            ),
+            "spec.sources.node_exporter.metrics.load1",
+            "distinct, non-empty labels",
+        ),
         (lambda d: d["spec"].update(max_dimensions=2), "spec", "exceed max_dimensions 2"),
         (lambda d: d["spec"].update(max_dimensions=4096), "spec.max_dimensions", ""),
         (lambda d: d["spec"].update(stats=[]), "spec", "not empty"),
@@ -157,7 +213,7 @@ def test_unreadable_and_non_yaml_files_are_config_errors(tmp_path: Path) -> None
         ("(.+):[0-9]+", "$1", "gpu-node-0", "gpu-node-0"),  # no match: unchanged
         ("ip-([0-9]+)-([0-9]+)", "node-${1}-$2", "ip-10-3", "node-10-3"),
         ("dcgm-exporter-.*", "shared", "dcgm-exporter-abcde", "shared"),
-        ("node", "$1", "my-node-1", "my-node-1"),  # anchored: a partial match is no match
+        ("node-([0-9])", "$1", "my-node-1", "my-node-1"),  # anchored: partial is no match
     ],
 )
 def test_relabel_rules_behave_like_prometheus_replace(

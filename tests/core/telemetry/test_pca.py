@@ -100,7 +100,10 @@ def test_transform_rejects_other_features(tmp_path: Path) -> None:
     ("rows", "message"),
     [
         (np.zeros((1, 3)), "at least 2 samples"),
-        (np.array([[1.0, np.inf, 0.0], [0.0, 0.0, 0.0]]), "finite"),
+        (
+            np.array([[1.0, np.inf, 0.0], [0.0, 0.0, np.nan]]),
+            r"must be finite: feature 'f1' is inf in row 0 \(2 non-finite value\(s\)\)",
+        ),
         (np.zeros((4, 2)), "do not match"),
     ],
 )
