@@ -370,6 +370,7 @@ class DefragReconciler:
                 plan=plan_id,
                 node=relayout.node,
                 labels=dict([relayout.label]),
+                mig_parted=relayout.mig_parted,
             )
             for relayout in relayouts
         ]

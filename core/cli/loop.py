@@ -30,6 +30,7 @@ from kubesage.core.cli.loop_options import (
     ForecastModelOption,
     ForecastWeightOption,
     MaxEvictionsOption,
+    MigConfigMapOption,
     PrometheusOption,
     TickOption,
     TopologyOption,
@@ -229,6 +230,7 @@ def live_loop(
     """The loop on a live cluster: ClusterSync (and Prometheus, and ``collectors``) in,
     the API server's subresources out."""
     from kubesage.core.k8s.actuators import live_actuators
+    from kubesage.core.k8s.mig_config_map import MigConfigMap
 
     context = ReconcilerContext(
         settings=settings,
@@ -241,7 +243,15 @@ def live_loop(
     policy = make_policy(policy_name, PolicyContext(seed=0, workload=tuple(workload)))
     return build_loop(
         collector,
-        live_actuators(api, sync, policy, binder=binder),
+        live_actuators(
+            api,
+            sync,
+            policy,
+            binder=binder,
+            mig_config_map=(
+                MigConfigMap.parse(settings.mig_config_map) if settings.mig_config_map else None
+            ),
+        ),
         context,
         clock=clock,
         reconcilers=reconcilers,
@@ -276,6 +286,7 @@ def loop(
     prometheus: PrometheusOption = None,
     forecast_weight: ForecastWeightOption = 0.0,
     forecast_model: ForecastModelOption = None,
+    mig_config_map: MigConfigMapOption = None,
     output: Annotated[
         OutputFormat, typer.Option("--format", help="table, or json (one object).")
     ] = OutputFormat.table,
@@ -297,6 +308,7 @@ def loop(
         prometheus=prometheus,
         forecast_weight=forecast_weight,
         forecast_model=forecast_model,
+        mig_config_map=mig_config_map,
         embedded=embedded,
         kubeconfig=kubeconfig,
         context=context,

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.mig_config_map import MigConfigMap
 from kubesage.core.loop.actions import ActionKind
 from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.settings import DEFAULT_MAX_DATA_AGE_S, DEFAULT_TICK_S, LoopSettings
@@ -61,6 +62,16 @@ ForecastModelOption = Annotated[
     ),
 ]
 
+MigConfigMapOption = Annotated[
+    str | None,
+    typer.Option(
+        "--mig-config-map",
+        help="NAMESPACE/NAME of the ConfigMap the GPU Operator's MIG Manager reads "
+        "(ClusterPolicy spec.migManager.config.name): MIG re-layouts publish their "
+        "mig-parted config there before labelling the node.",
+    ),
+]
+
 
 def loop_settings(
     *,
@@ -73,6 +84,7 @@ def loop_settings(
     prometheus: str | None = None,
     forecast_weight: float = 0.0,
     forecast_model: Path | None = None,
+    mig_config_map: str | None = None,
 ) -> LoopSettings:
     """The settings from the options (the eviction budget defaults to Budgets')."""
     if not tick_s > 0 or not math.isfinite(tick_s):
@@ -90,6 +102,8 @@ def loop_settings(
         raise InputError(f"--audit-log {audit_log}: cannot append to it: {problem}")
     if prometheus is not None and not prometheus.startswith(("http://", "https://")):
         raise InputError(f"--prometheus '{prometheus}' must be an http:// or https:// URL")
+    if mig_config_map is not None:
+        MigConfigMap.parse(mig_config_map)  # InputError naming the option
     budgets = Budgets()
     if max_evictions_per_tick is not None:
         budgets = budgets.with_limit(ActionKind.EVICT, max_evictions_per_tick)
@@ -103,4 +117,5 @@ def loop_settings(
         prometheus=prometheus.rstrip("/") if prometheus else None,
         forecast_weight=forecast_weight,
         forecast_model=forecast_model,
+        mig_config_map=mig_config_map,
     )

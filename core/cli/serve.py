@@ -52,6 +52,7 @@ from kubesage.core.cli.loop_options import (
     ForecastModelOption,
     ForecastWeightOption,
     MaxEvictionsOption,
+    MigConfigMapOption,
     PrometheusOption,
     TickOption,
     TopologyOption,
@@ -381,6 +382,7 @@ def serve(
     prometheus: PrometheusOption = None,
     forecast_weight: ForecastWeightOption = 0.0,
     forecast_model: ForecastModelOption = None,
+    mig_config_map: MigConfigMapOption = None,
     arrivals_per_s: Annotated[
         float,
         typer.Option(
@@ -418,6 +420,7 @@ def serve(
         prometheus=prometheus,
         forecast_weight=forecast_weight,
         forecast_model=forecast_model,
+        mig_config_map=mig_config_map,
         embedded=embedded,
         kubeconfig=kubeconfig,
         context=context,

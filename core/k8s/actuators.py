@@ -20,9 +20,11 @@ Scale      merge patch of a Job's ``spec.parallelism`` or a            DONE; REF
            PyTorchJob's elastic Worker replicas (read first: bounds)   of bounds, gone,
                                                                        conflict; FAILED
 Patch      merge patch of a Job, PyTorchJob or FlinkDeployment         as Scale
-LabelNode  merge patch of ``metadata.labels`` (None removes a label);  as Scale
-           a MIG re-layout on a node with partitionable MIG devices
-           is carried by the binds' DRA allocations instead
+LabelNode  merge patch of ``metadata.labels`` (None removes a label);  as Scale; FAILED:
+           a MIG re-layout on a node with partitionable MIG devices    a MIG config with
+           is carried by the binds' DRA allocations instead; else its  no ConfigMap to
+           mig-parted config is merged into MIG Manager's ConfigMap    publish it in
+           first (:mod:`~kubesage.core.k8s.node_labeler`)
 ========== =========================================================== =================
 
 A refusal is the world saying no (a PodDisruptionBudget, bounds, an object that is
@@ -41,7 +43,14 @@ from typing import Any
 
 import urllib3
 
-from kubesage.core.errors import DependencyError, InputError, KubesageError
+from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.k8s.api_results import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    api_causes,
+    api_message,
+    api_result,
+    unexpected,
+)
 from kubesage.core.k8s.apiclient import (
     ApiClient,
     ApiException,
@@ -56,6 +65,8 @@ from kubesage.core.k8s.apiclient import (
 from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.binding import AssumingView, BindActuator, assume_and_bind
 from kubesage.core.k8s.dra_binding import ClaimAllocator
+from kubesage.core.k8s.mig_config_map import MIG_CONFIG_LABEL, MigConfigMap, MigConfigPublisher
+from kubesage.core.k8s.node_labeler import LiveNodeLabeler
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (
     MERGE_PATCH,
@@ -70,7 +81,6 @@ from kubesage.core.loop.actions import (
     ActionKind,
     Bind,
     Evict,
-    LabelNode,
     ObjectRef,
     Patch,
     PodRef,
@@ -82,43 +92,11 @@ from kubesage.core.types import PodRequest
 
 log = logging.getLogger(__name__)
 
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
-"""How long one API call may take before the action counts as FAILED."""
 
 _REMEMBERED_REPLACEMENTS = 4096
 """How many replacement pods :class:`LiveReplacements` remembers as taken."""
 _NOT_SHAPE = frozenset({"name", "creation_time_s", "deletion_time_s"})
 """PodRequest fields that differ between a pod and its controller's replacement."""
-
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-"""The GPU Operator MIG Manager's node label (the GPU adapter's MIG re-layout steps)."""
-
-_REFUSING_STATUSES = frozenset({404, 409, 422})
-"""Answers that say no to this change (gone, changed meanwhile, invalid): REFUSED."""
-
-
-def api_message(exc: ApiException) -> str:
-    """The ``message`` of the Status the API server answered (else its reason or code)."""
-    status = _status(exc)
-    return str(status.get("message") or exc.reason or exc.status)
-
-
-def _status(exc: ApiException) -> dict[str, Any]:
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _causes(exc: ApiException) -> list[str]:
-    details = _status(exc).get("details") or {}
-    causes = details.get("causes") if isinstance(details, dict) else None
-    return [str(c["message"]) for c in causes or [] if isinstance(c, dict) and c.get("message")]
-
-
-def _unexpected(action: Action) -> Result:
-    return Result(Outcome.FAILED, f"{type(action).__name__} is not an action this actuator runs")
 
 
 class LiveEvictor:
@@ -151,7 +129,7 @@ class LiveEvictor:
 
     def execute(self, action: Action) -> Result:
         if not isinstance(action, Evict):
-            return _unexpected(action)
+            return unexpected(action)
         pod = action.pod
         body = V1Eviction(
             api_version="policy/v1",
@@ -172,7 +150,7 @@ class LiveEvictor:
         except ApiException as exc:
             message = api_message(exc)
             if exc.status == 429:
-                reasons = "; ".join([message, *_causes(exc)])
+                reasons = "; ".join([message, *api_causes(exc)])
                 return Result(Outcome.REFUSED, f"eviction of pod {pod} refused: {reasons}")
             if exc.status == 404:
                 return Result(Outcome.DONE, f"pod {pod} is already gone: {message}")
@@ -207,7 +185,7 @@ class LivePatcher:
         elif isinstance(action, Patch):
             ref, what = action.obj, "patch"
         else:
-            return _unexpected(action)
+            return unexpected(action)
         try:
             kind = kind_of(ref)
             if isinstance(action, Scale):
@@ -219,7 +197,7 @@ class LivePatcher:
         except ChangeRefusedError as exc:
             return Result(Outcome.REFUSED, str(exc))
         except ApiException as exc:
-            return _api_result(exc, f"{what} {ref}")
+            return api_result(exc, f"{what} {ref}")
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             return Result(Outcome.FAILED, f"{what} {ref}: API server unreachable: {exc}")
         return Result(Outcome.DONE, f"{ref}: {what} applied")
@@ -256,65 +234,6 @@ class LivePatcher:
             _content_type=MERGE_PATCH,
             _request_timeout=self.request_timeout_s,
         )
-
-
-class LiveNodeLabeler:
-    """LabelNode: a merge patch of the node's labels (a None value removes the label).
-
-    A MIG re-layout (:data:`MIG_CONFIG_LABEL` alone) of a node publishing partitionable
-    MIG devices is not labelled: the plan's binds allocate the new layout's partitions
-    with the pods' claims (:mod:`~kubesage.core.k8s.dra_allocation`), and MIG Manager
-    must not re-partition GPUs the DRA driver manages. Other nodes are labelled."""
-
-    def __init__(
-        self,
-        api: ApiClient,
-        *,
-        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-        claims: ClaimAllocator | None = None,
-    ) -> None:
-        # Any: called with _preload_content=False (only the status code matters).
-        self._core: Any = CoreV1Api(api)
-        self.request_timeout_s = request_timeout_s
-        self._claims = claims or ClaimAllocator(api, request_timeout_s=request_timeout_s)
-
-    @property
-    def kinds(self) -> frozenset[ActionKind]:
-        return frozenset({ActionKind.LABEL_NODE})
-
-    def execute(self, action: Action) -> Result:
-        if not isinstance(action, LabelNode):
-            return _unexpected(action)
-        labels = dict(action.labels)
-        if set(labels) == {MIG_CONFIG_LABEL}:
-            try:
-                through_dra = self._claims.inventory(action.node).partitionable
-            except KubesageError as exc:
-                return Result(Outcome.FAILED, f"reading {action.node}'s ResourceSlices: {exc}")
-            if through_dra:
-                return Result(
-                    Outcome.DONE,
-                    f"node/{action.node} publishes partitionable MIG devices: the new layout "
-                    f"is allocated through DRA with the pods' claims, not labelled {labels}",
-                )
-        try:
-            self._core.patch_node(
-                action.node,
-                {"metadata": {"labels": labels}},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.request_timeout_s,
-            ).read()
-        except ApiException as exc:
-            return _api_result(exc, f"labelling node {action.node}")
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            return Result(
-                Outcome.FAILED, f"labelling node {action.node}: API server unreachable: {exc}"
-            )
-        shown = ", ".join(
-            f"{key}={value}" if value is not None else f"{key}-" for key, value in labels.items()
-        )
-        return Result(Outcome.DONE, f"node/{action.node} labelled {shown}")
 
 
 class LiveReplacements:
@@ -446,13 +365,6 @@ def _same_shape(pod: Mapping[str, Any], request: PodRequest) -> bool:
     return theirs.model_dump(exclude=shape) == request.model_dump(exclude=shape)
 
 
-def _api_result(exc: ApiException, what: str) -> Result:
-    message = api_message(exc)
-    if exc.status in _REFUSING_STATUSES:
-        return Result(Outcome.REFUSED, f"{what} refused (HTTP {exc.status}): {message}")
-    return Result(Outcome.FAILED, f"{what} failed (HTTP {exc.status}): {message}")
-
-
 def live_actuators(
     api_client: ApiClient,
     view: AssumingView,
@@ -460,6 +372,7 @@ def live_actuators(
     *,
     binder: Binder | None = None,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    mig_config_map: MigConfigMap | None = None,
 ) -> list[Actuator]:
     """The actuators of a live cluster: bind (an evicted pod's replacement matched by
     :class:`LiveReplacements`), evict, scale/patch, label nodes.
@@ -470,6 +383,9 @@ def live_actuators(
     ring order, a MIG slot's device or partition) allocated in its claims first
     (:class:`~kubesage.core.k8s.dra_binding.ClaimAllocator`). ``binder`` shares the
     extender's or secondary scheduler's Binder (its memory of bound pods) when given.
+    ``mig_config_map``: where MIG Manager reads its mig-parted configs, so that a MIG
+    re-layout's config is published there before its node is labelled
+    (:mod:`~kubesage.core.k8s.node_labeler`).
     """
     post = binder or Binder(api_client, request_timeout_s=request_timeout_s)
     replacements = LiveReplacements(api_client, request_timeout_s=request_timeout_s)
@@ -478,7 +394,16 @@ def live_actuators(
         BindActuator(assume_and_bind(view, post, policy, claims), replacements),
         LiveEvictor(api_client, request_timeout_s=request_timeout_s),
         LivePatcher(api_client, request_timeout_s=request_timeout_s),
-        LiveNodeLabeler(api_client, request_timeout_s=request_timeout_s, claims=claims),
+        LiveNodeLabeler(
+            api_client,
+            request_timeout_s=request_timeout_s,
+            claims=claims,
+            mig_configs=(
+                MigConfigPublisher(api_client, mig_config_map, request_timeout_s=request_timeout_s)
+                if mig_config_map is not None
+                else None
+            ),
+        ),
     ]
 
 
@@ -487,6 +412,7 @@ def live_actuators(
 from kubesage.core.k8s.embedded_actuators import embedded_actuators  # noqa: E402
 
 __all__ = [
+    "MIG_CONFIG_LABEL",
     "BindActuator",
     "LiveEvictor",
     "LiveNodeLabeler",

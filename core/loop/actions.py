@@ -195,6 +195,11 @@ class LabelNode(Action):
 
     node: str
     labels: Mapping[str, str | None]
+    mig_parted: Mapping[str, Any] | None = None
+    """For a MIG re-layout (``nvidia.com/mig.config``): the mig-parted config the label
+    names (``version: v1``, ``mig-configs: {<name>: […]}``), published where MIG Manager
+    reads it before the label is set. Not part of the step's identity: the name is the
+    layout's digest."""
 
     @property
     def kind(self) -> ActionKind:

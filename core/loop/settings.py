@@ -42,6 +42,11 @@ class LoopSettings:
     forecast_model: Path | None = None
     """A model file of ``kubesage forecast train`` the forecast panel asks every tick
     (None: the last value)."""
+    mig_config_map: str | None = None
+    """``NAMESPACE/NAME`` of the ConfigMap the GPU Operator's MIG Manager reads its
+    mig-parted configs from: a MIG re-layout's config is published there before its node
+    is labelled (None: re-layouts on nodes without DRA fail at their label step, saying
+    so; :mod:`kubesage.core.k8s.node_labeler`)."""
 
 
 @dataclass(frozen=True)

@@ -275,9 +275,17 @@ CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
         ("resource.k8s.io", "resourceclaims/status", "update")
     },
     "read_device_class": {("resource.k8s.io", "deviceclasses", "get")},
+    # core/k8s/mig_config_map.py: MIG Manager's ConfigMap, only with --mig-config-map
+    "read_namespaced_config_map": {("", "configmaps", "get")},
+    "replace_namespaced_config_map": {("", "configmaps", "update")},
     # Discovery (GET /apis): system:discovery lets every authenticated user read it.
     "get_api_versions": set(),
 }
+
+MIG_CONFIG_MAP_CALLS = {"read_namespaced_config_map", "replace_namespaced_config_map"}
+"""Calls made only with ``--mig-config-map``: the chart grants them (on that one
+ConfigMap) only when ``loop.migConfigMap`` is set, the kustomize base never (an opt-in
+patch, docs/deploy.md)."""
 
 
 def client_methods() -> set[str]:

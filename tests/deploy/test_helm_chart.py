@@ -47,6 +47,7 @@ from tests.deploy.manifests_support import (
     CLIENT_CALLS,
     CRD_KINDS,
     DEPLOY,
+    MIG_CONFIG_MAP_CALLS,
     ROOT,
     CustomObject,
     called_client_methods,
@@ -126,6 +127,7 @@ CASES |= {
             "forecastWeight": 0.3,
             "topology": "dgx-h100-pod",
             "prometheus": "http://prometheus.monitoring.svc:9090",
+            "migConfigMap": "gpu-operator/custom-mig-config",
             "auditLog": "/tmp/audit.jsonl",
             "forecastModel": {"configMap": "gpu-forecast", "key": "gpu.safetensors"},
         },
@@ -423,9 +425,29 @@ def test_rbac_grants_exactly_what_the_code_calls_in_each_mode(
     assert not unknown, f"add the RBAC these calls need (and CLIENT_CALLS): {sorted(unknown)}"
     everything = needed(called)
     leader_only = needed(LEADER_ONLY_CALLS)
+    mig_config_map = needed(MIG_CONFIG_MAP_CALLS)
     for case, (values, docs) in renders.items():
         expected = everything if electing(values) else everything - leader_only
+        if not values["loop"]["migConfigMap"]:
+            expected = expected - mig_config_map
         assert granted(docs) == expected, case
+
+
+def test_the_mig_config_map_role_is_that_one_configmap_in_its_namespace(
+    renders: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]],
+) -> None:
+    values, docs = renders["every-option"]
+    namespace, name = values["loop"]["migConfigMap"].split("/")
+    role = find(docs, "Role", "kubesage-mig-config")
+    assert role["metadata"]["namespace"] == namespace
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [name],
+         "verbs": ["get", "update"]}
+    ]  # fmt: skip
+    binding = find(docs, "RoleBinding", "kubesage-mig-config")
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+    assert serve_options(container(docs)["args"])["mig_config_map"] == f"{namespace}/{name}"
+    assert not [d for d in renders["defaults"][1] if d["metadata"]["name"].endswith("mig-config")]
 
 
 def test_every_rbac_rule_is_justified_in_the_docs(helm: ModuleType) -> None:
@@ -448,6 +470,7 @@ BAD_VALUES = [
     ({"loop": {"tickS": 0}}, "/loop/tickS"),
     ({"loop": {"maxEvictionsPerTick": -1}}, "/loop/maxEvictionsPerTick"),
     ({"loop": {"prometheus": "prometheus:9090"}}, "/loop/prometheus"),
+    ({"loop": {"migConfigMap": "custom-mig-config"}}, "/loop/migConfigMap"),
     ({"loop": {"forecastModel": {"configMap": "Gpu_Model", "key": "m"}}}, "/loop/forecastModel"),
     (
         {"loop": {"forecastModel": {"configMap": "small", "persistentVolumeClaim": "large"}}},

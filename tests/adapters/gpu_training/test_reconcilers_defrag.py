@@ -173,6 +173,8 @@ def test_a_mig_migration_relabels_the_nodes_whose_layout_changes() -> None:
     for step in labels:
         ((label, value),) = step.labels.items()
         assert label == MIG_CONFIG_LABEL and value and value.startswith("kubesage-")
+        # The config the label names travels with it, to be published before the label.
+        assert step.mig_parted is not None and list(step.mig_parted["mig-configs"]) == [value]
     # Two re-layouts where the loop allows one per tick: not asked for, and said why.
     tight = DefragReconciler(policy, DefragSettings(relayout_budget=1))
     result = tight.reconcile(view(state, pods))

@@ -82,6 +82,7 @@ and :mod:`.server` (:class:`FakeApiServer`: lifecycle, test-side helpers and fau
 """
 
 from tests.fakes.apiserver.resources import (
+    CONFIG_MAPS,
     DEVICE_CLASSES,
     EVENTS,
     FLINK_DEPLOYMENTS,
@@ -107,6 +108,7 @@ from tests.fakes.apiserver.selectors import Selector
 from tests.fakes.apiserver.server import FakeApiServer
 
 __all__ = [
+    "CONFIG_MAPS",
     "DEVICE_CLASSES",
     "EVENTS",
     "FLINK_DEPLOYMENTS",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes.apiserver.resources import (
+    CONFIG_MAPS,
     EVENTS,
     NAMESPACES,
     NODES,
@@ -129,6 +130,7 @@ def handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     "namespaces": NAMESPACES,
                     "pods": PODS,
                     "events": EVENTS,
+                    "configmaps": CONFIG_MAPS,
                 }.get(plural)
                 if plural == "bindings" and ns and method == "POST" and not name:
                     body = self._body()

@@ -116,6 +116,7 @@ NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 SCHEDULING_POLICIES = Resource(
     "kubesage.io",

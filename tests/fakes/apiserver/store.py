@@ -13,6 +13,7 @@ from typing import Any
 from tests.fakes import dra
 from tests.fakes.apiserver.coordination import lease_problems
 from tests.fakes.apiserver.resources import (
+    CONFIG_MAPS,
     DEVICE_CLASSES,
     DRA_RESOURCES,
     EVENTS,
@@ -57,6 +58,7 @@ class ObjectStore:
             NAMESPACES: {},
             PODS: {},
             EVENTS: {},
+            CONFIG_MAPS: {},
             LEASES: {},
             SCHEDULING_POLICIES: {},
             PDBS: {},

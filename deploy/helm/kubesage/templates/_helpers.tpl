@@ -108,6 +108,7 @@ empty string) passes no flag, so the binary's default applies.
   (list "forecast-weight" $loop.forecastWeight)
   (list "topology" $loop.topology)
   (list "prometheus" $loop.prometheus)
+  (list "mig-config-map" $loop.migConfigMap)
   (list "forecast-model" (include "kubesage.forecastModelPath" .))
   (list "audit-log" $loop.auditLog)
   (list "max-url-bytes" $server.maxUrlBytes)

@@ -1,0 +1,103 @@
+"""The live actuator of ``LabelNode``: a merge patch of a node's labels, and for a MIG
+re-layout the mig-parted config its label names published first.
+
+A MIG re-layout step (the ``nvidia.com/mig.config`` label alone):
+
+- on a node publishing partitionable MIG devices it is not labelled: the plan's binds
+  allocate the new layout's partitions with the pods' claims
+  (:mod:`~kubesage.core.k8s.dra_allocation`), and MIG Manager must not re-partition GPUs
+  the DRA driver manages;
+- elsewhere, when the step carries its mig-parted config, that config is merged into the
+  ConfigMap MIG Manager reads (:mod:`~kubesage.core.k8s.mig_config_map`) before the
+  label is set; without a ConfigMap to publish in, the step fails saying so, since
+  MIG Manager could not find the config the label would name.
+
+Any other labels are patched as they are (a None value removes the label).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import urllib3
+
+from kubesage.core.errors import KubesageError
+from kubesage.core.k8s.api_results import DEFAULT_REQUEST_TIMEOUT_S, api_result, unexpected
+from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoreV1Api
+from kubesage.core.k8s.dra_binding import ClaimAllocator
+from kubesage.core.k8s.mig_config_map import MIG_CONFIG_LABEL, MigConfigPublisher
+from kubesage.core.k8s.workloads import MERGE_PATCH
+from kubesage.core.loop.actions import Action, ActionKind, LabelNode
+from kubesage.core.loop.reconciler import Outcome, Result
+
+
+class LiveNodeLabeler:
+    """LabelNode over the API (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        claims: ClaimAllocator | None = None,
+        mig_configs: MigConfigPublisher | None = None,
+    ) -> None:
+        # Any: called with _preload_content=False (only the status code matters).
+        self._core: Any = CoreV1Api(api)
+        self.request_timeout_s = request_timeout_s
+        self._claims = claims or ClaimAllocator(api, request_timeout_s=request_timeout_s)
+        self._mig_configs = mig_configs
+
+    @property
+    def kinds(self) -> frozenset[ActionKind]:
+        return frozenset({ActionKind.LABEL_NODE})
+
+    def execute(self, action: Action) -> Result:
+        if not isinstance(action, LabelNode):
+            return unexpected(action)
+        labels = dict(action.labels)
+        if set(labels) == {MIG_CONFIG_LABEL}:
+            try:
+                through_dra = self._claims.inventory(action.node).partitionable
+            except KubesageError as exc:
+                return Result(Outcome.FAILED, f"reading {action.node}'s ResourceSlices: {exc}")
+            if through_dra:
+                return Result(
+                    Outcome.DONE,
+                    f"node/{action.node} publishes partitionable MIG devices: the new layout "
+                    f"is allocated through DRA with the pods' claims, not labelled {labels}",
+                )
+            if action.mig_parted is not None:
+                unpublished = self._publish(action)
+                if unpublished is not None:
+                    return Result(Outcome.FAILED, f"node/{action.node} not labelled: {unpublished}")
+        try:
+            self._core.patch_node(
+                action.node,
+                {"metadata": {"labels": labels}},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
+            ).read()
+        except ApiException as exc:
+            return api_result(exc, f"labelling node {action.node}")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Result(
+                Outcome.FAILED, f"labelling node {action.node}: API server unreachable: {exc}"
+            )
+        shown = ", ".join(
+            f"{key}={value}" if value is not None else f"{key}-" for key, value in labels.items()
+        )
+        return Result(Outcome.DONE, f"node/{action.node} labelled {shown}")
+
+    def _publish(self, action: LabelNode) -> str | None:
+        """Why the step's mig-parted config could not be published (None: it is)."""
+        assert action.mig_parted is not None
+        name = action.labels[MIG_CONFIG_LABEL]
+        if self._mig_configs is None:
+            return (
+                f"its MIG layout {name} is not in any mig-parted config MIG Manager reads: "
+                "start kubesage with --mig-config-map NAMESPACE/NAME (the ConfigMap the GPU "
+                "Operator's ClusterPolicy spec.migManager.config.name names) to publish it"
+            )
+        return self._mig_configs.publish(action.mig_parted)
