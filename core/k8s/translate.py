@@ -102,8 +102,8 @@ _MAX_QUANTITY_LENGTH = 64
 _DIGITS = re.compile(r"^[0-9]{1,9}$")
 
 # MIG geometry shared by A100 and Hopper (NVIDIA MIG User Guide), keyed by compute
-# slices: (memory slices, allowed start slices). One-slice-compute profiles with the
-# double memory share are listed by name below.
+# slices: (memory slices, allowed start slices). Profiles whose geometry is not their
+# compute count's are listed by name below.
 _MIG_GEOMETRY: dict[int, tuple[int, tuple[int, ...]]] = {
     1: (1, (0, 1, 2, 3, 4, 5, 6)),
     2: (2, (0, 2, 4)),
@@ -111,10 +111,17 @@ _MIG_GEOMETRY: dict[int, tuple[int, tuple[int, ...]]] = {
     4: (4, (0,)),
     7: (8, (0,)),
 }
-_MIG_1G_DOUBLE_MEMORY = frozenset({"1g.20gb", "1g.24gb", "1g.35gb", "1g.45gb"})
-"""1g profiles with two memory slices (A100/H100-80GB, H100-94GB/96GB, H200, B200). A100-40GB's
-``1g.10gb`` is also two slices, but on 80 GB GPUs ``1g.10gb`` is the one-slice
-profile, which is what this module assumes."""
+_MIG_BY_NAME: dict[str, tuple[int, tuple[int, ...]]] = {
+    # 1g profiles with two memory slices (A100/H100-80GB, H100-94GB/96GB, H200, B200).
+    # A100-40GB's 1g.10gb is also two slices, but on 80 GB GPUs 1g.10gb is the one-slice
+    # profile, which is what this module assumes.
+    **dict.fromkeys(("1g.20gb", "1g.24gb", "1g.35gb", "1g.45gb"), (2, (0, 2, 4, 6))),
+    # A30: four memory and four compute slices, each memory slice two of the eight here
+    # (names no other GPU uses): at most 4 × 1g.6gb, 2 × 2g.12gb or 1 × 4g.24gb.
+    "1g.6gb": (2, (0, 2, 4, 6)),
+    "2g.12gb": (4, (0, 4)),
+    "4g.24gb": (8, (0,)),
+}
 _MIG_PROFILE = re.compile(r"^([1-7])g\.([0-9]+)gb(\+me)?$")
 
 
@@ -211,10 +218,7 @@ def mig_shape(profile: str, path: str = "mig profile") -> MigShape:
             path=path,
         )
     compute = int(match.group(1))
-    memory_slices, starts = _MIG_GEOMETRY[compute]
-    base = profile.removesuffix("+me")
-    if compute == 1 and base in _MIG_1G_DOUBLE_MEMORY:
-        memory_slices, starts = 2, (0, 2, 4, 6)
+    memory_slices, starts = _MIG_BY_NAME.get(profile.removesuffix("+me"), _MIG_GEOMETRY[compute])
     return MigShape(
         profile=profile, memory_slices=memory_slices, compute_slices=compute, starts=starts
     )

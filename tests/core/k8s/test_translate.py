@@ -118,6 +118,11 @@ def test_gpu_sharing_annotation_and_model_selector() -> None:
         ("3g.40gb", 4, 3, (0, 4)),
         ("4g.71gb", 4, 4, (0,)),
         ("7g.141gb", 8, 7, (0,)),
+        # A30: 4 memory slices, each two of the core's eight (at most 4 × 1g.6gb).
+        ("1g.6gb", 2, 1, (0, 2, 4, 6)),
+        ("1g.6gb+me", 2, 1, (0, 2, 4, 6)),
+        ("2g.12gb", 4, 2, (0, 4)),
+        ("4g.24gb", 8, 4, (0,)),
     ],
 )
 def test_mig_shape_from_profile_name(
