@@ -243,12 +243,29 @@ def loop_topology(settings: LoopSettings) -> DRTG | None:
     return DRTG.from_yaml(topology_file(settings.topology))
 
 
+PROMETHEUS_FIRST_WAIT_S = 12.0
+"""How long the loop's first tick waits for the first Prometheus reading: the
+collector's worst case (two tries of its 5 s timeout, with the backoff between)."""
+PROMETHEUS_WAIT_SHARE = 0.5
+"""The share of a tick a later tick waits for its Prometheus reading (at most)."""
+
+
 def telemetry_collectors(settings: LoopSettings) -> list[Collector[Any]]:
     """The Prometheus collector of ``settings.prometheus`` over the shipped metric map
-    (its node and GPU columns feed the forecast panel), if a URL is set."""
+    (its node and GPU columns feed the forecast panel), if a URL is set; each tick waits
+    for it at most half a tick, so a slow Prometheus never holds the tick
+    (:class:`~kubesage.core.bounded_collector.BoundedCollector`)."""
     if settings.prometheus is None:
         return []
+    from kubesage.core.bounded_collector import BoundedCollector
     from kubesage.core.telemetry.metric_map import load_metric_map
     from kubesage.core.telemetry.prometheus import PrometheusCollector
 
-    return [PrometheusCollector(settings.prometheus, load_metric_map(None))]
+    source = PrometheusCollector(settings.prometheus, load_metric_map(None))
+    return [
+        BoundedCollector(
+            source,
+            wait_s=PROMETHEUS_WAIT_SHARE * settings.tick_s,
+            first_wait_s=PROMETHEUS_FIRST_WAIT_S,
+        )
+    ]
