@@ -11,10 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.options import MetricMapOption, OutputFormat
 from kubesage.core.cli.tables import print_table
 from kubesage.core.cli.telemetry import (
-    MetricMapOption,
     RateWindowOption,
     metric_map_from_options,
     read_history,

@@ -43,7 +43,7 @@ from kubesage.core.cli.loop_sources import (
     pod_info,
     telemetry_collectors,
 )
-from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.options import MetricMapOption, OutputFormat
 from kubesage.core.cli.tables import print_table
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.k8s.embedded import EmbeddedCluster
@@ -284,6 +284,7 @@ def loop(
     max_evictions_per_tick: MaxEvictionsOption = None,
     topology: TopologyOption = None,
     prometheus: PrometheusOption = None,
+    metric_map: MetricMapOption = None,
     forecast_weight: ForecastWeightOption = 0.0,
     forecast_model: ForecastModelOption = None,
     mig_config_map: MigConfigMapOption = None,
@@ -306,6 +307,7 @@ def loop(
         max_evictions_per_tick=max_evictions_per_tick,
         topology=topology,
         prometheus=prometheus,
+        metric_map=metric_map,
         forecast_weight=forecast_weight,
         forecast_model=forecast_model,
         mig_config_map=mig_config_map,

@@ -82,6 +82,7 @@ def loop_settings(
     max_data_age_s: float | None = DEFAULT_MAX_DATA_AGE_S,
     topology: str | None = None,
     prometheus: str | None = None,
+    metric_map: Path | None = None,
     forecast_weight: float = 0.0,
     forecast_model: Path | None = None,
     mig_config_map: str | None = None,
@@ -102,6 +103,12 @@ def loop_settings(
         raise InputError(f"--audit-log {audit_log}: cannot append to it: {problem}")
     if prometheus is not None and not prometheus.startswith(("http://", "https://")):
         raise InputError(f"--prometheus '{prometheus}' must be an http:// or https:// URL")
+    if metric_map is not None:
+        if prometheus is None:
+            raise InputError("--metric-map goes with --prometheus (the map says what to query)")
+        from kubesage.core.telemetry.metric_map import load_metric_map
+
+        load_metric_map(metric_map)  # a ConfigError naming the file and field
     if mig_config_map is not None:
         MigConfigMap.parse(mig_config_map)  # InputError naming the option
     budgets = Budgets()
@@ -115,6 +122,7 @@ def loop_settings(
         audit_log=audit_log,
         topology=topology,
         prometheus=prometheus.rstrip("/") if prometheus else None,
+        metric_map=metric_map,
         forecast_weight=forecast_weight,
         forecast_model=forecast_model,
         mig_config_map=mig_config_map,

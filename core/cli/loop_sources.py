@@ -251,8 +251,9 @@ PROMETHEUS_WAIT_SHARE = 0.5
 
 
 def telemetry_collectors(settings: LoopSettings) -> list[Collector[Any]]:
-    """The Prometheus collector of ``settings.prometheus`` over the shipped metric map
-    (its node and GPU columns feed the forecast panel), if a URL is set; each tick waits
+    """The Prometheus collector of ``settings.prometheus`` over ``settings.metric_map``
+    (the shipped map by default; its node and GPU columns feed the forecast panel), if a
+    URL is set; each tick waits
     for it at most half a tick, so a slow Prometheus never holds the tick
     (:class:`~kubesage.core.bounded_collector.BoundedCollector`)."""
     if settings.prometheus is None:
@@ -261,7 +262,7 @@ def telemetry_collectors(settings: LoopSettings) -> list[Collector[Any]]:
     from kubesage.core.telemetry.metric_map import load_metric_map
     from kubesage.core.telemetry.prometheus import PrometheusCollector
 
-    source = PrometheusCollector(settings.prometheus, load_metric_map(None))
+    source = PrometheusCollector(settings.prometheus, load_metric_map(settings.metric_map))
     return [
         BoundedCollector(
             source,

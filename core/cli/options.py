@@ -27,3 +27,7 @@ NodesCsv = Annotated[Path | None, typer.Option("--nodes", help="openb node list 
 PodsCsv = Annotated[Path | None, typer.Option("--pods", help="openb pod list CSV.")]
 Jobs = Annotated[int | None, typer.Option("--jobs", min=1, help="Parallel runs (default: CPUs).")]
 Format = Annotated[OutputFormat, typer.Option("--format", help="Output format.")]
+MetricMapOption = Annotated[
+    Path | None,
+    typer.Option("--metric-map", help="Metric map YAML (default: configs/metric-map.yaml)."),
+]

@@ -57,6 +57,7 @@ from kubesage.core.cli.loop_options import (
     TickOption,
     TopologyOption,
 )
+from kubesage.core.cli.options import MetricMapOption
 from kubesage.core.errors import InputError
 from kubesage.core.heap import start_trimming
 from kubesage.core.k8s import http_limits
@@ -380,6 +381,7 @@ def serve(
     max_evictions_per_tick: MaxEvictionsOption = None,
     topology: TopologyOption = None,
     prometheus: PrometheusOption = None,
+    metric_map: MetricMapOption = None,
     forecast_weight: ForecastWeightOption = 0.0,
     forecast_model: ForecastModelOption = None,
     mig_config_map: MigConfigMapOption = None,
@@ -418,6 +420,7 @@ def serve(
         max_evictions_per_tick=max_evictions_per_tick,
         topology=topology,
         prometheus=prometheus,
+        metric_map=metric_map,
         forecast_weight=forecast_weight,
         forecast_model=forecast_model,
         mig_config_map=mig_config_map,

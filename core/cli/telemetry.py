@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.cli.options import OutputFormat
+from kubesage.core.cli.options import MetricMapOption, OutputFormat
 from kubesage.core.cli.tables import print_table
 from kubesage.core.durations import format_duration, parse_duration_s, parse_promql_duration
 from kubesage.core.errors import DependencyError, InputError
@@ -246,10 +246,6 @@ def print_snapshot(report: SnapshotReport, console: Console) -> None:
 
 PrometheusOption = Annotated[
     str, typer.Option("--prometheus", help="Prometheus base URL, e.g. http://prometheus:9090.")
-]
-MetricMapOption = Annotated[
-    Path | None,
-    typer.Option("--metric-map", help="Metric map YAML (default: configs/metric-map.yaml)."),
 ]
 RateWindowOption = Annotated[
     str | None,

@@ -36,6 +36,8 @@ class LoopSettings:
     cluster's: the loop keeps its DRTG observed and ``gpu-gang`` plans on it."""
     prometheus: str | None = None
     """Prometheus URL: the metric map's node and GPU columns feed the forecast panel."""
+    metric_map: Path | None = None
+    """The metric map the Prometheus collector reads with (None: the shipped one)."""
     forecast_weight: float = 0.0
     """Weight of the forecast term in placement (0: off, the default; see
     :mod:`kubesage.core.policy.forecast_aware`)."""

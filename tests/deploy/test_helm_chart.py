@@ -128,6 +128,7 @@ CASES |= {
             "topology": "dgx-h100-pod",
             "prometheus": "http://prometheus.monitoring.svc:9090",
             "migConfigMap": "gpu-operator/custom-mig-config",
+            "metricMap": {"configMap": "site-metric-map", "key": "map.yaml"},
             "auditLog": "/tmp/audit.jsonl",
             "forecastModel": {"configMap": "gpu-forecast", "key": "gpu.safetensors"},
         },
@@ -308,6 +309,13 @@ def test_pod_values_reach_the_pod(
     assert pod["priorityClassName"] == "system-cluster-critical"
     assert pod["nodeSelector"] == values["nodeSelector"]
     assert pod["tolerations"] == values["tolerations"]
+    metric_map = next(v for v in pod["volumes"] if v["name"] == "metric-map")
+    assert metric_map["configMap"] == {
+        "name": "site-metric-map", "items": [{"key": "map.yaml", "path": "map.yaml"}]
+    }  # fmt: skip
+    mount = {"name": "metric-map", "mountPath": "/etc/kubesage/metric-map", "readOnly": True}
+    assert mount in c["volumeMounts"]
+    assert "--metric-map=/etc/kubesage/metric-map/map.yaml" in c["args"]
     tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
     assert tmp["emptyDir"]["sizeLimit"] == "256Mi"
     service = find(docs, "Service")["spec"]["ports"][0]
@@ -471,6 +479,8 @@ BAD_VALUES = [
     ({"loop": {"maxEvictionsPerTick": -1}}, "/loop/maxEvictionsPerTick"),
     ({"loop": {"prometheus": "prometheus:9090"}}, "/loop/prometheus"),
     ({"loop": {"migConfigMap": "custom-mig-config"}}, "/loop/migConfigMap"),
+    ({"loop": {"metricMap": {"configMap": "Site Map", "key": "m"}}}, "/loop/metricMap"),
+    ({"loop": {"metricMap": {"configMap": "site-map", "key": "m"}}}, "/loop/prometheus"),
     ({"loop": {"forecastModel": {"configMap": "Gpu_Model", "key": "m"}}}, "/loop/forecastModel"),
     (
         {"loop": {"forecastModel": {"configMap": "small", "persistentVolumeClaim": "large"}}},

@@ -24,3 +24,32 @@ def test_an_audit_log_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
 def test_an_audit_log_file_to_create_is_accepted(tmp_path: Path) -> None:
     settings = loop_settings(audit_log=tmp_path / "audit.jsonl")
     assert settings.audit_log == tmp_path / "audit.jsonl"
+
+
+def test_a_metric_map_goes_with_prometheus_and_is_checked_up_front(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"^--metric-map goes with --prometheus"):
+        loop_settings(metric_map=tmp_path / "map.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: MetricMap\nspec: [1, 2]\n")
+    with pytest.raises(InputError, match=r"broken\.yaml"):
+        loop_settings(prometheus="http://prometheus:9090", metric_map=broken)
+
+
+def test_the_loop_queries_prometheus_with_the_map_it_is_given(tmp_path: Path) -> None:
+    from kubesage.core.bounded_collector import BoundedCollector
+    from kubesage.core.cli.loop_sources import telemetry_collectors
+    from kubesage.core.paths import shipped_file
+    from kubesage.core.telemetry.metric_map import SHIPPED_METRIC_MAP
+    from kubesage.core.telemetry.prometheus import PrometheusCollector
+
+    site = tmp_path / "site-map.yaml"  # a site's own copy (its node label, say)
+    site.write_text(shipped_file(SHIPPED_METRIC_MAP).read_text())
+    settings = loop_settings(prometheus="http://prometheus:9090", metric_map=site)
+    (collector,) = telemetry_collectors(settings)
+    assert isinstance(collector, BoundedCollector)
+    assert isinstance(collector.source, PrometheusCollector)
+    assert collector.source.metric_map.path == site
+    (shipped,) = telemetry_collectors(loop_settings(prometheus="http://prometheus:9090"))
+    assert isinstance(shipped, BoundedCollector)
+    assert isinstance(shipped.source, PrometheusCollector)
+    assert shipped.source.metric_map.path == shipped_file(SHIPPED_METRIC_MAP)

@@ -108,6 +108,7 @@ empty string) passes no flag, so the binary's default applies.
   (list "forecast-weight" $loop.forecastWeight)
   (list "topology" $loop.topology)
   (list "prometheus" $loop.prometheus)
+  (list "metric-map" (include "kubesage.metricMapPath" .))
   (list "mig-config-map" $loop.migConfigMap)
   (list "forecast-model" (include "kubesage.forecastModelPath" .))
   (list "audit-log" $loop.auditLog)
@@ -128,6 +129,13 @@ empty string) passes no flag, so the binary's default applies.
 {{- end }}
 {{- end }}
 {{- concat $args .Values.extraArgs | toJson }}
+{{- end }}
+
+{{/*
+The path of the mounted metric map (empty: the shipped one).
+*/}}
+{{- define "kubesage.metricMapPath" -}}
+{{- with .Values.loop.metricMap }}{{ if .configMap }}/etc/kubesage/metric-map/{{ .key }}{{ end }}{{ end }}
 {{- end }}
 
 {{/*
