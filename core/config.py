@@ -19,6 +19,46 @@ from kubesage.core.field_errors import config_error, yaml_error
 
 API_VERSION = "kubesage.io/v1alpha1"
 
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping (PyYAML itself
+    keeps the last one, so a repeated entry would silently replace the first)."""
+
+
+def _construct_mapping(loader: _StrictYamlLoader, node: yaml.MappingNode) -> Any:
+    first_at: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merges may repeat keys
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            line = first_at.get(key)
+        except TypeError:  # an unhashable key: PyYAML's own error says so below
+            break
+        if line is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice (first at line {line})", key_node.start_mark
+            )
+        first_at[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictYamlLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document, as ``yaml.safe_load`` reads it but refusing repeated keys
+    (a ``yaml.YAMLError`` with the line, like any other YAML error)."""
+    return yaml.load(text, Loader=_StrictYamlLoader)
+
+
+def load_yaml_all(text: str) -> list[Any]:
+    """Every document of a YAML stream, read as :func:`load_yaml` reads one."""
+    return list(yaml.load_all(text, Loader=_StrictYamlLoader))
+
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
@@ -76,7 +116,7 @@ def load_config(path: Path | str, model: type[ModelT], *, kind: str) -> ModelT:
     path = Path(path)
     text = read_config_text(path)
     try:
-        document = yaml.safe_load(text)
+        document = load_yaml(text)
     except yaml.YAMLError as exc:
         raise yaml_error(exc, path=path) from exc
     return parse_config(document, model, kind=kind, source=path)

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from kubesage.core.cli.options import prometheus_url
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.mig_config_map import MigConfigMap
 from kubesage.core.loop.actions import ActionKind
@@ -101,8 +102,8 @@ def loop_settings(
     if audit_log is not None and (audit_log.is_dir() or not audit_log.parent.is_dir()):
         problem = "is a directory" if audit_log.is_dir() else "its folder does not exist"
         raise InputError(f"--audit-log {audit_log}: cannot append to it: {problem}")
-    if prometheus is not None and not prometheus.startswith(("http://", "https://")):
-        raise InputError(f"--prometheus '{prometheus}' must be an http:// or https:// URL")
+    if prometheus is not None:
+        prometheus = prometheus_url(prometheus)
     if metric_map is not None:
         if prometheus is None:
             raise InputError("--metric-map goes with --prometheus (the map says what to query)")
@@ -121,7 +122,7 @@ def loop_settings(
         budgets=budgets,
         audit_log=audit_log,
         topology=topology,
-        prometheus=prometheus.rstrip("/") if prometheus else None,
+        prometheus=prometheus,
         metric_map=metric_map,
         forecast_weight=forecast_weight,
         forecast_model=forecast_model,

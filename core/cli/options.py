@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from kubesage.core.errors import InputError
 
 
 class OutputFormat(StrEnum):
@@ -31,3 +34,11 @@ MetricMapOption = Annotated[
     Path | None,
     typer.Option("--metric-map", help="Metric map YAML (default: configs/metric-map.yaml)."),
 ]
+
+
+def prometheus_url(url: str) -> str:
+    """``--prometheus`` as given, without a trailing slash; InputError unless it is an
+    http(s) URL with a host."""
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise InputError(f"--prometheus '{url}' must be an http:// or https:// URL")
+    return url.rstrip("/")

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.cli.options import MetricMapOption, OutputFormat
+from kubesage.core.cli.options import MetricMapOption, OutputFormat, prometheus_url
 from kubesage.core.cli.tables import print_table
 from kubesage.core.durations import format_duration, parse_duration_s, parse_promql_duration
 from kubesage.core.errors import DependencyError, InputError
@@ -99,12 +99,6 @@ def _collector_logs_quiet() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
-
-
-def _check_url(url: str) -> str:
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise InputError(f"--prometheus '{url}' must be an http:// or https:// URL")
-    return url.rstrip("/")
 
 
 def metric_map_from_options(path: Path | None, rate_window: str | None) -> MetricMap:
@@ -271,7 +265,7 @@ def snapshot_command(
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """Per-node feature summary of the metric map now (stale snapshots are marked)."""
-    url = _check_url(prometheus)
+    url = prometheus_url(prometheus)
     interval_s = parse_duration_s(interval, "--interval", maximum_s=MAX_INTERVAL_S)
     loaded = metric_map_from_options(metric_map, rate_window)
     builder = FeatureBuilder(loaded)
@@ -309,7 +303,7 @@ def read_history(
 ) -> MetricHistory:
     """``--range`` of the metric map's columns at ``--step``, ending now, from Prometheus;
     a clear error when it is unreachable or holds none of the map's series."""
-    url = _check_url(prometheus)
+    url = prometheus_url(prometheus)
     range_s = parse_duration_s(range_, "--range", maximum_s=MAX_RANGE_S)
     step_s = parse_duration_s(step, "--step")
     if step_s > range_s:

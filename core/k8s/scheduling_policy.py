@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from kubesage.core.config import load_yaml_all, read_config_text
 from kubesage.core.errors import ConfigError
 from kubesage.core.field_errors import config_error, yaml_error
 from kubesage.core.k8s.v1_models import (
@@ -209,12 +210,9 @@ def parse_policy(document: Any, *, source: Path | str = "<policy>") -> Schedulin
 def load_policy_file(path: Path | str) -> list[SchedulingPolicy]:
     """Every policy in a YAML file (``---`` separates several; empty documents skipped)."""
     path = Path(path)
+    text = read_config_text(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from exc
-    try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        documents = [doc for doc in load_yaml_all(text) if doc is not None]
     except yaml.YAMLError as exc:
         raise yaml_error(exc, path=path) from exc
     if len(documents) == 1:

@@ -314,3 +314,26 @@ def test_parse_seeds_rejects(text: str, message: str) -> None:
     with pytest.raises(InputError) as info:
         parse_seeds(text)
     assert message in str(info.value)
+
+
+def test_a_key_written_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    # PyYAML alone keeps the last value: the first tune would be lost without a word.
+    path = tmp_path / "simulate.yaml"
+    path.write_text(
+        f"apiVersion: {API_VERSION}\nkind: {SIMULATION_KIND}\nspec:\n  tune: 1.3\n  tune: 1.5\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert str(info.value) == (
+        f"{path}: not valid YAML at line 5, column 3: key 'tune' appears twice (first at line 4)"
+    )
+
+
+def test_yaml_merge_keys_still_merge(tmp_path: Path) -> None:
+    path = tmp_path / "simulate.yaml"
+    path.write_text(
+        f"apiVersion: {API_VERSION}\nkind: {SIMULATION_KIND}\n"
+        "spec:\n  <<: {tune: 1.2, seeds: [1]}\n  tune: 1.4\n"  # an explicit key wins
+    )
+    settings = load(path)
+    assert (settings.tune, settings.seeds) == (1.4, (1,))

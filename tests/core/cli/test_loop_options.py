@@ -53,3 +53,12 @@ def test_the_loop_queries_prometheus_with_the_map_it_is_given(tmp_path: Path) ->
     assert isinstance(shipped, BoundedCollector)
     assert isinstance(shipped.source, PrometheusCollector)
     assert shipped.source.metric_map.path == shipped_file(SHIPPED_METRIC_MAP)
+
+
+@pytest.mark.parametrize("url", ["http://", "prometheus:9090", "ftp://prometheus"])
+def test_a_prometheus_that_is_not_an_http_url_is_refused(url: str) -> None:
+    with pytest.raises(InputError, match=rf"^--prometheus '{url}' must be an http"):
+        loop_settings(prometheus=url)
+    assert loop_settings(prometheus="http://prometheus:9090/").prometheus == (
+        "http://prometheus:9090"
+    )
