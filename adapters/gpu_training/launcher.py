@@ -98,7 +98,9 @@ def _check_shares(shares: Sequence[NodeShare]) -> None:
 
 def visible_devices(share: NodeShare) -> str:
     """``CUDA_VISIBLE_DEVICES`` for ``share``: its chosen GPUs in ring order, so local
-    rank i runs on the i-th GPU of the ring (empty when the GPUs were not chosen)."""
+    rank i runs on the i-th GPU of the ring (empty when the GPUs were not chosen). The
+    indices are NVML's (PCI bus order), so they go with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+    (CUDA's own default order is fastest first)."""
     return ",".join(map(str, share.gpu_indices))
 
 
@@ -106,8 +108,8 @@ def torchrun_commands(
     shares: Sequence[NodeShare], command: Sequence[str], *, master_addr: str
 ) -> list[str]:
     """One ``torchrun`` command line per node, in node-rank order, each limited to the
-    node's chosen GPUs in ring order (``env CUDA_VISIBLE_DEVICES=…``): torchrun gives
-    local rank i the i-th visible GPU."""
+    node's chosen GPUs in ring order (``env CUDA_DEVICE_ORDER=PCI_BUS_ID
+    CUDA_VISIBLE_DEVICES=…``): torchrun gives local rank i the i-th visible GPU."""
     _check_shares(shares)
     if not command:
         raise InputError("the training command is empty")
@@ -117,7 +119,11 @@ def torchrun_commands(
         lines.append(
             shlex.join(
                 [
-                    *(["env", f"CUDA_VISIBLE_DEVICES={devices}"] if devices else []),
+                    *(
+                        ["env", "CUDA_DEVICE_ORDER=PCI_BUS_ID", f"CUDA_VISIBLE_DEVICES={devices}"]
+                        if devices
+                        else []
+                    ),
                     "torchrun",
                     f"--nnodes={len(shares)}",
                     f"--nproc-per-node={share.gpus}",

@@ -221,10 +221,6 @@ def mig_parted_config(
     }
 
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-"""The node label the GPU Operator's MIG Manager watches."""
-
-
 def mig_shape(gpu_model: str, profile: str) -> MigShape:
     """The core's view of a profile (geometry only), for MIG requests in ClusterState."""
     entry = catalogue(gpu_model).profile(profile)

@@ -30,8 +30,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kubesage.adapters.gpu_training.mig import MIG_CONFIG_LABEL, MigInstance, layout_errors
+from kubesage.adapters.gpu_training.mig import MigInstance, layout_errors
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL, own_config_name
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Migration, Placement, PodRequest
 
@@ -116,7 +117,7 @@ def relayout_plans(
         digest = hashlib.sha256(
             json.dumps([[(i.profile, i.start) for i in g] for g in layouts]).encode()
         ).hexdigest()[:8]
-        config_name = f"kubesage-{digest}"
+        config_name = own_config_name(digest)
         plans.append(
             RelayoutPlan(
                 node=state.node_names[node],

@@ -44,13 +44,8 @@ from typing import Any
 import urllib3
 
 from kubesage.core.errors import DependencyError, InputError
-from kubesage.core.k8s.api_results import (
-    DEFAULT_REQUEST_TIMEOUT_S,
-    api_causes,
-    api_message,
-    api_result,
-    unexpected,
-)
+from kubesage.core.k8s.api_results import DEFAULT_REQUEST_TIMEOUT_S, api_result, unexpected
+from kubesage.core.k8s.api_status import api_causes, api_message
 from kubesage.core.k8s.apiclient import (
     ApiClient,
     ApiException,
@@ -65,7 +60,8 @@ from kubesage.core.k8s.apiclient import (
 from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.binding import AssumingView, BindActuator, assume_and_bind
 from kubesage.core.k8s.dra_binding import ClaimAllocator
-from kubesage.core.k8s.mig_config_map import MIG_CONFIG_LABEL, MigConfigMap, MigConfigPublisher
+from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
+from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (

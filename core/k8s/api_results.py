@@ -9,9 +9,7 @@ Any other error status is a FAILED that a later tick may retry. The message is t
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from kubesage.core.k8s.api_status import api_message
 from kubesage.core.k8s.apiclient import ApiException
 from kubesage.core.loop.actions import Action
 from kubesage.core.loop.reconciler import Outcome, Result
@@ -20,28 +18,6 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 """How long one API call may take before the action counts as FAILED."""
 REFUSING_STATUSES = frozenset({404, 409, 422})
 """Answers that say no to this change (gone, changed meanwhile, invalid): REFUSED."""
-
-
-def api_status(exc: ApiException) -> dict[str, Any]:
-    """The Status object the API server answered with (empty when the body is not one)."""
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def api_message(exc: ApiException) -> str:
-    """The ``message`` of the Status the API server answered (else its reason or code)."""
-    status = api_status(exc)
-    return str(status.get("message") or exc.reason or exc.status)
-
-
-def api_causes(exc: ApiException) -> list[str]:
-    """The messages of the Status's ``details.causes`` (a PodDisruptionBudget's, say)."""
-    details = api_status(exc).get("details") or {}
-    causes = details.get("causes") if isinstance(details, dict) else None
-    return [str(c["message"]) for c in causes or [] if isinstance(c, dict) and c.get("message")]
 
 
 def api_result(exc: ApiException, what: str) -> Result:

@@ -11,7 +11,8 @@ Failures and what happens next:
 - 5xx, 429 and connection errors are retried (tenacity, exponential backoff with
   full jitter). A 429 waits at least what the API server asks (its ``Retry-After``
   header, else the Status' ``details.retryAfterSeconds``), at most
-  ``max_retry_after_s``, as client-go does. A retry after a lost response may find
+  ``max_retry_after_s`` (client-go also honours it on a 5xx; kubesage only on a
+  429). A retry after a lost response may find
   the pod already bound.
 - 409 Conflict: the pod is read back. Bound to the same node: the bind is done (it
   was ours). Bound to another node: :class:`BindConflictError`, never retried. Being
@@ -43,6 +44,7 @@ from tenacity import (
 )
 
 from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.k8s.api_status import api_message, retry_after_s
 from kubesage.core.k8s.apiclient import (
     ApiClient,
     ApiException,
@@ -95,21 +97,6 @@ class _RetryableError(Exception):
         self.retry_after_s = retry_after_s
 
 
-def retry_after_s(exc: ApiException) -> float | None:
-    """Seconds the API server asked to wait (``Retry-After`` header in seconds, else the
-    Status' ``details.retryAfterSeconds``); None when it did not say."""
-    header = (exc.headers or {}).get("Retry-After")
-    if header is not None and str(header).strip().isdigit():
-        return float(str(header).strip())
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        return None
-    details = body.get("details") if isinstance(body, dict) else None
-    seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
-    return float(seconds) if isinstance(seconds, int) and seconds > 0 else None
-
-
 def placement_annotations(placement: Placement) -> dict[str, str]:
     """The annotations that record ``placement``'s GPUs on the pod (empty without GPUs)."""
     annotations: dict[str, str] = {}
@@ -132,16 +119,6 @@ def parse_gpu_indices(annotations: dict[str, str]) -> tuple[tuple[int, ...], int
     except ValueError:
         return None
     return indices, mig_start
-
-
-def status_message(exc: ApiException) -> str:
-    """The ``message`` of the Status the API server answered (else its reason or code)."""
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or exc.reason or exc.status)
 
 
 class Binder:
@@ -280,7 +257,7 @@ class Binder:
     def _on_api_error(
         self, exc: ApiException, namespace: str, name: str, uid: str, node: str, where: str
     ) -> None:
-        message = status_message(exc)
+        message = api_message(exc)
         if exc.status == 404:
             raise PodGoneError(f"{where} not found: {message}") from exc
         if exc.status == 409:

@@ -45,8 +45,8 @@ import urllib3
 
 from kubesage.core.dra import api as dra_api
 from kubesage.core.errors import DependencyError
+from kubesage.core.k8s.api_status import api_message
 from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoreV1Api, ResourceV1Api
-from kubesage.core.k8s.binder import status_message
 from kubesage.core.k8s.dra_allocation import (
     DELETE_PROTECTION_FINALIZER,
     AllocationRefusedError,
@@ -305,13 +305,13 @@ class ClaimAllocator:
             document = json.loads(answer.data)
         except ApiException as exc:
             if exc.status == 409:
-                raise _ConflictError(status_message(exc)) from exc
+                raise _ConflictError(api_message(exc)) from exc
             if exc.status in (404, 422):
                 raise AllocationRefusedError(
-                    f"ResourceClaim API refused (HTTP {exc.status}): {status_message(exc)}"
+                    f"ResourceClaim API refused (HTTP {exc.status}): {api_message(exc)}"
                 ) from exc
             raise DependencyError(
-                f"resource.k8s.io API: HTTP {exc.status}: {status_message(exc)}"
+                f"resource.k8s.io API: HTTP {exc.status}: {api_message(exc)}"
             ) from exc
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             raise DependencyError(f"resource.k8s.io API unreachable: {exc}") from exc

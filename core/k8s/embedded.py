@@ -13,7 +13,7 @@ re-create on a real cluster — until the loop binds it again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, MutableMapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,23 @@ class BoundPods(MutableMapping[str, BoundPod]):
 
     def __len__(self) -> int:
         return len(self._pods)
+
+    # The dict's own methods, not MutableMapping's generic ones (the extender's binds
+    # and every loop tick go through these).
+    def __contains__(self, key: object) -> bool:
+        return key in self._pods
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._pods.get(key, default)
+
+    def keys(self) -> KeysView[str]:
+        return self._pods.keys()
+
+    def items(self) -> ItemsView[str, BoundPod]:
+        return self._pods.items()
+
+    def values(self) -> ValuesView[BoundPod]:
+        return self._pods.values()
 
 
 @dataclass(frozen=True)

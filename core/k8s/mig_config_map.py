@@ -16,11 +16,15 @@ the plan's config into that ConfigMap, then sets the label
 - the write is a replace at the resourceVersion read (a concurrent change is a 409:
   the step fails and the loop retries it on a later tick, nothing overwritten);
 - no ConfigMap named, or one that does not exist, fails the step with what to do
-  (nodes that take MIG layouts through DRA need none: their label step is skipped).
+  (nodes that take MIG layouts through DRA need none: their label step is skipped);
+- the ``config.yaml`` key is written back as YAML that PyYAML dumps: its values are
+  kept, its comments and formatting are not.
 
-A ConfigMap mounted into a pod reaches the pod's files after the kubelet's sync
-period (up to about a minute); if MIG Manager reports ``nvidia.com/mig.config.state=
-failed`` for a label set right after a publication, relabelling the node applies it.
+Known limit: a ConfigMap mounted into a pod reaches the pod's files after the
+kubelet's sync (up to about a minute), and the label is set right after a new config
+is published. MIG Manager may then read the old file, report
+``nvidia.com/mig.config.state=failed`` and wait for the label to change; kubesage
+does not yet relabel such a node by itself, and says so in the step's result.
 """
 
 from __future__ import annotations
@@ -34,15 +38,9 @@ from typing import Any
 import urllib3
 import yaml
 
-from kubesage.core.errors import InputError
+from kubesage.core.errors import InputError, KubesageError
 from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoreV1Api
-
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-"""The node label MIG Manager watches: the name of the mig-parted config to apply."""
-CONFIG_KEY = "config.yaml"
-"""The ConfigMap key MIG Manager reads its mig-parted configs from."""
-OWN_PREFIX = "kubesage-"
-"""The prefix of the configs kubesage publishes (and may remove)."""
+from kubesage.core.k8s.mig_manager import CONFIG_KEY, MIG_CONFIG_LABEL, OWN_PREFIX
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -71,6 +69,10 @@ class MigConfigMap:
         return f"{self.namespace}/{self.name}"
 
 
+class MigConfigError(KubesageError):
+    """A mig-parted config that could not be published; names the ConfigMap and why."""
+
+
 class MigConfigPublisher:
     """Merges mig-parted configs into a :class:`MigConfigMap` (see the module docstring)."""
 
@@ -82,12 +84,13 @@ class MigConfigPublisher:
         self.config_map = config_map
         self.request_timeout_s = request_timeout_s
 
-    def publish(self, mig_parted: Mapping[str, Any]) -> str | None:
-        """Merge ``mig_parted``'s ``mig-configs`` into the ConfigMap; None when done (or
-        already there), else why not (the step then fails)."""
+    def publish(self, mig_parted: Mapping[str, Any]) -> tuple[str, ...]:
+        """Merge ``mig_parted``'s ``mig-configs`` into the ConfigMap; the names it added
+        (empty: all were there already). :class:`MigConfigError` says why it could not
+        (the label step then fails)."""
         wanted = mig_parted.get("mig-configs")
         if not isinstance(wanted, Mapping) or not wanted:
-            return "the plan carries no mig-parted configs to publish"
+            raise MigConfigError("the plan carries no mig-parted configs to publish")
         where = f"ConfigMap {self.config_map}"
         try:
             current = self._read()
@@ -95,26 +98,27 @@ class MigConfigPublisher:
             in_use = self._labelled_configs()
         except ApiException as exc:
             if exc.status == 404:
-                return (
+                raise MigConfigError(
                     f"{where} does not exist: create it (key {CONFIG_KEY}, your own layouts "
                     "in it) and point the GPU Operator's ClusterPolicy "
                     "spec.migManager.config.name at it"
-                )
-            return f"reading {where} failed (HTTP {exc.status})"
+                ) from None
+            raise MigConfigError(f"reading {where} failed (HTTP {exc.status})") from None
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            return f"reading {where} failed: {exc}"
-        configs: dict[str, Any] = document["mig-configs"]
+            raise MigConfigError(f"reading {where} failed: {exc}") from None
+        configs: dict[Any, Any] = document["mig-configs"]
+        added = tuple(name for name in wanted if name not in configs)
         changed = False
         for name, config in wanted.items():
             if configs.get(name) != config:
                 configs[name] = config
                 changed = True
-        for name in [n for n in configs if n.startswith(OWN_PREFIX)]:
+        for name in [n for n in configs if isinstance(n, str) and n.startswith(OWN_PREFIX)]:
             if name not in wanted and name not in in_use:
                 del configs[name]
                 changed = True
         if not changed:
-            return None
+            return added
         current["data"] = {
             **(current.get("data") or {}),
             CONFIG_KEY: yaml.safe_dump(document, sort_keys=False),
@@ -129,11 +133,13 @@ class MigConfigPublisher:
             ).read()
         except ApiException as exc:
             if exc.status == 409:
-                return f"{where} changed while it was updated; retried on a later tick"
-            return f"writing {where} failed (HTTP {exc.status})"
+                raise MigConfigError(
+                    f"{where} changed while it was updated; retried on a later tick"
+                ) from None
+            raise MigConfigError(f"writing {where} failed (HTTP {exc.status})") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            return f"writing {where} failed: {exc}"
-        return None
+            raise MigConfigError(f"writing {where} failed: {exc}") from None
+        return added
 
     def _read(self) -> dict[str, Any]:
         response = self._core.read_namespaced_config_map(

@@ -25,7 +25,8 @@ from kubesage.core.errors import KubesageError
 from kubesage.core.k8s.api_results import DEFAULT_REQUEST_TIMEOUT_S, api_result, unexpected
 from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoreV1Api
 from kubesage.core.k8s.dra_binding import ClaimAllocator
-from kubesage.core.k8s.mig_config_map import MIG_CONFIG_LABEL, MigConfigPublisher
+from kubesage.core.k8s.mig_config_map import MigConfigError, MigConfigPublisher
+from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from kubesage.core.k8s.workloads import MERGE_PATCH
 from kubesage.core.loop.actions import Action, ActionKind, LabelNode
 from kubesage.core.loop.reconciler import Outcome, Result
@@ -56,6 +57,7 @@ class LiveNodeLabeler:
         if not isinstance(action, LabelNode):
             return unexpected(action)
         labels = dict(action.labels)
+        published = ""
         if set(labels) == {MIG_CONFIG_LABEL}:
             try:
                 through_dra = self._claims.inventory(action.node).partitionable
@@ -68,9 +70,10 @@ class LiveNodeLabeler:
                     f"is allocated through DRA with the pods' claims, not labelled {labels}",
                 )
             if action.mig_parted is not None:
-                unpublished = self._publish(action)
-                if unpublished is not None:
-                    return Result(Outcome.FAILED, f"node/{action.node} not labelled: {unpublished}")
+                try:
+                    published = self._publish(action)
+                except MigConfigError as exc:
+                    return Result(Outcome.FAILED, f"node/{action.node} not labelled: {exc}")
         try:
             self._core.patch_node(
                 action.node,
@@ -88,16 +91,24 @@ class LiveNodeLabeler:
         shown = ", ".join(
             f"{key}={value}" if value is not None else f"{key}-" for key, value in labels.items()
         )
-        return Result(Outcome.DONE, f"node/{action.node} labelled {shown}")
+        return Result(Outcome.DONE, f"node/{action.node} labelled {shown}{published}")
 
-    def _publish(self, action: LabelNode) -> str | None:
-        """Why the step's mig-parted config could not be published (None: it is)."""
+    def _publish(self, action: LabelNode) -> str:
+        """The step's mig-parted config merged where MIG Manager reads it; what to add
+        to the step's result (MigConfigError: it could not be)."""
         assert action.mig_parted is not None
         name = action.labels[MIG_CONFIG_LABEL]
         if self._mig_configs is None:
-            return (
+            raise MigConfigError(
                 f"its MIG layout {name} is not in any mig-parted config MIG Manager reads: "
                 "start kubesage with --mig-config-map NAMESPACE/NAME (the ConfigMap the GPU "
                 "Operator's ClusterPolicy spec.migManager.config.name names) to publish it"
             )
-        return self._mig_configs.publish(action.mig_parted)
+        added = self._mig_configs.publish(action.mig_parted)
+        if not added:
+            return ""
+        return (
+            f"; published {', '.join(added)} to {self._mig_configs.config_map} just now: "
+            "MIG Manager reads it once the kubelet refreshes its copy (up to a minute); if "
+            f"the node reports {MIG_CONFIG_STATE_LABEL}=failed meanwhile, relabel it"
+        )

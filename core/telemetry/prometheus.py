@@ -144,7 +144,7 @@ def _natural(value: str) -> tuple[int, int, str]:
 
 
 def _device_key(device: tuple[str, ...]) -> tuple[tuple[int, int, str], ...]:
-    """Order devices by each of their labels naturally (a missing ``GPU_I_ID`` first)."""
+    """Order devices by each of their labels naturally (a missing ``GPU_I_ID`` last)."""
     return tuple(_natural(value) for value in device)
 
 

@@ -57,7 +57,8 @@ def test_bad_job_names_are_refused(name: str) -> None:
 def test_torchrun_lines_follow_rank_order() -> None:
     lines = torchrun_commands(SHARES, ["python", "train.py", "--lr", "3e-4"], master_addr="node-a")
     assert lines[1] == (
-        "env CUDA_VISIBLE_DEVICES=0,2,4,6 torchrun --nnodes=2 --nproc-per-node=4 --node-rank=1 "
+        "env CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,2,4,6 "
+        "torchrun --nnodes=2 --nproc-per-node=4 --node-rank=1 "
         "--master-addr=node-a --master-port=29500 python train.py --lr 3e-4"
     )
     unchosen = torchrun_commands([NodeShare("n", 2)], ["t"], master_addr="n")
@@ -74,7 +75,9 @@ def test_cli_torchrun_runs_on_the_chosen_gpus_in_ring_order() -> None:
     assert result.exit_code == 0, result.output
     chosen = next(line for line in result.stderr.splitlines() if "node rank 0" in line)
     ring = chosen.split("GPUs [")[1].rstrip("]").replace(" ", "")
-    assert result.stdout.startswith(f"env CUDA_VISIBLE_DEVICES={ring} torchrun ")
+    assert result.stdout.startswith(
+        f"env CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={ring} torchrun "
+    )
 
 
 @pytest.mark.parametrize(

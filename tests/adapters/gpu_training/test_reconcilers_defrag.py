@@ -13,7 +13,8 @@ from kubesage.adapters.gpu_training.defrag_reconciler import (
     DefragSettings,
     only_fragmentation,
 )
-from kubesage.adapters.gpu_training.mig import MIG_CONFIG_LABEL, mig_request
+from kubesage.adapters.gpu_training.mig import mig_request
+from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
 from kubesage.core.k8s.translate import mig_shape
 from kubesage.core.loop.actions import Bind, Evict, LabelNode, Plan
 from kubesage.core.loop.reconciler import Reconciled, Reconciler

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from kubesage.adapters.gpu_training.mig import MIG_CONFIG_LABEL as ADAPTER_MIG_CONFIG_LABEL
 from kubesage.core.dra import api as dra_api
 from kubesage.core.k8s.actuators import MIG_CONFIG_LABEL, LiveNodeLabeler
 from kubesage.core.k8s.apiclient import ApiClient, load_api_client
@@ -290,7 +289,6 @@ def relayout(node_name: str) -> LabelNode:
 def test_a_mig_relayout_of_a_partitionable_node_is_not_labelled(
     fake: FakeApiServer, api: ApiClient
 ) -> None:
-    assert MIG_CONFIG_LABEL == ADAPTER_MIG_CONFIG_LABEL
     labeler = LiveNodeLabeler(api)
     result = labeler.execute(relayout(PART))
     assert result.outcome is Outcome.DONE and "allocated through DRA" in result.detail

@@ -13,12 +13,8 @@ from kubesage.core.errors import InputError
 from kubesage.core.k8s.actuators import live_actuators
 from kubesage.core.k8s.apiclient import ApiClient, load_api_client
 from kubesage.core.k8s.embedded import EmbeddedCluster
-from kubesage.core.k8s.mig_config_map import (
-    CONFIG_KEY,
-    MIG_CONFIG_LABEL,
-    MigConfigMap,
-    MigConfigPublisher,
-)
+from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
+from kubesage.core.k8s.mig_manager import CONFIG_KEY, MIG_CONFIG_LABEL
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
 from kubesage.core.loop.actions import ActionKind, LabelNode
 from kubesage.core.loop.reconciler import Outcome
@@ -98,6 +94,11 @@ def test_the_config_is_published_before_the_label_and_the_stock_ones_stay(
     step = relayout("n1", "aaaa1111", {"3g.40gb": 2})
     result = labeler(api).execute(step)
     assert result.outcome is Outcome.DONE, result.detail
+    # A new config may reach MIG Manager's mounted copy after the label: the result says so.
+    assert "published kubesage-aaaa1111 to gpu-operator/custom-mig-config just now" in (
+        result.detail
+    )
+    assert "nvidia.com/mig.config.state=failed" in result.detail
     configs = published(fake)
     assert configs["all-disabled"] == STOCK["mig-configs"]["all-disabled"]
     assert step.mig_parted is not None
@@ -106,8 +107,9 @@ def test_the_config_is_published_before_the_label_and_the_stock_ones_stay(
     (write,) = fake.requests_to("PUT", "/configmaps/")
     (label,) = fake.requests_to("PATCH", "/nodes/n1$")
     assert fake.requests.index(write) < fake.requests.index(label)  # published first
-    # The same layout again writes nothing.
-    assert labeler(api).execute(step).outcome is Outcome.DONE
+    # The same layout again writes nothing, and has nothing to warn about.
+    again = labeler(api).execute(step)
+    assert again.outcome is Outcome.DONE and "published" not in again.detail
     assert len(fake.requests_to("PUT", "/configmaps/")) == 1
 
 
@@ -151,10 +153,14 @@ def test_a_missing_or_broken_config_map_fails_the_step_saying_what_to_do(
     assert missing.outcome is Outcome.FAILED
     assert "gpu-operator/custom-mig-config does not exist" in missing.detail
     assert "spec.migManager.config.name" in missing.detail
+    seed(fake, {"version": "v1", "mig-configs": {1: [], "kubesage-old": []}})  # a key 1:
+    odd = labeler(api).execute(step)  # a key that is not a name is left alone, no crash
+    assert odd.outcome is Outcome.DONE and 1 in published(fake)
+    assert "kubesage-old" not in published(fake)  # no node names it: pruned
+    fake.delete(CONFIG_MAPS, WHERE.namespace, WHERE.name)
     seed(fake, ["not", "a", "mapping"])
     broken = labeler(api).execute(step)
     assert broken.outcome is Outcome.FAILED and "is not a mapping" in broken.detail
-    assert label_of(fake, "n1") is None
 
 
 def test_a_concurrent_change_is_not_overwritten(fake: FakeApiServer, api: ApiClient) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 Reply = tuple[int, Any]
-"""HTTP status and body (JSON-encoded unless bytes)."""
+"""HTTP status and body (JSON-encoded unless bytes, which go as plain text, as
+Prometheus's own 404 page does)."""
 Handler = Callable[[str, Mapping[str, str]], Reply]
 """(path, query parameters) → reply."""
 
@@ -62,7 +63,8 @@ def fake_prometheus(handler: Handler) -> Iterator[str]:
             status, body = handler(parts.path, params)
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            kind = "text/plain; charset=utf-8" if isinstance(body, bytes) else "application/json"
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
