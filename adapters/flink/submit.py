@@ -2,7 +2,8 @@
 
 Initial parallelism, first match wins:
 
-1. ``-p``/``--parallelism`` in the user's own ``flink run`` arguments (theirs, untouched);
+1. ``-p``/``--parallelism`` (or ``-Dparallelism.default``) in the user's own ``flink run``
+   arguments (theirs, untouched);
 2. ``--parallelism``;
 3. a forecast: ``⌈forecast_rate / (subtask_rate · target_utilisation)⌉``;
 4. history: the parallelism the job's latest run ended at (refreshed from the
@@ -147,15 +148,27 @@ def job_key(request: SubmitRequest) -> str:
     raise InputError("cannot tell which program this is: pass --name")
 
 
+_DEFAULT_PARALLELISM = "parallelism.default="
+
+
 def user_parallelism(flink_args: Sequence[str]) -> int | None:
-    """The ``-p N`` / ``--parallelism N`` / ``-p=N`` of the user's own arguments."""
+    """The parallelism the user's own arguments set: ``-p N``, ``-pN``, ``-p=N``,
+    ``--parallelism N`` / ``=N`` (the CLI's option), or ``-Dparallelism.default=N`` /
+    ``-D parallelism.default=N`` (the configuration it falls back to); the first wins."""
     args = list(flink_args)
     for index, arg in enumerate(args):
         value = None
-        if arg in ("-p", "--parallelism") and index + 1 < len(args):
-            value = args[index + 1]
+        following = args[index + 1] if index + 1 < len(args) else None
+        if arg in ("-p", "--parallelism") and following is not None:
+            value = following
         elif arg.startswith(("-p=", "--parallelism=")):
             value = arg.split("=", 1)[1]
+        elif arg.startswith("-p") and arg[2:].isdigit():  # commons-cli's attached form
+            value = arg[2:]
+        elif arg.startswith("-D" + _DEFAULT_PARALLELISM):
+            value = arg.removeprefix("-D" + _DEFAULT_PARALLELISM)
+        elif arg == "-D" and following is not None and following.startswith(_DEFAULT_PARALLELISM):
+            value = following.removeprefix(_DEFAULT_PARALLELISM)
         if value is not None:
             try:
                 return int(value)

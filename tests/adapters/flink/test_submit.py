@@ -69,7 +69,16 @@ def test_job_key_needs_a_program_or_a_name() -> None:
 
 @pytest.mark.parametrize(
     ("args", "expected"),
-    [(("-p", "4", "-py", "a.py"), 4), (("--parallelism=3",), 3), (("-py", "a.py"), None)],
+    [
+        (("-p", "4", "-py", "a.py"), 4),
+        (("--parallelism=3",), 3),
+        (("-py", "a.py"), None),
+        (("-p6", "-py", "a.py"), 6),  # commons-cli's attached short form
+        (("-Dparallelism.default=5", "-py", "a.py"), 5),
+        (("-D", "parallelism.default=7", "-py", "a.py"), 7),
+        (("-Dtaskmanager.numberOfTaskSlots=4", "-py", "a.py"), None),
+        (("-py", "a.py", "-pyfs", "deps"), None),  # -pyfs is not -p
+    ],
 )
 def test_user_parallelism(args: tuple[str, ...], expected: int | None) -> None:
     assert user_parallelism(args) == expected
@@ -78,6 +87,8 @@ def test_user_parallelism(args: tuple[str, ...], expected: int | None) -> None:
 def test_user_parallelism_must_be_an_integer() -> None:
     with pytest.raises(InputError, match="not an integer"):
         user_parallelism(["-p", "many"])
+    with pytest.raises(InputError, match="not an integer"):
+        user_parallelism(["-Dparallelism.default=lots"])
 
 
 def test_parallelism_rules_in_order() -> None:
