@@ -45,6 +45,9 @@ MAX_DIMENSIONS = 1024
 
 WINDOW_PLACEHOLDER = "$window"
 """Written in a query where a range selector's duration goes: ``rate(x[$window])``."""
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_]\w*\}?")
+"""A ``$name`` (or ``${name}``) in a query: PromQL has none of its own (``$1`` in
+``label_replace`` is a group reference, not a name)."""
 
 Aggregate = Literal["mean", "max", "min", "sum"]
 Stat = Literal["last", "mean", "max", "p95", "slope"]
@@ -123,6 +126,17 @@ class MetricSpec(StrictModel):
     """Per-device columns kept, padded or truncated in device order (0: aggregates only)."""
     impute: float = Field(default=0.0, allow_inf_nan=False)
     """Value written where a column has no sample; its ``:missing`` flag says so."""
+
+    @field_validator("query")
+    @classmethod
+    def _known_placeholders(cls, query: str) -> str:
+        unknown = sorted(set(_PLACEHOLDER.findall(query)) - {WINDOW_PLACEHOLDER}, key=query.index)
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder {unknown[0]}: only {WINDOW_PLACEHOLDER} is substituted "
+                "(a Grafana variable such as $__rate_interval is not)"
+            )
+        return query
 
     @model_validator(mode="after")
     def _consistent(self) -> MetricSpec:

@@ -170,6 +170,20 @@ def test_the_shipped_map_keys_mig_instances_apart() -> None:
             "spec.sources.node_exporter.metrics.load1",
             "distinct, non-empty labels",
         ),
+        (
+            lambda d: d["spec"]["sources"]["node_exporter"]["metrics"]["load1"].update(
+                query="rate(node_load1[$windw])"
+            ),
+            "spec.sources.node_exporter.metrics.load1.query",
+            "unknown placeholder $windw: only $window is substituted",
+        ),
+        (
+            lambda d: d["spec"]["sources"]["node_exporter"]["metrics"]["load1"].update(
+                query="rate(node_load1[$__rate_interval])"
+            ),
+            "spec.sources.node_exporter.metrics.load1.query",
+            "unknown placeholder $__rate_interval",
+        ),
         (lambda d: d["spec"].update(max_dimensions=2), "spec", "exceed max_dimensions 2"),
         (lambda d: d["spec"].update(max_dimensions=4096), "spec.max_dimensions", ""),
         (lambda d: d["spec"].update(stats=[]), "spec", "not empty"),
@@ -248,3 +262,11 @@ def test_a_map_reduced_to_some_columns_keeps_only_the_metrics_that_give_them() -
     assert len(shipped.only(shipped.columns).metrics) == len(shipped.metrics)
     with pytest.raises(InputError, match="no metric of the map gives any of nope"):
         shipped.only(["nope"])
+
+
+def test_group_references_of_label_replace_are_not_placeholders(tmp_path: Path) -> None:
+    document = minimal()
+    query = 'label_replace(node_load1, "node", "$1", "instance", "(.+):[0-9]+")'
+    document["spec"]["sources"]["node_exporter"]["metrics"]["load1"]["query"] = query
+    (metric,) = [m for m in load_metric_map(write(tmp_path, document)).metrics if m.name == "load1"]
+    assert metric.query == query
