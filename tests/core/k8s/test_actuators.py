@@ -16,7 +16,7 @@ from kubesage.core.k8s.actuators import (
     LivePatcher,
     live_actuators,
 )
-from kubesage.core.k8s.apiclient import ApiClient, load_api_client
+from kubesage.core.k8s.apiclient import ApiClient
 from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, Binder
 from kubesage.core.k8s.binding import BindActuator, assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
@@ -53,9 +53,7 @@ def fake() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 def api(fake: FakeApiServer) -> ApiClient:
-    api_client = load_api_client(str(fake.kubeconfig))
-    assert api_client is not None
-    return api_client
+    return fake.client()
 
 
 def running(name: str, *, app: str = "web", ready: bool = True) -> dict[str, Any]:

@@ -49,9 +49,7 @@ def fake() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 def api(fake: FakeApiServer) -> ApiClient:
-    api_client = load_api_client(str(fake.kubeconfig))
-    assert api_client is not None
-    return api_client
+    return fake.client()
 
 
 class Cluster:

@@ -11,7 +11,7 @@ import yaml
 
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.actuators import live_actuators
-from kubesage.core.k8s.apiclient import ApiClient, load_api_client
+from kubesage.core.k8s.apiclient import ApiClient
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import CONFIG_KEY, MIG_CONFIG_LABEL
@@ -53,9 +53,7 @@ def fake() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 def api(fake: FakeApiServer) -> ApiClient:
-    api_client = load_api_client(str(fake.kubeconfig))
-    assert api_client is not None
-    return api_client
+    return fake.client()
 
 
 def seed(fake: FakeApiServer, document: Any = STOCK) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from kubesage.core.k8s.apiclient import ApiClient, load_api_client
 from tests.fakes import dra
 from tests.fakes.apiserver.discovery import discovery_document
 from tests.fakes.apiserver.handler import QuietServer, handler_for
@@ -96,6 +97,13 @@ class FakeApiServer(WatchedStore):
             ],
             "current-context": context,
         }
+
+    def client(self) -> ApiClient:
+        """The real kubernetes client configured from this fake's kubeconfig, as
+        kubesage loads any cluster's."""
+        api = load_api_client(str(self.kubeconfig))
+        assert api is not None
+        return api
 
     # -- test-side object helpers --------------------------------------------------------
 
