@@ -38,11 +38,11 @@ from kubesage.core.dra.claims import (
     mig_selectors,
 )
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.v1_models import LABEL_VALUE_PATTERN
+from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, LABEL_VALUE_PATTERN
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 
 MASTER_PORT = 29500
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NAME = re.compile(DNS_LABEL_PATTERN)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
+from kubesage.core.k8s.schedulable import is_terminating
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (
     MERGE_PATCH,
@@ -330,9 +331,8 @@ def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:
 
 def _alive(pod: Mapping[str, Any]) -> bool:
     """Not being deleted, not terminated: a pod a binding can still place."""
-    metadata = pod.get("metadata") or {}
     phase = (pod.get("status") or {}).get("phase")
-    return not metadata.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
+    return not is_terminating(pod) and phase not in ("Succeeded", "Failed")
 
 
 def _group(api_version: str) -> str:

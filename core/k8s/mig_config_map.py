@@ -41,9 +41,7 @@ import yaml
 from kubesage.core.errors import InputError, KubesageError
 from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoreV1Api
 from kubesage.core.k8s.mig_manager import CONFIG_KEY, MIG_CONFIG_LABEL, OWN_PREFIX
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 
 
 @dataclass(frozen=True)
@@ -59,9 +57,9 @@ class MigConfigMap:
         namespace, slash, name = text.partition("/")
         if not slash or not namespace or not name:
             raise InputError(f"{what} {text!r}: expected NAMESPACE/NAME of a ConfigMap")
-        if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+        if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
             raise InputError(f"{what} {text!r}: namespace {namespace!r} is not a DNS-1123 label")
-        if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
             raise InputError(f"{what} {text!r}: name {name!r} is not a DNS-1123 subdomain")
         return cls(namespace, name)
 

@@ -31,11 +31,14 @@ from pydantic.alias_generators import to_camel
 
 from kubesage.core.errors import InputError
 
-_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
 _NAME_PART = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 QUALIFIED_NAME_PATTERN = rf"^({_DNS_SUBDOMAIN}/)?{_NAME_PART}$"
 LABEL_VALUE_PATTERN = rf"^({_NAME_PART})?$"
 DNS_SUBDOMAIN_PATTERN = rf"^{_DNS_SUBDOMAIN}$"
+DNS_LABEL_PATTERN = rf"^{_DNS_LABEL}$"
+"""A DNS-1123 label (a namespace's name, ≤ 63 characters)."""
 
 
 def _qualified_name(value: str) -> str:
