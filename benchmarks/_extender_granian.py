@@ -11,7 +11,8 @@ served by granian's embedded server, one worker on the process's uvloop event lo
 Interfaces: ``rsgi`` (the default; granian's own protocol, its fastest path) through
 :class:`RsgiApp`, a thin adapter doing what the in-house server does per request
 (route lookup, read the body, run the endpoint on the loop or in the thread pool,
-write the reply's bytes); or ``asgi``, the App's own ASGI 3 interface.
+write the reply's bytes, then run its ``after`` work — filter's prescore — on the
+loop); or ``asgi``, the App's own ASGI 3 interface.
 
     python benchmarks/_extender_granian.py --port 8000 [--nodes 10000] [--interface asgi]
 """
@@ -44,7 +45,7 @@ class RsgiApp:
         self.app = app
 
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
-        from kubesage.core.k8s.server import Reply
+        from kubesage.core.k8s.server import Reply, run_after
 
         started = time.perf_counter()
         found = self.app.find(scope.method, scope.path)
@@ -61,6 +62,9 @@ class RsgiApp:
                 reply = self.app.run(found, body, started)
         headers = [("content-type", reply.content_type), *reply.headers]
         protocol.response_bytes(reply.status, headers, reply.body)
+        if reply.after is not None:
+            # Next loop iteration, as the in-house server does: the answer leaves first.
+            asyncio.get_running_loop().call_soon(run_after, reply.after)
 
 
 def free_port() -> int:

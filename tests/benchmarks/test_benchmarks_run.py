@@ -531,6 +531,25 @@ def test_benchmark_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
     spec.check(document)
 
 
+def test_extender_benchmark_serves_through_granian(tmp_path: Path) -> None:
+    """``--server granian``: the same App behind granian answers every request the
+    benchmark's client sends (a non-200 ends the run) and the JSON says which server."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS_DIR / "extender.py"), "--tiny", "--server", "granian",
+         "--format", "json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout.strip().splitlines()[-1])
+    check_extender(document)
+    assert document["server"] == "granian"
+    assert all(mode["pods"] > 0 for modes in document["nodes"].values() for mode in modes.values())
+
+
 def _elastic(*arguments: str, tiny_env: str = "") -> str:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS_DIR / "elastic.py"), *arguments],
