@@ -91,4 +91,4 @@ bench: $(STAMP) services
 	$(BIN)/python benchmarks/flink_stagger.py
 
 clean:
-	rm -rf $(VENV) build kubesage-report .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FLINK_VENV) build kubesage-report kubesage.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from kubesage.core.durations import parse_duration_s
 from kubesage.core.errors import InputError
+from kubesage.core.paths import shared_trace_dir
 
 if TYPE_CHECKING:
     from kubesage.core.forecast.panel import MetricPanel
@@ -83,19 +84,17 @@ def replay_start(panel: MetricPanel, train_until: str) -> int:
 
 def find_trace(explicit: Path | None, trace: str) -> Path | None:
     """The folder of ``trace`` (``openb`` or ``genai``): from ``--data-dir`` (the folder
-    that holds ``trace/``, or that folder itself), else ``$KUBESAGE_SHARED_DATA/trace``,
-    else ``../shared/data/trace`` beside the repo; None when no default holds it. A
-    ``--data-dir`` that is not a folder is an error, never a silent fallback to the
-    defaults."""
+    that holds ``trace/``, or that folder itself), else the shared trace where every
+    command looks for it (:func:`kubesage.core.paths.shared_trace_dir`); None when there
+    is none. A ``--data-dir`` that is not a folder is an error, never a silent fallback
+    to the defaults."""
     if explicit is not None:
         if (explicit / trace).is_dir():
             return explicit / trace
         if explicit.is_dir():
             return explicit  # the trace's own folder; its reader says what it lacks
         raise SystemExit(f"error: --data-dir {explicit}: not a folder")
-    defaults = [Path(env)] if (env := os.environ.get("KUBESAGE_SHARED_DATA")) else []
-    defaults.append(REPO.parent / "shared" / "data")
-    return next((path / trace for path in defaults if (path / trace).is_dir()), None)
+    return shared_trace_dir(trace)
 
 
 def trace_dir(explicit: Path | None, trace: str = "openb") -> Path:

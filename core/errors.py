@@ -54,6 +54,8 @@ class ConfigError(InputError):
         super().__init__(prefix + message)
         self.path = path
         self.field = field
+        self.message = message
+        """What is wrong, without where."""
 
 
 class TraceFormatError(InputError):

@@ -17,6 +17,8 @@ from kubesage.core.errors import ConfigError
 
 SHIPPED_PACKAGE = "kubesage.configs"
 """The package that holds the repository's ``configs/`` folder once installed."""
+SHARED_DATA_ENV = "KUBESAGE_SHARED_DATA"
+"""The folder holding the shared traces (``openb/``, ``genai/``), when set."""
 
 
 def cache_dir() -> Path:
@@ -48,3 +50,16 @@ def shipped_dir(relative: str) -> Path:
     if not path.is_dir():
         raise ConfigError(f"shipped path '{relative}' is not a folder")
     return path
+
+
+def shared_trace_dir(trace: str) -> Path | None:
+    """The shared trace ``trace`` (``openb`` or ``genai``): ``$KUBESAGE_SHARED_DATA/<trace>``
+    when the variable is set (it alone decides), else ``shared/data/<trace>`` beside the
+    checkout kubesage runs from, else beside the current folder; None when the chosen
+    place has no such folder. The traces are never copied into the repository."""
+    if explicit := os.environ.get(SHARED_DATA_ENV):
+        roots = [Path(explicit)]
+    else:
+        checkout = Path(str(resources.files(SHIPPED_PACKAGE))).resolve().parent
+        roots = [checkout.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    return next((root / trace for root in roots if (root / trace).is_dir()), None)

@@ -15,9 +15,9 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 GPU_MILLI_PER_GPU = 1000
+"""One whole GPU in milli-GPU."""
 MAX_GPUS_PER_NODE = 64
 """The most GPUs a node may have (and so a pod may ask for)."""
-"""One whole GPU in milli-GPU."""
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 

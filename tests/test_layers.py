@@ -108,6 +108,11 @@ def test_the_copy_is_clean_before_any_crossing(overlay: tuple[Path, dict[str, st
             "from kubernetes import client",
             "Only the API client wrapper imports the kubernetes client",
         ),
+        (
+            "core/dra",
+            "from kubesage.core.loop import control",
+            "Shared types, the Collector protocol, the metrics and the DRA types import no layer",
+        ),
     ],
 )
 def test_a_module_that_crosses_a_layer_breaks_its_contract(

@@ -276,7 +276,8 @@ def loop(
         int, typer.Option("--nodes", min=1, help="Nodes of the embedded cluster.")
     ] = DEFAULT_SYNTHETIC_NODES,
     fill: Annotated[
-        float, typer.Option("--fill", help="Pre-load the embedded cluster to this GPU share.")
+        float,
+        typer.Option("--fill", help="Pre-load the embedded cluster to this GPU share, in [0, 1)."),
     ] = 0.0,
     policy: Annotated[str, typer.Option("--policy", help="Scheduling policy.")] = "fgd",
     tick_s: TickOption = DEFAULT_TICK_S,

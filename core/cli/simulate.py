@@ -16,7 +16,8 @@ from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_command
 from kubesage.core.cli.tables import print_table
 from kubesage.core.config import API_VERSION, load_config, parse_config
-from kubesage.core.errors import InputError
+from kubesage.core.errors import ConfigError, InputError
+from kubesage.core.policy.registry import DEFAULT_POLICIES, POLICIES
 from kubesage.core.report.html import write_report
 from kubesage.core.scenario.profiles import default_data_dir
 from kubesage.core.scenario.result import ScenarioSettings
@@ -103,7 +104,11 @@ def simulate(
     pods: PodsCsv = None,
     policy: Annotated[
         list[str] | None,
-        typer.Option("--policy", help="Policy to run (repeatable); default: all."),
+        typer.Option(
+            "--policy",
+            help=f"Policy to run (repeatable): {', '.join(POLICIES)}; "
+            f"default: {', '.join(DEFAULT_POLICIES)}.",
+        ),
     ] = None,
     seeds: Annotated[
         str | None, typer.Option("--seeds", help="Seeds: 42-51, 1,2,3 or a mix.")
@@ -135,14 +140,26 @@ def simulate(
         typer.Option("--scenario", help="A whole-system scenario: mixed (docs/scenario.md)."),
     ] = None,
     gpu_nodes: Annotated[
-        int, typer.Option("--gpu-nodes", help="Scenario: DGX-class nodes (8 GPUs each).")
-    ] = ScenarioSettings.gpu_nodes,
+        int | None,
+        typer.Option(
+            "--gpu-nodes",
+            help=f"Scenario: DGX-class nodes, 8 GPUs each (default {ScenarioSettings.gpu_nodes}).",
+        ),
+    ] = None,
     hours: Annotated[
-        float, typer.Option("--hours", help="Scenario: simulated hours.")
-    ] = ScenarioSettings.hours,
+        float | None,
+        typer.Option(
+            "--hours", help=f"Scenario: simulated hours (default {ScenarioSettings.hours:g})."
+        ),
+    ] = None,
     load: Annotated[
-        float, typer.Option("--load", help="Scenario: offered GPU load (share of capacity).")
-    ] = ScenarioSettings.load,
+        float | None,
+        typer.Option(
+            "--load",
+            help="Scenario: offered GPU load, share of capacity "
+            f"(default {ScenarioSettings.load:g}).",
+        ),
+    ] = None,
     variants: Annotated[
         str | None,
         typer.Option("--variants", help="Scenario: variants, comma-separated (default: all)."),
@@ -182,9 +199,9 @@ def simulate(
         traces = data_dir or default_data_dir()
         run_scenario_command(
             ScenarioSettings(
-                gpu_nodes=gpu_nodes,
-                hours=hours,
-                load=load,
+                gpu_nodes=ScenarioSettings.gpu_nodes if gpu_nodes is None else gpu_nodes,
+                hours=ScenarioSettings.hours if hours is None else hours,
+                load=ScenarioSettings.load if load is None else load,
                 data_dir=str(traces.resolve()) if traces is not None else None,
             ),
             seeds=parse_seeds(seeds) if seeds is not None else SCENARIO_SEEDS,
@@ -197,6 +214,21 @@ def simulate(
             no_report=no_report,
         )
         return
+    scenario_only = {
+        "--gpu-nodes": gpu_nodes is not None,
+        "--hours": hours is not None,
+        "--load": load is not None,
+        "--variants": variants is not None,
+        "--sweep": do_sweep,
+        "--ray-address": ray_address is not None,
+        "--data-dir": data_dir is not None,
+    }
+    given = [name for name, is_given in scenario_only.items() if is_given]
+    if given:
+        raise InputError(
+            f"{', '.join(given)} only apply with --scenario (e.g. --scenario mixed); "
+            "the packing simulation takes --nodes, --pods, --policy, --seeds, --tune, --mode"
+        )
     settings, base = simulation_settings(
         config,
         nodes=nodes,
@@ -291,11 +323,38 @@ def simulation_settings(
         "report_dir": str(report_dir) if report_dir is not None else None,
         "model": str(model.resolve()) if model is not None else None,
     }
-    document.update({key: value for key, value in options.items() if value is not None})
-    settings = parse_config(
-        {"apiVersion": API_VERSION, "kind": SIMULATION_KIND, "spec": document},
-        SimulationSettings,
-        kind=SIMULATION_KIND,
-        source=config or "command line",
-    )
+    given = {key for key, value in options.items() if value is not None}
+    document.update({key: options[key] for key in given})
+    if nodes is not None:
+        given.add("cluster.nodes_csv")
+    if pods is not None:
+        given.add("workload.pods_csv")
+    try:
+        settings = parse_config(
+            {"apiVersion": API_VERSION, "kind": SIMULATION_KIND, "spec": document},
+            SimulationSettings,
+            kind=SIMULATION_KIND,
+            source=config or "command line",
+        )
+    except ConfigError as exc:
+        # A value given as an option is named by its option, not by the config field.
+        field = (exc.field or "").removeprefix("spec.")
+        key = next((key for key in given if field == key or field.startswith(f"{key}.")), None)
+        if key is None:
+            raise
+        raise InputError(f"{_OPTION_OF_FIELD[key]}: {exc.message}") from None
     return settings, base
+
+
+_OPTION_OF_FIELD = {
+    "policies": "--policy",
+    "seeds": "--seeds",
+    "tune": "--tune",
+    "mode": "--mode",
+    "jobs": "--jobs",
+    "report_dir": "--report-dir",
+    "model": "--model",
+    "cluster.nodes_csv": "--nodes",
+    "workload.pods_csv": "--pods",
+}
+"""The option that sets each field of the Simulation spec."""

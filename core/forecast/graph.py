@@ -64,10 +64,3 @@ def correlation_graph(
             f"{edge_index.shape[1]} edges)"
         ),
     )
-
-
-def given_graph(edge_index: IntArray, source: str) -> EntityGraph:
-    """Wrap an edge list from the topology graph."""
-    return EntityGraph(
-        edge_index=np.asarray(edge_index, dtype=np.int64), description=f"topology: {source}"
-    )

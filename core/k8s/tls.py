@@ -240,13 +240,31 @@ def load_tls_files(directory: Path | str, *, dns_name: str | None = None) -> Tls
     return bundle
 
 
+def _positive_days(text: str) -> int:
+    """``--days``: a whole number of days, at least 1."""
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of days, got {text!r}") from None
+    if days < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {days}")
+    return days
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Write a self-signed bundle for the self-signed overlay (see the module docstring)."""
-    parser = argparse.ArgumentParser(description="Self-signed TLS for the kubesage webhook.")
-    parser.add_argument("--service", default="kubesage")
-    parser.add_argument("--namespace", default="kubesage")
+    parser = argparse.ArgumentParser(
+        description="Self-signed TLS for the kubesage webhook.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--service", default="kubesage", help="the Service the certificate is issued for"
+    )
+    parser.add_argument("--namespace", default="kubesage", help="the Service's namespace")
     parser.add_argument("--out", required=True, type=Path, help="directory for the files")
-    parser.add_argument("--days", type=int, default=DEFAULT_VALIDITY_DAYS)
+    parser.add_argument(
+        "--days", type=_positive_days, default=DEFAULT_VALIDITY_DAYS, help="validity in days"
+    )
     args = parser.parse_args(argv)
     bundle = bootstrap(args.service, args.namespace, validity_days=args.days)
     bundle.write(args.out)

@@ -66,7 +66,7 @@ HTTP_CLOSED = Counter(
 )
 BINDS = Counter(
     "kubesage_binds_total",
-    "Pod bindings attempted, by outcome (bound, failed, already_bound).",
+    "Pod bindings attempted, by outcome (bound, failed).",
     ["outcome"],
     registry=REGISTRY,
 )

@@ -16,7 +16,6 @@ trace's. ``UtilisationProfiles.source`` says which one a run used.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.forecast.panel import metric_files, metric_name, read_panel
+from kubesage.core.paths import shared_trace_dir
 from kubesage.core.scenario.model import UtilisationProfiles
 
 DUTY_METRIC = "gpu_duty_cycle"
@@ -96,18 +96,12 @@ TRACE_STATISTICS = TraceStatistics(
 itself is never copied into the project."""
 
 
-SHARED_DATA_ENV = "KUBESAGE_SHARED_DATA"
-
-
 def default_data_dir() -> Path | None:
-    """Where the shared traces are when no ``--data-dir`` is given: ``$KUBESAGE_SHARED_DATA``,
-    else ``../shared/data`` from the current folder (the repository's neighbour in a
-    checkout) when it holds ``genai/``; None (synthetic profiles) otherwise."""
-    explicit = os.environ.get(SHARED_DATA_ENV)
-    if explicit:
-        return Path(explicit)
-    beside = Path.cwd().parent / "shared" / "data"
-    return beside if (beside / "genai").is_dir() else None
+    """Where the shared traces are when no ``--data-dir`` is given: the folder holding
+    the shared ``genai/`` trace (:func:`kubesage.core.paths.shared_trace_dir`); None
+    (synthetic profiles) when there is none."""
+    genai = shared_trace_dir("genai")
+    return genai.parent if genai is not None else None
 
 
 def load_profiles(data_dir: Path | None, *, seed: int = 0) -> UtilisationProfiles:

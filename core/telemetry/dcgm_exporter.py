@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import threading
 import time
 import uuid
@@ -55,6 +54,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.panel import MetricPanel, read_panel
+from kubesage.core.paths import SHARED_DATA_ENV, shared_trace_dir
 
 LOG = logging.getLogger(__name__)
 
@@ -330,14 +330,9 @@ class DcgmReplayExporter:
         self.stop()
 
 
-SHARED_DATA_ENV = "KUBESAGE_SHARED_DATA"
-"""The folder holding the shared traces; the GenAI trace is its ``genai/`` subfolder."""
-
-
 def default_genai_dir() -> Path | None:
-    """``$KUBESAGE_SHARED_DATA/genai`` when the variable is set, else None."""
-    explicit = os.environ.get(SHARED_DATA_ENV)
-    return Path(explicit) / "genai" if explicit else None
+    """The shared GenAI trace (:func:`kubesage.core.paths.shared_trace_dir`), or None."""
+    return shared_trace_dir("genai")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -348,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data-dir",
         type=Path,
         default=None,
-        help=f"the trace's genai/ folder (default: ${SHARED_DATA_ENV}/genai)",
+        help=f"the trace's genai/ folder (default: ${SHARED_DATA_ENV}/genai when set, "
+        "else shared/data/genai beside the checkout)",
     )
     parser.add_argument("--hostname", default="gpu-node-0", help="the Hostname label")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs on the host (busiest pods)")

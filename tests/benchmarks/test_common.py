@@ -41,10 +41,7 @@ def test_without_data_dir_the_environment_names_the_default(
 def test_a_trace_found_nowhere_says_how_to_get_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KUBESAGE_SHARED_DATA", str(tmp_path))
-    import benchmarks._common as common
-
-    monkeypatch.setattr(common, "REPO", tmp_path / "repo")  # no ../shared beside it
+    monkeypatch.setenv("KUBESAGE_SHARED_DATA", str(tmp_path))  # set, it alone decides
     assert find_trace(None, "genai") is None
     with pytest.raises(SystemExit, match="kubesage data fetch openb"):
         trace_dir(None, "openb")

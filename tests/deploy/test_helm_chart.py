@@ -491,6 +491,8 @@ BAD_VALUES = [
     ({"tls": {"source": "vault"}}, "/tls/source"),
     ({"schedulerName": "Kube Sage"}, "/schedulerName"),
     ({"extender": {"weight": 0}}, "/extender/weight"),
+    ({"tls": {"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}}, "/tls/certManager"),
+    ({"loop": {"auditLog": "/var/log/audit.jsonl"}}, "/loop/auditLog"),
 ]
 
 

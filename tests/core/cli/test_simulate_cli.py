@@ -132,7 +132,9 @@ def test_openb_csv_inputs_and_table_output(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--policy", "nope"], "--policy: unknown policy 'nope'"),
+        (["--tune", "-1"], "--tune: Input should be greater than or equal to 0"),
+        (["--gpu-nodes", "4", "--hours", "0.1"], "--gpu-nodes, --hours only apply with --scenario"),
         (["--seeds", "9-1"], "runs backwards"),
         (["--pods", "missing.csv"], "missing.csv: no such file"),
         (["--mode", "replay", "--pods", "untimed.csv"], "no creation time"),

@@ -116,3 +116,16 @@ def test_command_line_writes_the_files_the_self_signed_overlay_reads(tmp_path: P
     assert main(["--service", "svc", "--namespace", "ns", "--out", str(tmp_path / "tls")]) == 0
     loaded = load_tls_files(tmp_path / "tls", dns_name="svc.ns.svc")
     assert loaded.cert_pem.startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+@pytest.mark.parametrize(
+    ("days", "message"), [("0", "must be at least 1"), ("ten", "expected a whole number of days")]
+)
+def test_command_line_refuses_a_bad_validity_by_name(
+    days: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--out", str(tmp_path / "tls"), "--days", days])
+    assert exited.value.code == 2
+    assert f"argument --days: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "tls").exists()

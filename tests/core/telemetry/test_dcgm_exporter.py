@@ -153,7 +153,7 @@ def test_bad_replay_arguments_are_input_errors(
 def test_the_command_needs_a_data_dir_or_the_shared_data_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.delenv(SHARED_DATA_ENV, raising=False)
+    monkeypatch.setenv(SHARED_DATA_ENV, str(tmp_path))  # set, it alone decides: no genai/
     assert default_genai_dir() is None
     with pytest.raises(SystemExit) as stopped:
         main(["--gpus", "1"])
@@ -161,5 +161,5 @@ def test_the_command_needs_a_data_dir_or_the_shared_data_variable(
     assert f"give --data-dir (the GenAI trace's genai/ folder) or set {SHARED_DATA_ENV}" in (
         capsys.readouterr().err
     )
-    monkeypatch.setenv(SHARED_DATA_ENV, str(tmp_path))
+    (tmp_path / "genai").mkdir()
     assert default_genai_dir() == tmp_path / "genai"
