@@ -241,7 +241,11 @@ def live_service(
     namespaces = NamespaceCache(api)
     namespaces.start()
     service.stoppers.append(namespaces.stop)
-    _webhook(ApiPolicySource(api), service, namespace_labels=namespaces)
+    # Listed once now, then refreshed in the background: the webhook reads memory only.
+    policy_source = ApiPolicySource(api)
+    policy_source.start()
+    service.stoppers.append(policy_source.stop)
+    _webhook(policy_source, service, namespace_labels=namespaces)
     if control is not None:
         # Under --scheduler-name the replicas elect a leader: only it runs the loop, so
         # two replicas never evict the same pods. Without one, this replica runs it.
@@ -368,7 +372,7 @@ def serve(
     ] = DEFAULT_SYNTHETIC_NODES,
     fill: Annotated[
         float,
-        typer.Option("--fill", help="Pre-load the embedded cluster to this GPU allocation (0..1)."),
+        typer.Option("--fill", help="Pre-load the embedded cluster to this GPU share, in [0, 1)."),
     ] = 0.0,
     policies_dir: Annotated[
         Path | None,

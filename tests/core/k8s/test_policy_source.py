@@ -17,7 +17,6 @@ from kubesage.core.k8s.policy_source import (
 )
 from tests.core.k8s.webhook_support import (
     call,
-    fallbacks,
     pod_object,
     review,
     webhook_for,
@@ -73,9 +72,11 @@ def _api_client(fake: Any) -> Any:
     return config.new_client_from_config(config_file=str(fake.kubeconfig))
 
 
-def test_api_source_lists_policies_and_serves_the_last_good_list_when_the_api_fails(
+def test_api_source_lists_the_shipped_policies_and_skips_an_invalid_one(
     fake_api: Any,
 ) -> None:
+    """The decoding of the listed objects; the background refresh, its failures and
+    its staleness are in test_policy_source_background.py."""
     from tests.fakes.apiserver import SCHEDULING_POLICIES
 
     for path in sorted(default_policy_dir().glob("*.yaml")):
@@ -84,23 +85,13 @@ def test_api_source_lists_policies_and_serves_the_last_good_list_when_the_api_fa
     invalid["metadata"]["name"] = "broken"
     invalid["spec"]["inject"]["spark"]["locality"] = "continent"
     fake_api.add_custom(SCHEDULING_POLICIES, invalid)
-    now = [0.0]
-    source = ApiPolicySource(_api_client(fake_api), refresh_s=10.0, clock=lambda: now[0])
-    names = sorted(p.name for p in source.policies())
-    assert names == ["flink-streaming", "gpu-training", "spark-rack-locality"]
-    assert source.invalid == 1
-    calls = len(fake_api.requests_to("GET", "schedulingpolicies"))
-    source.policies()  # within refresh_s: cached
-    assert len(fake_api.requests_to("GET", "schedulingpolicies")) == calls
-    now[0] = 11.0
-    fake_api.fail("GET", "schedulingpolicies", 503, times=1)
-    counted = fallbacks("policy_source", "api_error")
-    assert sorted(p.name for p in source.policies()) == names
-    assert source.stale and source.failures == 1
-    assert fallbacks("policy_source", "api_error") == counted + 1
-    now[0] = 22.0
-    assert sorted(p.name for p in source.policies()) == names
-    assert not source.stale
+    with ApiPolicySource(_api_client(fake_api), refresh_s=600.0) as source:
+        names = sorted(p.name for p in source.policies())
+        assert names == ["flink-streaming", "gpu-training", "spark-rack-locality"]
+        assert source.invalid == 1 and not source.stale
+        calls = len(fake_api.requests_to("GET", "schedulingpolicies"))
+        source.policies()  # a read: served from memory
+        assert len(fake_api.requests_to("GET", "schedulingpolicies")) == calls
 
 
 def test_api_source_without_any_good_list_raises_and_the_webhook_still_allows(
