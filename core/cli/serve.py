@@ -145,13 +145,16 @@ def _webhook(
     source: PolicySource,
     service: Service,
     namespace_labels: NamespaceLabels | None = None,
+    scheduler_name: str | None = None,
 ) -> None:
-    """Mount the webhook; ``namespace_labels`` defaults to the namespace name alone."""
+    """Mount the webhook (namespace labels default to the name alone; kubesage schedules
+    as ``scheduler_name``, default ``kubesage``)."""
+    from kubesage.core.k8s.unsupported_constraints import KUBESAGE_SCHEDULER as KUBESAGE
     from kubesage.core.k8s.webhook import AdmissionWebhook, name_only_namespace_labels
 
-    webhook = AdmissionWebhook(
-        source, namespace_labels=namespace_labels or name_only_namespace_labels
-    )
+    labels = namespace_labels or name_only_namespace_labels
+    named = (scheduler_name or KUBESAGE,)
+    webhook = AdmissionWebhook(source, namespace_labels=labels, schedulers=named)
     service.mutate = webhook.handle
     service.stoppers.append(webhook.close)
 
@@ -241,11 +244,10 @@ def live_service(
     namespaces = NamespaceCache(api)
     namespaces.start()
     service.stoppers.append(namespaces.stop)
-    # Listed once now, then refreshed in the background: the webhook reads memory only.
     policy_source = ApiPolicySource(api)
     policy_source.start()
     service.stoppers.append(policy_source.stop)
-    _webhook(policy_source, service, namespace_labels=namespaces)
+    _webhook(policy_source, service, namespaces, scheduler_name)
     if control is not None:
         # Under --scheduler-name the replicas elect a leader: only it runs the loop, so
         # two replicas never evict the same pods. Without one, this replica runs it.

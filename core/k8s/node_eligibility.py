@@ -6,6 +6,7 @@ placing a pod on the core's resource model."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,12 +48,26 @@ def expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str])
     if operator == "DoesNotExist":
         return not present
     if operator in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            label, bound = int(labels[key]), int(values[0])
-        except ValueError:
+        label, bound = go_parse_int(labels[key]), go_parse_int(values[0])
+        if label is None or bound is None:
             return False
         return label > bound if operator == "Gt" else label < bound
     return False
+
+
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def go_parse_int(text: str) -> int | None:
+    """``text`` as Go's ``strconv.ParseInt(text, 10, 64)`` reads it (how Kubernetes
+    compares ``Gt``/``Lt`` values), None where Go fails: an optional sign and ASCII
+    digits only (no ``_``, spaces or other digits, which Python's ``int`` takes), within
+    int64."""
+    if not _GO_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
 def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:

@@ -21,7 +21,7 @@ the CRD's schema too (:mod:`kubesage.core.k8s.policy_crd` derives it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError, model_validator
 from kubesage.core.config import load_yaml_all, read_config_text
 from kubesage.core.errors import ConfigError
 from kubesage.core.field_errors import config_error, yaml_error
+from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.k8s.v1_models import (
     QUALIFIED_NAME_PATTERN,
     Affinity,
@@ -187,6 +188,22 @@ class SchedulingPolicy(V1Model):
             return False
         selector = self.spec.namespace_selector
         return selector is None or selector.matches(namespace_labels)
+
+    def redirect_warnings(self, schedulers: Collection[str]) -> list[str]:
+        """What is wrong with a policy that redirects pods to one of ``schedulers``
+        (kubesage's) and adds required constraints that scheduler cannot honour
+        (:mod:`~kubesage.core.k8s.unsupported_constraints`): the webhook redirects no
+        pod that carries them, so the redirect never happens."""
+        inject = self.spec.inject
+        if inject.scheduler_name not in schedulers or inject.affinity is None:
+            return []
+        fields = unsupported_constraints({"spec": {"affinity": inject.affinity.to_v1()}})
+        if not fields:
+            return []
+        return [
+            f"policy {self.name} redirects no pod to {inject.scheduler_name}, as it adds"
+            f" constraints {not_implemented(fields)}"
+        ]
 
 
 def by_priority(policies: list[SchedulingPolicy]) -> list[SchedulingPolicy]:

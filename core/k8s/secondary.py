@@ -7,9 +7,12 @@ Each cycle (on every cluster change, at least every ``interval_s``):
    in gangs (:mod:`kubesage.core.k8s.gang`), highest priority first, then oldest; a
    pod still held by scheduling gates or being deleted is not pending
    (:mod:`kubesage.core.k8s.schedulable`), so it does not count towards its gang's
-   ``min-available`` either;
-2. a gang with fewer members than ``min-available`` (counting members already bound)
-   waits; past its waiting time it gets a ``FailedScheduling`` event and waits afresh;
+   ``min-available`` either; nor does a pod with required constraints kubesage cannot
+   honour (:mod:`kubesage.core.k8s.unsupported_constraints`): it stays pending with a
+   ``FailedScheduling`` event naming the field;
+2. a gang with fewer members than ``min-available`` (counting members already bound and
+   not being deleted) waits; past its waiting time it gets a ``FailedScheduling`` event
+   and waits afresh;
 3. otherwise, under the state lock, all its pending members are placed on a copy of
    the state with the core policy, honouring each pod's ``nodeSelector``, required
    node affinity and taint tolerations (and ``spec.unschedulable``) as kube-scheduler
@@ -25,6 +28,10 @@ Each cycle (on every cluster change, at least every ``interval_s``):
    bound members towards ``min-available`` next time.
 
 Once a gang has ``min-available`` members bound, later members are placed one by one.
+
+``FailedScheduling`` events are posted per pod: again only when its message changes or
+once per waiting time (the record of a pod is dropped once it is no longer pending).
+They are posted synchronously, each bounded by a 5 s request timeout.
 
 With ``defer`` (``kubesage serve`` passes the control loop's
 :meth:`~kubesage.core.loop.control.ControlLoop.claims`), a gang (or lone pod) with no
@@ -55,7 +62,9 @@ from kubesage.core.k8s.dra_requests import ClaimsPendingError
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, place_all
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
+from kubesage.core.k8s.schedulable import is_terminating
 from kubesage.core.k8s.translate import TranslateError
+from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.observability import metrics
 from kubesage.core.policy.base import Policy
 from kubesage.core.types import Placement, PodRequest
@@ -87,8 +96,14 @@ class _Member:
 @dataclass
 class _Wait:
     since: float
-    last_report: float | None = None
-    last_reason: str = ""
+
+
+@dataclass
+class _Reported:
+    """The last ``FailedScheduling`` event posted about one pod."""
+
+    at: float
+    message: str
 
 
 def _name(pod: Mapping[str, Any]) -> str:
@@ -129,6 +144,8 @@ class SecondaryScheduler:
         self._clock = clock
         self._defer = defer
         self._waits: dict[str, _Wait] = {}
+        self._reported: dict[str, _Reported] = {}
+        """Pod key → its last FailedScheduling event (pending pods only)."""
         self._reported_bad: dict[str, str] = {}
         self._masks: EligibilityCache | None = None
         self.cycles = 0
@@ -165,9 +182,9 @@ class SecondaryScheduler:
         self._masks = None  # node objects may have changed since the last cycle
         report = CycleReport()
         self.sync.expire_assumed()
-        gangs = self._pending_gangs(report)
-        bound = self._bound_members()
         now = self._clock()
+        gangs = self._pending_gangs(report, now)
+        bound = self._bound_members()
         for key in list(self._waits):
             if key not in gangs:
                 del self._waits[key]
@@ -190,9 +207,14 @@ class SecondaryScheduler:
 
     # -- gathering --------------------------------------------------------------------------
 
-    def _pending_gangs(self, report: CycleReport) -> dict[str, list[_Member]]:
+    def _pending_gangs(self, report: CycleReport, now: float) -> dict[str, list[_Member]]:
         gangs: dict[str, list[_Member]] = defaultdict(list)
-        for pod in self.sync.pending_pods(self.scheduler_name):
+        pending = self.sync.pending_pods(self.scheduler_name)
+        keys = {pod_key(pod) for pod in pending}
+        for records in (self._reported, self._reported_bad):
+            for key in records.keys() - keys:  # forget pods bound, deleted or assumed
+                del records[key]
+        for pod in pending:
             try:
                 gang = gang_of(pod)
                 request = self.sync.request_of(pod)  # with its claims' GPUs, from the cache
@@ -202,6 +224,11 @@ class SecondaryScheduler:
             except (GangAnnotationError, TranslateError) as exc:
                 report.failed[_name(pod)] = str(exc)
                 self._report_bad(pod, str(exc))
+                continue
+            unsupported = unsupported_constraints(pod)
+            if unsupported:  # never bound: it stays pending, outside its gang
+                report.failed[_name(pod)] = not_implemented(unsupported)
+                self._warn([pod], not_implemented(unsupported), now, gang.waiting_time_s)
                 continue
             gangs[gang.key].append(_Member(pod, gang, request))
 
@@ -217,6 +244,8 @@ class SecondaryScheduler:
         counts: dict[str, int] = defaultdict(int)
         for pod in self.sync.bound_pods():
             if (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name:
+                continue
+            if is_terminating(pod):  # leaving (a job restart, say): no longer a member
                 continue
             try:
                 gang = gang_of(pod)
@@ -239,7 +268,8 @@ class SecondaryScheduler:
             reason = f"gang {key}: {present} of {minimum} members present"
             report.waiting[key] = reason
             if now - wait.since >= waiting_s:
-                self._warn(members, f"{reason} after {waiting_s:.0f}s; waiting again")
+                message = f"{reason} after {waiting_s:.0f}s; waiting again"
+                self._warn([m.pod for m in members], message, now, waiting_s)
                 wait.since = now
             return
         members = sorted(members, key=lambda m: _name(m.pod))
@@ -250,15 +280,10 @@ class SecondaryScheduler:
             if placed is None:
                 report.waiting[key] = reason
                 metrics.DECISIONS.labels("schedule", "no_fit").inc()
-                if (
-                    wait.last_report is None
-                    or reason != wait.last_reason
-                    or now - wait.last_report >= waiting_s
-                ):
-                    self._warn(group, f"0/{len(group)} placed: {reason}")
-                    wait.last_report, wait.last_reason = now, reason
+                message = f"0/{len(group)} placed: {reason}"
+                self._warn([m.pod for m in group], message, now, waiting_s)
                 continue
-            self._bind(placed, report)
+            self._bind(placed, report, now)
         if key not in report.waiting:
             self._waits.pop(key, None)
 
@@ -295,7 +320,9 @@ class SecondaryScheduler:
                 return placed, outcome.reason
             return None, reason
 
-    def _bind(self, placed: list[tuple[_Member, Placement]], report: CycleReport) -> None:
+    def _bind(
+        self, placed: list[tuple[_Member, Placement]], report: CycleReport, now: float
+    ) -> None:
         for member, placement in placed:
             metadata = member.pod["metadata"]
             name = _name(member.pod)
@@ -328,7 +355,8 @@ class SecondaryScheduler:
                 self.sync.forget(member.pod)
                 report.failed[name] = str(exc)
                 log.warning("binding %s failed: %s", name, exc)
-                self._event(member.pod, "Warning", "FailedScheduling", f"binding failed: {exc}")
+                message = f"binding failed: {exc}"
+                self._warn([member.pod], message, now, member.gang.waiting_time_s)
                 continue
             self.binds += 1
             metrics.BINDS.labels("bound").inc()
@@ -352,10 +380,17 @@ class SecondaryScheduler:
         log.warning("cannot schedule %s: %s", _name(pod), message)
         self._event(pod, "Warning", "FailedScheduling", message)
 
-    def _warn(self, members: Sequence[_Member], message: str) -> None:
-        log.info("%s", message)
-        for member in members:
-            self._event(member.pod, "Warning", "FailedScheduling", message)
+    def _warn(self, pods: Sequence[Obj], message: str, now: float, every_s: float) -> None:
+        """A ``FailedScheduling`` event about each pod, unless its last one said the same
+        less than ``every_s`` ago."""
+        for pod in pods:
+            key = pod_key(pod)
+            last = self._reported.get(key)
+            if last is not None and last.message == message and now - last.at < every_s:
+                continue
+            log.info("%s: %s", _name(pod), message)
+            self._reported[key] = _Reported(now, message)
+            self._event(pod, "Warning", "FailedScheduling", message)
 
     def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
         """Post a core/v1 Event about ``pod`` (failures are logged and counted only)."""

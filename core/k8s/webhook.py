@@ -20,6 +20,9 @@ down, each filling in only what is still unset (see
 policies match, matching repeats until the pod stops changing, so the result is a
 fixed point: the same request sent again gets no patch (idempotent, as the API
 server's ``reinvocationPolicy: IfNeeded`` expects).
+
+A pod left with required constraints kubesage cannot honour is not redirected to it
+(:func:`~kubesage.core.k8s.unsupported_constraints.refused_redirect`), with a warning.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -47,6 +50,7 @@ from kubesage.core.k8s.scheduling_policy import (
     by_priority,
 )
 from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION, effective_requests
+from kubesage.core.k8s.unsupported_constraints import KUBESAGE_SCHEDULER, refused_redirect
 from kubesage.core.k8s.v1_models import Affinity
 from kubesage.core.observability import metrics
 
@@ -245,13 +249,17 @@ def _rename_resources(spec: dict[str, Any], source: str, target: str, notes: lis
                 }
 
 
-def _apply(pod: dict[str, Any], policy: SchedulingPolicy, notes: list[str]) -> None:
-    """Fill ``pod`` in place with what ``policy`` injects and the pod does not set yet."""
+def _apply(
+    pod: dict[str, Any], policy: SchedulingPolicy, notes: list[str], blocked: Collection[str]
+) -> None:
+    """Fill ``pod`` in place with what ``policy`` injects and the pod does not set yet
+    (a ``schedulerName`` in ``blocked`` excepted)."""
     inject = policy.spec.inject
     metadata = _mapping(pod, "metadata", "object")
     spec = _mapping(pod, "spec", "object")
-    if inject.scheduler_name and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
-        spec["schedulerName"] = inject.scheduler_name
+    name = inject.scheduler_name
+    if name and name not in blocked and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
+        spec["schedulerName"] = name
     _fill_map(metadata, "labels", inject.labels, "object.metadata")
     annotations = dict(inject.annotations)
     if inject.flink is not None:
@@ -305,25 +313,36 @@ def mutate_pod(
     pod: Mapping[str, Any],
     policies: Sequence[SchedulingPolicy],
     namespace_labels: Mapping[str, str],
+    *,
+    schedulers: Collection[str] = (KUBESAGE_SCHEDULER,),
 ) -> Mutation:
-    """Apply every policy that selects ``pod`` until it stops changing (a fixed point)."""
+    """Apply every policy that selects ``pod`` until it stops changing (a fixed point),
+    redirecting it to none of ``schedulers`` that cannot schedule it (module docstring)."""
     ordered = by_priority(list(policies))
-    current: dict[str, Any] = json.loads(json.dumps(pod))  # a deep copy; the input is JSON
-    notes: list[str] = []
-    for _ in range(MAX_ROUNDS):
-        selected = [p for p in ordered if p.selects(_labels(current), namespace_labels)]
-        before = json.dumps(current, sort_keys=True)
-        round_notes: list[str] = []
-        for policy in selected:
-            _apply(current, policy, round_notes)
-        if selected:
-            annotations = _mapping(_mapping(current, "metadata", "object"), "annotations", "")
-            annotations[APPLIED_ANNOTATION] = ",".join(p.name for p in selected)
-        notes = round_notes
-        if json.dumps(current, sort_keys=True) == before:
-            return Mutation(current, [p.name for p in selected], notes)
-    notes.append(f"policies did not settle after {MAX_ROUNDS} rounds (labels feeding selectors)")
-    return Mutation(current, [p.name for p in selected], notes)
+    refused: set[str] = set()
+    warnings: list[str] = []
+    while True:  # each turn refuses one more scheduler name, which no policy sets again
+        current: dict[str, Any] = json.loads(json.dumps(pod))  # a deep copy; the input is JSON
+        for _ in range(MAX_ROUNDS):
+            selected = [p for p in ordered if p.selects(_labels(current), namespace_labels)]
+            before = json.dumps(current, sort_keys=True)
+            notes: list[str] = []
+            for policy in selected:
+                _apply(current, policy, notes, refused)
+            if selected:
+                annotations = _mapping(_mapping(current, "metadata", "object"), "annotations", "")
+                annotations[APPLIED_ANNOTATION] = ",".join(p.name for p in selected)
+            if json.dumps(current, sort_keys=True) == before:
+                break
+        else:
+            notes.append(f"policies did not settle in {MAX_ROUNDS} rounds (labels feed selectors)")
+        name, note = refused_redirect(pod, current, schedulers)
+        warnings += [note] if note else []
+        if name is None:
+            break
+        refused.add(name)
+    warnings += [w for policy in selected for w in policy.redirect_warnings(schedulers)]
+    return Mutation(current, [p.name for p in selected], notes + warnings)
 
 
 # --- RFC 6902 ---------------------------------------------------------------------------
@@ -414,10 +433,12 @@ class AdmissionWebhook:
         budget_s: float = 0.5,
         namespace_labels: NamespaceLabels = name_only_namespace_labels,
         workers: int = 4,
+        schedulers: Collection[str] = (KUBESAGE_SCHEDULER,),
     ) -> None:
         if budget_s <= 0:
             raise ValueError("budget_s must be positive")
         self.source = source
+        self.schedulers = tuple(schedulers)  # kubesage's scheduler names (mutate_pod)
         self.budget_s = budget_s
         self.namespace_labels = namespace_labels
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webhook")
@@ -468,8 +489,8 @@ class AdmissionWebhook:
         return 200, _response(request.uid, patch, mutation.warnings)
 
     def _mutate(self, pod: dict[str, Any], namespace: str) -> Mutation:
-        policies = self.source.policies()
-        return mutate_pod(pod, policies, self.namespace_labels(namespace))
+        policies, labels = self.source.policies(), self.namespace_labels(namespace)
+        return mutate_pod(pod, policies, labels, schedulers=self.schedulers)
 
     def _unchanged(self, uid: str, reason: str, warning: str) -> tuple[int, dict[str, Any]]:
         metrics.FALLBACKS.labels("webhook", reason).inc()
