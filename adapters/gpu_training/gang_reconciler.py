@@ -1,4 +1,4 @@
-"""``gpu-gang``: place a whole-GPU gang for the fastest AllReduce ring, all members or none.
+"""``gpu-gang``: place a whole-GPU gang for the fastest AllReduce ring, all members at once.
 
 Pending pods are grouped into gangs as the secondary scheduler groups them
 (:func:`kubesage.core.k8s.gang.gang_of`: ``kubesage.io/gang`` or Koordinator's and
@@ -13,13 +13,24 @@ rank order, member ``i`` (members ordered by Kubeflow's replica type and index, 
 by name: the master first) taking piece ``i`` — its GPUs listed in ring order, which is
 the order the bind records them in.
 
+Only nodes every member may use count (:attr:`~kubesage.core.loop.view.PodInfo.eligible_nodes`:
+cordons, taints against the members' tolerations, ``nodeSelector``, required node
+affinity, as the secondary scheduler reads them from the Node objects), so a plan is
+never one the bind would refuse for the node.
+
 The answer is one plan: reservations for every member; a bind of every member, in
 rank order, each annotating its pod with its rank (:data:`GANG_RANK_ANNOTATION`,
 :data:`GANG_SIZE_ANNOTATION`) — through the bind when the loop's ``Bind`` carries
 annotations, else through a ``Patch`` of each member before the binds. A gang that
 does not fit whole (GPUs, or CPU and memory on the chosen nodes) gets a note and no
-action: nothing is bound before every member has a place. Gangs with members already
-bound, sharing or MIG members, or mixed sizes are left to the secondary scheduler.
+action: nothing is bound before every member has a place. A plan that stops part way
+(a bind refused: the room was taken meanwhile) leaves the members it bound bound —
+Kubernetes has no unbind. Where the loop alone places the gang (every pending member
+``loop_places``: the embedded cluster, the simulator), the remaining members are
+planned on later ticks as a ring of their own, each keeping the rank it has in the
+whole gang's order; on a live cluster the secondary scheduler places them (it leaves
+to the loop only gangs with no member bound). Sharing or MIG members and mixed sizes
+are left to the secondary scheduler.
 
 Which gangs it binds (:func:`~kubesage.core.loop.reconciler.may_place`): those no other
 scheduler places (the embedded cluster, the simulator), and on a live cluster those of
@@ -33,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +61,7 @@ from kubesage.core.arrays import BoolArray
 from kubesage.core.errors import CapacityError
 from kubesage.core.loop.actions import Action, Bind, Patch, Plan, Reservation, digest
 from kubesage.core.loop.reconciler import Reconciled, may_place
-from kubesage.core.loop.view import PodInfo, WorldView
+from kubesage.core.loop.view import PodInfo, WorldView, eligible_for_all
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import GPU_MILLI_PER_GPU, Placement, PodRequest
@@ -132,11 +144,11 @@ class GangReconciler:
             if spec is not None:
                 pending[spec.key].append(pod)
                 minimum[spec.key] = max(minimum[spec.key], spec.min_available)
-        bound: dict[str, int] = defaultdict(int)
+        bound: dict[str, list[PodInfo]] = defaultdict(list)
         for pod in view.running.values():
             spec = gang_spec(pod)
-            if spec is not None:
-                bound[spec.key] += 1
+            if spec is not None and spec.key in pending:
+                bound[spec.key].append(pod)
         if not pending:
             return Reconciled(memory=dict(view.memory))
         if view.topology is None:
@@ -148,19 +160,21 @@ class GangReconciler:
         actions: list[Plan] = []
         notes: list[str] = []
         for key, members in sorted(pending.items()):
-            if bound[key]:
+            done = bound[key]
+            if done and not all(member.loop_places for member in members):
                 notes.append(
-                    f"gang {key}: {bound[key]} member(s) already bound; the secondary "
+                    f"gang {key}: {len(done)} member(s) already bound; the secondary "
                     "scheduler places the rest"
                 )
                 continue
             if not may_place(self, members):
                 continue  # kube-scheduler's pods, or the secondary scheduler keeps them
-            if len(members) < minimum[key]:
-                notes.append(f"gang {key}: {len(members)} of {minimum[key]} members present")
+            if len(members) + len(done) < minimum[key]:
+                present = len(members) + len(done)
+                notes.append(f"gang {key}: {present} of {minimum[key]} members present")
                 continue
             members = sorted(members, key=_member_order)
-            planned = self._plan(view.topology, state, key, members)
+            planned = self._plan(view.topology, state, key, members, done)
             if isinstance(planned, str):
                 notes.append(planned)
             else:
@@ -169,15 +183,23 @@ class GangReconciler:
         return Reconciled(actions=actions, memory=dict(view.memory), notes=notes)
 
     def _plan(
-        self, drtg: DRTG, state: ClusterState, key: str, members: Sequence[PodInfo]
+        self,
+        drtg: DRTG,
+        state: ClusterState,
+        key: str,
+        members: Sequence[PodInfo],
+        done: Sequence[PodInfo] = (),
     ) -> tuple[Plan, ClusterState] | str:
+        """The plan for the pending ``members`` (in rank order) of a gang whose members
+        ``done`` are bound already, with the state once they are bound; or why none."""
         requests = [m.request for m in members]
         per_member = requests[0].num_gpu
         mixed = _mixed(requests)
         if mixed is not None:
             return f"gang {key}: {mixed}; left to the secondary scheduler"
         total = per_member * len(members)
-        free = free_gpus(drtg, state, requests)
+        nodes = eligible_for_all(members)
+        free = free_gpus(drtg, state, requests, nodes=nodes)
         gang = place_gang(drtg, free, total)
         pieces = _pieces(drtg, gang, per_member)
         if gang is not None and pieces is None:
@@ -185,9 +207,15 @@ class GangReconciler:
             gang = place_gang(drtg, _whole_pieces(drtg, free, per_member), total)
             pieces = _pieces(drtg, gang, per_member)
         if gang is None or pieces is None:
+            ruled_out = (
+                ""
+                if nodes is None
+                else f" ({sum(n not in nodes for n in drtg.node_names)} node(s) ruled out by "
+                "the members' node constraints)"
+            )
             return (
                 f"gang {key}: {len(members)} member(s) × {per_member} GPU(s) do not fit in the "
-                f"{int(free.sum())} free GPU(s) of suitable nodes; none bound"
+                f"{int(free.sum())} free GPU(s) of suitable nodes{ruled_out}; none bound"
             )
         trial = state.copy()
         placements: list[Placement] = []
@@ -198,7 +226,7 @@ class GangReconciler:
             except CapacityError as exc:
                 return f"gang {key}: {request.name} does not fit on {node_name} ({exc}); none bound"
             placements.append(placement)
-        return self._as_plan(key, members, placements, gang), trial
+        return self._as_plan(key, members, placements, gang, done), trial
 
     def _as_plan(
         self,
@@ -206,15 +234,22 @@ class GangReconciler:
         members: Sequence[PodInfo],
         placements: Sequence[Placement],
         gang: GangPlacement,
+        done: Sequence[PodInfo] = (),
     ) -> Plan:
         plan_id = f"{NAME}/{key}/" + digest(
             [[str(m.ref), placement_key(p)] for m, p in zip(members, placements, strict=True)]
         )
+        size, ranks = _ranks(members, done)
         order = "; ".join(
             f"rank {rank}: {member.ref} on {where(placement)}"
-            for rank, (member, placement) in enumerate(zip(members, placements, strict=True))
+            for rank, member, placement in zip(ranks, members, placements, strict=True)
         )
         why = f"gang {key} placed by the AllReduce planner: {gang.explanation}. Rank order: {order}"
+        if done:
+            why = (
+                f"the {len(members)} member(s) of gang {key} still pending ({len(done)} of "
+                f"{size} bound already, kept where they are) " + why.removeprefix(f"gang {key} ")
+            )
         annotate = self.settings.annotate_ranks
         carried = annotate and BIND_CARRIES_ANNOTATIONS
         steps: list[Action] = []
@@ -222,17 +257,15 @@ class GangReconciler:
             steps += [
                 Patch(
                     reconciler=NAME,
-                    explanation=f"rank {rank} of {len(members)} in gang {key}'s ring",
+                    explanation=f"rank {rank} of {size} in gang {key}'s ring",
                     plan=plan_id,
                     obj=pod_object(member.ref),
-                    patch={"metadata": {"annotations": rank_annotations(rank, len(members))}},
+                    patch={"metadata": {"annotations": rank_annotations(rank, size)}},
                 )
-                for rank, member in enumerate(members)
+                for rank, member in zip(ranks, members, strict=True)
             ]
-        for rank, (member, placement) in enumerate(zip(members, placements, strict=True)):
-            extra: dict[str, Any] = (
-                {"annotations": rank_annotations(rank, len(members))} if carried else {}
-            )
+        for rank, member, placement in zip(ranks, members, placements, strict=True):
+            extra: dict[str, Any] = {"annotations": rank_annotations(rank, size)} if carried else {}
             steps.append(
                 Bind(
                     reconciler=NAME,
@@ -258,14 +291,31 @@ class GangReconciler:
         )
 
 
-def free_gpus(drtg: DRTG, state: ClusterState, requests: Sequence[PodRequest]) -> BoolArray:
-    """Per DRTG GPU: wholly free, on a node that may host any one of ``requests``."""
+def _ranks(members: Sequence[PodInfo], done: Sequence[PodInfo]) -> tuple[int, list[int]]:
+    """The gang's size and each pending member's rank: its place in the whole gang's
+    member order (bound members included), so the ranks the first plan gave stay."""
+    order = sorted([*members, *done], key=_member_order)
+    rank = {str(pod.ref): position for position, pod in enumerate(order)}
+    return len(order), [rank[str(member.ref)] for member in members]
+
+
+def free_gpus(
+    drtg: DRTG,
+    state: ClusterState,
+    requests: Sequence[PodRequest],
+    *,
+    nodes: AbstractSet[str] | None = None,
+) -> BoolArray:
+    """Per DRTG GPU: wholly free, on a node that may host any one of ``requests`` and, with
+    ``nodes``, is one of them (the nodes the members' node constraints let them use)."""
     free = np.zeros(drtg.num_gpus, dtype=bool)
     first = requests[0]
     models = state.gpu_model_mask(first.gpu_models)
     cpu = max(r.cpu_milli for r in requests)
     memory = max(r.memory_mib for r in requests)
     for node, name in enumerate(drtg.node_names):
+        if nodes is not None and name not in nodes:
+            continue
         index = state.node_index.get(name)
         if index is None or state.node_mig_enabled[index] or not models[index]:
             continue

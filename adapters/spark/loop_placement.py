@@ -23,9 +23,13 @@ the cluster is a note.
 Which pending executors it places: those :attr:`~kubesage.core.loop.view.PodInfo.loop_places`
 (the embedded cluster, the simulator), and on a live cluster those of kubesage's
 scheduler (``claimable``) that it claims
-(:class:`~kubesage.core.loop.reconciler.ClaimsPods`: every Spark executor, when built
-to claim). kube-scheduler's executors are left alone. Executors that arrive after their
-application's first ones were bound are placed as a group of their own.
+(:class:`~kubesage.core.loop.reconciler.ClaimsPods`: every Spark executor that asks
+for no GPUs, when built to claim — :func:`places`, the rule :meth:`reconcile` applies
+too, so no executor is claimed and then left unplaced). kube-scheduler's executors are
+left alone. Executors that arrive after their application's first ones were bound are
+placed as a group of their own. Nodes an executor's spec rules out
+(:attr:`~kubesage.core.loop.view.PodInfo.eligible_nodes`: cordoned, tainted against its
+tolerations, not matching its ``nodeSelector`` or required node affinity) take none.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import CapacityError, InputError
 from kubesage.core.loop.actions import Action, Bind, Plan, Reservation, digest
 from kubesage.core.loop.reconciler import Reconciled, may_place
-from kubesage.core.loop.view import PodInfo, WorldView
+from kubesage.core.loop.view import PodInfo, WorldView, eligible_for_all
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import Placement, PodRequest
@@ -67,6 +71,18 @@ AppKey = tuple[str, str]
 def is_executor(pod: PodInfo) -> bool:
     """A Spark executor pod (labelled with its role and application)."""
     return pod.labels.get(ROLE_LABEL) == EXECUTOR_ROLE and bool(pod.labels.get(APP_LABEL))
+
+
+def asks_for_gpus(request: PodRequest) -> bool:
+    """Whether the pod asks for GPUs (whole, shared or MIG): not this reconciler's to place."""
+    return bool(request.num_gpu or request.gpu_milli or request.mig is not None)
+
+
+def places(pod: PodInfo) -> bool:
+    """The one rule of which pods ``spark-placement`` places, used by :meth:`claims` and by
+    :meth:`reconcile` alike: Spark executors asking for CPU and memory only (the
+    placement model has no GPUs; GPU executors are left to the scheduler)."""
+    return is_executor(pod) and not asks_for_gpus(pod.request)
 
 
 def _executor_order(pod: PodInfo) -> tuple[int, str]:
@@ -109,8 +125,9 @@ class SparkPlacementReconciler:
         return frozenset()
 
     def claims(self, pods: Sequence[PodInfo]) -> bool:
-        """True for a group of Spark executors: this reconciler places them together."""
-        return self.settings.claim_executors and bool(pods) and all(map(is_executor, pods))
+        """True for a group of Spark executors this reconciler places (:func:`places`: no
+        GPU executors, which the secondary scheduler keeps): it places them together."""
+        return self.settings.claim_executors and bool(pods) and all(map(places, pods))
 
     def reconcile(self, view: WorldView) -> Reconciled:
         groups = self._groups(view.pending)
@@ -174,7 +191,7 @@ class SparkPlacementReconciler:
         executors are bound (copies), or why there is none."""
         app = _app(key)
         requests = [member.request for member in members]
-        if any(r.num_gpu or r.gpu_milli or r.mig is not None for r in requests):
+        if not all(map(places, members)):
             return f"{app}: executors asking for GPUs are left to the scheduler"
         shape = ExecutorShape(
             executors=len(members),
@@ -185,7 +202,7 @@ class SparkPlacementReconciler:
         try:
             placement = place_executors(
                 drtg,
-                aligned,
+                _only_on(aligned, eligible_for_all(members)),
                 shape,
                 self.settings.profile,
                 local,
@@ -277,6 +294,23 @@ class SparkPlacementReconciler:
 
 def _app(key: AppKey) -> str:
     return f"Spark application {key[0]}/{key[1]}"
+
+
+def _only_on(aligned: ClusterState, nodes: frozenset[str] | None) -> ClusterState:
+    """``aligned`` with no room left on the nodes outside ``nodes`` (the executors' node
+    constraints rule them out: cordoned, tainted, not selected); itself when none is."""
+    if nodes is None:
+        return aligned
+    kept = aligned.copy()
+    for index, name in enumerate(kept.node_names):
+        cpu, memory = int(kept.cpu_free_milli[index]), int(kept.memory_free_mib[index])
+        if name in nodes or not (cpu > 0 or memory > 0):
+            continue
+        ruled_out = PodRequest(
+            name=f"ruled-out/{name}", cpu_milli=max(0, cpu), memory_mib=max(0, memory)
+        )
+        kept.allocate(ruled_out, kept.placement(index, [], ruled_out))
+    return kept
 
 
 def _align(drtg: DRTG, state: ClusterState) -> _Aligned:

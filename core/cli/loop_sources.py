@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.binding import NodeObjects
 from kubesage.core.k8s.embedded import BoundPod, EmbeddedCluster, PendingPod
 from kubesage.core.k8s.gang import GangAnnotationError, gang_of
 from kubesage.core.k8s.informer import ClusterSync, pod_key
+from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.loop.actions import ObjectRef, PodRef
 from kubesage.core.loop.settings import LoopSettings
@@ -107,7 +109,22 @@ class EmbeddedClusterCollector:
 
 
 def _bound_info(key: str, bound: BoundPod) -> PodInfo:
-    return PodInfo(_ref(key, bound.namespace, bound.name), bound.request, bound.placement)
+    """A bound pod's record, with what it was submitted with (a gang's bound members
+    count as such)."""
+    metadata = {
+        "namespace": bound.namespace,
+        "name": bound.name,
+        "labels": dict(bound.labels),
+        "annotations": dict(bound.annotations),
+    }
+    return PodInfo(
+        _ref(key, bound.namespace, bound.name),
+        bound.request,
+        bound.placement,
+        labels=dict(bound.labels),
+        annotations=dict(bound.annotations),
+        gang=_gang({"metadata": metadata}),
+    )
 
 
 def _pending_info(key: str, pending: PendingPod) -> PodInfo:
@@ -151,7 +168,8 @@ def _ref(key: str, namespace: str, name: str) -> PodRef:
 
 class LiveClusterCollector:
     """The ClusterSync's state with its bound pods and the pending pods of
-    ``scheduler_names``; stale while list/watch fails (ClusterSync's fallback)."""
+    ``scheduler_names`` (each with the nodes its spec lets it use); stale while
+    list/watch fails (ClusterSync's fallback)."""
 
     def __init__(self, sync: ClusterSync, scheduler_names: Iterable[str] = ()) -> None:
         self.sync = sync
@@ -168,6 +186,7 @@ class LiveClusterCollector:
 
     def collect(self) -> Snapshot[ClusterObservation]:
         snapshot = self.sync.collect()
+        eligible = _Eligibility(self.sync, snapshot.data.node_names)
         pods: dict[str, PodInfo] = {}
         for pod in self.sync.bound_pods():
             key = pod_key(pod)
@@ -182,12 +201,49 @@ class LiveClusterCollector:
             for pod in self.sync.pending_pods(scheduler):
                 key, version = pod_key(pod), _resource_version(pod)
                 info = self._infos.kept(key, version, None) or _pending(pod, ours)
+                if info is not None:
+                    info = eligible.of(pod, info)
                 self._infos.keep(key, version, info)
                 if info is not None:
                     pods[str(info.ref)] = info
         self._infos.done()
         observation = ClusterObservation(snapshot.data, pods)
         return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
+
+
+class _Eligibility:
+    """The nodes each pending pod may use (:attr:`PodInfo.eligible_nodes`), for one
+    collect: the secondary scheduler's node filters
+    (:class:`~kubesage.core.k8s.node_eligibility.EligibilityCache`) over the Node objects
+    the source keeps, worked out once per distinct set of constraints and only when a
+    pod is pending. A source without Node objects rules no node out."""
+
+    def __init__(self, source: object, node_names: Sequence[str]) -> None:
+        self._source = source if isinstance(source, NodeObjects) else None
+        self._node_names = node_names
+        self._cache: EligibilityCache | None = None
+        self._sets: dict[int, frozenset[str]] = {}
+
+    def of(self, pod: Mapping[str, Any], info: PodInfo) -> PodInfo:
+        """``info`` with the nodes ``pod`` may use now (the same object when unchanged)."""
+        eligible = self._eligible(pod)
+        if info.eligible_nodes == eligible:
+            return info
+        return dataclasses.replace(info, eligible_nodes=eligible)
+
+    def _eligible(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
+        if self._source is None:
+            return None
+        if self._cache is None:
+            self._cache = EligibilityCache(self._source.nodes(), self._node_names)
+        mask = self._cache.eligible(pod)
+        if mask is None:
+            return None
+        names = self._sets.get(id(mask))  # the cache shares one mask per constraint set
+        if names is None:
+            names = frozenset(n for n, ok in zip(self._node_names, mask, strict=True) if ok)
+            self._sets[id(mask)] = names
+        return names
 
 
 def _resource_version(pod: Mapping[str, Any]) -> object:

@@ -10,9 +10,11 @@ Action     API call                                                    Outcomes
 Bind       ``POST pods/{name}/binding`` through                        DONE; REFUSED: pod
            :class:`~kubesage.core.k8s.binder.Binder` (UID               gone (and no
            precondition, GPU annotations, retries); an evicted pod's   replacement yet),
-           replacement found by :class:`LiveReplacements`; first, a    bound elsewhere,
-           pod's ResourceClaims allocated and reserved (``PUT           its devices taken
-           resourceclaims/{name}/status``)                             or its claims not
+           replacement found by :class:`LiveReplacements`; first,     bound elsewhere,
+           ``GET pods/{name}``: the node checked against the pod's     the node ruled out
+           spec (:class:`LiveEligibility`), then the pod's              by its spec, its
+           ResourceClaims allocated and reserved (``PUT                 devices taken or
+           resourceclaims/{name}/status``)                             its claims not
                                                                        satisfiable; FAILED
 Evict      ``POST pods/{name}/eviction`` (policy/v1 Eviction, UID       see :class:`LiveEvictor`
            precondition)
@@ -58,7 +60,14 @@ from kubesage.core.k8s.apiclient import (
     V1Preconditions,
 )
 from kubesage.core.k8s.binder import Binder
-from kubesage.core.k8s.binding import AssumingView, BindActuator, assume_and_bind
+from kubesage.core.k8s.binding import (
+    AssumingView,
+    BindActuator,
+    BindTarget,
+    NodeObjects,
+    assume_and_bind,
+    node_refusal,
+)
 from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
@@ -288,23 +297,7 @@ class LiveReplacements:
                 self._taken.popitem(last=False)
 
     def _read(self, pod: PodRef) -> dict[str, Any] | None:
-        try:
-            answer = self._core.read_namespaced_pod(
-                pod.name,
-                pod.namespace,
-                _preload_content=False,
-                _request_timeout=self.request_timeout_s,
-            )
-            document = json.loads(answer.data)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise DependencyError(
-                f"reading pod {pod}: HTTP {exc.status}: {api_message(exc)}"
-            ) from exc
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            raise DependencyError(f"reading pod {pod}: {exc}") from exc
-        return document if isinstance(document, dict) else None
+        return _read_pod(self._core, pod, self.request_timeout_s)
 
     def _pending(self, namespace: str) -> list[dict[str, Any]]:
         try:
@@ -322,6 +315,53 @@ class LiveReplacements:
         except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
             raise DependencyError(f"listing pending pods of {namespace}: {exc}") from exc
         return [item for item in items if isinstance(item, dict) and item.get("metadata")]
+
+
+class LiveEligibility:
+    """The node check of :class:`~kubesage.core.k8s.binding.BindActuator` on a live cluster
+    (a :data:`~kubesage.core.k8s.binding.NodeCheck`): the pod as the API server has it now
+    against its node as ``nodes`` (the ClusterSync's cache) has it, by the secondary
+    scheduler's node filters (:func:`~kubesage.core.k8s.binding.node_refusal`). A pod
+    that is gone, or a node the cache does not know, passes: the bind path refuses those
+    itself (the Binding's 404; no room in the state)."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        nodes: NodeObjects,
+        *,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ) -> None:
+        # Any: called with _preload_content=False (raw JSON).
+        self._core: Any = CoreV1Api(api)
+        self._nodes = nodes
+        self.request_timeout_s = request_timeout_s
+
+    def __call__(self, target: BindTarget) -> str | None:
+        node = self._nodes.nodes().get(target.node)
+        if node is None:
+            return None
+        pod = _read_pod(
+            self._core, PodRef(target.namespace, target.name, target.uid), self.request_timeout_s
+        )
+        return None if pod is None else node_refusal(pod, node)
+
+
+def _read_pod(core: Any, pod: PodRef, timeout_s: float) -> dict[str, Any] | None:
+    """The pod as the API server has it; None when it is gone (DependencyError when the
+    API server cannot say)."""
+    try:
+        answer = core.read_namespaced_pod(
+            pod.name, pod.namespace, _preload_content=False, _request_timeout=timeout_s
+        )
+        document = json.loads(answer.data)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise DependencyError(f"reading pod {pod}: HTTP {exc.status}: {api_message(exc)}") from exc
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        raise DependencyError(f"reading pod {pod}: {exc}") from exc
+    return document if isinstance(document, dict) else None
 
 
 def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:
@@ -371,7 +411,9 @@ def live_actuators(
     mig_config_map: MigConfigMap | None = None,
 ) -> list[Actuator]:
     """The actuators of a live cluster: bind (an evicted pod's replacement matched by
-    :class:`LiveReplacements`), evict, scale/patch, label nodes.
+    :class:`LiveReplacements`; its node checked against the pod's spec by
+    :class:`LiveEligibility` when ``view`` keeps the Node objects, as ClusterSync does),
+    evict, scale/patch, label nodes.
 
     Binds go through the one bind path (:func:`~kubesage.core.k8s.binding.assume_and_bind`:
     accounted in ``view`` — the ClusterSync — before the Binding is posted). A pod that
@@ -386,8 +428,13 @@ def live_actuators(
     post = binder or Binder(api_client, request_timeout_s=request_timeout_s)
     replacements = LiveReplacements(api_client, request_timeout_s=request_timeout_s)
     claims = ClaimAllocator(api_client, request_timeout_s=request_timeout_s)
+    eligibility = (
+        LiveEligibility(api_client, view, request_timeout_s=request_timeout_s)
+        if isinstance(view, NodeObjects)
+        else None
+    )
     return [
-        BindActuator(assume_and_bind(view, post, policy, claims), replacements),
+        BindActuator(assume_and_bind(view, post, policy, claims), replacements, eligibility),
         LiveEvictor(api_client, request_timeout_s=request_timeout_s),
         LivePatcher(api_client, request_timeout_s=request_timeout_s),
         LiveNodeLabeler(
@@ -410,6 +457,7 @@ from kubesage.core.k8s.embedded_actuators import embedded_actuators  # noqa: E40
 __all__ = [
     "MIG_CONFIG_LABEL",
     "BindActuator",
+    "LiveEligibility",
     "LiveEvictor",
     "LiveNodeLabeler",
     "LivePatcher",

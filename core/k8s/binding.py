@@ -13,7 +13,10 @@
   posted without accounting.
 - :class:`BindActuator` runs the control loop's Bind actions through it. A Bind that
   names the pod's owner (a plan's re-placement of a pod it evicted) binds, when that
-  pod is gone, its controller's replacement instead (:class:`Replacements`).
+  pod is gone, its controller's replacement instead (:class:`Replacements`). On a live
+  cluster it first checks the node against the pod's own spec (:data:`NodeCheck`,
+  :func:`node_refusal`: the secondary scheduler's node filters), so no reconciler's
+  plan binds a pod to a cordoned, tainted or unselected node.
 - :func:`assume_and_bind` posts through the API server's Binding subresource
   (:class:`~kubesage.core.k8s.binder.Binder`, which does the API call; this module
   decides what it posts), after writing the chosen devices into the pod's
@@ -27,11 +30,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from kubesage.core.errors import CapacityError, KubesageError
+from kubesage.core.k8s.node_eligibility import UNSCHEDULABLE_TAINT, node_fits_pod, tolerates
 from kubesage.core.loop.actions import Action, ActionKind, Bind, PodRef
 from kubesage.core.loop.reconciler import Outcome, Result
 from kubesage.core.policy.base import Policy
@@ -89,6 +93,48 @@ class BindTarget:
 
 BindFunction = Callable[[BindTarget], None]
 """Binds a pod to a node or raises a KubesageError saying why not."""
+
+NodeCheck = Callable[[BindTarget], str | None]
+"""Why the target's pod may not go to its node by its own spec (None: it may); raises a
+KubesageError when it cannot tell (the API server unreachable)."""
+
+
+@runtime_checkable
+class NodeObjects(Protocol):
+    """A cache of the cluster's Node objects (ClusterSync; the embedded cluster has none)."""
+
+    def nodes(self) -> Mapping[str, Mapping[str, Any]]:
+        """The Node objects by name (read-only)."""
+        ...
+
+
+def node_refusal(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    """Why kube-scheduler's node filters keep ``pod`` off ``node``, naming the filter; None
+    when they let it go there. The verdict is the secondary scheduler's
+    (:func:`~kubesage.core.k8s.node_eligibility.node_fits_pod`); the reason names the
+    first filter that fails, in the order that function applies them."""
+    if node_fits_pod(pod, node):
+        return None
+    spec = pod.get("spec") or {}
+    node_spec = node.get("spec") or {}
+    name = (node.get("metadata") or {}).get("name") or "?"
+    labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+    tolerations: Sequence[Mapping[str, Any]] = spec.get("tolerations") or []
+    cordon = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    if node_spec.get("unschedulable") and not tolerates(tolerations, cordon):
+        return f"NodeUnschedulable: node {name} is cordoned (spec.unschedulable)"
+    for taint in node_spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return (
+                f"TaintToleration: node {name} has the taint "
+                f"{taint.get('key')}{value}:{taint.get('effect')}, which the pod does not tolerate"
+            )
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return f"NodeAffinity: node {name} does not match the pod's nodeSelector {key}={value}"
+    return f"NodeAffinity: node {name} does not match the pod's required node affinity"
+
 
 PostBinding = Callable[[BindTarget, Placement | None], None]
 """Makes a binding happen (the API call) with the placement assumed for it (None when
@@ -262,11 +308,22 @@ class BindActuator:
     (:attr:`Bind.owner`) and whose pod is gone binds the replacement its controller
     created (same owner, same request shape, not taken by an earlier bind); with no
     replacement yet it is REFUSED, so the plan is rolled back and retried next tick.
+
+    With ``eligibility`` (a live cluster), the pod that is to be bound is checked against
+    its node first (cordon, taints and tolerations, nodeSelector, required node
+    affinity: :func:`node_refusal`); a node its spec rules out is REFUSED with the
+    filter named, before anything is accounted or posted.
     """
 
-    def __init__(self, bind: BindFunction, replacements: Replacements | None = None) -> None:
+    def __init__(
+        self,
+        bind: BindFunction,
+        replacements: Replacements | None = None,
+        eligibility: NodeCheck | None = None,
+    ) -> None:
         self._bind = bind
         self._replacements = replacements
+        self._eligibility = eligibility
 
     @property
     def kinds(self) -> frozenset[ActionKind]:
@@ -295,6 +352,12 @@ class BindActuator:
             placement=placement,
             annotations=action.annotations,
         )
+        try:
+            refusal = self._eligibility(target) if self._eligibility is not None else None
+        except KubesageError as exc:
+            return Result(Outcome.FAILED, str(exc))
+        if refusal is not None:
+            return Result(Outcome.REFUSED, f"pod {pod} may not go to {placement.node}: {refusal}")
         try:
             self._bind(target)
         except BindRefusedError as exc:

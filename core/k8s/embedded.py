@@ -46,6 +46,10 @@ class BoundPod:
     placement: Placement
     namespace: str = ""
     name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """What the pod was submitted with (a gang's annotations, a Spark executor's role),
+    kept while it is bound and given back to it when it is evicted."""
 
 
 class BoundPods(MutableMapping[str, BoundPod]):
@@ -208,14 +212,18 @@ class EmbeddedCluster(LockedState):
                     f"pod {metadata['namespace']}/{metadata['name']} on {placement.node}: {exc}"
                 ) from exc
             key = _key(pod)
+            pending = self.pending.pop(key, None)
+            labels = pending.labels if pending else metadata.get("labels") or {}
+            annotations = pending.annotations if pending else metadata.get("annotations") or {}
             self.bound[key] = BoundPod(
                 placement.node,
                 request,
                 placement,
                 namespace=str(metadata["namespace"]),
                 name=str(metadata["name"]),
+                labels=dict(labels),
+                annotations=dict(annotations),
             )
-            self.pending.pop(key, None)
 
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Give back what :meth:`assume` took for ``pod``."""
@@ -235,7 +243,15 @@ class EmbeddedCluster(LockedState):
             bound = self.bound.pop(key)
             state.release(bound.request, bound.placement)
             bound_uid = _uid_of(key, namespace, name)
-            evicted = PendingPod(namespace, name, bound_uid, bound.request, bound.node)
+            evicted = PendingPod(
+                namespace,
+                name,
+                bound_uid,
+                bound.request,
+                bound.node,
+                labels=bound.labels,
+                annotations=bound.annotations,
+            )
             self.pending[key] = evicted
         log_event(log, logging.INFO, "embedded_evict", pod=f"{namespace}/{name}", node=bound.node)
         return evicted

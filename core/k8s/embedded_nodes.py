@@ -76,7 +76,15 @@ def _replace(
         if bound.node in removed:
             del cluster.bound[key]
             uid = "" if key == f"{bound.namespace}/{bound.name}" else key
-            pending = PendingPod(bound.namespace, bound.name, uid, bound.request, bound.node)
+            pending = PendingPod(
+                bound.namespace,
+                bound.name,
+                uid,
+                bound.request,
+                bound.node,
+                labels=bound.labels,
+                annotations=bound.annotations,
+            )
             cluster.pending[key] = pending
             evicted.append(pending)
         else:

@@ -9,7 +9,7 @@ of the loop's ClusterState made for this tick — a reconciler that wants a what
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -50,9 +50,27 @@ class PodInfo:
     in the same process (kube-scheduler delegates GPU pods' binding to the extender), so
     one wins and the other is refused — never two binds."""
 
+    eligible_nodes: frozenset[str] | None = None
+    """The only nodes this pending pod may use by kube-scheduler's node filters beyond
+    resources — cordons, taints against its tolerations, ``nodeSelector``, required node
+    affinity — as the secondary scheduler applies them
+    (:mod:`kubesage.core.k8s.node_eligibility`); None when every node may take it, or
+    when the cluster has no Node objects to tell (the embedded cluster, the simulator)."""
+
     @property
     def pending(self) -> bool:
         return self.placement is None
+
+    def may_use(self, node: str) -> bool:
+        """Whether ``node`` passes this pod's node filters (:attr:`eligible_nodes`)."""
+        return self.eligible_nodes is None or node in self.eligible_nodes
+
+
+def eligible_for_all(pods: Iterable[PodInfo]) -> frozenset[str] | None:
+    """The nodes every one of ``pods`` may use (:attr:`PodInfo.eligible_nodes`), for a
+    group placed together (a gang, a Spark application); None when none is ruled out."""
+    sets = [pod.eligible_nodes for pod in pods if pod.eligible_nodes is not None]
+    return frozenset.intersection(*sets) if sets else None
 
 
 class Forecasts(Protocol):

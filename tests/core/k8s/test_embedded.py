@@ -58,3 +58,21 @@ def test_a_name_freed_by_delete_or_eviction_can_be_bound_again(cluster: Embedded
     assert cluster.bound == {}
     bind(BindTarget("ml", "q", "uid-9", "n1", SHARING))
     assert gpu_used(cluster) == 500
+
+
+def test_a_bound_pod_keeps_what_it_was_submitted_with_through_eviction_and_node_removal(
+    cluster: EmbeddedCluster,
+) -> None:
+    labels, annotations = {"spark-role": "executor"}, {"kubesage.io/gang": "job-a"}
+    cluster.submit("ml", "w0", SHARING, labels=labels, annotations=annotations)
+    bind = cluster.binder(make_policy("bestfit", PolicyContext()))
+    bind(BindTarget("ml", "w0", "", "n0", SHARING))
+    bound = cluster.bound["ml/w0"]
+    assert (dict(bound.labels), dict(bound.annotations)) == (labels, annotations)
+    evicted = cluster.evict("ml", "w0")
+    assert evicted is not None
+    assert (dict(evicted.labels), dict(evicted.annotations)) == (labels, annotations)
+    bind(BindTarget("ml", "w0", "", "n1", SHARING))  # placed again: still the same pod
+    assert dict(cluster.bound["ml/w0"].annotations) == annotations
+    remove_nodes(cluster, ["n1"])
+    assert dict(cluster.pending["ml/w0"].labels) == labels

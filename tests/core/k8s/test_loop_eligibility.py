@@ -1,0 +1,178 @@
+"""The control loop's binds on a live cluster honour the pod's node constraints.
+
+kube-scheduler's node filters that the resource model does not cover — cordons, taints
+against tolerations, ``nodeSelector``, required node affinity — are the secondary
+scheduler's (``node_eligibility``). The loop's bind actuator re-checks them against the
+pod as the API server has it before posting the Binding, and refuses a node they rule
+out, naming the filter; the live collector tells the reconcilers which nodes each
+pending pod may use, so they plan feasible placements in the first place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kubesage.core.cli.loop_sources import LiveClusterCollector
+from kubesage.core.k8s.actuators import live_actuators
+from kubesage.core.k8s.binding import node_refusal
+from kubesage.core.k8s.informer import ClusterSync
+from kubesage.core.k8s.node_eligibility import node_fits_pod
+from kubesage.core.k8s.translate import pod_request
+from kubesage.core.loop.actions import Bind, PodRef
+from kubesage.core.loop.reconciler import Actuator, Outcome
+from kubesage.core.loop.world import ClusterObservation
+from kubesage.core.policy import PolicyContext, make_policy
+from kubesage.core.types import Placement
+from tests.core.k8s import v1_container, v1_node, v1_pod
+from tests.fakes.apiserver import FakeApiServer, wait_until
+
+WHY = {"reconciler": "test", "explanation": "a test asked"}
+SCHEDULER = "kubesage"
+MAINTENANCE = {"key": "maintenance", "value": "gpu", "effect": "NoSchedule"}
+
+
+def cordoned(node: dict[str, Any]) -> dict[str, Any]:
+    node["spec"]["unschedulable"] = True
+    node["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        MAINTENANCE,
+    ]
+    return node
+
+
+def gpu_pod(name: str, **options: Any) -> dict[str, Any]:
+    requests = {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    return v1_pod(
+        name, containers=[v1_container(requests=requests)], scheduler_name=SCHEDULER, **options
+    )
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.add_node(cordoned(v1_node("gpu-a")))
+        server.add_node(v1_node("gpu-b", extra_labels={"pool": "batch"}))
+        yield server
+
+
+@pytest.fixture
+def sync(fake: FakeApiServer) -> Iterator[ClusterSync]:
+    live = ClusterSync(fake.client(), backoff_s=0.02, max_backoff_s=0.1)
+    live.start()
+    try:
+        assert live.wait_until_ready(10)
+        yield live
+    finally:
+        live.stop()
+
+
+def bind_to(sync: ClusterSync, pod: dict[str, Any], node: str) -> Bind:
+    metadata = pod["metadata"]
+    with sync.locked() as (state, _):
+        index = state.node_index[node]
+    return Bind(
+        pod=PodRef(metadata["namespace"], metadata["name"], metadata["uid"]),
+        request=pod_request(pod),
+        placement=Placement(node=node, node_index=index, gpu_milli_by_index=((0, 1000),)),
+        **WHY,
+    )
+
+
+def binder(fake: FakeApiServer, sync: ClusterSync) -> Actuator:
+    return live_actuators(fake.client(), sync, make_policy("bestfit", PolicyContext()))[0]
+
+
+def test_the_loop_never_binds_to_a_cordoned_tainted_node(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    pod = fake.add_pod(gpu_pod("w"))
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 1, what="the pod seen")
+    assert not node_fits_pod(pod, fake.node("gpu-a"))  # the secondary scheduler's verdict
+    with sync.locked() as (state, _):
+        free_before = state.gpu_free_milli.copy()
+
+    refused = binder(fake, sync).execute(bind_to(sync, pod, "gpu-a"))
+
+    assert refused.outcome is Outcome.REFUSED, refused.detail
+    assert "NodeUnschedulable: node gpu-a is cordoned" in refused.detail
+    assert "nodeName" not in fake.pod("ml", "w")["spec"]
+    with sync.locked() as (state, _):
+        assert (state.gpu_free_milli == free_before).all()  # nothing assumed either
+    done = binder(fake, sync).execute(bind_to(sync, pod, "gpu-b"))
+    assert done.outcome is Outcome.DONE, done.detail
+    assert fake.pod("ml", "w")["spec"]["nodeName"] == "gpu-b"
+
+    # A pod that tolerates the cordon and the taint may go there.
+    ops = gpu_pod("ops")
+    ops["spec"]["tolerations"] = [{"operator": "Exists"}]  # tolerates every taint
+    ops = fake.add_pod(ops)
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 1, what="the pod seen")
+    tolerated = binder(fake, sync).execute(bind_to(sync, ops, "gpu-a"))
+    assert tolerated.outcome is Outcome.DONE, tolerated.detail
+    assert fake.pod("ml", "ops")["spec"]["nodeName"] == "gpu-a"
+
+
+def test_a_node_outside_the_pods_node_selector_is_refused(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    pod = fake.add_pod(gpu_pod("picky", node_selector={"pool": "interactive"}))
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 1, what="the pod seen")
+    refused = binder(fake, sync).execute(bind_to(sync, pod, "gpu-b"))
+    assert refused.outcome is Outcome.REFUSED
+    assert "NodeAffinity: node gpu-b does not match the pod's nodeSelector pool=interactive" in (
+        refused.detail
+    )
+
+
+def test_refusals_name_the_filter_that_rules_the_node_out() -> None:
+    tainted = v1_node("n1")
+    tainted["spec"]["taints"] = [MAINTENANCE]
+    assert node_refusal(v1_pod("p"), tainted) == (
+        "TaintToleration: node n1 has the taint maintenance=gpu:NoSchedule, which the pod "
+        "does not tolerate"
+    )
+    affine = v1_pod("p")
+    term = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["batch"]}]}
+    affine["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+    assert node_refusal(affine, v1_node("n2")) == (
+        "NodeAffinity: node n2 does not match the pod's required node affinity"
+    )
+    assert node_refusal(affine, v1_node("n3", extra_labels={"pool": "batch"})) is None
+    # Only NoSchedule and NoExecute keep a pod off; PreferNoSchedule does not.
+    soft = v1_node("n4")
+    soft["spec"]["taints"] = [{"key": "busy", "effect": "PreferNoSchedule"}]
+    assert node_refusal(v1_pod("p"), soft) is None
+
+
+def test_the_live_collector_tells_which_nodes_each_pending_pod_may_use(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    fake.add_pod(gpu_pod("plain"))
+    anywhere = gpu_pod("anywhere")
+    anywhere["spec"]["tolerations"] = [{"operator": "Exists"}]
+    fake.add_pod(anywhere)
+    fake.add_pod(gpu_pod("picky", node_selector={"pool": "interactive"}))
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 3, what="the pods seen")
+    collector = LiveClusterCollector(sync, [SCHEDULER])
+    observation = collector.collect().data
+    assert isinstance(observation, ClusterObservation)
+    pods = observation.pods
+    assert pods["ml/plain"].eligible_nodes == frozenset({"gpu-b"})
+    assert pods["ml/anywhere"].eligible_nodes is None  # no node is ruled out
+    assert pods["ml/picky"].eligible_nodes == frozenset()
+    again = collector.collect().data
+    assert isinstance(again, ClusterObservation)
+    assert again.pods["ml/plain"] is pods["ml/plain"]  # unchanged: the same record
+
+    fake.modify_node("gpu-a", lambda node: node["spec"].clear())  # uncordoned
+    wait_until(lambda: not sync.nodes()["gpu-a"]["spec"], what="the node seen uncordoned")
+    later = collector.collect().data
+    assert isinstance(later, ClusterObservation)
+    assert later.pods["ml/plain"].eligible_nodes is None
