@@ -22,6 +22,7 @@ from kubesage.core.k8s.gang import GangAnnotationError, gang_of
 from kubesage.core.k8s.informer import ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.translate import pod_request
+from kubesage.core.k8s.unsupported_constraints import unsupported_constraints
 from kubesage.core.loop.actions import ObjectRef, PodRef
 from kubesage.core.loop.settings import LoopSettings
 from kubesage.core.loop.view import PodInfo
@@ -232,6 +233,8 @@ class _Eligibility:
         return dataclasses.replace(info, eligible_nodes=eligible)
 
     def _eligible(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
+        if unsupported_constraints(pod):
+            return frozenset()  # kube-scheduler's to place (the bind path's rule, too)
         if self._source is None:
             return None
         if self._cache is None:

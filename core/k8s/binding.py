@@ -36,6 +36,7 @@ import numpy as np
 
 from kubesage.core.errors import CapacityError, KubesageError
 from kubesage.core.k8s.node_eligibility import UNSCHEDULABLE_TAINT, node_fits_pod, tolerates
+from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.loop.actions import Action, ActionKind, Bind, PodRef
 from kubesage.core.loop.reconciler import Outcome, Result
 from kubesage.core.policy.base import Policy
@@ -112,7 +113,13 @@ def node_refusal(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     """Why kube-scheduler's node filters keep ``pod`` off ``node``, naming the filter; None
     when they let it go there. The verdict is the secondary scheduler's
     (:func:`~kubesage.core.k8s.node_eligibility.node_fits_pod`); the reason names the
-    first filter that fails, in the order that function applies them."""
+    first filter that fails, in the order that function applies them. A pod with
+    required constraints kubesage cannot honour (inter-pod affinity, strict spreads:
+    :mod:`~kubesage.core.k8s.unsupported_constraints`) fits no node: kube-scheduler
+    places it."""
+    unsupported = unsupported_constraints(pod)
+    if unsupported:
+        return f"{not_implemented(unsupported)}; left to kube-scheduler"
     if node_fits_pod(pod, node):
         return None
     spec = pod.get("spec") or {}

@@ -149,6 +149,17 @@ def test_refusals_name_the_filter_that_rules_the_node_out() -> None:
     soft = v1_node("n4")
     soft["spec"]["taints"] = [{"key": "busy", "effect": "PreferNoSchedule"}]
     assert node_refusal(v1_pod("p"), soft) is None
+    # Required inter-pod anti-affinity: no node, as kubesage cannot check it.
+    apart = v1_pod("p")
+    apart["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {}}
+            ]
+        }
+    }
+    refusal = node_refusal(apart, v1_node("n5"))
+    assert refusal is not None and "podAntiAffinity" in refusal and "kube-scheduler" in refusal
 
 
 def test_the_live_collector_tells_which_nodes_each_pending_pod_may_use(
@@ -159,7 +170,17 @@ def test_the_live_collector_tells_which_nodes_each_pending_pod_may_use(
     anywhere["spec"]["tolerations"] = [{"operator": "Exists"}]
     fake.add_pod(anywhere)
     fake.add_pod(gpu_pod("picky", node_selector={"pool": "interactive"}))
-    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 3, what="the pods seen")
+    apart = gpu_pod("apart")
+    apart["spec"]["tolerations"] = [{"operator": "Exists"}]
+    apart["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {}}
+            ]
+        }
+    }
+    fake.add_pod(apart)
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 4, what="the pods seen")
     collector = LiveClusterCollector(sync, [SCHEDULER])
     observation = collector.collect().data
     assert isinstance(observation, ClusterObservation)
@@ -167,6 +188,7 @@ def test_the_live_collector_tells_which_nodes_each_pending_pod_may_use(
     assert pods["ml/plain"].eligible_nodes == frozenset({"gpu-b"})
     assert pods["ml/anywhere"].eligible_nodes is None  # no node is ruled out
     assert pods["ml/picky"].eligible_nodes == frozenset()
+    assert pods["ml/apart"].eligible_nodes == frozenset()  # kube-scheduler's to place
     again = collector.collect().data
     assert isinstance(again, ClusterObservation)
     assert again.pods["ml/plain"] is pods["ml/plain"]  # unchanged: the same record
