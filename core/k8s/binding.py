@@ -70,6 +70,11 @@ class AssumingView(StateView, Protocol):
         """Undo :meth:`assume` (the bind failed)."""
         ...
 
+    def finish_binding(self, pod: Mapping[str, Any]) -> None:
+        """The bind of the assumed ``pod`` succeeded: its assumption may now expire if the
+        watch never confirms it (kube-scheduler's FinishBinding)."""
+        ...
+
 
 @dataclass(frozen=True)
 class BindTarget:
@@ -196,6 +201,8 @@ def assume_then_bind(view: AssumingView, policy: Policy, post: PostBinding) -> B
             if placement is not None:
                 view.forget(pod)
             raise
+        if placement is not None:
+            view.finish_binding(pod)
 
     return bind
 

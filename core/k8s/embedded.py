@@ -225,6 +225,9 @@ class EmbeddedCluster(LockedState):
                 annotations=dict(annotations),
             )
 
+    def finish_binding(self, pod: Mapping[str, Any]) -> None:
+        """Nothing to do: a bind here is final at once (no watch to confirm it)."""
+
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Give back what :meth:`assume` took for ``pod``."""
         with self.locked() as (state, _):

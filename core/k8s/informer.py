@@ -2,15 +2,14 @@
 
 Four reflectors (:class:`~kubesage.core.k8s.watch_stream.ListWatch`), for nodes, pods,
 the GPU driver's ResourceSlices and ResourceClaims, each on its own thread, do what
-client-go's reflector does:
-list (remembering the list's ``resourceVersion``), then watch from it with bookmarks;
-a watch that ends (server timeout) resumes from the last version seen; a ``410 Gone``
-(the version was compacted away; sent as an ``ERROR`` event or as an HTTP status)
-relists; any other failure is logged, counted and retried after an exponential
-backoff; every ``resync_s`` a full relist heals any drift. Pods are listed with
-kube-scheduler's field selector (``status.phase`` neither ``Succeeded`` nor
-``Failed``): a pod that terminates leaves the selection and so arrives as DELETED,
-releasing what it held.
+client-go's reflector does: list (remembering the list's ``resourceVersion``), then
+watch from it with bookmarks; a watch that ends (server timeout) resumes from the last
+version seen; a ``410 Gone`` (the version was compacted away; sent as an ``ERROR``
+event or as an HTTP status) relists; any other failure is logged, counted and retried
+after an exponential backoff; every ``resync_s`` a full relist heals any drift. Pods
+are listed with kube-scheduler's field selector (``status.phase`` neither
+``Succeeded`` nor ``Failed``): a pod that terminates leaves the selection and so
+arrives as DELETED, releasing what it held.
 
 The caches hold the Node and Pod objects, each node's spec
 (:func:`~kubesage.core.k8s.translate.node_spec`; a node that publishes GPUs through
@@ -20,12 +19,13 @@ ResourceSlices, :mod:`~kubesage.core.k8s.slice_cache`, and on a cluster without
 (:func:`~kubesage.core.k8s.translate.pod_request` with the GPUs its ResourceClaims ask
 for, :mod:`~kubesage.core.k8s.claim_cache`; read once per ``resourceVersion`` and set
 of claims). A pod whose claims are allocated is accounted on their devices; a claim
-event re-accounts the pods it is reserved for.
-The state is one node per Node
-object with every bound, non-terminal pod allocated where it runs; which GPUs a pod
-holds, how a rebuild re-places pods, and the assumptions of pods kubesage has just
-bound (:meth:`ClusterSync.assume`, expiring after ``assume_ttl_s``) are
-:mod:`kubesage.core.k8s.accounting`'s.
+event re-accounts the pods it is reserved for. The state is one node per Node object
+with every bound, non-terminal pod allocated where it runs (a pod kubesage cannot model
+counted conservatively); which GPUs a pod holds, how a rebuild re-places pods, the
+assumptions of pods kubesage is binding (:meth:`ClusterSync.assume`, expiring
+``assume_ttl_s`` after :meth:`ClusterSync.finish_binding`) and the room pending pods
+nominated to a node hold for kubesage's own placements
+(:meth:`ClusterSync.locked_placing`) are :mod:`kubesage.core.k8s.accounting`'s.
 
 Readers and writers take :meth:`ClusterSync.locked`. When the API server fails, the
 caches keep their last content: :meth:`ClusterSync.collect` returns it marked stale
@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Unpack
 
@@ -47,7 +47,14 @@ from kubesage.core.k8s.accounting import BoundPod, PodAccounting
 from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
 from kubesage.core.k8s.claim_cache import ClaimCache
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
-from kubesage.core.k8s.schedulable import awaits_scheduler, bound_node
+from kubesage.core.k8s.schedulable import (
+    awaits_scheduler,
+    bound_node,
+    is_terminal,
+    nominated_node,
+    usage_of,
+)
+from kubesage.core.k8s.schedulable import pod_key as pod_key  # re-exported
 from kubesage.core.k8s.slice_cache import SliceCache
 from kubesage.core.k8s.translate import TranslateError, node_spec
 from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
@@ -68,19 +75,6 @@ POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 class ClusterNotReadyError(DependencyError):
     """The state is not available yet (first list not done, or no nodes)."""
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    """A pod's key in the caches: its UID (``namespace/name`` when it has none)."""
-    metadata = pod.get("metadata") or {}
-    uid = metadata.get("uid")
-    if uid:
-        return str(uid)
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
-
-
-def _is_terminal(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 class ClusterSync(ReflectedCache):
@@ -166,6 +160,17 @@ class ClusterSync(ReflectedCache):
                 )
             yield state, self._accounts.node_names
 
+    @contextmanager
+    def locked_placing(self, pods: Iterable[Obj]) -> Iterator[tuple[ClusterState, list[str]]]:
+        """:meth:`locked` for kubesage's own placement of ``pods``: a copy in which pending
+        pods nominated to a node hold their requests there (:meth:`PodAccounting.reserving`
+        at the lowest priority of ``pods``, 0 if unreadable); account via :meth:`assume`."""
+        with self.locked() as (_, names):
+            keys = {pod_key(pod): pod for pod in pods}
+            requests = [self._request(key, pod) for key, pod in keys.items()]
+            priority = min((r.priority if r else 0 for r in requests), default=0)
+            yield self._accounts.reserving(priority, keys), names
+
     def collect(self) -> Snapshot[ClusterState]:
         """A copy of the state; stale (with the reason) while list/watch is failing."""
         with self._lock:
@@ -188,8 +193,7 @@ class ClusterSync(ReflectedCache):
 
     def pending_pods(self, scheduler_name: str) -> list[Obj]:
         """Pods naming ``scheduler_name`` that a bind could take now (unbound, not being
-        deleted, no scheduling gates: :func:`awaits_scheduler`), not assumed, oldest
-        first."""
+        deleted, no scheduling gates: :func:`awaits_scheduler`), not assumed, oldest first."""
         with self._lock:
             pods = [
                 pod
@@ -217,7 +221,7 @@ class ClusterSync(ReflectedCache):
 
     @property
     def unaccounted(self) -> dict[str, str]:
-        """Bound pods not allocated in the state, with why (see the module docstring)."""
+        """Bound pods not accounted exactly, with why and what is counted instead."""
         with self._lock:
             return dict(self._accounts.unaccounted)
 
@@ -259,13 +263,19 @@ class ClusterSync(ReflectedCache):
     # -- writes ------------------------------------------------------------------------------
 
     def assume(self, pod: Mapping[str, Any], request: PodRequest, placement: Placement) -> None:
-        """Account ``pod`` at ``placement`` before the watch shows it bound (CapacityError
-        if it does not fit)."""
+        """Account ``pod`` at ``placement`` while kubesage binds it (CapacityError if it
+        does not fit), until the watch shows it bound or it expires (:meth:`finish_binding`)."""
         with self._changed:
             if self._accounts.state is None:
                 raise ClusterNotReadyError("cannot assume a pod: no cluster state")
-            if self._accounts.assume(pod_key(pod), request, placement, self.assume_ttl_s):
+            if self._accounts.assume(pod_key(pod), request, placement):
                 self._bump()
+
+    def finish_binding(self, pod: Mapping[str, Any]) -> None:
+        """The bind of an assumed ``pod`` finished: its assumption, which never expires
+        before, expires ``assume_ttl_s`` from now (kube-scheduler's FinishBinding)."""
+        with self._lock:
+            self._accounts.finish_binding(pod_key(pod), self.assume_ttl_s)
 
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Undo :meth:`assume` (the bind failed)."""
@@ -395,9 +405,8 @@ class ClusterSync(ReflectedCache):
             return
         for key in keys:
             pod = self._pods.get(key)
-            bound = self._bound(key, pod) if pod is not None else None
-            if bound is not None:
-                self._accounts.seen_bound(bound)
+            if pod is not None:
+                self._track(key, pod)
         self._retry_unaccounted()
 
     # -- pods --------------------------------------------------------------------------------------
@@ -415,57 +424,63 @@ class ClusterSync(ReflectedCache):
             return None  # not cached: the claim's event accounts the pod
         except TranslateError as exc:
             if cached is None or cached[1] is not None:
-                log.warning("pod not accounted: %s", exc)
+                log.warning("pod counted conservatively: %s", exc)
             self.untranslatable += 1
             request = None
         self._requests[key] = (version, request)
         return request
 
     def _replace_pods(self, items: list[Obj]) -> None:
-        self._pods = {pod_key(pod): pod for pod in items if not _is_terminal(pod)}
+        self._pods = {pod_key(pod): pod for pod in items if not is_terminal(pod)}
         self._requests = {k: v for k, v in self._requests.items() if k in self._pods}
+        nominated = ((k, self._on(k, pod, nominated_node(pod))) for k, pod in self._pods.items())
+        self._accounts.nominated = {key: view for key, view in nominated if view is not None}
         self._rebuild()
 
     def _apply_pod(self, kind: str, pod: Obj) -> bool:
         """Apply a pod event; any may change what is pending or held, so waiters wake."""
-        self._apply_pod_event(kind, pod)
-        return True
-
-    def _apply_pod_event(self, kind: str, pod: Obj) -> None:
         key = pod_key(pod)
-        if kind == "DELETED" or _is_terminal(pod):
+        if kind == "DELETED" or is_terminal(pod):
             self._pods.pop(key, None)
             self._requests.pop(key, None)
             if self._accounts.remove(key):
                 self._retry_unaccounted()
-            return
-        self._pods[key] = pod
-        bound = self._bound(key, pod)
+        else:
+            self._pods[key] = pod
+            self._track(key, pod)
+        return True
+
+    def _track(self, key: str, pod: Obj) -> None:
+        """Account a bound pod where it runs; note where a pending one is nominated."""
+        bound = self._on(key, pod, bound_node(pod))
         if bound is not None:
             self._accounts.seen_bound(bound)
+        else:
+            self._accounts.nominate(key, self._on(key, pod, nominated_node(pod)))
 
-    def _bound(self, key: str, pod: Obj) -> BoundPod | None:
-        """The pod as the accounting sees it, or None while it is not bound."""
-        node = bound_node(pod)
+    def _on(self, key: str, pod: Obj, node: str | None) -> BoundPod | None:
+        """The pod as the accounting sees it on ``node`` (None: on no node)."""
         if node is None:
             return None
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         held = self._claims.held(pod, self._slices.devices.get(node))
-        return BoundPod(key, self._request(key, pod), node, annotations, held)
+        request = self._request(key, pod)
+        usage = usage_of(pod) if request is None else None
+        return BoundPod(key, request, node, annotations, held, usage)
 
     def _retry_unaccounted(self) -> None:
         """Place again the pods that did not fit (something was just released)."""
         for key in list(self._accounts.unaccounted):
             pod = self._pods.get(key)
-            bound = self._bound(key, pod) if pod and self._accounts.state is not None else None
-            if bound is None:
-                self._accounts.unaccounted.pop(key, None)
+            bound = self._on(key, pod, bound_node(pod)) if pod else None
+            if bound is None or self._accounts.state is None:
+                self._accounts.remove(key)
                 continue
             self._accounts.place(bound)
 
     def _rebuild(self) -> None:
         """A fresh ClusterState from the node specs, with every bound pod allocated again."""
-        bound = (self._bound(key, pod) for key, pod in self._pods.items())
+        bound = (self._on(key, pod, bound_node(pod)) for key, pod in self._pods.items())
         self._accounts.rebuild(
             [self._specs[name] for name in sorted(self._specs)],
             (pod for pod in bound if pod is not None),
@@ -473,7 +488,8 @@ class ClusterSync(ReflectedCache):
         )
 
     def expire_assumed(self) -> int:
-        """Drop assumptions older than ``assume_ttl_s`` that the watch never confirmed."""
+        """Drop the assumptions the watch never confirmed ``assume_ttl_s`` after their bind
+        finished (:meth:`finish_binding`)."""
         with self._changed:
             expired = self._accounts.expire()
             if expired:

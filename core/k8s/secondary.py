@@ -291,7 +291,8 @@ class SecondaryScheduler:
         self, members: Sequence[_Member], need: int
     ) -> tuple[list[tuple[_Member, Placement]] | None, str]:
         """Place all members (else the first ``need``) and assume them; or say why not."""
-        with self.sync.locked() as (state, node_names):
+        # Pending pods kube-scheduler nominated to a node (preemption) hold their room.
+        with self.sync.locked_placing([m.pod for m in members]) as (state, node_names):
             masks = self._masks
             if masks is None or masks.node_names is not node_names:
                 masks = self._masks = EligibilityCache(self.sync.nodes(), node_names)
@@ -358,6 +359,7 @@ class SecondaryScheduler:
                 message = f"binding failed: {exc}"
                 self._warn([member.pod], message, now, member.gang.waiting_time_s)
                 continue
+            self.sync.finish_binding(member.pod)  # its assumption's TTL starts now
             self.binds += 1
             metrics.BINDS.labels("bound").inc()
             metrics.DECISIONS.labels("schedule", "bound").inc()

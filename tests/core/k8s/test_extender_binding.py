@@ -29,6 +29,7 @@ class AccountingState(LockedState):
     def __init__(self, state: ClusterState) -> None:
         super().__init__(state)
         self.assumed: dict[str, tuple[PodRequest, Placement]] = {}
+        self.finished: list[str] = []
 
     def assume(self, pod: Mapping[str, Any], request: PodRequest, placement: Placement) -> None:
         with self.locked() as (state, _):
@@ -39,6 +40,9 @@ class AccountingState(LockedState):
         with self.locked() as (state, _):
             request, placement = self.assumed.pop(pod["metadata"]["uid"])
             state.release(request, placement)
+
+    def finish_binding(self, pod: Mapping[str, Any]) -> None:
+        self.finished.append(pod["metadata"]["uid"])
 
 
 class RecordingBinder:
@@ -85,6 +89,7 @@ def test_every_policy_is_accounted_before_the_binding_is_posted(name: str) -> No
     # When the Binding went out, the two GPUs were already taken in the state.
     assert binder.posts == [("b", placement_annotations(placement), 6000)]
     assert binder.posts[0][1] is not None and GPU_INDICES_ANNOTATION in binder.posts[0][1]
+    assert view.finished == ["uid-p"]  # the assumption's expiry starts after the post
 
 
 @pytest.mark.parametrize("name", ["fgd", "ppo"])
@@ -93,7 +98,7 @@ def test_a_failed_post_gives_the_resources_back(name: str) -> None:
     before = view.state.gpu_free_milli.copy()
     with pytest.raises(DependencyError, match="said no"):
         bind(target(pod("p", milli=300)))
-    assert view.assumed == {}
+    assert view.assumed == {} and view.finished == []
     assert (view.state.gpu_free_milli == before).all()
 
 

@@ -213,12 +213,17 @@ def test_forget_and_expiry_release_an_assumption(fake: FakeApiServer) -> None:
         assert free(sync)["n1"][0] == 14_000
         sync.forget(pods[0])
         assert free(sync)["n1"][0] == 15_000
-        now[0] = 31.0
+        now[0] = 100.0
+        assert sync.expire_assumed() == 0  # its bind is still in flight: never expires
+        sync.finish_binding(pods[1])
+        now[0] = 129.0
+        assert sync.expire_assumed() == 0
+        now[0] = 131.0  # 30 s after the bind finished
         assert sync.expire_assumed() == 1
         assert free(sync)["n1"][0] == 16_000
 
 
-def test_pod_that_does_not_fit_is_unaccounted_not_overcommitted(fake: FakeApiServer) -> None:
+def test_pod_that_does_not_fit_is_unaccounted_and_fills_its_node(fake: FakeApiServer) -> None:
     fake.add_node(v1_node("small", cpu="4", gpus=0))
     fake.add_pod(running_pod("big", "small", cpu="8"))
     fake.add_pod(running_pod("ghost", "missing-node", cpu="1"))
@@ -228,7 +233,7 @@ def test_pod_that_does_not_fit_is_unaccounted_not_overcommitted(fake: FakeApiSer
         assert set(unaccounted) == {
             p["metadata"]["uid"] for p in fake.pods() if p["metadata"]["name"] in ("big", "ghost")
         }
-        assert free(sync)["small"][0] == 4_000
+        assert free(sync)["small"][0] == 0  # counted conservatively: all that was free
 
 
 def test_untranslatable_node_is_skipped_and_counted(fake: FakeApiServer) -> None:
