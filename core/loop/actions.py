@@ -8,7 +8,10 @@ asked for it and an explanation a person can read.
 
 An action's :attr:`Action.key` is its stable identity — the same request on a later
 tick, or from a new leader after a failover, has the same key — so the loop can tell
-an action that is already done (in the audit log) from a new one.
+an action that is already done (in the audit log) from a new one. A pod's identity is
+its UID where known (:attr:`Action.subject_uid`): a pod deleted and re-created under
+the same name (a Kubeflow ``<job>-worker-N``, a StatefulSet's pod) is a new pod, and
+binding or evicting it is a new action.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ class ActionKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PodRef:
-    """A pod by namespace and name (and uid, when known)."""
+    """A pod by namespace and name (and uid, when known: then it is part of the identity
+    of an action on the pod, so a pod re-created under the same name is another pod)."""
 
     namespace: str
     name: str
@@ -97,9 +101,21 @@ class Action:
         return {}
 
     @property
+    def subject_uid(self) -> str:
+        """The UID of the object acted on, when known ("" otherwise): part of the key."""
+        return ""
+
+    @property
     def key(self) -> str:
-        """Stable identity: kind, target, plan and payload (not the explanation)."""
-        return digest([str(self.kind), self.target, self.plan, self.payload()], 16)
+        """Stable identity: kind, target, plan, payload and the target's UID when known
+        (not the explanation). Without a UID the key is what it was before UIDs counted,
+        so audit records written then still match; a record without the UID does not
+        match an action that has one (the action is done again once: a pod already bound
+        or evicted answers that, and the actuator reports it)."""
+        parts: list[object] = [str(self.kind), self.target, self.plan, self.payload()]
+        if self.subject_uid:
+            parts.append({"uid": self.subject_uid})
+        return digest(parts, 16)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +141,10 @@ class Bind(Action):
     def target(self) -> str:
         return str(self.pod)
 
+    @property
+    def subject_uid(self) -> str:
+        return self.pod.uid
+
     def payload(self) -> Mapping[str, Any]:
         return {
             "node": self.placement.node,
@@ -149,6 +169,10 @@ class Evict(Action):
     @property
     def target(self) -> str:
         return str(self.pod)
+
+    @property
+    def subject_uid(self) -> str:
+        return self.pod.uid
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,8 +280,10 @@ class Plan:
     """
 
     id: str
-    """Unique per plan (stable across ticks for the same intent, so a new leader can
-    tell a finished plan from a new one)."""
+    """Unique per plan, stable across ticks for the same intent. Whether a plan is done
+    is decided from its steps' keys, not from the id: it is done while every step is
+    still the last action done on its target (an id that restarts from an in-memory
+    counter on a new leader does not make a new plan look done)."""
     reconciler: str
     explanation: str
     steps: tuple[Action, ...]

@@ -11,16 +11,19 @@
    (with its memory from the previous tick) and answers actions and plans. One that
    raises is logged, counted and skipped; the loop goes on.
 4. **Act**, action by action, in the reconcilers' order, through these gates:
-   already done (the audit log) → stale data (a snapshot the reconciler decides from
-   older than ``max_data_age_s``: nothing of it is executed, counted) → the tick's
-   budgets → dry run → the actuator for its kind.
+   stopping (the loop was told to stop: leadership lost) → already done (the audit
+   log) → stale data (a snapshot the reconciler decides from older than
+   ``max_data_age_s``: nothing of it is executed, counted) → the tick's budgets → dry
+   run → the actuator for its kind.
    A :class:`~kubesage.core.loop.actions.Plan` is first played on a scratch copy (it
    does not start if it could not fit even after its own evictions), then holds its
    reservations in the loop's ClusterState as they become free
    (:class:`~kubesage.core.loop.ledger.PlanLedger`), runs its steps in order, stops at
    the first that fails or is refused, and always releases what it still holds; a
-   stopped plan is audited as rolled back and retried on a later tick if its
-   reconciler still asks for it (steps already done are not repeated).
+   stopped plan is audited as rolled back (``stopped`` when the loop was told to
+   stop) and retried on a later tick if its reconciler still asks for it (steps
+   already done are not repeated). A plan is already done while every step is still
+   the last action done on its target, and it was recorded done.
 
 Every action considered gets an audit record and a count in
 ``kubesage_loop_actions_total{reconciler,action,outcome}``. The loop imports neither
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesage.core.loop.actions import Action, ActionKind, Plan
-from kubesage.core.loop.audit import AuditLog, AuditRecord
+from kubesage.core.loop.audit import AuditLog, AuditRecord, note_of, record_of
 from kubesage.core.loop.budgets import Budgets, TickBudget
 from kubesage.core.loop.clock import Clock
 from kubesage.core.loop.ledger import PlanLedger
@@ -64,6 +67,11 @@ log = logging.getLogger(__name__)
 LOOP = "loop"
 """The reconciler name on the loop's own audit notes (the forecaster in use)."""
 _STOPS_A_PLAN = frozenset({Outcome.FAILED, Outcome.REFUSED})
+_STOPPING = "not executed: the loop is stopping (leadership lost, or shutting down)"
+_LOGGED = ("tick", "reconciler", "action", "target", "outcome", "detail")
+"""The fields of an audit record the ``loop_action`` log event carries."""
+_STOP_WAIT_S = 10.0
+"""How often a stopper waiting for the tick in flight says it still waits."""
 
 
 @dataclass
@@ -74,7 +82,13 @@ class _Tick:
     now_s: float
     stale_reason: str | None
     budget: TickBudget
+    stop: threading.Event | None = None
     records: list[AuditRecord] = field(default_factory=list)
+
+    @property
+    def stopping(self) -> bool:
+        """The loop was told to stop (leadership lost): no action starts any more."""
+        return self.stop is not None and self.stop.is_set()
 
 
 class ControlLoop:
@@ -125,7 +139,11 @@ class ControlLoop:
 
     def claims(self, pods: Sequence[PodInfo]) -> bool:
         """Whether one of the reconcilers places these pending pods itself
-        (:class:`~kubesage.core.loop.reconciler.ClaimsPods`); one that raises claims nothing."""
+        (:class:`~kubesage.core.loop.reconciler.ClaimsPods`); one that raises claims nothing.
+        Never in dry run: a loop that executes nothing leaves every pod to the secondary
+        scheduler, so a dry run does not change who schedules."""
+        if self.dry_run:
+            return False
         for reconciler in self.reconcilers:
             if not isinstance(reconciler, ClaimsPods):
                 continue
@@ -138,8 +156,10 @@ class ControlLoop:
 
     # -- one tick ---------------------------------------------------------------------
 
-    def tick(self) -> TickReport:
-        """Perceive, update, reconcile and act once; never raises for a failing part."""
+    def tick(self, stop: threading.Event | None = None) -> TickReport:
+        """Perceive, update, reconcile and act once; never raises for a failing part.
+        Once ``stop`` is set (by another thread: leadership lost) no action or plan step
+        starts: what is left is audited ``stopped`` and the tick ends."""
         with self._tick_lock:
             started = time.perf_counter()
             self.ticks += 1
@@ -149,7 +169,7 @@ class ControlLoop:
             age, stale_reason = self._age(snapshots, now)
             if stale_reason is not None:
                 metrics.LOOP_STALE_TICKS.inc()
-            context = _Tick(self.ticks, now, stale_reason, self.budgets.start_tick())
+            context = _Tick(self.ticks, now, stale_reason, self.budgets.start_tick(), stop)
             self._note(context, LOOP, (f"forecaster: {self._forecaster_words()}",))
             errors: dict[str, str] = {}
             notes: dict[str, tuple[str, ...]] = {}
@@ -180,6 +200,7 @@ class ControlLoop:
                 records=tuple(context.records),
                 notes=notes,
                 dry_run=self.dry_run,
+                stopped=context.stopping,
             )
 
     def _perceive(self, now: float) -> tuple[dict[str, Snapshot[Any]], list[CollectorStatus]]:
@@ -201,15 +222,7 @@ class ControlLoop:
                 snapshot = Snapshot(last.data, last.taken_at, stale=True, reason=detail)
             self._last[name] = snapshot
             snapshots[name] = snapshot
-            statuses.append(
-                CollectorStatus(
-                    name,
-                    ok=True,
-                    stale=snapshot.stale,
-                    age_s=max(0.0, now - snapshot.taken_at),
-                    detail=snapshot.reason or "",
-                )
-            )
+            statuses.append(CollectorStatus.of(name, snapshot, now))
         return snapshots, statuses
 
     def _age(self, snapshots: Mapping[str, Snapshot[Any]], now: float) -> tuple[float, str | None]:
@@ -243,6 +256,8 @@ class ControlLoop:
         errors: dict[str, str],
     ) -> Iterable[tuple[Reconciler, Reconciled]]:
         for reconciler in self.reconcilers:
+            if context.stopping:
+                return  # its actions could not be executed: do not ask
             name = reconciler.name
             # The data-age gate looks at what this reconciler reads (set for its actions).
             age, context.stale_reason = self._age(
@@ -270,6 +285,9 @@ class ControlLoop:
 
     def _lone(self, action: Action, context: _Tick) -> None:
         """One action outside a plan, through the gates."""
+        if context.stopping:
+            self._record(context, action, Outcome.STOPPED, _STOPPING)
+            return
         if self._done(action.key, context):
             self._record(context, action, Outcome.ALREADY_DONE, "the audit log records it done")
             return
@@ -289,13 +307,19 @@ class ControlLoop:
 
     def _plan(self, plan: Plan, context: _Tick) -> None:
         """A plan: reserve, run the steps in order, stop at a failure, release."""
-        if self._done(plan.key, context):
-            self._record(context, plan, Outcome.ALREADY_DONE, "the audit log records it done")
+        if context.stopping:
+            self._record(context, plan, Outcome.STOPPED, _STOPPING)
+            return
+        todo = [step for step in plan.steps if not self._done(step.key, context)]
+        # Done only while every step is still the last done on its target (not by its
+        # id); one whose end was not recorded (the leader died) runs through its steps.
+        if plan.steps and not todo and self._done(plan.key, context):
+            detail = "the audit log records it and every step done, each the last on its target"
+            self._record(context, plan, Outcome.ALREADY_DONE, detail)
             return
         if context.stale_reason is not None:
             self._record(context, plan, Outcome.STALE, context.stale_reason)
             return
-        todo = [step for step in plan.steps if not self._done(step.key, context)]
         refusal = context.budget.refusal(step.kind for step in todo)
         if refusal is not None:
             self._record(context, plan, Outcome.OVER_BUDGET, refusal)
@@ -320,6 +344,7 @@ class ControlLoop:
             return
         ledger.reserve_free()
         failed: str | None = None
+        outcome: Outcome = Outcome.ROLLED_BACK
         done_steps: list[str] = []
         try:
             for number, step in enumerate(plan.steps, 1):
@@ -327,14 +352,18 @@ class ControlLoop:
                     self._record(context, step, Outcome.ALREADY_DONE, "done before", plan=plan.id)
                     ledger.done(step)
                     continue
+                where = f"step {number}/{len(plan.steps)} ({step.kind} {step.target})"
+                if context.stopping:
+                    outcome, failed = (
+                        Outcome.STOPPED,
+                        f"stopped before {where}: the loop is stopping",
+                    )
+                    break
                 ledger.before(step)
                 result = self._act(step, context)
                 self._record(context, step, result.outcome, result.detail, plan=plan.id)
                 if result.outcome in _STOPS_A_PLAN:
-                    failed = (
-                        f"step {number}/{len(plan.steps)} ({step.kind} {step.target}) "
-                        f"{result.outcome}: {result.detail or 'no detail'}"
-                    )
+                    failed = f"{where} {result.outcome}: {result.detail or 'no detail'}"
                     break
                 ledger.done(step)
                 done_steps.append(f"{step.kind} {step.target}")
@@ -344,9 +373,7 @@ class ControlLoop:
             self._record(context, plan, Outcome.DONE, f"{len(plan.steps)} steps done")
         else:
             before = f"; done before it: {', '.join(done_steps)}" if done_steps else ""
-            self._record(
-                context, plan, Outcome.ROLLED_BACK, f"{failed}{before}; reservations released"
-            )
+            self._record(context, plan, outcome, f"{failed}{before}; reservations released")
 
     def _act(self, action: Action, context: _Tick) -> Result:
         """Execute through the kind's actuator; spend the budget unless refused."""
@@ -377,25 +404,9 @@ class ControlLoop:
         *,
         plan: str | None = None,
     ) -> None:
-        plan_id: str | None
-        if isinstance(item, Plan):
-            action, target, plan_id = "plan", item.id, item.id
-        else:
-            action, target, plan_id = str(item.kind), item.target, plan or item.plan
-        record = AuditRecord(
-            tick=context.number,
-            time=context.now_s,
-            reconciler=item.reconciler,
-            action=action,
-            target=target,
-            key=item.key,
-            plan=plan_id,
-            explanation=item.explanation,
-            outcome=str(outcome),
-            detail=detail,
-        )
+        record = record_of(context.number, context.now_s, item, outcome, detail, plan=plan)
         self._append(context, record)
-        metrics.LOOP_ACTIONS.labels(item.reconciler, action, str(outcome)).inc()
+        metrics.LOOP_ACTIONS.labels(item.reconciler, record.action, record.outcome).inc()
 
     def _note(
         self, context: _Tick, reconciler: str, notes: Sequence[str], *, outcome: str = "noted"
@@ -406,28 +417,14 @@ class ControlLoop:
             return
         self._last_notes[reconciler] = words
         for note in words:
-            self._append(
-                context,
-                AuditRecord(
-                    context.number, context.now_s, reconciler, "note", "", "", None, note, outcome
-                ),
-            )
+            self._append(context, note_of(context.number, context.now_s, reconciler, note, outcome))
 
     def _append(self, context: _Tick, record: AuditRecord) -> None:
         context.records.append(record)
         self.audit.append(record)
         if record.action != "note":
-            log_event(
-                log,
-                logging.INFO,
-                "loop_action",
-                tick=record.tick,
-                reconciler=record.reconciler,
-                action=record.action,
-                target=record.target,
-                outcome=record.outcome,
-                detail=record.detail,
-            )
+            fields = {name: getattr(record, name) for name in _LOGGED}
+            log_event(log, logging.INFO, "loop_action", **fields)
 
     def _forecaster_words(self) -> str:
         panel = self.world.forecasts
@@ -438,12 +435,12 @@ class ControlLoop:
     # -- running ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Tick every ``tick_s`` on the clock until ``stop`` is set; a tick that raises
-        is logged and the loop goes on."""
+        """Tick every ``tick_s`` on the clock until ``stop`` is set (looked at before
+        every action, too); a tick that raises is logged and the loop goes on."""
         next_at = self.clock.now()
         while not stop.is_set():
             try:
-                self.tick()
+                self.tick(stop)
             except Exception:  # the loop outlives any one tick
                 log.exception("control-loop tick failed")
             next_at += self.tick_s
@@ -453,15 +450,25 @@ class ControlLoop:
                 break
 
     def start(self) -> Callable[[], None]:
-        """Run in a daemon thread; return the function that stops it (and waits). It may
-        be started again after (a replica that leads again); the audit log stays open."""
+        """Run in a daemon thread; return the function that stops it. It may be started
+        again after (a replica that leads again); the audit log stays open, and is read
+        again for what another replica wrote meanwhile.
+
+        The stopper returns only once the tick in flight has ended: no action starts
+        after it is called, but one already executing (an API request: 10 s at most; a
+        bind with its retries and reads: about two minutes at worst) is waited for,
+        saying so every ``_STOP_WAIT_S`` seconds."""
+        self.audit.reload()
         stop = threading.Event()
         thread = threading.Thread(target=self.run, args=(stop,), name="control-loop", daemon=True)
         thread.start()
 
         def stopper() -> None:
             stop.set()
-            thread.join(max(10.0, 2 * self.tick_s))
+            while thread.is_alive() and thread is not threading.current_thread():
+                thread.join(_STOP_WAIT_S)
+                if thread.is_alive():
+                    log.warning("control loop stopping: still waiting for the action in flight")
 
         return stopper
 

@@ -98,5 +98,7 @@ class PlanLedger:
         pod = self.pods.get(str(step.pod))
         if pod is None or pod.placement is None:
             return  # not accounted in the loop's state: nothing to give back
+        if step.pod.uid and pod.ref.uid and step.pod.uid != pod.ref.uid:
+            return  # another pod under that name now: the eviction (by UID) leaves it be
         with suppress(CapacityError):  # already given back (evicted earlier in this tick)
             state.release(pod.request, pod.placement)

@@ -97,6 +97,9 @@ class Outcome(StrEnum):
     """Not executed: the audit log says an earlier tick (or leader) did it."""
     ROLLED_BACK = "rolled-back"
     """A plan step that was undone, or a plan that stopped and released its reservation."""
+    STOPPED = "stopped"
+    """Not executed, or a plan stopped before its next step: the loop was told to stop
+    (leadership lost). Not a failure; the next leader decides again."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesage.core.loop.audit import AuditRecord
+from kubesage.core.perception import Snapshot
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,12 @@ class CollectorStatus:
     stale: bool = False
     age_s: float | None = None
     detail: str = ""
+
+    @classmethod
+    def of(cls, name: str, snapshot: Snapshot[Any], now: float) -> CollectorStatus:
+        """A collector that answered ``snapshot`` (perhaps an earlier one, stale)."""
+        age = max(0.0, now - snapshot.taken_at)
+        return cls(name, ok=True, stale=snapshot.stale, age_s=age, detail=snapshot.reason or "")
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,9 @@ class TickReport:
     notes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Each reconciler's notes this tick (why it did nothing)."""
     dry_run: bool = False
+    stopped: bool = False
+    """The loop was told to stop during the tick (leadership lost): what was left was
+    audited ``stopped``, not executed, and the later reconcilers were not asked."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +62,7 @@ class TickReport:
             "data_age_s": self.data_age_s if math.isfinite(self.data_age_s) else None,
             "stale": self.stale,
             "dry_run": self.dry_run,
+            "stopped": self.stopped,
             "forecaster": self.forecaster,
             "collectors": [
                 {
