@@ -5,11 +5,26 @@ public ``clusterdata`` repository at a pinned commit, so every user gets the sam
 bytes. A file already in the cache with the right SHA-256 is not fetched again; a
 download is written to a temporary file and renamed only after its checksum
 matches, so the cache never holds a partial or wrong file.
+
+Every download attempt writes its own temporary file beside the target
+(``<file>.<pid>-<random>.part``), stops reading once more bytes than expected
+arrive, fsyncs, hashes the file as it is on disk and only then renames it over the
+target with :func:`os.replace`. Two runs sharing one cache therefore never write into
+the same file; whichever finishes last replaces the file with the same verified
+bytes. A failed attempt removes its temporary file; one left by a killed run is
+removed by a later successful fetch of that file once it is an hour old. A cache that
+cannot be written is a :class:`FetchError` naming the folder; a read-only cache that
+already holds verified files keeps working. Only ``http://`` and ``https://`` base
+URLs are accepted (a ``file://`` mirror is an InputError, not retried).
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import os
+import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +109,11 @@ DATASETS: dict[str, Dataset] = {
     ),
 }
 
+SUPPORTED_SCHEMES = ("http", "https")
+PART_SUFFIX = ".part"
+STALE_PART_SECONDS = 3600.0
+"""A temporary file untouched this long belongs to a run that was killed."""
+
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``(file_name, bytes_done, bytes_total)`` while downloading."""
 
@@ -107,9 +127,32 @@ def sha256_of(path: Path) -> str:
 
 
 def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return False  # e.g. a redirect to file://: asking again gives the same answer
     if isinstance(exc, httpx.TransportError):
         return True
     return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
+
+
+def _cache_error(what: str, path: Path, exc: OSError) -> FetchError:
+    reason = exc.strerror or str(exc)
+    return FetchError(
+        f"cannot {what} {path}: {reason}; choose a writable cache with --cache-dir "
+        "or KUBESAGE_CACHE_DIR"
+    )
+
+
+def _checked_base_url(url: str) -> str:
+    try:
+        scheme = httpx.URL(url).scheme
+    except httpx.InvalidURL as exc:
+        raise InputError(f"base URL '{url}' is not a valid URL: {exc}") from exc
+    if scheme not in SUPPORTED_SCHEMES:
+        raise InputError(
+            f"base URL '{url}': only http:// and https:// mirrors are supported "
+            f"(got '{scheme or 'no scheme'}')"
+        )
+    return url if url.endswith("/") else url + "/"
 
 
 def fetch_dataset(
@@ -121,15 +164,20 @@ def fetch_dataset(
     on_progress: ProgressCallback | None = None,
     attempts: int = 4,
 ) -> list[Path]:
-    """Make sure every file of data set ``name`` is in the cache; return their paths."""
+    """Make sure every file of data set ``name`` is in the cache; return their paths.
+
+    Raises InputError for an unknown data set or a base URL that is not http(s), and
+    FetchError for a failed download, a wrong checksum or a cache that cannot be written.
+    """
     dataset = DATASETS.get(name)
     if dataset is None:
         raise InputError(f"unknown data set '{name}'; known: {', '.join(sorted(DATASETS))}")
+    url_base = _checked_base_url(base_url or dataset.base_url)
     target = (cache_dir or paths.cache_dir()) / dataset.name
-    target.mkdir(parents=True, exist_ok=True)
-    url_base = base_url or dataset.base_url
-    if not url_base.endswith("/"):
-        url_base += "/"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cache_error("create the cache folder", target, exc) from exc
     owned = client is None
     http = client or httpx.Client(timeout=httpx.Timeout(30.0), follow_redirects=True)
     try:
@@ -144,6 +192,85 @@ def fetch_dataset(
             http.close()
 
 
+def _is_verified(path: Path, remote: RemoteFile) -> bool:
+    """Whether ``path`` already holds the right bytes (a read-only cache is fine)."""
+    if not path.is_file():
+        return False
+    try:
+        return path.stat().st_size == remote.size_bytes and sha256_of(path) == remote.sha256
+    except OSError as exc:
+        raise _cache_error("read the cached file", path, exc) from exc
+
+
+def _new_part(path: Path) -> tuple[int, Path]:
+    """Create a temporary file beside ``path`` that no other download shares.
+
+    ``os.open`` with ``O_EXCL`` rather than ``tempfile.mkstemp``: the same guarantee,
+    but the file gets the usual umask-derived mode, not 0600, so a shared cache stays
+    readable after the rename.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        part = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}{PART_SUFFIX}")
+        try:
+            return os.open(part, flags, 0o666), part
+        except FileExistsError:
+            continue
+
+
+def _remove_stale_parts(path: Path) -> None:
+    """Remove temporary files of ``path`` left by downloads that were killed long ago."""
+    cutoff = time.time() - STALE_PART_SECONDS
+    for part in path.parent.glob(f"{glob.escape(path.name)}.*{PART_SUFFIX}"):
+        try:
+            if part.stat().st_mtime < cutoff:
+                part.unlink()
+        except OSError:
+            pass  # another run removed it, or the folder is read-only: harmless
+
+
+def _download_once(
+    http: httpx.Client,
+    url: str,
+    path: Path,
+    remote: RemoteFile,
+    on_progress: ProgressCallback | None,
+) -> None:
+    """One attempt: stream into a private temporary file, verify it on disk, rename it."""
+    try:
+        fd, part = _new_part(path)
+    except OSError as exc:
+        raise _cache_error("write to the cache folder", path.parent, exc) from exc
+    try:
+        done = 0
+        with os.fdopen(fd, "wb") as out, http.stream("GET", url) as response:
+            response.raise_for_status()
+            for chunk in response.iter_bytes():
+                done += len(chunk)
+                if done > remote.size_bytes:
+                    raise FetchError(
+                        f"{url}: the server sent more than the expected {remote.size_bytes} "
+                        "bytes; stopped reading, nothing was written to the cache"
+                    )
+                out.write(chunk)
+                if on_progress:
+                    on_progress(remote.name, done, remote.size_bytes)
+            out.flush()
+            os.fsync(out.fileno())
+        # hash what is on disk, not what was received: the file is what the cache keeps
+        actual = sha256_of(part)
+        if actual != remote.sha256:
+            raise FetchError(
+                f"{url}: checksum mismatch (got sha256 {actual}, "
+                f"expected {remote.sha256}); nothing was written to the cache"
+            )
+        # atomic: a concurrent run that finishes second replaces it with the same bytes
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
 def _fetch_one(
     http: httpx.Client,
     url: str,
@@ -152,11 +279,11 @@ def _fetch_one(
     on_progress: ProgressCallback | None,
     attempts: int,
 ) -> Path:
-    if path.is_file() and sha256_of(path) == remote.sha256:
+    if _is_verified(path, remote):
         if on_progress:
             on_progress(remote.name, remote.size_bytes, remote.size_bytes)
         return path
-    partial = path.with_name(path.name + ".part")
+    made = 0
 
     @retry(
         retry=retry_if_exception(_is_transient),
@@ -165,27 +292,15 @@ def _fetch_one(
         reraise=True,
     )
     def download() -> None:
-        digest = hashlib.sha256()
-        done = 0
-        with http.stream("GET", url) as response, partial.open("wb") as out:
-            response.raise_for_status()
-            for chunk in response.iter_bytes():
-                out.write(chunk)
-                digest.update(chunk)
-                done += len(chunk)
-                if on_progress:
-                    on_progress(remote.name, done, remote.size_bytes)
-        if digest.hexdigest() != remote.sha256:
-            partial.unlink(missing_ok=True)
-            raise FetchError(
-                f"{url}: checksum mismatch (got sha256 {digest.hexdigest()}, "
-                f"expected {remote.sha256}); nothing was written to the cache"
-            )
+        nonlocal made
+        made += 1
+        _download_once(http, url, path, remote, on_progress)
 
     try:
         download()
     except httpx.HTTPError as exc:
-        partial.unlink(missing_ok=True)
-        raise FetchError(f"{url}: download failed after {attempts} attempt(s): {exc}") from exc
-    partial.replace(path)
+        raise FetchError(f"{url}: download failed after {made} attempt(s): {exc}") from exc
+    except OSError as exc:
+        raise _cache_error("write to the cache folder", path.parent, exc) from exc
+    _remove_stale_parts(path)
     return path
