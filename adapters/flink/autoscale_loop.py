@@ -11,6 +11,14 @@ unless ``dry_run`` through
 :class:`~kubesage.adapters.flink.loop_rescale.FlinkRescaleActuator`, and reports the
 decision and the outcome. A ``FlinkError`` never ends the loop: it is logged, counted
 and the next tick tries again.
+
+With ``flink_deployment`` (a job run by the Flink Kubernetes Operator) a decision is
+applied by patching that FlinkDeployment instead
+(:class:`~kubesage.adapters.flink.operator_patch.FlinkDeploymentPatcher`); the
+observations still come over REST. The operator upgrades the job, so the new
+parallelism shows up on a later observation: until it does, or ``rescale_timeout_s``
+has passed (a failed rescale), the patch is pending and nothing is patched again. A
+dry run hands on the patch it would send and sends nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kubesage.adapters.flink.autoscaler import AutoscalerSettings, ScalingDecision
 from kubesage.adapters.flink.client import FlinkClient
@@ -28,7 +37,13 @@ from kubesage.adapters.flink.demand_forecast import DemandForecast
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.loop_rescale import FlinkRescaleActuator
 from kubesage.adapters.flink.loop_scaling import JobScaling, rescale_action, scaling_step
+from kubesage.adapters.flink.operator_patch import (
+    FlinkDeploymentPatcher,
+    FlinkDeploymentRef,
+    PatchOutcome,
+)
 from kubesage.adapters.flink.rescale import RescaleOutcome
+from kubesage.core.errors import InputError
 from kubesage.core.loop.reconciler import Outcome
 
 log = logging.getLogger(__name__)
@@ -45,9 +60,25 @@ class LoopStats:
     failed_rescales: int = 0
     errors: int = 0
     last_error: str = ""
+    patches: int = 0
+    """FlinkDeployment patches sent (``flink_deployment``); each ends as a rescale or a
+    failed one once observed or timed out."""
+    patch_pending: bool = False
+    """The last patch had not shown up when the loop ended."""
+
+    def describe(self, *, patching: bool = False) -> str:
+        """One line: decisions, (with ``patching``) patches, rescales, failures, errors."""
+        pending = ", the last still pending" if self.patch_pending else ""
+        patches = f"{self.patches} FlinkDeployment patch(es){pending}, " if patching else ""
+        return (
+            f"{self.decisions} decision(s), {patches}{self.rescales} rescale(s), "
+            f"{self.failed_rescales} failed, {self.errors} Flink error(s)"
+        )
 
 
-DecisionCallback = Callable[[ScalingDecision, RescaleOutcome | None], None]
+AppliedOutcome = RescaleOutcome | PatchOutcome
+"""What applying a decision did: Flink's in-place rescale, or a FlinkDeployment patch."""
+DecisionCallback = Callable[[ScalingDecision, AppliedOutcome | None], None]
 
 
 def _running_job(client: FlinkClient) -> str | None:
@@ -69,17 +100,31 @@ def run_autoscaler(
     rescale_timeout_s: float = 90.0,
     max_ticks: int | None = None,
     clock: Callable[[], float] = time.time,
+    flink_deployment: FlinkDeploymentRef | None = None,
+    custom_objects: Any = None,
 ) -> LoopStats:
     """Observe, decide and (unless ``dry_run``) rescale every ``interval_s`` until ``stop``.
 
     ``job_id=None`` follows the only RUNNING job. Each decision goes to ``on_decision``
     with the rescale outcome (None when nothing was applied). ``forecast`` scales ahead
     of load (:mod:`~kubesage.adapters.flink.demand_forecast`; default: reactive).
+    ``flink_deployment`` rescales by patching that FlinkDeployment through
+    ``custom_objects`` (a ``CustomObjectsApi``; not needed for a dry run), a patch
+    pending until observed or ``rescale_timeout_s`` (see the module docstring).
     """
     stop = stop or threading.Event()
     settings = settings or AutoscalerSettings()
     forecast = forecast or DemandForecast()
     actuator = FlinkRescaleActuator(lambda url: client, timeout_s=rescale_timeout_s)
+    patcher: FlinkDeploymentPatcher | None = None
+    if flink_deployment is not None:
+        if custom_objects is None and not dry_run:
+            raise InputError(
+                f"patching FlinkDeployment {flink_deployment} needs a Kubernetes client"
+            )
+        patcher = FlinkDeploymentPatcher(
+            flink_deployment, custom_objects, timeout_s=rescale_timeout_s
+        )
     scaling = JobScaling()
     stats = LoopStats()
     collector: ObservationCollector | None = None
@@ -101,11 +146,20 @@ def run_autoscaler(
                         history_steps=forecast.history_steps(interval_s),
                     )
                     scaling = JobScaling()
-                decision, scaling = scaling_step(collector.collect(), scaling, settings)
+                observation = collector.collect()
+                settled = patcher.settle(observation) if patcher is not None else None
+                decision, scaling = scaling_step(observation, scaling, settings)
                 stats.decisions += 1
-                outcome = None
+                outcome: AppliedOutcome | None = settled
                 action = rescale_action(decision, jobmanager=client.base_url, reconciler=CLI)
-                if action is not None and not dry_run:
+                if patcher is not None:
+                    patched = settled
+                    if action is not None and settled is None:
+                        patched = patcher.apply(decision, dry_run=dry_run)
+                    if patched is not None:
+                        _count(stats, patched)
+                    outcome = patched
+                elif action is not None and not dry_run:
                     attempt = actuator.rescale(action)
                     if attempt.outcome is None:  # Flink unreachable: an error, as any other
                         raise FlinkError(attempt.result.detail)
@@ -121,4 +175,18 @@ def run_autoscaler(
             stats.last_error = str(exc)
             log.warning("autoscaler tick %d failed (%s); retrying next tick", stats.ticks, exc)
         stop.wait(interval_s)
+    stats.patch_pending = patcher is not None and patcher.pending is not None
     return stats
+
+
+def _count(stats: LoopStats, outcome: PatchOutcome) -> None:
+    """Counts a patch's outcome: sent, then a rescale once observed, failed if refused or
+    timed out."""
+    if outcome.state == "patched":
+        stats.patches += 1
+    elif outcome.state == "done":
+        stats.rescales += 1
+    elif outcome.state in ("failed", "timed-out"):
+        stats.failed_rescales += 1
+        stats.last_error = outcome.describe()
+        log.info("%s", outcome.describe())

@@ -27,6 +27,8 @@ from kubesage.adapters.flink.errors import (
     FlinkError,
     FlinkUnavailable,
 )
+from kubesage.adapters.flink.loop_rescale import DEFAULT_RESCALE_TIMEOUT_S
+from kubesage.adapters.flink.operator_patch import FlinkDeploymentRef, connect_deployment
 from kubesage.adapters.flink.registry import JobRegistry
 from kubesage.adapters.flink.stagger import (
     DEFAULT_RESOLUTION_MS,
@@ -190,6 +192,7 @@ def print_decision(decision: ScalingDecision, outcome: object | None) -> None:
 
 
 FORECAST_HELP = "Scale ahead of load: none (reactive), trend, or seasonal (with --season-s)."
+FLINK_DEPLOYMENT_HELP = "NAMESPACE/NAME: rescale by patching this FlinkDeployment, not over REST."
 
 
 @flink_app.command("autoscale")
@@ -233,8 +236,23 @@ def autoscale_command(
     season_s: Annotated[
         float | None, typer.Option("--season-s", help="The seasonal period (86400: a day).")
     ] = None,
+    flink_deployment: Annotated[
+        str | None, typer.Option("--flink-deployment", help=FLINK_DEPLOYMENT_HELP)
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="kubeconfig for --flink-deployment.")
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="kubeconfig context (default: current).")
+    ] = None,
+    rescale_timeout_s: Annotated[
+        float, typer.Option("--rescale-timeout-s", min=1.0, help="Wait this long for a rescale.")
+    ] = DEFAULT_RESCALE_TIMEOUT_S,
 ) -> None:
     """Run the backpressure-driven autoscaler, printing each decision with its reasons."""
+    deployment = None if flink_deployment is None else FlinkDeploymentRef.parse(flink_deployment)
+    if deployment is None and (kubeconfig or context):
+        raise InputError("--kubeconfig and --context go with --flink-deployment")
     ahead = DemandForecast(forecast, horizon_s=forecast_horizon_s, season_s=season_s)
     settings = AutoscalerSettings(
         target_utilisation=target_utilisation,
@@ -242,6 +260,9 @@ def autoscale_command(
         scale_down_delay_s=scale_down_delay_s,
         exclude=frozenset(exclude or ()),
     )
+    kube = None  # a dry run makes no Kubernetes call
+    if deployment is not None and not dry_run:
+        kube = connect_deployment(deployment, str(kubeconfig) if kubeconfig else None, context)
     with connect(jobmanager) as client, stop_after(duration_s) as stop:
         stats = run_autoscaler(
             client,
@@ -252,11 +273,11 @@ def autoscale_command(
             settings=settings,
             interval_s=interval_s,
             forecast=ahead,
+            rescale_timeout_s=rescale_timeout_s,
+            flink_deployment=deployment,
+            custom_objects=kube,
         )
-    typer.echo(
-        f"{stats.decisions} decision(s), {stats.rescales} rescale(s), "
-        f"{stats.failed_rescales} failed, {stats.errors} Flink error(s)"
-    )
+    typer.echo(stats.describe(patching=deployment is not None))
 
 
 @flink_app.command("stagger")

@@ -2,19 +2,37 @@
 
 The operator applies ``pipeline.jobvertex-parallelism-overrides`` — a comma-separated
 ``<vertex id>:<parallelism>`` list in ``spec.flinkConfiguration`` — by upgrading the
-job (in place when the adaptive scheduler runs it). This module builds that patch from
-a decision, checks its shape (vertex ids are 32 hex digits, parallelism a positive
-integer, no vertex twice), and applies it as a JSON merge patch with the kubernetes
-client's ``CustomObjectsApi`` when a client is given.
+job (in place when the adaptive scheduler runs it, else from a savepoint). This module
+builds that patch from a decision, checks its shape (vertex ids are 32 hex digits,
+parallelism a positive integer, no vertex twice), and applies it as a JSON merge patch
+with the kubernetes client's ``CustomObjectsApi`` when a client is given.
+
+:class:`FlinkDeploymentPatcher` is what ``kubesage flink autoscale --flink-deployment``
+acts through: it writes every vertex's target parallelism of a decision (the operator
+replaces the whole key), then treats the rescale as pending — and patches nothing
+more — until an observation shows the job RUNNING at those parallelisms (done) or the
+rescale timeout passes (timed out). API failures (404, 403, 422, unreachable) are
+:class:`OperatorApplyError` s naming the FlinkDeployment.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
+import urllib3
+
+from kubesage.adapters.flink.autoscaler import ScalingDecision
+from kubesage.adapters.flink.loop_rescale import DEFAULT_RESCALE_TIMEOUT_S
+from kubesage.adapters.flink.observation import SETTLED_STATUSES, Observation
 from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
+
+log = logging.getLogger(__name__)
 
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 GROUP = "flink.apache.org"
@@ -23,6 +41,9 @@ PLURAL = "flinkdeployments"
 MERGE_PATCH = "application/merge-patch+json"
 _VERTEX_ID = re.compile(r"^[0-9a-f]{32}$")
 _ENTRY = re.compile(r"^([0-9a-f]{32}):([1-9][0-9]*)$")
+REQUEST_TIMEOUT_S = 10.0
+"""How long one request to the Kubernetes API may take (a hung API server must not
+stall the autoscaler's tick)."""
 
 
 class OperatorPatchError(InputError):
@@ -96,6 +117,119 @@ def validate_patch(patch: Mapping[str, Any]) -> dict[str, int]:
     return parse_overrides(value)
 
 
+@dataclass(frozen=True)
+class FlinkDeploymentRef:
+    """A FlinkDeployment by namespace and name."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str, option: str = "--flink-deployment") -> FlinkDeploymentRef:
+        """``NAMESPACE/NAME``; an InputError naming ``option`` if it is not one."""
+        namespace, slash, name = text.partition("/")
+        if not slash or not namespace or not name:
+            raise InputError(f"{option} '{text}': expected NAMESPACE/NAME of a FlinkDeployment")
+        if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
+            raise InputError(
+                f"{option} '{text}': namespace '{namespace}' is not a DNS-1123 label "
+                "(lowercase letters, digits and '-', ≤ 63 characters)"
+            )
+        if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
+            raise InputError(
+                f"{option} '{text}': name '{name}' is not a DNS-1123 subdomain "
+                "(lowercase letters, digits, '-' and '.', ≤ 253 characters)"
+            )
+        return cls(namespace, name)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _api_error(exc: Exception, verb: str, deployment: FlinkDeploymentRef) -> OperatorApplyError:
+    """A clear error for a failed ``verb`` of ``deployment`` (an ApiException or no answer)."""
+    status = getattr(exc, "status", None)
+    if not isinstance(status, int) or status == 0:
+        return OperatorApplyError(
+            f"cannot reach the Kubernetes API to {verb} FlinkDeployment {deployment}: {exc}"
+        )
+    said = _status_message(getattr(exc, "body", None)) or str(getattr(exc, "reason", "") or "")
+    why = f": {said}" if said else ""
+    if status == 404:
+        return OperatorApplyError(
+            f"no FlinkDeployment {deployment.name} in namespace {deployment.namespace} "
+            f"(HTTP 404 on {verb}; is the name right, is the Flink Kubernetes Operator's CRD "
+            f"installed?){why}"
+        )
+    if status == 403:
+        return OperatorApplyError(
+            f"not allowed to {verb} FlinkDeployment {deployment} (HTTP 403: the user needs "
+            f"'{verb}' on {PLURAL}.{GROUP} in namespace {deployment.namespace}){why}"
+        )
+    if status == 422:
+        return OperatorApplyError(
+            f"the API server refused the {verb} of FlinkDeployment {deployment} as invalid "
+            f"(HTTP 422){why}"
+        )
+    return OperatorApplyError(f"{verb} of FlinkDeployment {deployment} failed: HTTP {status}{why}")
+
+
+def _status_message(body: object) -> str:
+    """The ``message`` of a Kubernetes ``Status`` body ('' when there is none)."""
+    try:
+        document = json.loads(body) if isinstance(body, str | bytes) else None
+    except ValueError:
+        return ""
+    message = document.get("message") if isinstance(document, dict) else None
+    return message if isinstance(message, str) else ""
+
+
+def connect_deployment(
+    deployment: FlinkDeploymentRef, kubeconfig: str | None = None, context: str | None = None
+) -> Any:
+    """A ``CustomObjectsApi`` on the configured cluster that has read ``deployment``.
+
+    The cluster is found as ``kubectl`` finds it
+    (:func:`~kubesage.core.k8s.apiclient.load_api_client`); InputError when none is
+    configured, OperatorApplyError when the FlinkDeployment cannot be read (404, 403,
+    no answer).
+    """
+    from kubesage.core.k8s.apiclient import CustomObjectsApi, load_api_client
+
+    api = load_api_client(kubeconfig, context)
+    if api is None:
+        raise InputError(
+            f"FlinkDeployment {deployment}: no Kubernetes cluster configured (give "
+            "--kubeconfig, set KUBECONFIG, or run in a pod with a service account)"
+        )
+    custom_objects = CustomObjectsApi(api)
+    check_deployment(custom_objects, deployment)
+    return custom_objects
+
+
+def check_deployment(
+    custom_objects: Any,
+    deployment: FlinkDeploymentRef,
+    *,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Reads ``deployment`` (it exists and may be read); OperatorApplyError if not."""
+    from kubesage.core.k8s.apiclient import ApiException
+
+    try:
+        result = custom_objects.get_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            deployment.namespace,
+            PLURAL,
+            deployment.name,
+            _request_timeout=request_timeout_s,
+        )
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise _api_error(exc, "get", deployment) from exc
+    return dict(result) if isinstance(result, Mapping) else {"result": result}
+
+
 def apply_patch(
     custom_objects: Any,
     *,
@@ -103,10 +237,12 @@ def apply_patch(
     name: str,
     parallelism: Mapping[str, int],
     existing: str | None = None,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Patches FlinkDeployment ``namespace/name`` through a ``kubernetes.client.CustomObjectsApi``.
 
-    Returns the patched object as the API server returned it.
+    Returns the patched object as the API server returned it; OperatorApplyError
+    naming the object when the API refuses (404, 403, 422, …) or does not answer.
     """
     from kubesage.core.k8s.apiclient import ApiException
 
@@ -121,9 +257,144 @@ def apply_patch(
             name,
             patch,
             _content_type=MERGE_PATCH,
+            _request_timeout=request_timeout_s,
         )
-    except ApiException as exc:
-        raise OperatorApplyError(
-            f"patching FlinkDeployment {namespace}/{name} failed: HTTP {exc.status} {exc.reason}"
-        ) from exc
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise _api_error(exc, "patch", FlinkDeploymentRef(namespace, name)) from exc
     return dict(result) if isinstance(result, Mapping) else {"result": result}
+
+
+PatchState = Literal["dry-run", "patched", "pending", "done", "timed-out", "failed"]
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    """What the patcher did with a decision, or how a pending patch ended."""
+
+    state: PatchState
+    deployment: FlinkDeploymentRef
+    overrides: Mapping[str, int]
+    """Vertex id → parallelism written (or that would be, or that is awaited)."""
+    message: str
+
+    @property
+    def succeeded(self) -> bool:
+        """Flink runs at the patched parallelism."""
+        return self.state == "done"
+
+    def describe(self) -> str:
+        return f"FlinkDeployment {self.deployment}: {self.message}"
+
+
+@dataclass(frozen=True)
+class PendingPatch:
+    """Overrides written and not yet observed, since ``since_s`` (observation time)."""
+
+    overrides: Mapping[str, int]
+    since_s: float
+
+
+def _differences(overrides: Mapping[str, int], running: Mapping[str, int]) -> str:
+    return ", ".join(
+        f"{vertex}: {wanted} wanted, {running.get(vertex, 'not')} running"
+        for vertex, wanted in sorted(overrides.items())
+        if running.get(vertex) != wanted
+    )
+
+
+class FlinkDeploymentPatcher:
+    """Applies decisions by patching one FlinkDeployment; a patch stays pending until
+    observed or ``timeout_s`` passes (see the module docstring)."""
+
+    def __init__(
+        self,
+        deployment: FlinkDeploymentRef,
+        custom_objects: Any = None,
+        *,
+        timeout_s: float = DEFAULT_RESCALE_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.deployment = deployment
+        self.custom_objects = custom_objects
+        """A ``CustomObjectsApi`` (None: nothing can be applied, only dry runs)."""
+        self.timeout_s = timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.pending: PendingPatch | None = None
+
+    def _outcome(
+        self, state: PatchState, overrides: Mapping[str, int], message: str
+    ) -> PatchOutcome:
+        return PatchOutcome(state, self.deployment, dict(overrides), message)
+
+    def settle(self, observation: Observation) -> PatchOutcome | None:
+        """How the pending patch ended by ``observation`` (None: none pending, or still
+        pending): ``done`` once the job is RUNNING with every overridden vertex at its
+        parallelism, ``timed-out`` once ``timeout_s`` has passed without that."""
+        pending = self.pending
+        if pending is None:
+            return None
+        running = {vertex.vertex_id: vertex.parallelism for vertex in observation.vertices}
+        waited_s = observation.time_s - pending.since_s
+        settled = observation.job_state == "RUNNING" and all(
+            vertex.status in SETTLED_STATUSES for vertex in observation.vertices
+        )
+        if settled and not _differences(pending.overrides, running):
+            self.pending = None
+            return self._outcome(
+                "done",
+                pending.overrides,
+                f"the job runs at the patched parallelism ({waited_s:.0f} s)",
+            )
+        if waited_s >= self.timeout_s:
+            self.pending = None
+            now = _differences(pending.overrides, running) or f"job {observation.job_state}"
+            return self._outcome(
+                "timed-out",
+                pending.overrides,
+                f"the patched parallelism did not show up within {self.timeout_s:g} s ({now}); "
+                "the override stays in the spec, the rescale counts as failed",
+            )
+        return None
+
+    def apply(self, decision: ScalingDecision, *, dry_run: bool = False) -> PatchOutcome:
+        """Patches the overrides of ``decision`` (every vertex's target parallelism);
+        while a patch is pending, patches nothing. Never raises."""
+        overrides = {vertex.vertex_id: vertex.proposed for vertex in decision.vertices}
+        pending = self.pending
+        if pending is not None:
+            running = {vertex.vertex_id: vertex.current for vertex in decision.vertices}
+            now = _differences(pending.overrides, running) or "the job is not running yet"
+            return self._outcome(
+                "pending",
+                pending.overrides,
+                f"the patch of {decision.time_s - pending.since_s:.0f} s ago has not shown up "
+                f"yet ({now}); not patched again until it does or {self.timeout_s:g} s pass",
+            )
+        try:
+            patch = deployment_patch(overrides)
+            validate_patch(patch)
+            if dry_run:
+                text = json.dumps(patch, sort_keys=True)
+                return self._outcome("dry-run", overrides, f"dry run, would merge-patch {text}")
+            if self.custom_objects is None:
+                raise OperatorApplyError(f"no Kubernetes API client to patch {self.deployment}")
+            apply_patch(
+                self.custom_objects,
+                namespace=self.deployment.namespace,
+                name=self.deployment.name,
+                parallelism=overrides,
+                request_timeout_s=self.request_timeout_s,
+            )
+        except (OperatorApplyError, OperatorPatchError) as exc:
+            return self._outcome("failed", overrides, str(exc))
+        except Exception as exc:  # it reports, it never raises into the loop
+            log.exception("patching FlinkDeployment %s failed", self.deployment)
+            return self._outcome("failed", overrides, f"{type(exc).__name__}: {exc}")
+        self.pending = PendingPatch(dict(overrides), decision.time_s)
+        value = format_overrides(overrides)
+        return self._outcome(
+            "patched",
+            overrides,
+            f"set {OVERRIDES_KEY}={value}; pending until Flink runs at it "
+            f"(up to {self.timeout_s:g} s)",
+        )

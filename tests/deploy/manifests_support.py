@@ -256,10 +256,10 @@ CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
     "patch_node": {("", "nodes", "patch")},
     "patch_namespaced_job": {("batch", "jobs", "patch")},
     "get_namespaced_custom_object": {("kubeflow.org", "pytorchjobs", "get")},
-    "patch_namespaced_custom_object": {
-        ("kubeflow.org", "pytorchjobs", "patch"),
-        ("flink.apache.org", "flinkdeployments", "patch"),
-    },
+    # LivePatcher: the loop's Patch actions (gpu-gang's PyTorchJob replicas). A
+    # FlinkDeployment is patched by `kubesage flink autoscale --flink-deployment`, which
+    # runs with its user's kubeconfig, not kubesage's ServiceAccount.
+    "patch_namespaced_custom_object": {("kubeflow.org", "pytorchjobs", "patch")},
     # resource.k8s.io (Dynamic Resource Allocation)
     "list_resource_slice": {  # informer: list + watch; ClaimAllocator: one node's slices
         ("resource.k8s.io", "resourceslices", "list"),
