@@ -17,8 +17,15 @@ pods all find a place wins, so the plan is the cheapest that works, within
 ``budget`` pods and ``max_trials`` candidates.
 
 Cost of moving a pod: ``1`` for best-effort (``BE``, or Kubernetes' ``BestEffort``),
-``2`` for latency-sensitive (``LS`` and others, ``Burstable`` among them);
-``Guaranteed`` pods and pods with priority above ``max_priority`` never move.
+``2`` for latency-sensitive (``LS`` and others, ``Burstable`` among them). Never moved:
+``Guaranteed`` pods, pods with priority above ``max_priority``, gang members (a request
+with a ``gang_id``: evicting one member stops the whole job) and the pods the caller
+names in ``pinned`` (``gpu-defrag`` pins the pods nothing would re-create once evicted,
+and the members of gangs and distributed jobs).
+
+Candidates are pruned only by what is certain: the request must fit in the cluster's
+free GPU. Whether the evicted pods then fit elsewhere is the re-placement's to find out
+(the GPU they free is part of the request's room, so their size bounds nothing).
 
 :func:`compact` is the background counterpart: without a pending request, it
 empties the partly used GPUs that are cheapest to empty, moving their pods onto
@@ -29,15 +36,17 @@ requests come.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray, IntArray
 from kubesage.core.errors import CapacityError
+from kubesage.core.k8s.gang import names_a_gang
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.state.fit import FitCheck, fit_report
 from kubesage.core.types import (
     GPU_MILLI_PER_GPU,
     MIG_COMPUTE_SLICES,
@@ -47,18 +56,62 @@ from kubesage.core.types import (
     PodRequest,
 )
 
+GPU_FREE_REASONS = (FitCheck.GPU_SHARE, FitCheck.WHOLE_GPUS, FitCheck.MIG_SLOT)
+"""Fit-rule reasons that moving pods can fix: the GPU is there, but not free in one place."""
 IMMOVABLE_QOS = ("Guaranteed",)
 BEST_EFFORT_QOS = ("BE", "BestEffort")
 """Cheapest to move: the traces' ``BE`` and Kubernetes' ``BestEffort`` QoS class."""
 
+DISTRIBUTED_JOB_KEYS = (
+    "training.kubeflow.org/job-name",
+    "training.kubeflow.org/replica-type",
+    "volcano.sh/job-name",
+    "scheduling.k8s.io/group-name",
+)
+"""Labels (or annotations) of a distributed job's pods (Kubeflow's training operator,
+Volcano), gang-annotated or not."""
+
 Running = tuple[PodRequest, Placement]
 
 
-def move_cost(pod: PodRequest, max_priority: int) -> float:
-    """What moving ``pod`` costs (inf when it must not move)."""
-    if pod.qos in IMMOVABLE_QOS or pod.priority > max_priority:
+def job_member(labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
+    """Whether a pod with these labels and annotations belongs to a gang (the gang
+    annotations of :mod:`~kubesage.core.k8s.gang`) or a distributed job
+    (:data:`DISTRIBUTED_JOB_KEYS`): evicting it would stop the whole job."""
+    if not labels and not annotations:
+        return False
+    return names_a_gang(annotations, labels) or any(
+        labels.get(key) or annotations.get(key) for key in DISTRIBUTED_JOB_KEYS
+    )
+
+
+def move_cost(pod: PodRequest, max_priority: int, pinned: Collection[str] = frozenset()) -> float:
+    """What moving ``pod`` costs (inf when it must not move: ``Guaranteed``, above
+    ``max_priority``, a gang member, or named in ``pinned``)."""
+    if (
+        pod.qos in IMMOVABLE_QOS
+        or pod.priority > max_priority
+        or pod.gang_id is not None
+        or pod.name in pinned
+    ):
         return float("inf")
     return 1.0 if pod.qos in BEST_EFFORT_QOS else 2.0
+
+
+def only_fragmentation(state: ClusterState, request: PodRequest) -> bool:
+    """Whether ``request`` is pending only because free GPU is scattered: no node fits it;
+    at least one fails the fit rule on free GPU alone (:data:`GPU_FREE_REASONS`: its CPU
+    and memory checks come first and passed); and the free GPU of the nodes that could
+    ever host it (no unresolvable reason) covers the request."""
+    if request.num_gpu == 0:
+        return False
+    report = fit_report(state, request)
+    if report.fits.any():
+        return False
+    if not np.isin(report.reasons, [int(reason) for reason in GPU_FREE_REASONS]).any():
+        return False
+    could_host = ~report.unresolvable
+    return int(state.gpu_free_milli_node[could_host].sum()) >= request.total_gpu_milli
 
 
 def _slice_mask(pod: PodRequest, placement: Placement) -> int:
@@ -86,6 +139,8 @@ class Defragmenter:
     """Pods above this priority never move."""
     max_trials: int = 32
     """Most candidates re-placed on a copy of the cluster for one request."""
+    pinned: frozenset[str] = field(default_factory=frozenset)
+    """Names of running pods that never move, whatever their QoS (module docstring)."""
 
     def plan(
         self,
@@ -97,7 +152,7 @@ class Defragmenter:
         if request.num_gpu == 0 or (request.is_gpu_sharing and request.mig is None):
             return None  # sharing pods fit in leftovers; not worth moving others for
         if state.gpu_free_milli_total < request.total_gpu_milli:
-            return None  # no amount of moving makes room
+            return None  # no amount of moving makes room (the one certain bound)
         nodes = self._candidate_nodes(state, request)
         if nodes.size == 0:
             return None
@@ -108,10 +163,9 @@ class Defragmenter:
             (
                 c
                 for c in self._candidates(state, nodes, by_node, request)
+                # Whether the evicted pods fit elsewhere is _try's to find out: the GPU
+                # they free is part of the request's room, so their size bounds nothing.
                 if 0 < len(c.evicted) <= self.budget
-                # The evicted pods and the request must all fit in what is free.
-                and sum(p.total_gpu_milli for p, _ in c.evicted) + request.total_gpu_milli
-                <= state.gpu_free_milli_total
             ),
             key=lambda c: (c.cost, len(c.evicted), c.node, c.gpus, c.mig_start or 0),
         )
@@ -123,7 +177,12 @@ class Defragmenter:
 
     @staticmethod
     def _candidate_nodes(state: ClusterState, request: PodRequest) -> IntArray:
-        """Nodes that could host ``request`` once emptied enough (vectorised pruning)."""
+        """Nodes that could host ``request`` once emptied enough (vectorised pruning).
+
+        Nothing is asked of the cluster's free GPU per node: emptying ``k`` GPUs frees
+        what their pods hold there, so those pods can fit elsewhere whenever ``k`` GPUs'
+        worth is free in the cluster, which :meth:`plan` checked.
+        """
         possible = (
             state.gpu_model_mask(request.gpu_models)
             & (state.node_mig_enabled if request.mig is not None else ~state.node_mig_enabled)
@@ -131,16 +190,6 @@ class Defragmenter:
             & (state.cpu_capacity_milli >= request.cpu_milli)
             & (state.memory_capacity_mib >= request.memory_mib)
         )
-        if request.mig is None:
-            # Emptying the k least used GPUs frees their used milli, which must then fit
-            # elsewhere: k whole GPUs plus that much must be free in the cluster.
-            used = np.where(
-                state.gpu_capacity_milli > 0,
-                state.gpu_capacity_milli - state.gpu_free_milli,
-                np.iinfo(np.int64).max // 64,
-            )
-            least = np.sort(used, axis=1)[:, : request.num_gpu].sum(axis=1)
-            possible &= least + request.total_gpu_milli <= state.gpu_free_milli_total
         return np.flatnonzero(possible)
 
     def _index(
@@ -154,7 +203,7 @@ class Defragmenter:
         for pod, placement in running.values():
             node = placement.node_index
             by_node.setdefault(node, []).append((pod, placement))
-            price = move_cost(pod, self.max_priority)
+            price = move_cost(pod, self.max_priority, self.pinned)
             for gpu, _ in placement.gpu_milli_by_index:
                 nodes.append(node)
                 gpus.append(gpu)
@@ -215,7 +264,7 @@ class Defragmenter:
         for pod, placement in pods:
             for gpu in placement.gpu_indices:
                 on_gpu[gpu].append((pod, placement))
-                cost[gpu] += move_cost(pod, self.max_priority)
+                cost[gpu] += move_cost(pod, self.max_priority, self.pinned)
         order = np.argsort(cost, kind="stable")[: request.num_gpu]
         if not np.isfinite(cost[order]).all():
             return
@@ -243,14 +292,14 @@ class Defragmenter:
                 evicted = [(p, pl) for p, pl in here if _slice_mask(p, pl) & want]
                 staying = sorted(
                     ((p, pl) for p, pl in here if not _slice_mask(p, pl) & want),
-                    key=lambda item: move_cost(item[0], self.max_priority),
+                    key=lambda item: move_cost(item[0], self.max_priority, self.pinned),
                 )
                 compute_used = sum(p.mig.compute_slices for p, _ in staying if p.mig)
                 while compute_used + shape.compute_slices > MIG_COMPUTE_SLICES and staying:
                     pod, placement = staying.pop(0)
                     evicted.append((pod, placement))
                     compute_used -= pod.mig.compute_slices if pod.mig else 0
-                cost = sum(move_cost(p, self.max_priority) for p, _ in evicted)
+                cost = sum(move_cost(p, self.max_priority, self.pinned) for p, _ in evicted)
                 if np.isfinite(cost):
                     yield _Candidate(cost, node, (gpu,), start, tuple(evicted))
 
@@ -302,6 +351,7 @@ def compact(
     budget: int,
     max_priority: int = 0,
     free_gpus_wanted: int | None = None,
+    pinned: Collection[str] = frozenset(),
 ) -> list[Migration]:
     """Background compaction: empty the cheapest partly used GPUs, at most ``budget`` moves.
 
@@ -311,7 +361,8 @@ def compact(
     GPU is emptied only when every one of its pods finds such a place. GPUs are
     tried from the cheapest to empty; each one emptied is one more whole GPU.
     With ``free_gpus_wanted``, nothing moves while at least that many GPUs are
-    empty, and compaction stops once they are.
+    empty, and compaction stops once they are. A GPU holding a pod that must not move
+    (:func:`move_cost`; ``pinned`` names some) is not emptied.
     """
     empty_now = int(np.count_nonzero(_empty_mask(state)))
     if budget <= 0 or (free_gpus_wanted is not None and empty_now >= free_gpus_wanted):
@@ -328,7 +379,7 @@ def compact(
             full = state.mig_free_slices[node, gpu] == 0
         else:
             full = state.gpu_free_milli[node, gpu] == 0
-        cost = sum(move_cost(p, max_priority) for p, _ in pods)
+        cost = sum(move_cost(p, max_priority, pinned) for p, _ in pods)
         if not full and np.isfinite(cost):
             partial.append((cost, len(pods), (node, gpu)))
     partial.sort()
@@ -390,6 +441,8 @@ class Compactor:
     free_share: float = 0.05
     """Compact only while fewer than this share of the cluster's GPUs are empty."""
     max_priority: int = 0
+    pinned: frozenset[str] = field(default_factory=frozenset)
+    """Names of running pods that never move."""
 
     def compact(self, state: ClusterState, running: Mapping[str, Running]) -> list[Migration]:
         wanted = math.ceil(self.free_share * int(state.gpu_count.sum()))
@@ -400,4 +453,5 @@ class Compactor:
             budget=self.budget,
             max_priority=self.max_priority,
             free_gpus_wanted=wanted,
+            pinned=self.pinned,
         )

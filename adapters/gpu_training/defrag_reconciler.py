@@ -1,13 +1,15 @@
 """``gpu-defrag``: migrations that let a GPU pod pending only for fragmentation fit.
 
 Every tick, for each pending GPU pod (not a gang member: ``gpu-gang`` places those)
-that fails **only for fragmentation** — no node fits; at least one node fails the fit
-rule on free GPU alone (:attr:`FitCheck.GPU_SHARE`, :attr:`FitCheck.WHOLE_GPUS` or
-:attr:`FitCheck.MIG_SLOT`: its CPU and memory checks come first and passed); and the
-free GPU of the nodes that could ever host it (no unresolvable reason) covers the
-request — the :class:`~kubesage.adapters.gpu_training.defrag.Defragmenter` is asked
-for the cheapest migration (best-effort pods first, ``Guaranteed`` pods and pods above
-``max_priority`` never). The answer is one :class:`~kubesage.core.loop.actions.Plan`:
+pending **only for fragmentation**
+(:func:`~kubesage.adapters.gpu_training.defrag.only_fragmentation`), the
+:class:`~kubesage.adapters.gpu_training.defrag.Defragmenter` is asked for the cheapest
+migration (best-effort pods first). Never moved: ``Guaranteed`` pods, pods above
+``max_priority``, and :func:`never_moves`' — a pod without an owner (once evicted,
+nothing re-creates it) or re-created on its own node only (a DaemonSet's), a gang or
+distributed job's member (its eviction stops the whole job), and a MIG instance where
+the loop cannot apply a re-layout (its evictions would come before a label step bound
+to fail). The answer is one :class:`~kubesage.core.loop.actions.Plan`:
 
 - reservations: the waiting pod's target placement and every moved pod's new one,
   as they stand *after* the plan's evictions (the loop reserves them against the
@@ -16,24 +18,20 @@ for the cheapest migration (best-effort pods first, ``Guaranteed`` pods and pods
   mig-parted configuration (:mod:`~kubesage.adapters.gpu_training.relayout`); bind each
   moved pod at its new placement; bind the waiting pod.
 
-The re-placement binds name the evicted pod and its owner (:attr:`Bind.owner`). In the
-embedded cluster the same pod comes back pending under its name; on a live cluster its
-controller creates a replacement with a new name, which the live Bind actuator matches
-to the bind step by owner and request shape (the step carries the request); with no
-replacement yet the step is refused and the plan stops (and is finished later, below).
-
-A plan that stops after an eviction (a refused or failed step) leaves the evicted pod
-pending; the reconciler remembers the pods its plans bind and, on a later tick, binds
-each still pending evicted pod again (at its planned place when that is free, else
-where the policy puts it), then the waiting pod once it fits — no pod is lost, and the
-migration is finished rather than undone.
+The re-placement binds name the evicted pod and its owner (:attr:`Bind.owner`): the
+embedded cluster keeps the pod pending under its name; on a live cluster the Bind
+actuator binds the replacement its controller creates (same owner and request shape),
+and with none yet the step is refused and the plan stops. Then the reconciler, which
+remembers the pods its plans bind, binds each evicted pod still pending on a later
+tick (at its planned place when free, else where the policy puts it), then the waiting
+pod once it fits: no pod is lost, and the migration is finished rather than undone.
 
 The plans of one tick evict at most :attr:`DefragSettings.eviction_budget` pods in
-all; with a budget of 0 nothing is planned and a note says which pods wait for it.
-With budget left and no migration planned, background compaction
+all (0: nothing is planned, and a note says which pods wait). With budget left and no
+migration planned, background compaction
 (:class:`~kubesage.adapters.gpu_training.defrag.Compactor`) runs when fewer than
-``compact_free_share`` of the GPUs are empty, at most once per
-``compact_interval_s`` (kept in the reconciler's memory), each move a plan of its own.
+``compact_free_share`` of the GPUs are empty, at most once per ``compact_interval_s``
+(kept in the reconciler's memory), each move a plan of its own.
 """
 
 from __future__ import annotations
@@ -42,9 +40,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter, move_cost
+from kubesage.adapters.gpu_training.defrag import (
+    Compactor,
+    Defragmenter,
+    job_member,
+    move_cost,
+    only_fragmentation,
+)
 from kubesage.adapters.gpu_training.loop_support import (
     Running,
     gang_spec,
@@ -59,14 +61,12 @@ from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
-from kubesage.core.state.fit import FitCheck, fit_report
+from kubesage.core.state.fit import fit_report
 from kubesage.core.types import Migration, Placement, PodRequest
 
 NAME = "gpu-defrag"
 
-GPU_FREE_REASONS = (FitCheck.GPU_SHARE, FitCheck.WHOLE_GPUS, FitCheck.MIG_SLOT)
-"""Fit-rule reasons that moving pods can fix: the GPU is there, but not free in one place."""
-
+NODE_BOUND_OWNERS = ("DaemonSet", "Node")  # re-create a pod on its node (Node: static pods)
 COMPACTED_AT = "compacted_at_s"
 """Memory key: when the last compaction plans were asked for (the loop's clock)."""
 STOPPED = "in_flight"
@@ -93,19 +93,28 @@ class DefragSettings:
     """Compact in the background while fewer than this share of GPUs are empty (0: never)."""
     compact_interval_s: float = 600.0
     """Least time between two compaction rounds."""
+    evicted_pods_come_back: bool = False
+    """True where an evicted pod comes back pending under its own name (the embedded
+    cluster, the simulator). False (a live cluster): a pod without an owner never moves."""
+    relayouts: bool = False
+    """True where the loop can apply a MIG re-layout (its ``label-node`` actuator publishes
+    mig-parted configs: ``--mig-config-map``). False: MIG instances never move."""
 
 
-def only_fragmentation(state: ClusterState, request: PodRequest) -> bool:
-    """Whether ``request`` is pending only because free GPU is scattered (module docstring)."""
-    if request.num_gpu == 0:
-        return False
-    report = fit_report(state, request)
-    if report.fits.any():
-        return False
-    if not np.isin(report.reasons, [int(reason) for reason in GPU_FREE_REASONS]).any():
-        return False
-    could_host = ~report.unresolvable
-    return int(state.gpu_free_milli_node[could_host].sum()) >= request.total_gpu_milli
+def never_moves(info: PodInfo, settings: DefragSettings) -> bool:
+    """Whether ``info`` must not be evicted, whatever its QoS (the module docstring)."""
+    return (
+        (info.owner is None and not settings.evicted_pods_come_back)  # a notebook, say
+        or (info.owner is not None and info.owner.kind in NODE_BOUND_OWNERS)
+        or info.gang is not None
+        or info.request.gang_id is not None
+        or job_member(info.labels, info.annotations)
+        or (info.request.mig is not None and not settings.relayouts)
+    )
+
+
+def _pinned(infos: Mapping[str, PodInfo], settings: DefragSettings) -> frozenset[str]:
+    return frozenset(name for name, info in infos.items() if never_moves(info, settings))
 
 
 @dataclass(frozen=True)
@@ -119,8 +128,7 @@ class DefragReconciler:
 
     @property
     def reads(self) -> frozenset[str]:
-        """Only the cluster (pods, placements, fit reasons): a stale metrics source does not
-        hold back a migration."""
+        """Only the cluster: a stale metrics source does not hold back a migration."""
         return frozenset()
 
     def reconcile(self, view: WorldView) -> Reconciled:
@@ -146,6 +154,7 @@ class DefragReconciler:
                 ],
             )
         notes: list[str] = []
+        pinned: frozenset[str] | None = None  # asked of every running pod: only when needed
         left = settings.eviction_budget
         labels_left = _UNLIMITED if settings.relayout_budget is None else settings.relayout_budget
         migrations = 0
@@ -156,7 +165,8 @@ class DefragReconciler:
             if left <= 0:
                 notes.append(f"{pod.ref}: this tick's eviction budget is spent; next tick")
                 continue
-            planned = self._migration(state, running, infos, pod, left, labels_left)
+            pinned = _pinned(infos, settings) if pinned is None else pinned
+            planned = self._migration(state, running, infos, pinned, pod, left, labels_left)
             if isinstance(planned, str):
                 notes.append(planned)
                 continue
@@ -164,9 +174,10 @@ class DefragReconciler:
             actions.append(plan)
             migrations += 1
             left -= _remember(plan, stopped)
-            labels_left -= _relabels(plan)
+            labels_left -= sum(isinstance(step, LabelNode) for step in plan.steps)
         if not migrations and left > 0 and self._compaction_due(view):
-            plans = self._compaction(state, running, infos, left, labels_left, notes)
+            pinned = _pinned(infos, settings) if pinned is None else pinned
+            plans = self._compaction(state, running, infos, pinned, left, labels_left, notes)
             for plan in plans:
                 _remember(plan, stopped)
             if plans:
@@ -178,13 +189,9 @@ class DefragReconciler:
     def _finish_stopped(
         self, view: WorldView, state: ClusterState
     ) -> tuple[list[Plan], dict[str, dict[str, Any]]]:
-        """Finish what an earlier plan of ours left half-done (a step failed or was
-        refused after an eviction): bind again each pod it evicted that is still pending
-        (at the plan's target when that is still free), then its waiting pod once it fits.
-
+        """Finish what an earlier plan of ours left half-done (the module docstring).
         Pods our plans named are remembered (``namespace/name`` → plan id and target)
-        until they run again or are gone; ``state`` takes the new placements.
-        """
+        until they run again or are gone; ``state`` takes the new placements."""
         remembered: Mapping[str, Mapping[str, Any]] = view.memory.get(STOPPED) or {}
         still: dict[str, dict[str, Any]] = {}
         plans: list[Plan] = []
@@ -235,29 +242,30 @@ class DefragReconciler:
         state: ClusterState,
         running: dict[str, Running],
         infos: Mapping[str, PodInfo],
+        pinned: frozenset[str],
         waiting: PodInfo,
         budget: int,
         relayouts: int,
     ) -> tuple[Plan, ClusterState] | str:
-        """The plan for ``waiting`` and the state after it, or why none.
-
-        ``running`` is updated to after the plan: the moved pods at their new places, and
-        the waiting pod as a pod that never moves (so a later plan this tick neither
-        evicts it nor takes its room).
-        """
+        """The plan for ``waiting`` and the state after it, or why none. ``running`` is
+        updated to after the plan: the moved pods at their new places, the waiting pod as
+        one that never moves (a later plan this tick neither evicts it nor takes its room)."""
         settings = self.settings
         request = waiting.request
+        if request.mig is not None and not settings.relayouts:
+            return f"{waiting.ref}: making room for a MIG instance {_NO_RELAYOUTS}"
         moves = Defragmenter(
             self.policy,
             budget=budget,
             max_priority=settings.max_priority,
             max_trials=settings.max_trials,
+            pinned=pinned,
         ).plan(state, running, request)
         if moves is None:
             return (
                 f"{waiting.ref} is pending only for fragmentation, and no migration of at most "
-                f"{budget} pod(s) makes room (Guaranteed pods and pods above priority "
-                f"{settings.max_priority} never move)"
+                f"{budget} pod(s) makes room (never moved: Guaranteed pods, pods above priority "
+                f"{settings.max_priority}, gang and job members, pods nothing re-creates)"
             )
         trial = state.copy()
         for name, _ in moves:
@@ -349,14 +357,14 @@ class DefragReconciler:
         plan_id: str,
         why: str,
     ) -> list[Action] | str:
-        """A mig-parted label for every MIG node whose layout ``moves`` change, or why
-        there can be none (a node's GPU model has no MIG catalogue or lacks a profile:
-        the migration is then not planned, rather than evicting for a layout nobody
-        can apply)."""
+        """A mig-parted label for every MIG node whose layout ``moves`` change, or why none
+        can be applied (then no migration: no evictions for a layout nobody applies)."""
         try:
             relayouts = relayout_plans(state, running, moves)
         except InputError as exc:
             return f"{why}: no MIG re-layout can be planned ({exc}); migration not planned"
+        if relayouts and not self.settings.relayouts:
+            return f"{why}: the migration {_NO_RELAYOUTS}"
         return [
             LabelNode(
                 reconciler=NAME,
@@ -389,6 +397,7 @@ class DefragReconciler:
         state: ClusterState,
         running: dict[str, Running],
         infos: Mapping[str, PodInfo],
+        pinned: frozenset[str],
         budget: int,
         relayouts: int,
         notes: list[str],
@@ -402,6 +411,7 @@ class DefragReconciler:
             budget=budget,
             free_share=settings.compact_free_share,
             max_priority=settings.max_priority,
+            pinned=pinned,
         ).compact(state, running)
         plans: list[Plan] = []
         for name, target in moves:
@@ -479,9 +489,9 @@ def _fits_at(state: ClusterState, request: PodRequest, target: Any) -> Placement
     return placement
 
 
+_NO_RELAYOUTS = (
+    "re-lays out MIG nodes, which this loop cannot apply (no ConfigMap to publish the "
+    "mig-parted config in: kubesage serve --mig-config-map); migration not planned"
+)
 _UNLIMITED = 1 << 30
 """A budget that never runs out."""
-
-
-def _relabels(plan: Plan) -> int:
-    return sum(1 for step in plan.steps if isinstance(step, LabelNode))

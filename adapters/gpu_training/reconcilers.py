@@ -106,6 +106,12 @@ def reconcilers_for(
         policy = make_policy(FALLBACK_POLICY, PolicyContext(workload=context.workload))
     limits = context.settings.budgets.limits
     settings = settings or GpuLoopSettings()
+    defrag = dataclasses.replace(
+        settings.defrag,
+        evicted_pods_come_back=context.evicted_pods_come_back,
+        relayouts=context.relayouts,
+    )
+    settings = dataclasses.replace(settings, defrag=defrag)
     if context.topology is not None:
         gang = dataclasses.replace(settings.gang, claims_gangs=True)
         settings = dataclasses.replace(settings, gang=gang)

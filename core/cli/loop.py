@@ -205,6 +205,7 @@ def embedded_loop(
         topology=loop_topology(settings),
         policy=policy_name,
         workload=workload,
+        evicted_pods_come_back=True,  # evict() keeps the pod pending, as it was
     )
     return build_loop(
         EmbeddedClusterCollector(cluster),
@@ -237,6 +238,7 @@ def live_loop(
         topology=loop_topology(settings),
         policy=policy_name,
         workload=tuple(workload),
+        relayouts=settings.mig_config_map is not None,
     )
     collector = LiveClusterCollector(sync, [scheduler_name] if scheduler_name else [])
     # Its own policy instance: policy caches are not shared across threads.

@@ -274,15 +274,19 @@ def pod_info(pod: Mapping[str, Any], placement: Any = None) -> PodInfo | None:
         str(metadata.get("name")),
         str(metadata.get("uid") or ""),
     )
+    # The controller (the one reference marked so) re-creates the pod; another owner
+    # (a garbage-collection parent) does not.
     owners = metadata.get("ownerReferences") or []
+    controller = next(
+        (o for o in owners if isinstance(o, Mapping) and o.get("controller") is True), None
+    )
     owner = None
-    if owners and isinstance(owners[0], Mapping):
-        first = owners[0]
+    if controller is not None:
         owner = ObjectRef(
-            str(first.get("apiVersion", "")),
-            str(first.get("kind", "")),
+            str(controller.get("apiVersion", "")),
+            str(controller.get("kind", "")),
             ref.namespace,
-            str(first.get("name", "")),
+            str(controller.get("name", "")),
         )
     return PodInfo(
         ref,

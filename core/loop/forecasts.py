@@ -8,6 +8,12 @@ start, reported as ``source == "last-value"`` in ``/healthz``, ``/debug/loop`` a
 the audit log. A forecaster (an ST-GCN file, say) is asked once per tick over the
 rolling history of the series it knows, laid on the loop's ticks (a tick without a
 sample is NaN), and may answer for some series only; the rest keep the last value.
+
+Telemetry that stops (an exporter that died, a node gone) expires: a series with no
+sample in its last ``stale_steps`` ticks (:data:`DEFAULT_STALE_STEPS`, a minute at the
+default 5 s tick — the loop's default data age) forecasts nothing (``predict`` returns
+None, which readers take as "no forecast"), and one with no sample in its last
+``forget_steps`` ticks (by default its whole rolling history) is dropped.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ GPU_UTIL_METRIC = "dcgm.gpu_util_percent.gpu{gpu}"
 readings go under the same name."""
 DEFAULT_HISTORY = 64
 """Samples kept per series (at the default 5 s tick: about five minutes)."""
+DEFAULT_STALE_STEPS = 12
+"""Ticks a series' last sample is forecast from (at the default 5 s tick: a minute, the
+loop's default ``max_data_age_s``); after that, no forecast."""
 
 Series = tuple[str, str]
 """(entity, metric)."""
@@ -77,11 +86,28 @@ class TrainedForecaster(Protocol):
 class ForecastPanel:
     """Rolling history per (entity, metric) and this tick's predictions."""
 
-    def __init__(self, *, horizon_steps: int = 1, history: int = DEFAULT_HISTORY) -> None:
+    def __init__(
+        self,
+        *,
+        horizon_steps: int = 1,
+        history: int = DEFAULT_HISTORY,
+        stale_steps: int = DEFAULT_STALE_STEPS,
+        forget_steps: int | None = None,
+    ) -> None:
+        """``stale_steps``: a series whose last sample is that many ticks old or older
+        forecasts nothing; ``forget_steps`` (None: ``max(history, stale_steps)``): one
+        whose last sample is that old is dropped (module docstring)."""
         if horizon_steps < 1:
             raise ValueError(f"horizon_steps must be at least 1, got {horizon_steps}")
+        if stale_steps < 1:
+            raise ValueError(f"stale_steps must be at least 1, got {stale_steps}")
+        forget = max(history, stale_steps) if forget_steps is None else forget_steps
+        if forget < stale_steps:
+            raise ValueError(f"forget_steps ({forget}) must be at least stale_steps")
         self._horizon = horizon_steps
         self._history_len = history
+        self._stale = stale_steps
+        self._forget = forget
         self._history: dict[Series, deque[tuple[int, float]]] = {}
         """Per series, its latest samples as (tick, value)."""
         self._tick = 0
@@ -102,11 +128,20 @@ class ForecastPanel:
         return self._horizon
 
     def predict(self, entity: str, metric: str) -> float | None:
+        """The forecast, or None: the series is unknown, or its last sample is
+        ``stale_steps`` ticks old or older (stale telemetry forecasts nothing)."""
         series = (entity, metric)
+        values = self._history.get(series)
+        if not values or self._age(values[-1][0]) >= self._stale:
+            return None
         if series in self._predicted:
             return self._predicted[series]
-        values = self._history.get(series)
-        return values[-1][1] if values else None
+        return values[-1][1]
+
+    def _age(self, tick: int) -> int:
+        """Ticks since ``tick``, as predictions (made after :meth:`refresh`) see it: 0 for
+        a sample of the tick just ended (or of the one under way)."""
+        return max(0, self._tick - 1 - tick)
 
     # -- feeding ------------------------------------------------------------------------
 
@@ -144,12 +179,25 @@ class ForecastPanel:
         for what it does not answer."""
         self.version += 1
         tick, self._tick = self._tick, self._tick + 1
+        if tick % self._stale == 0:  # a pass over every series, now and then
+            self._drop_forgotten()
         if self._forecaster is None:
             self._predicted = {}
             return
         self._predicted = {}  # cleared first: a forecaster that raises leaves last values
         history = self._on_ticks(tick, self._forecaster)
         self._predicted = dict(self._forecaster.forecast(history, self._horizon))
+
+    def _drop_forgotten(self) -> None:
+        """Drop the series whose last sample is ``forget_steps`` ticks old or older (run
+        every ``stale_steps`` ticks: a series goes at most that many ticks late)."""
+        forgotten = [
+            series
+            for series, samples in self._history.items()
+            if self._age(samples[-1][0]) >= self._forget
+        ]
+        for series in forgotten:
+            del self._history[series]
 
     def _on_ticks(
         self, tick: int, forecaster: TrainedForecaster
@@ -179,7 +227,7 @@ class ForecastPanel:
 
     @property
     def seen(self) -> int:
-        """Series with samples."""
+        """Series with samples (those not yet dropped)."""
         return len(self._history)
 
     def series(self) -> list[Series]:

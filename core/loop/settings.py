@@ -62,3 +62,10 @@ class ReconcilerContext:
     """The scheduling policy's registry name (``kubesage serve --policy``)."""
     workload: tuple[PodRequest, ...] = ()
     """Typical pods the policy measures fragmentation against (FGD)."""
+    evicted_pods_come_back: bool = False
+    """The cluster keeps an evicted pod pending under its own name (the embedded cluster,
+    the simulator), so a pod with no controller may be moved; on a live cluster only a
+    controller re-creates it."""
+    relayouts: bool = False
+    """MIG re-layouts can be applied on nodes without DRA (the loop publishes their
+    mig-parted config: ``LoopSettings.mig_config_map``), so defragmentation may plan them."""

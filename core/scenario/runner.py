@@ -142,7 +142,11 @@ def run_variant(
     if uses_loop(variant):
         loop_settings = LoopSettings(tick_s=settings.tick_s, max_data_age_s=None)
         context = ReconcilerContext(
-            settings=loop_settings, topology=drtg, policy=settings.policy, workload=typical
+            settings=loop_settings,
+            topology=drtg,
+            policy=settings.policy,
+            workload=typical,
+            evicted_pods_come_back=True,  # the simulator re-places an evicted pod itself
         )
         loop_reconcilers = reconcilers_for(variant, context)
         control = ControlLoop(

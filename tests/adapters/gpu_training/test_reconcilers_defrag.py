@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -27,11 +28,15 @@ from tests.adapters.gpu_training.test_mig_cluster import H100, mig_node
 from tests.builders import node
 
 BIG = request("big", gpus=2, cpu=8_000, memory=32_768)
+EMBEDDED_MIG = DefragSettings(evicted_pods_come_back=True, relayouts=True)
+"""As on the embedded cluster (evicted pods come back) with re-layouts applied."""
 
 
 def reconciler(eviction_budget: int = 4) -> DefragReconciler:
     policy = make_policy("bestfit", PolicyContext(workload=[BIG]))
-    settings = DefragSettings(eviction_budget=eviction_budget, compact_free_share=0.0)
+    settings = DefragSettings(
+        eviction_budget=eviction_budget, compact_free_share=0.0, evicted_pods_come_back=True
+    )
     return DefragReconciler(policy, settings)
 
 
@@ -136,7 +141,13 @@ def test_background_compaction_is_budgeted_separate_plans_with_a_cooldown() -> N
     ]
     policy = make_policy("bestfit", PolicyContext(workload=[BIG]))
     defrag = DefragReconciler(
-        policy, DefragSettings(eviction_budget=3, compact_free_share=0.5, compact_interval_s=60)
+        policy,
+        DefragSettings(
+            eviction_budget=3,
+            compact_free_share=0.5,
+            compact_interval_s=60,
+            evicted_pods_come_back=True,
+        ),
     )
     result = defrag.reconcile(view(state, pods, now_s=100.0))
     plans = [a for a in result.actions if isinstance(a, Plan)]
@@ -164,7 +175,7 @@ def test_a_mig_migration_relabels_the_nodes_whose_layout_changes() -> None:
     pods.append(info(big))
     assert only_fragmentation(state, big)
     policy = make_policy("migpacking", PolicyContext(workload=[big]))
-    plan = only_plan(DefragReconciler(policy).reconcile(view(state, pods)))
+    plan = only_plan(DefragReconciler(policy, EMBEDDED_MIG).reconcile(view(state, pods)))
     kinds = [type(step).__name__ for step in plan.steps]
     assert kinds[0] == "Evict" and kinds[-1] == "Bind" and "LabelNode" in kinds
     evict = plan.steps[0]
@@ -177,7 +188,7 @@ def test_a_mig_migration_relabels_the_nodes_whose_layout_changes() -> None:
         # The config the label names travels with it, to be published before the label.
         assert step.mig_parted is not None and list(step.mig_parted["mig-configs"]) == [value]
     # Two re-layouts where the loop allows one per tick: not asked for, and said why.
-    tight = DefragReconciler(policy, DefragSettings(relayout_budget=1))
+    tight = DefragReconciler(policy, replace(EMBEDDED_MIG, relayout_budget=1))
     result = tight.reconcile(view(state, pods))
     assert not result.actions and "re-layout budget allows 1" in result.notes[0]
 
@@ -212,7 +223,7 @@ def test_a_mig_node_without_a_catalogue_gets_a_note_not_an_exception() -> None:
     pods.append(info(big))
     assert only_fragmentation(state, big)
     policy = make_policy("migpacking", PolicyContext(workload=[big]))
-    result = DefragReconciler(policy).reconcile(view(state, pods))
+    result = DefragReconciler(policy, EMBEDDED_MIG).reconcile(view(state, pods))
     assert not result.actions
     migration, compaction = result.notes  # the waiting pod's, then background compaction's
     assert migration.startswith("make room for default/big7")

@@ -41,7 +41,9 @@ def fragmented_cluster() -> EmbeddedCluster:
 
 def loop(cluster: EmbeddedCluster, evictions: int) -> ControlLoop:
     policy = make_policy("bestfit", PolicyContext(workload=[BIG]))
-    settings = DefragSettings(eviction_budget=evictions, compact_free_share=0.0)
+    settings = DefragSettings(
+        eviction_budget=evictions, compact_free_share=0.0, evicted_pods_come_back=True
+    )
     return ControlLoop(
         SimulatedClock(),
         {"embedded": EmbeddedClusterCollector(cluster)},
