@@ -12,12 +12,13 @@ import typer
 import yaml
 
 from kubesage.core.cli.errors import stderr, user_errors
-from kubesage.core.config import API_VERSION, load_config, read_config_text
+from kubesage.core.config import load_config, read_config_text
 from kubesage.core.dra.nodes import node_devices
 from kubesage.core.errors import InputError
 from kubesage.core.topology.discovery import (
     DEFAULT_RACK_LABEL,
     split_kubectl_list,
+    topology_document,
     topology_from_nodes,
 )
 from kubesage.core.topology.examples import topology_file
@@ -106,14 +107,7 @@ def discover(
         zone_uplink_gbps=zone_uplink_gbps,
         devices=devices,
     )
-    rendered = yaml.safe_dump(
-        {
-            "apiVersion": API_VERSION,
-            "kind": TOPOLOGY_KIND,
-            "spec": spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
-        },
-        sort_keys=False,
-    )
+    rendered = yaml.safe_dump(topology_document(spec), sort_keys=False)
     if output is None:
         typer.echo(rendered, nl=False)
     else:

@@ -16,9 +16,8 @@ object). Only what the scheduler counts is read:
   GPU catalogue.
 - **GPU model constraints**: ``nodeSelector`` on GPU Feature Discovery's
   ``nvidia.com/gpu.product`` or the annotation :data:`GPU_MODELS_ANNOTATION`.
-- **Node allocatable** (not capacity), the GFD product label for the GPU model,
-  ``nvidia.com/gpu.count``/``nvidia.com/gpu.memory`` and the zone and rack labels
-  that :mod:`kubesage.core.topology.discovery` reads.
+- **Node allocatable** (not capacity) and the labels :mod:`~kubesage.core.topology.discovery`
+  reads (GPU product, count, memory, zone, rack; a MIG-device product is refused).
 
 Quantities are parsed exactly (:func:`parse_quantity` → ``Decimal``); a pod's
 requests round up and a node's allocatable rounds down, so a rounding error can
@@ -47,6 +46,8 @@ from kubesage.core.topology.discovery import (
     GPU_RESOURCE,
     ZONE_LABEL,
     gpu_model_from_product,
+    mig_device_refusal,
+    names_mig_device,
 )
 from kubesage.core.types import (
     GPU_MILLI_PER_GPU,
@@ -457,11 +458,13 @@ def node_spec(node: Mapping[str, Any], *, rack_label: str = DEFAULT_RACK_LABEL) 
     mig_enabled = any(
         key.startswith(MIG_RESOURCE_PREFIX) and value > 0 for key, value in allocatable.items()
     )
-    where = f"{path}.status.allocatable"
+    where, product = f"{path}.status.allocatable", labels.get(GPU_PRODUCT_LABEL)
     gpus = _whole_count(allocatable.get(GPU_RESOURCE, Decimal(0)), f"{where}.{GPU_RESOURCE}")
+    if product and gpus and names_mig_device(product):
+        label = f"{path}.metadata.labels.{GPU_PRODUCT_LABEL}"
+        raise TranslateError(f"{mig_device_refusal(product)}; use 'mixed' or DRA", path=label)
     if mig_enabled:
         gpus = _label_int(labels, GPU_COUNT_LABEL, path) or _mig_gpu_count(allocatable, where)
-    product = labels.get(GPU_PRODUCT_LABEL)
     gpu_model = (
         (gpu_model_from_product(product) if product else UNKNOWN_GPU_MODEL) if gpus else None
     )

@@ -219,6 +219,11 @@ class DRTG:
 
     # -- telemetry -----------------------------------------------------------------------
 
+    @property
+    def late_samples(self) -> int:
+        """Samples :meth:`observe` dropped: already older than the window on arrival."""
+        return self._window.late_samples
+
     def observe(
         self,
         edges: npt.ArrayLike,

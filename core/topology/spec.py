@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kubesage.core.config import StrictModel
 
 TOPOLOGY_KIND = "Topology"
+MAX_TEMPLATE_GPUS = 64
+"""The most GPUs one node template holds."""
 
 
 class NvlinkSpec(StrictModel):
@@ -44,7 +46,7 @@ class NvlinkSpec(StrictModel):
 
 class NodeTemplate(StrictModel):
     gpu_model: str | None = None
-    gpus: int = Field(8, ge=0, le=64)
+    gpus: int = Field(8, ge=0, le=MAX_TEMPLATE_GPUS)
     sockets: int = Field(2, ge=1, le=8)
     gpus_per_switch: int = Field(2, ge=1, le=16)
     pcie_generation: Literal[3, 4, 5] = 4
@@ -78,7 +80,7 @@ class ZoneSpec(StrictModel):
 class GpuIdentity(StrictModel):
     """Who one GPU of a named node is, as its DRA driver publishes it (ResourceSlices)."""
 
-    index: int = Field(ge=0, le=63)
+    index: int = Field(ge=0, le=MAX_TEMPLATE_GPUS - 1)
     """The GPU's local index: the DRTG vertex ``<node>/gpu<index>``."""
     device: str | None = None
     """The DRA device name an allocation names (``gpu-3``); None for a GPU in MIG mode,
@@ -129,6 +131,13 @@ class TopologySpec(StrictModel):
     node_templates: dict[str, NodeTemplate]
     zones: list[ZoneSpec]
     racks: list[RackSpec]
+
+    @field_validator("racks")
+    @classmethod
+    def _some_racks(cls, racks: list[RackSpec]) -> list[RackSpec]:
+        if not racks:
+            raise ValueError("a topology needs at least one rack (and the zone it is in)")
+        return racks
 
     @model_validator(mode="after")
     def _references(self) -> TopologySpec:

@@ -286,3 +286,14 @@ def test_bad_nodes_raise_with_the_field_path(change: dict[str, Any], match: str)
     node["status"].update(change)
     with pytest.raises(TranslateError, match=match):
         node_spec(node)
+
+
+def test_a_node_under_the_mig_single_strategy_is_refused_not_read_as_56_gpus() -> None:
+    node = v1_node("mig-single", gpus=56, product="NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+    with pytest.raises(TranslateError, match=r"is a MIG device.*'mixed' or DRA") as refused:
+        node_spec(node)
+    assert "metadata.labels.nvidia.com/gpu.product" in str(refused.value)
+    # A node whose GPUs come from DRA ResourceSlices publishes no nvidia.com/gpu: kept.
+    assert (
+        node_spec(v1_node("dra", gpus=0, product="NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")).gpu_count == 0
+    )
