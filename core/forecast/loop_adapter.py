@@ -19,6 +19,13 @@ the model's (a node's ``dcgm.gpu_util_percent.gpu0`` for a model trained on
 ``gpu_duty_cycle``) are mapped by ``rename``. Only series the loop has seen get an
 answer; the rest keep the loop's last value.
 
+A model whose entities and metrics are none of the loop's (one trained on pods, or on
+another cluster's nodes) would answer nothing, forever: once the loop has asked it for
+as many ticks as its history and it knows none of the series the loop has, it logs a
+warning once naming the model's entities and metrics and the loop's, keeps the reason in
+:attr:`LoopForecaster.mismatch`, and its name — the loop's forecast ``source`` in
+``/healthz`` and ``/debug/loop`` — says ``(matches no series)`` until it matches one.
+
 :func:`load_loop_forecaster` reads a model file for ``kubesage serve --forecast-model``
 (one trained by ``kubesage forecast train --prometheus``, whose entities are the nodes
 and whose metrics are the loop's own column names; with ``--quantile`` the loop reads
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -71,6 +78,7 @@ class LoopForecaster:
         step_s: float = 1.0,
         history_steps: int = 1,
         horizon_steps: int = 1,
+        path: Path | None = None,
     ) -> None:
         self.forecaster = forecaster
         self.entities = tuple(entities)
@@ -84,14 +92,26 @@ class LoopForecaster:
         """The farthest step the model forecasts."""
         self._entity_index = {e: i for i, e in enumerate(self.entities)}
         self._metric_index = {m: i for i, m in enumerate(self.metrics)}
+        self.path = path
+        """The file the model came from (None: built in memory)."""
         self._cells: dict[Series, tuple[int, int] | None] = {}
+        self._matched = False
+        """Whether any series the loop asked about is one of the model's."""
+        self._ticks = 0
+        """Times the loop asked for forecasts: one per tick."""
+        self.mismatch = ""
+        """Why the model answers none of the loop's series ("" while it knows one of them,
+        or before the loop has asked for ``history_steps`` ticks); see the module docstring."""
 
     @property
     def name(self) -> str:
-        """The model's name; an upper quantile's says its level (``stgcn@q0.95``)."""
+        """The model's name; an upper quantile's says its level (``stgcn@q0.95``); and
+        ``(matches no series)`` after it while :attr:`mismatch` is set."""
         if isinstance(self.forecaster, QuantileForecaster):
-            return f"{self.forecaster.name}@q{self.forecaster.quantile:g}"
-        return self.forecaster.name
+            name = f"{self.forecaster.name}@q{self.forecaster.quantile:g}"
+        else:
+            name = self.forecaster.name
+        return f"{name} (matches no series)" if self.mismatch else name
 
     def _cell(self, series: Series) -> tuple[int, int] | None:
         """The model's (entity, metric) indices of a loop series (None: not the model's)."""
@@ -101,6 +121,11 @@ class LoopForecaster:
         n = self._entity_index.get(entity)
         m = self._metric_index.get(self.rename.get(metric, metric))
         cell = self._cells[series] = None if n is None or m is None else (n, m)
+        if cell is not None and not self._matched:
+            self._matched = True
+            if self.mismatch:
+                self.mismatch = ""
+                log.info("forecaster %s now knows a series of the loop's: %s", self.name, series)
         return cell
 
     def knows(self, series: Series) -> bool:
@@ -135,6 +160,9 @@ class LoopForecaster:
         self, history: Mapping[Series, Sequence[float]], horizon_steps: int
     ) -> Mapping[Series, float]:
         """The forecast ``horizon_steps`` ahead for every seen series the model knows."""
+        self._ticks += 1
+        if not self._matched and not self.mismatch and self._ticks >= self.history_steps:
+            self._check_match()
         panel = self.panel_of(history)
         if panel.steps == 0:
             return {}
@@ -146,6 +174,29 @@ class LoopForecaster:
             if cell is not None and sampled[cell]:
                 out[series] = float(values[cell])
         return out
+
+    def _check_match(self) -> None:
+        """Set :attr:`mismatch` and warn when the loop has series and the model knows none."""
+        if not self._cells:
+            return  # no telemetry yet: nothing to match
+        theirs = [series for series, cell in self._cells.items() if cell is None]
+        origin = f" from {self.path}" if self.path is not None else ""
+        self.mismatch = (
+            f"forecaster {self.name}{origin} knows none of the loop's {len(theirs)} series "
+            f"after {self._ticks} tick(s): it was trained on entities "
+            f"{_few(self.entities)} and metrics {_few(self.metrics)}, the loop has entities "
+            f"{_few({e for e, _ in theirs})} and metrics {_few({m for _, m in theirs})}; "
+            "every forecast is the last value (train it on these nodes' metrics: "
+            "`kubesage forecast train --prometheus`)"
+        )
+        log.warning("%s", self.mismatch)
+
+
+def _few(names: Iterable[str]) -> str:
+    """Up to three of ``names``, sorted, and how many there are."""
+    ordered = sorted(names)
+    shown = ", ".join(ordered[:3])
+    return f"{shown}, … ({len(ordered)} in all)" if len(ordered) > 3 else shown
 
 
 def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
@@ -166,7 +217,11 @@ def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
             tick_s,
         )
         step_s = tick_s
-    elif not (isinstance(step_s, int | float) and math.isfinite(step_s) and step_s > 0):
+    elif (
+        isinstance(step_s, bool)
+        or not isinstance(step_s, int | float)
+        or not (math.isfinite(step_s) and step_s > 0)
+    ):
         raise InputError(f"{path}: step_s {step_s!r} is not a positive number of seconds")
     elif abs(step_s - tick_s) > STEP_TOLERANCE * tick_s:
         raise InputError(
@@ -180,4 +235,5 @@ def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
         step_s=float(step_s),
         history_steps=point.history,
         horizon_steps=point.horizon,
+        path=path,
     )

@@ -7,11 +7,18 @@ in files written before it was recorded). Loading rebuilds the model
 from that header and refuses anything that does not match exactly. A model saved with
 its upper-quantile calibration (``forecast train --quantile``) also holds the conformal
 offsets; :func:`load_panel_forecaster` gives it back as that quantile forecaster.
+
+Loading refuses, with a :class:`~kubesage.core.errors.ModelError` naming the file and
+what is wrong with it, a file that would load but not forecast: sizes (``history``,
+``horizon``, ``hidden``) under 1, entities or metrics that are not distinct names,
+weights or normalisation statistics that are not finite, or a standard deviation that
+is not positive (every forecast would be NaN).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +27,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from kubesage.core.errors import InputError
+from kubesage.core.errors import InputError, ModelError
 from kubesage.core.forecast.baselines import LAD_FEATURES, LeastAbsoluteForecaster
 from kubesage.core.forecast.forecaster import NeuralForecaster
 from kubesage.core.forecast.graph import EntityGraph
@@ -98,7 +105,7 @@ def save_forecaster(
 
 
 def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]:
-    """The forecaster in ``path`` and its header; InputError for anything malformed."""
+    """The forecaster in ``path`` and its header; ModelError for anything malformed."""
     tensors, header = _read(Path(path))
     return _point_model(Path(path), tensors, header), header
 
@@ -106,18 +113,18 @@ def load_forecaster(path: Path | str) -> tuple[NeuralForecaster, dict[str, Any]]
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The file's tensors and its kubesage header (a readable format)."""
     if not path.is_file():
-        raise InputError(f"{path}: no such model file")
+        raise ModelError(f"{path}: no such model file")
     try:
         tensors = load_file(str(path))
         with path.open("rb") as handle:
             size = int.from_bytes(handle.read(8), "little")
             raw_header = json.loads(handle.read(size))
         header = json.loads(raw_header["__metadata__"]["kubesage"])
-    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: not a kubesage forecaster file ({exc})") from exc
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise ModelError(f"{path}: not a kubesage forecaster file ({exc})") from exc
     if not isinstance(header, dict) or header.get("format") not in READABLE_FORMATS:
         found = header.get("format") if isinstance(header, dict) else None
-        raise InputError(
+        raise ModelError(
             f"{path}: unsupported format {found!r}, expected one of {', '.join(READABLE_FORMATS)}"
         )
     return tensors, header
@@ -126,7 +133,7 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 def _point_model(
     path: Path, tensors: dict[str, torch.Tensor], header: dict[str, Any]
 ) -> NeuralForecaster:
-    """The neural forecaster the tensors and header describe; InputError if they do not fit."""
+    """The neural forecaster the tensors and header describe; ModelError if they do not fit."""
     try:
         kind = header["kind"]
         if kind not in ("stgcn", "lstm"):
@@ -134,26 +141,30 @@ def _point_model(
         spatial = header.get("spatial", "both")
         if spatial not in ("both", "correlation", "adaptive", "none"):
             raise ValueError(f"unknown spatial part {spatial!r}")
-        entities = tuple(str(e) for e in header["entities"])
-        metrics = tuple(str(m) for m in header["metrics"])
+        history, horizon, hidden = (_size(header, key) for key in ("history", "horizon", "hidden"))
+        entities, metrics = _names(header, "entities"), _names(header, "metrics")
         mean = tensors["normaliser.mean"].numpy().astype(np.float64)
         std = tensors["normaliser.std"].numpy().astype(np.float64)
         edge_index = tensors["graph.edge_index"].numpy().astype(np.int64)
         if mean.shape != (len(entities), len(metrics)) or std.shape != mean.shape:
             raise ValueError(f"normaliser shape {mean.shape} does not fit the entities and metrics")
+        if not np.isfinite(mean).all():
+            raise ValueError("normaliser.mean is not finite")
+        if not (np.isfinite(std).all() and (std > 0).all()):
+            raise ValueError("normaliser.std is not a finite positive number everywhere")
         if (
             edge_index.ndim != 2
             or edge_index.shape[0] != 2
             or (edge_index.size and not 0 <= edge_index.min() <= edge_index.max() < len(entities))
         ):
             raise ValueError("graph edges do not fit the entities")
-        highway = _highway(tensors, len(metrics), int(header["horizon"]))
+        highway = _highway(tensors, len(metrics), horizon)
         forecaster = NeuralForecaster(
-            history=int(header["history"]),
-            horizon=int(header["horizon"]),
+            history=history,
+            horizon=horizon,
             kind=kind,
             config=TrainConfig(seed=int(header["seed"])),
-            hidden=int(header["hidden"]),
+            hidden=hidden,
             spatial=spatial,
             highway=bool(header.get("highway", False)),
             linear_highway=highway,
@@ -163,16 +174,42 @@ def _point_model(
             normaliser=Normaliser(mean=mean, std=std),
             fallback_reason=str(header.get("fallback_reason", "")),
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: malformed kubesage forecaster file ({exc})") from exc
-    model = forecaster.build(len(forecaster.metrics))
+        model = forecaster.build(len(forecaster.metrics))
+    except KeyError as exc:
+        raise ModelError(f"{path}: malformed kubesage forecaster file (no {exc})") from exc
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"{path}: malformed kubesage forecaster file ({exc})") from exc
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise InputError(f"{path}: weights do not fit a {header['kind']} model ({exc})") from exc
+        raise ModelError(f"{path}: weights do not fit a {kind} model ({exc})") from exc
+    bad = sorted(f"model.{k}" for k, v in state.items() if not torch.isfinite(v).all())
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise ModelError(f"{path}: non-finite weights in {', '.join(bad[:3])}{more}")
     forecaster.model = model
     return forecaster
+
+
+def _size(header: dict[str, Any], key: str) -> int:
+    """The header's ``key``: a whole number of at least 1 (ValueError naming it if not)."""
+    value = header[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} {value!r} is not a whole number of at least 1")
+    return value
+
+
+def _names(header: dict[str, Any], key: str) -> tuple[str, ...]:
+    """The header's ``key``: a non-empty list of distinct names (ValueError naming it if not)."""
+    value = header[key]
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{key} is not a non-empty list of names")
+    names = tuple(str(name) for name in value)
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
+    if twice:
+        raise ValueError(f"{key} name {', '.join(twice[:3])} more than once")
+    return names
 
 
 def load_panel_forecaster(
@@ -211,7 +248,7 @@ def load_panel_forecaster(
             note=str(record.get("note", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: malformed quantile part ({exc})") from exc
+        raise ModelError(f"{path}: malformed quantile part ({exc})") from exc
     return upper, header
 
 

@@ -56,13 +56,14 @@ def load_network(path: Path) -> tuple[PlacementNetwork, dict[str, Any]]:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
         raise ModelError(f"{path}: not a safetensors file ({exc})") from exc
-    stored = json.loads(metadata.get("schema", "{}"))
+    stored = _header_object(path, metadata, "schema")
     if stored != schema():
         differing = sorted(k for k in schema() if stored.get(k) != schema()[k])
         raise ModelError(
             f"{path}: feature schema differs from this version's ({', '.join(differing)}); "
             "retrain with `kubesage train ppo`"
         )
+    info = _header_object(path, metadata, "info")
     network = PlacementNetwork()
     try:
         network.load_state_dict(tensors)
@@ -72,4 +73,16 @@ def load_network(path: Path) -> tuple[PlacementNetwork, dict[str, Any]]:
     if bad:
         raise ModelError(f"{path}: non-finite weights in {', '.join(bad)}")
     network.eval()
-    return network, json.loads(metadata.get("info", "{}"))
+    return network, info
+
+
+def _header_object(path: Path, metadata: dict[str, str], key: str) -> dict[str, Any]:
+    """The JSON object stored under ``key`` in the file's metadata (empty when absent);
+    ModelError naming the file and the key when it is not a JSON object."""
+    try:
+        value = json.loads(metadata.get(key, "{}"))
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise ModelError(f"{path}: metadata '{key}' is not JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise ModelError(f"{path}: metadata '{key}' is not a JSON object ({value!r:.60})")
+    return value

@@ -3,9 +3,13 @@
 The model is ``PolicyContext.model`` or the shipped ``models/ppo-openb.safetensors``
 (found with :func:`kubesage.core.paths.shipped_file`). A missing, unreadable,
 mismatched or non-finite model makes the policy fall back to FGD — with a warning
-logged once and every fallen-back decision counted in :attr:`PpoPolicy.fallbacks`;
-the decision's explanation says so. Logits that come out non-finite for one request
-fall back for that request alone.
+logged once, the reason in :attr:`PpoPolicy.problem` and every fallen-back decision
+counted in :attr:`PpoPolicy.fallbacks`; the decision's explanation says so. Logits
+that come out non-finite for one request fall back for that request alone. The
+commands that take a model file (``simulate``/``qualify --model``) do not fall back on
+it: :func:`kubesage.core.sim.runner.run_many` refuses to start when ``problem`` is set
+for a model the run names (the fallback serves the shipped model, as ``serve`` and
+``loop`` use it).
 
 The network leaves FGD's own choice (candidate 0) only when it prefers another
 candidate by at least :data:`DEFER_MARGIN` logits; nearer than that, FGD's choice
@@ -105,6 +109,7 @@ class PpoPolicy:
         self.model_path: Path | None = context.model
         self.network: PlacementNetwork | None = None
         self.problem = ""
+        """Why the model cannot be used, naming the file ("" when it can)."""
         try:
             self.model_path = context.model or default_model()
             self.network, _ = load_network(self.model_path)

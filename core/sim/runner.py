@@ -1,4 +1,11 @@
-"""Run policies × seeds over one cluster and workload, in parallel processes if asked."""
+"""Run policies × seeds over one cluster and workload, in parallel processes if asked.
+
+A run that names a model file (:attr:`RunSpec.model`) needs its policy to use that
+file: a learned policy that cannot (its ``problem`` set) fails the run with the
+:class:`~kubesage.core.errors.ModelError`, and :func:`run_many` checks every such
+policy before any run starts. A learned policy falls back to FGD only in place of its
+shipped model; how many of a run's decisions fell back is in :attr:`RunResult.fallbacks`.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,13 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
 from kubesage.core.arrays import FloatArray
-from kubesage.core.policy.base import PolicyContext
+from kubesage.core.errors import ModelError
+from kubesage.core.policy.base import Policy, PolicyContext
 from kubesage.core.policy.registry import make_policy
 from kubesage.core.sim.engine import ProgressCallback, Simulator
 from kubesage.core.sim.metrics import arrived_percent, discrete_curve, downsample, value_at
@@ -24,6 +32,7 @@ from kubesage.core.state.fragmentation import FragmentationMeasure, typical_pods
 from kubesage.core.types import NodeSpec, PodRequest
 
 Mode = Literal["fgd", "replay"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,8 @@ class RunSpec:
     mode: Mode = "fgd"
     tune: float = DEFAULT_TUNE
     model: Path | None = None
-    """For learned policies: the model file."""
+    """For learned policies: the model file, which must load (None: the shipped one, or
+    FGD's decisions if that cannot be used)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,11 @@ class RunResult:
     """GPU request arrived by the last event (% of capacity): the arrived axis ends there."""
     curves: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     """Plot series: name → (x, y)."""
+    fallbacks: int = 0
+    """Decisions a learned policy left to FGD because its model could not make them."""
+    fallback_reason: str = ""
+    """Why its model could not be used at all ("" when it could: any fallbacks were then
+    single requests its model scored as non-finite)."""
 
     def summary_row(self) -> dict[str, object]:
         """The fields of the CLI's JSON ``runs`` entries."""
@@ -86,9 +101,7 @@ def run_one(
     """Simulate ``spec`` and summarise it."""
     started = time.perf_counter()
     typical = typical_pods(workload)
-    policy = make_policy(
-        spec.policy, PolicyContext(seed=spec.seed, workload=workload, model=spec.model)
-    )
+    policy = _policy(spec, workload)
     simulator = Simulator(
         nodes, policy, lambda state: FragmentationMeasure(typical, state.gpu_models)
     )
@@ -130,7 +143,32 @@ def run_one(
         if series["arrived_gpu_milli"].size
         else 0.0,
         curves=curves,
+        fallbacks=_attribute(policy, "fallbacks", int, 0),
+        fallback_reason=_attribute(policy, "problem", str, ""),
     )
+
+
+def _attribute(policy: Policy, name: str, kind: type[T], default: T) -> T:
+    """A learned policy's ``name`` (``fallbacks``, ``problem``); ``default`` for the rest."""
+    value = getattr(policy, name, default)
+    return value if isinstance(value, kind) else default
+
+
+def _policy(spec: RunSpec, workload: Sequence[PodRequest]) -> Policy:
+    """``spec``'s policy; ModelError when it cannot use the model file ``spec`` names."""
+    policy = make_policy(
+        spec.policy, PolicyContext(seed=spec.seed, workload=workload, model=spec.model)
+    )
+    if spec.model is not None and (problem := _attribute(policy, "problem", str, "")):
+        raise ModelError(problem)
+    return policy
+
+
+def check_models(specs: Sequence[RunSpec], workload: Sequence[PodRequest]) -> None:
+    """Build each policy a spec names a model file for, once: ModelError when one cannot
+    use its model, before any run starts."""
+    for spec in {(s.policy, s.model): s for s in specs if s.model is not None}.values():
+        _policy(spec, workload)
 
 
 def _time_weighted_mean(times: FloatArray, values: FloatArray) -> float:
@@ -163,6 +201,7 @@ def run_many(
     event; with more, each run is a task in a process pool and progress is per run.
     """
     ClusterState(nodes)  # fail fast on a bad cluster, before any worker starts
+    check_models(specs, workload)  # and on a model file that cannot be used
     if jobs <= 1 or len(specs) <= 1:
         results = []
         for spec in specs:

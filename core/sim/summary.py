@@ -80,10 +80,18 @@ def summarise(results: Sequence[RunResult]) -> list[PolicySummary]:
 
 
 def missing_points(results: Sequence[RunResult]) -> list[str]:
-    """A sentence per run of the FGD protocol without a value at 100 or 130 % arrived: the
-    means leave it out, so say which run and where its arrivals end."""
+    """A sentence per run whose figures need a caveat: a run of the FGD protocol without a
+    value at 100 or 130 % arrived (the means leave it out, so say which run and where its
+    arrivals end), and a learned policy's run whose decisions fell back to FGD (its
+    figures are, in that part, FGD's)."""
     notes = []
     for run in results:
+        if run.fallbacks:
+            why = f" ({run.fallback_reason})" if run.fallback_reason else ""
+            notes.append(
+                f"{run.policy}, seed {run.seed}: {run.fallbacks} decision(s) fell back to "
+                f"FGD{why}, so its figures are FGD's for those"
+            )
         if run.mode != "fgd":
             continue
         points = [
