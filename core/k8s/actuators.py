@@ -71,6 +71,7 @@ from kubesage.core.k8s.binding import (
 from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
+from kubesage.core.k8s.node_extras import BoundPods, ledger_for
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
 from kubesage.core.k8s.schedulable import is_terminating
 from kubesage.core.k8s.translate import pod_request
@@ -321,9 +322,12 @@ class LiveEligibility:
     """The node check of :class:`~kubesage.core.k8s.binding.BindActuator` on a live cluster
     (a :data:`~kubesage.core.k8s.binding.NodeCheck`): the pod as the API server has it now
     against its node as ``nodes`` (the ClusterSync's cache) has it, by the secondary
-    scheduler's node filters (:func:`~kubesage.core.k8s.binding.node_refusal`). A pod
-    that is gone, or a node the cache does not know, passes: the bind path refuses those
-    itself (the Binding's 404; no room in the state)."""
+    scheduler's node filters (:func:`~kubesage.core.k8s.binding.node_refusal`) and, when
+    ``nodes`` also keeps the bound pods (ClusterSync), its resources the core does not
+    count, the node's pod count and host ports
+    (:meth:`~kubesage.core.k8s.node_extras.ExtrasLedger.admit`, with the ledger the
+    secondary scheduler shares). A pod that is gone, or a node the cache does not know,
+    passes: the bind path refuses those itself (the Binding's 404; no room in the state)."""
 
     def __init__(
         self,
@@ -344,7 +348,12 @@ class LiveEligibility:
         pod = _read_pod(
             self._core, PodRef(target.namespace, target.name, target.uid), self.request_timeout_s
         )
-        return None if pod is None else node_refusal(pod, node)
+        if pod is None:
+            return None
+        refusal = node_refusal(pod, node)
+        if refusal is None and isinstance(self._nodes, BoundPods):
+            refusal = ledger_for(self._nodes).admit(pod, target.node, node, self._nodes)
+        return refusal
 
 
 def _read_pod(core: Any, pod: PodRef, timeout_s: float) -> dict[str, Any] | None:

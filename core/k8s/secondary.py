@@ -16,8 +16,11 @@ Each cycle (on every cluster change, at least every ``interval_s``):
 3. otherwise, under the state lock, all its pending members are placed on a copy of
    the state with the core policy, honouring each pod's ``nodeSelector``, required
    node affinity and taint tolerations (and ``spec.unschedulable``) as kube-scheduler
-   does (:mod:`kubesage.core.k8s.node_eligibility`); if that fails and more members
-   are pending than needed, just the ``min-available`` first ones are tried. All
+   does (:mod:`kubesage.core.k8s.node_eligibility`), and its other resources, the
+   node's pod count and host ports as NodeResourcesFit and NodePorts do, each member
+   seeing those placed before it (:mod:`kubesage.core.k8s.node_extras`); if that fails
+   and more members are pending than needed, just the ``min-available`` first ones are
+   tried. All
    placed: every member is *assumed* in the live state, its ResourceClaims (if any)
    allocated to the chosen devices and reserved for it
    (:class:`~kubesage.core.k8s.dra_binding.ClaimAllocator`), then bound
@@ -59,9 +62,10 @@ from kubesage.core.k8s.binder import Binder, placement_annotations
 from kubesage.core.k8s.dra_allocation import AllocationRefusedError
 from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
-from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of, place_all
+from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
+from kubesage.core.k8s.node_extras import ExtrasMember, NodeExtras, ledger_for, place_with_extras
 from kubesage.core.k8s.schedulable import is_terminating
 from kubesage.core.k8s.translate import TranslateError
 from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
@@ -148,6 +152,10 @@ class SecondaryScheduler:
         """Pod key → its last FailedScheduling event (pending pods only)."""
         self._reported_bad: dict[str, str] = {}
         self._masks: EligibilityCache | None = None
+        self._extras: NodeExtras | None = None
+        """What the pods on each node use of the resources the core does not count, and
+        their host ports (:mod:`kubesage.core.k8s.node_extras`), for one cycle."""
+        self._ledger = ledger_for(sync)
         self.cycles = 0
         self.binds = 0
         self.bind_failures = 0
@@ -180,6 +188,7 @@ class SecondaryScheduler:
         """One cycle over the pending pods (see the module docstring)."""
         self.cycles += 1
         self._masks = None  # node objects may have changed since the last cycle
+        self._extras = None  # and the pods on them
         report = CycleReport()
         self.sync.expire_assumed()
         now = self._clock()
@@ -293,18 +302,25 @@ class SecondaryScheduler:
         """Place all members (else the first ``need``) and assume them; or say why not."""
         # Pending pods kube-scheduler nominated to a node (preemption) hold their room.
         with self.sync.locked_placing([m.pod for m in members]) as (state, node_names):
-            masks = self._masks
-            if masks is None or masks.node_names is not node_names:
-                masks = self._masks = EligibilityCache(self.sync.nodes(), node_names)
+            masks, extras = self._filters(node_names)
             attempts = [list(members)]
             if need < len(members):
                 attempts.append(list(members[:need]))
             reason = "no members"
             for attempt in attempts:
-                outcome = place_all(
+                # Each member also sees the extras (host ports, other resources, the pod
+                # count) of the members placed before it (node_extras.place_with_extras).
+                mark = extras.mark()
+                outcome = place_with_extras(
                     state.copy(),
-                    [(m.request, masks.eligible(m.pod)) for m in attempt],
+                    [
+                        ExtrasMember(
+                            m.request, masks.eligible(m.pod), self._ledger.extras_of(m.pod)
+                        )
+                        for m in attempt
+                    ],
                     self.policy,
+                    extras,
                 )
                 if outcome.placements is None:
                     reason = outcome.reason
@@ -316,10 +332,30 @@ class SecondaryScheduler:
                 except CapacityError as exc:  # the copy and the live state disagree: a bug
                     for member, _ in placed:
                         self.sync.forget(member.pod)
+                    extras.rollback(mark)
                     log.error("assuming gang members failed: %s", exc)
                     return None, f"internal: {exc}"
+                for member, placement in placed:
+                    self._ledger.placed(member.pod, placement.node)
                 return placed, outcome.reason
             return None, reason
+
+    def _filters(self, node_names: list[str]) -> tuple[EligibilityCache, NodeExtras]:
+        """This cycle's node filters over the state's ``node_names`` (a rebuild of the
+        state makes a new list): its spec's, and its extras' with what is on each node."""
+        masks, extras = self._masks, self._extras
+        if (
+            masks is None
+            or extras is None
+            or masks.node_names is not node_names
+            or extras.node_names is not node_names
+        ):
+            nodes = self.sync.nodes()
+            masks = self._masks = EligibilityCache(nodes, node_names)
+            extras = self._extras = self._ledger.use(
+                nodes, node_names, self.sync.bound_pods(), self.sync.placement_of
+            )
+        return masks, extras
 
     def _bind(
         self, placed: list[tuple[_Member, Placement]], report: CycleReport, now: float
@@ -354,6 +390,9 @@ class SecondaryScheduler:
                 metrics.BINDS.labels("failed").inc()
                 metrics.DECISIONS.labels("schedule", "bind_failed").inc()
                 self.sync.forget(member.pod)
+                self._ledger.unplaced(member.pod)
+                if self._extras is not None:
+                    self._extras.remove(placement.node, self._ledger.extras_of(member.pod))
                 report.failed[name] = str(exc)
                 log.warning("binding %s failed: %s", name, exc)
                 message = f"binding failed: {exc}"
