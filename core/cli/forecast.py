@@ -29,6 +29,7 @@ from kubesage.core.forecast import (
 from kubesage.core.forecast.node_panel import DEFAULT_COLUMNS, node_panel, select_columns
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 from kubesage.core.loop.settings import DEFAULT_TICK_S
+from kubesage.core.model_files import check_output, write_replacing
 
 forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
 
@@ -168,6 +169,7 @@ def train_command(
     from kubesage.core.forecast.quantile import QuantileForecaster, check_quantile
     from kubesage.core.forecast.training import TrainConfig, check_device
 
+    check_output(out)
     if model not in ("stgcn", "lstm"):
         raise InputError(f"--model must be stgcn or lstm, got '{model}'")
     if quantile is not None:
@@ -227,7 +229,13 @@ def train_command(
         )
         if upper.note and upper.note != forecaster.fallback_reason:
             stderr.print(f"[yellow]warning:[/] {upper.note}")
-    path = save_forecaster(upper or forecaster, out, train_until_s=timestamp, step_s=panel.step_s)
+    fitted = upper or forecaster
+    path = write_replacing(
+        out,
+        lambda target: save_forecaster(
+            fitted, target, train_until_s=timestamp, step_s=panel.step_s
+        ),
+    )
     typer.echo(str(path))
 
 

@@ -35,6 +35,7 @@ from kubesage.core.cli.options import MetricMapOption, OutputFormat, prometheus_
 from kubesage.core.cli.tables import print_table
 from kubesage.core.durations import format_duration, parse_duration_s, parse_promql_duration
 from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.model_files import check_output, write_replacing
 from kubesage.core.perception import Snapshot
 from kubesage.core.telemetry.features import (
     FeatureBuilder,
@@ -356,6 +357,7 @@ def fit_pca_command(
     timeout: TimeoutOption = 30.0,
 ) -> None:
     """Fit PCA on a range of Prometheus history and save it; print what it kept and why."""
+    check_output(out)
     loaded = metric_map_from_options(metric_map, rate_window)
     history = read_history(prometheus, range_, step, loaded, timeout)
     builder = FeatureBuilder(loaded)
@@ -366,7 +368,7 @@ def fit_pca_command(
         )
     rows = builder.training_matrix(history, window)
     model = fit_pca(rows, builder.names, n_components=components)
-    path = save_pca(model, out)
+    path = write_replacing(out, lambda target: save_pca(model, target))
     why = (
         f"limited by {model.limited_by}"
         if model.limited_by

@@ -11,8 +11,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import Mode
+from kubesage.core.errors import DependencyError
+from kubesage.core.model_files import check_output, write_replacing
+from kubesage.core.rl.network import PlacementNetwork
 from kubesage.core.rl.persistence import save_network
-from kubesage.core.rl.training import TrainSettings, train
+from kubesage.core.rl.training import TrainSettings, WorkerError, train
 from kubesage.core.traces import read_nodes, read_pods
 from kubesage.core.traces.openb_variants import gpus_per_model, openb_variant
 
@@ -45,8 +48,20 @@ def ppo(
             "...) generated from the first --pods list (repeatable; docs/ppo.md).",
         ),
     ] = None,
+    worker_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--worker-timeout",
+            min=0.001,
+            help="Seconds a call to the Ray workers may take (default: 300 for start-up and "
+            "the first iteration, then 10x the first iteration, at least 120).",
+        ),
+    ] = None,
 ) -> None:
     """Train the ppo policy on the FGD protocol over the given traces; write the model."""
+    metrics = out.with_suffix(".metrics.jsonl")
+    check_output(out)
+    check_output(metrics, "the metrics file")
     node_specs = read_nodes(nodes)
     workloads = [read_pods(path) for path in pods]
     models = gpus_per_model(node_specs)
@@ -61,8 +76,18 @@ def ppo(
         seed=seed,
         mode=mode.value,
         ray_address=ray_address,
+        worker_timeout_s=worker_timeout,
     )
-    metrics = out.with_suffix(".metrics.jsonl")
+    info = {
+        "nodes": nodes.name,
+        "pods": [p.name for p in pods],
+        "variants": list(variants or []),
+        "iterations": iterations,
+        "steps_per_worker": steps,
+        "workers": workers,
+        "seed": seed,
+        "mode": mode.value,
+    }
     progress = Progress(
         TextColumn("training ppo"),
         BarColumn(),
@@ -81,21 +106,30 @@ def ppo(
                 status += f", allocation {allocation:.2f} %"
             progress.update(task, completed=iteration, status=status)
 
-        network, _ = train(
-            node_specs, workloads, settings, metrics_path=metrics, on_iteration=on_iteration
-        )
-    save_network(
-        network,
-        out,
-        info={
-            "nodes": nodes.name,
-            "pods": [p.name for p in pods],
-            "variants": list(variants or []),
-            "iterations": iterations,
-            "steps_per_worker": steps,
-            "workers": workers,
-            "seed": seed,
-            "mode": mode.value,
-        },
-    )
+        try:
+            network, _ = train(
+                node_specs, workloads, settings, metrics_path=metrics, on_iteration=on_iteration
+            )
+        except WorkerError as exc:
+            raise _saved_so_far(exc, out, metrics, info) from exc
+    _save(network, out, info)
     stderr.print(f"model written to {out}; metrics per iteration in {metrics}")
+
+
+def _save(network: PlacementNetwork, out: Path, info: dict[str, object]) -> None:
+    write_replacing(out, lambda path: save_network(network, path, info=info))
+
+
+def _saved_so_far(
+    exc: WorkerError, out: Path, metrics: Path, info: dict[str, object]
+) -> DependencyError:
+    """Save the weights of the iterations done before the workers failed; the error to
+    end with, saying what was saved."""
+    if exc.network is None:
+        return DependencyError(f"{exc}; no iteration completed, nothing was saved")
+    done = len(exc.history)
+    _save(exc.network, out, {**info, "iterations": done, "stopped": str(exc)})
+    return DependencyError(
+        f"{exc}; the weights after iteration {done} of {info['iterations']} are saved to "
+        f"{out} (metrics per iteration in {metrics})"
+    )

@@ -1,0 +1,63 @@
+"""Where a command writes a trained model: checked before the work, replaced whole after it.
+
+One rule for every command that trains something and writes it to ``--out``
+(``train ppo``, ``forecast train``, ``telemetry fit-pca``):
+
+- :func:`check_output` runs before any work starts and refuses a path that is a
+  directory, or whose folder cannot be written (the nearest folder that exists must be
+  a writable directory; missing folders below it are created when the file is saved).
+- :func:`write_replacing` writes to a temporary file beside the target and moves it
+  over the target with :func:`os.replace`, so a failed write leaves the old file (or
+  none) in place, never half a model; a failure is a :class:`DependencyError` naming
+  the path and the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from safetensors import SafetensorError
+
+from kubesage.core.errors import DependencyError, InputError
+
+
+def _existing_folder(path: Path) -> Path:
+    """The nearest ancestor of ``path`` that exists (``path``'s own folder if it does)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def check_output(path: Path, option: str = "--out") -> None:
+    """Refuse, before the work, an output file that could not be written."""
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a directory, not a file to write")
+    folder = _existing_folder(path)
+    if not folder.is_dir():
+        raise InputError(f"{option} {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: no permission to write in {folder}")
+
+
+def write_replacing(path: Path, write: Callable[[Path], object]) -> Path:
+    """Call ``write`` on a temporary file beside ``path``, then move it onto ``path``.
+
+    A symbolic link at ``path`` is followed: the file it points to is replaced.
+    """
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write(temporary)
+        os.replace(temporary, target)
+    except (OSError, SafetensorError) as exc:
+        raise DependencyError(f"could not write {path} ({exc}); {path} was not changed") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+    return path
