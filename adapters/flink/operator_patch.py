@@ -30,7 +30,7 @@ from kubesage.adapters.flink.autoscaler import ScalingDecision
 from kubesage.adapters.flink.loop_rescale import DEFAULT_RESCALE_TIMEOUT_S
 from kubesage.adapters.flink.observation import SETTLED_STATUSES, Observation
 from kubesage.core.errors import DependencyError, InputError
-from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
+from kubesage.core.k8s.v1_models import namespaced_name
 
 log = logging.getLogger(__name__)
 
@@ -127,20 +127,7 @@ class FlinkDeploymentRef:
     @classmethod
     def parse(cls, text: str, option: str = "--flink-deployment") -> FlinkDeploymentRef:
         """``NAMESPACE/NAME``; an InputError naming ``option`` if it is not one."""
-        namespace, slash, name = text.partition("/")
-        if not slash or not namespace or not name:
-            raise InputError(f"{option} '{text}': expected NAMESPACE/NAME of a FlinkDeployment")
-        if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
-            raise InputError(
-                f"{option} '{text}': namespace '{namespace}' is not a DNS-1123 label "
-                "(lowercase letters, digits and '-', ≤ 63 characters)"
-            )
-        if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
-            raise InputError(
-                f"{option} '{text}': name '{name}' is not a DNS-1123 subdomain "
-                "(lowercase letters, digits, '-' and '.', ≤ 253 characters)"
-            )
-        return cls(namespace, name)
+        return cls(*namespaced_name(text, option, "FlinkDeployment"))
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

@@ -30,7 +30,6 @@ does not yet relabel such a node by itself, and says so in the step's result.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,10 +37,10 @@ from typing import Any
 import urllib3
 import yaml
 
-from kubesage.core.errors import InputError, KubesageError
+from kubesage.core.errors import KubesageError
 from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoreV1Api
 from kubesage.core.k8s.mig_manager import CONFIG_KEY, MIG_CONFIG_LABEL, OWN_PREFIX
-from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
+from kubesage.core.k8s.v1_models import namespaced_name
 
 
 @dataclass(frozen=True)
@@ -54,14 +53,7 @@ class MigConfigMap:
     @classmethod
     def parse(cls, text: str, what: str = "--mig-config-map") -> MigConfigMap:
         """``NAMESPACE/NAME``; InputError naming ``what`` if it is not one."""
-        namespace, slash, name = text.partition("/")
-        if not slash or not namespace or not name:
-            raise InputError(f"{what} {text!r}: expected NAMESPACE/NAME of a ConfigMap")
-        if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
-            raise InputError(f"{what} {text!r}: namespace {namespace!r} is not a DNS-1123 label")
-        if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
-            raise InputError(f"{what} {text!r}: name {name!r} is not a DNS-1123 subdomain")
-        return cls(namespace, name)
+        return cls(*namespaced_name(text, what, "ConfigMap"))
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

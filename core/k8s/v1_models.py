@@ -41,6 +41,26 @@ DNS_LABEL_PATTERN = rf"^{_DNS_LABEL}$"
 """A DNS-1123 label (a namespace's name, ≤ 63 characters)."""
 
 
+def namespaced_name(text: str, option: str, kind: str) -> tuple[str, str]:
+    """``NAMESPACE/NAME`` of a ``kind`` object as an option gives it; an InputError naming
+    ``option`` and the part at fault (the namespace a DNS-1123 label, the name a
+    DNS-1123 subdomain, as the API server requires)."""
+    namespace, slash, name = text.partition("/")
+    if not slash or not namespace or not name:
+        raise InputError(f"{option} '{text}': expected NAMESPACE/NAME of a {kind}")
+    if len(namespace) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, namespace):
+        raise InputError(
+            f"{option} '{text}': namespace '{namespace}' is not a DNS-1123 label "
+            "(lowercase letters, digits and '-', ≤ 63 characters)"
+        )
+    if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
+        raise InputError(
+            f"{option} '{text}': name '{name}' is not a DNS-1123 subdomain "
+            "(lowercase letters, digits, '-' and '.', ≤ 253 characters)"
+        )
+    return namespace, name
+
+
 def _qualified_name(value: str) -> str:
     prefix, _, name = value.rpartition("/")
     if len(name) > 63:

@@ -183,7 +183,7 @@ def test_live_actuators_publish_where_they_are_told(fake: FakeApiServer, api: Ap
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("custom-mig-config", "expected NAMESPACE/NAME"),
+        ("custom-mig-config", "expected NAMESPACE/NAME of a ConfigMap"),
         ("Gpu_Operator/custom", "namespace 'Gpu_Operator' is not a DNS-1123 label"),
         ("gpu-operator/Custom Config", "name 'Custom Config' is not a DNS-1123 subdomain"),
         ("/custom", "expected NAMESPACE/NAME"),
