@@ -7,11 +7,10 @@ registered for the test, served by a ``ThreadingHTTPServer`` on an ephemeral por
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from kubesage.core.errors import FetchError, InputError
 from kubesage.core.paths import cache_dir as default_cache_dir
 from kubesage.core.traces import fetch as fetch_module
 from kubesage.core.traces.fetch import Dataset, RemoteFile, fetch_dataset
+from tests.core.traces.http_mirror import serving
 
 FILES = {
     "alpha.csv": b"sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,0,\n",
@@ -84,18 +84,9 @@ def server(tmp_path: Path) -> Iterator[Server]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}{PREFIX}"
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
+    with serving(Handler) as url:
+        state.url = f"{url}{PREFIX}"
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

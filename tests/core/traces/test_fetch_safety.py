@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from kubesage.core.cli.main import app
 from kubesage.core.errors import FetchError, InputError
 from kubesage.core.traces import fetch as fetch_module
 from kubesage.core.traces.fetch import Dataset, RemoteFile, fetch_dataset
+from tests.core.traces.http_mirror import serving
 
 NAME = "tiny"
 FILE_NAME = "pods.csv"
@@ -105,18 +106,9 @@ def server() -> Iterator[Server]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
-    thread.start()
-    try:
+    with serving(Handler) as url:
+        state.url = url
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture(autouse=True)
