@@ -44,6 +44,7 @@ from kubesage.core.loop.actions import Action, ActionKind, Plan
 from kubesage.core.loop.audit import AuditLog, AuditRecord, note_of, record_of
 from kubesage.core.loop.budgets import Budgets, TickBudget
 from kubesage.core.loop.clock import Clock
+from kubesage.core.loop.data_age import CurrentSince
 from kubesage.core.loop.ledger import PlanLedger
 from kubesage.core.loop.reconciler import (
     Actuator,
@@ -130,6 +131,7 @@ class ControlLoop:
                 self._actuators[kind] = actuator
         self._memory: dict[str, Mapping[str, Any]] = {}
         self._last: dict[str, Snapshot[Any]] = {}
+        self._current = CurrentSince()
         self._last_notes: dict[str, tuple[str, ...]] = {}
         self._tick_lock = threading.Lock()
 
@@ -220,6 +222,7 @@ class ControlLoop:
                     statuses.append(CollectorStatus(name, ok=False, detail=detail))
                     continue
                 snapshot = Snapshot(last.data, last.taken_at, stale=True, reason=detail)
+            snapshot = self._current.honest(name, snapshot)  # stale: as old as it is
             self._last[name] = snapshot
             snapshots[name] = snapshot
             statuses.append(CollectorStatus.of(name, snapshot, now))

@@ -15,7 +15,7 @@ from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.clock import SimulatedClock
 from kubesage.core.loop.control import ControlLoop
 from kubesage.core.loop.reconciler import Actuator, Outcome, Reconciler, Result
-from kubesage.core.loop.world import WorldModel
+from kubesage.core.loop.world import ClusterObservation, WorldModel
 from kubesage.core.observability import metrics
 from kubesage.core.perception import Snapshot
 from tests.core.loop.doubles import (
@@ -75,6 +75,34 @@ def test_evictions_are_bounded_per_tick_and_a_zero_budget_says_why() -> None:
     assert {o for _, _, o in outcomes(report.records)} == {"over-budget"}
     assert actuator.executed == []
     assert "budget for evict is 0 per tick" in report.records[-1].detail
+
+
+def test_a_stale_fallback_stamped_now_still_ages_from_when_its_source_was_current() -> None:
+    """A collector serving its last content while its source fails may stamp the copy
+    with the time it made it (ClusterSync while its watch is broken): the loop reads
+    that data as taken when the source was last current, so it stops acting on it."""
+    one = Scripted("elastic", lambda view: [scale(2)])
+    actuator = RecordingActuator()
+    loop, clock, collector = make_loop([one], actuator, max_data_age_s=30.0)
+    assert outcomes(loop.tick().records)[0][2] == "done"
+    went_down = clock.now()
+    fresh_copy = collector.collect
+
+    def stale_but_stamped_now() -> Snapshot[ClusterObservation]:
+        return Snapshot(fresh_copy().data, clock.now(), stale=True, reason="watch broken")
+
+    collector.collect = stale_but_stamped_now  # type: ignore[method-assign]
+    one.answer = lambda view: [scale(3)]
+    clock.advance(10.0)
+    assert outcomes(loop.tick().records)[0][2] == "done"  # 10 s since current: usable
+    clock.advance(30.0)
+    one.answer = lambda view: [scale(4)]
+    report = loop.tick()
+    assert report.stale and report.data_age_s == clock.now() - went_down == 40.0
+    assert outcomes(report.records)[0][2] == "stale"
+    collector.collect = fresh_copy  # type: ignore[method-assign]
+    one.answer = lambda view: [scale(5)]
+    assert outcomes(loop.tick().records)[0][2] == "done"  # current again
 
 
 def test_dry_run_executes_nothing_and_still_applies_budgets() -> None:
