@@ -114,6 +114,23 @@ def only_fragmentation(state: ClusterState, request: PodRequest) -> bool:
     return int(state.gpu_free_milli_node[could_host].sum()) >= request.total_gpu_milli
 
 
+def place_within(
+    policy: Policy, state: ClusterState, request: PodRequest, allowed: Collection[str] | None
+) -> tuple[Placement, str] | None:
+    """The policy's placement of ``request`` on one of the ``allowed`` nodes (any when
+    None) and why, or None when none of them fits it."""
+    if allowed is None:
+        decision = policy.decide(state, request)
+        return None if decision.placement is None else (decision.placement, decision.explanation)
+    index = np.array(sorted(state.node_index[n] for n in allowed if n in state.node_index))
+    fits = index[state.feasible(request, index)] if index.size else index
+    if fits.size == 0:
+        return None
+    best = int(fits[int(np.argmax(policy.score_nodes(state, request, fits)))])
+    why = f"the best of the {fits.size} node(s) its node constraints allow that fit it"
+    return policy.placement_on(state, best, request), why
+
+
 def _slice_mask(pod: PodRequest, placement: Placement) -> int:
     assert pod.mig is not None and placement.mig_start is not None
     return ((1 << pod.mig.memory_slices) - 1) << placement.mig_start
@@ -147,13 +164,17 @@ class Defragmenter:
         state: ClusterState,
         running: Mapping[str, Running],
         request: PodRequest,
+        allowed: Collection[str] | None = None,
     ) -> list[Migration] | None:
-        """Migrations after which ``request`` fits, or None when none within budget."""
+        """Migrations after which ``request`` fits on one of the ``allowed`` nodes (any
+        when None: the pod's node constraints rule none out), or None within budget."""
         if request.num_gpu == 0 or (request.is_gpu_sharing and request.mig is None):
             return None  # sharing pods fit in leftovers; not worth moving others for
         if state.gpu_free_milli_total < request.total_gpu_milli:
             return None  # no amount of moving makes room (the one certain bound)
         nodes = self._candidate_nodes(state, request)
+        if allowed is not None:
+            nodes = nodes[np.isin(np.asarray(state.node_names)[nodes], list(allowed))]
         if nodes.size == 0:
             return None
         by_node, gpu_cost, gpu_pods = self._index(state, running)

@@ -46,6 +46,7 @@ from kubesage.adapters.gpu_training.defrag import (
     job_member,
     move_cost,
     only_fragmentation,
+    place_within,
 )
 from kubesage.adapters.gpu_training.loop_support import (
     Running,
@@ -260,7 +261,7 @@ class DefragReconciler:
             max_priority=settings.max_priority,
             max_trials=settings.max_trials,
             pinned=pinned,
-        ).plan(state, running, request)
+        ).plan(state, running, request, waiting.eligible_nodes)
         if moves is None:
             return (
                 f"{waiting.ref} is pending only for fragmentation, and no migration of at most "
@@ -273,10 +274,10 @@ class DefragReconciler:
             trial.release(pod, source)
         for name, target in moves:
             trial.allocate(running[name][0], target)
-        decision = self.policy.decide(trial, request)
-        if decision.placement is None:  # the defragmenter checked it fits; be safe
+        placed = place_within(self.policy, trial, request, waiting.eligible_nodes)
+        if placed is None:  # the defragmenter checked it fits; be safe
             return f"{waiting.ref}: after the planned moves the policy still finds no node"
-        placement = decision.placement
+        placement, because = placed
         trial.allocate(request, placement)
         # The relayout of the node the waiting pod lands on must hold its MIG instance too.
         before_with_waiting = {**running, request.name: (request, placement)}
@@ -321,8 +322,7 @@ class DefragReconciler:
             Bind(
                 reconciler=NAME,
                 explanation=(
-                    f"{waiting.ref} fits on {where(placement)} once {moved} moved: "
-                    f"{decision.explanation}"
+                    f"{waiting.ref} fits on {where(placement)} once {moved} moved: {because}"
                 ),
                 plan=plan_id,
                 pod=waiting.ref,

@@ -169,6 +169,10 @@ class GangReconciler:
                 continue
             if not may_place(self, members):
                 continue  # kube-scheduler's pods, or the secondary scheduler keeps them
+            stuck = [str(m.ref) for m in members if m.eligible_nodes == frozenset()]
+            if stuck:  # as the secondary scheduler does: the others go without them
+                notes.append(f"gang {key}: {', '.join(stuck)} may use no node; placed without")
+                members = [m for m in members if m.eligible_nodes != frozenset()]
             if len(members) + len(done) < minimum[key]:
                 present = len(members) + len(done)
                 notes.append(f"gang {key}: {present} of {minimum[key]} members present")

@@ -268,8 +268,7 @@ def _secondary(
     service: Service,
     control: ControlLoop | None = None,
 ) -> None:
-    """The secondary scheduler (and the control loop, when given) while this replica
-    holds the Lease."""
+    """The secondary scheduler (and the control loop, if given) while holding the Lease."""
     from kubesage.core.k8s.leader import LeaderElector
     from kubesage.core.k8s.secondary import SecondaryScheduler
 
@@ -301,12 +300,13 @@ def _secondary(
             term["loop"] = control.start()
         log_event(log, logging.INFO, "leading", scheduler_name=scheduler_name)
 
-    def on_stop() -> None:
-        if "loop" in term:
-            term.pop("loop")()
+    def on_stop() -> None:  # every stop is asked first, then waited for
         if "stop" in term:
-            term["stop"].set()
-            term["thread"].join(10.0)
+            term["stop"].set()  # no scheduling cycle starts once the Lease is lost
+        if "loop" in term:
+            term.pop("loop")()  # returns once the loop's tick in flight has ended
+        if "thread" in term:
+            term.pop("thread").join(10.0)
         log_event(log, logging.INFO, "stopped_leading", scheduler_name=scheduler_name)
 
     thread = threading.Thread(

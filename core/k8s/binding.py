@@ -197,7 +197,7 @@ def assume_then_bind(view: AssumingView, policy: Policy, post: PostBinding) -> B
                     ) from exc
         try:
             post(target, placement)
-        except KubesageError:
+        except BaseException:  # any error: an unfinished bind's assumption never expires
             if placement is not None:
                 view.forget(pod)
             raise

@@ -360,55 +360,69 @@ class SecondaryScheduler:
     def _bind(
         self, placed: list[tuple[_Member, Placement]], report: CycleReport, now: float
     ) -> None:
-        for member, placement in placed:
-            metadata = member.pod["metadata"]
-            name = _name(member.pod)
-            namespace, uid = metadata.get("namespace") or "default", str(metadata.get("uid") or "")
-            allocated = None
+        for index, (member, placement) in enumerate(placed):
             try:
-                # A pod asking through ResourceClaims: its devices first (dra_binding).
-                allocated = self.claims.allocate(
-                    member.pod,
-                    namespace=namespace,
-                    name=metadata["name"],
-                    uid=uid,
-                    placement=placement,
-                    request=member.request,
-                )
-                annotations = placement_annotations(placement)
-                self.binder.bind(
-                    namespace,
-                    metadata["name"],
-                    uid,
-                    placement.node,
-                    annotations={**annotations, **(allocated.annotations if allocated else {})},
-                )
-            except (DependencyError, AllocationRefusedError) as exc:  # BindError included
-                if allocated is not None:
-                    self.claims.release(allocated)
-                self.bind_failures += 1
-                metrics.BINDS.labels("failed").inc()
-                metrics.DECISIONS.labels("schedule", "bind_failed").inc()
-                self.sync.forget(member.pod)
-                self._ledger.unplaced(member.pod)
-                if self._extras is not None:
-                    self._extras.remove(placement.node, self._ledger.extras_of(member.pod))
-                report.failed[name] = str(exc)
-                log.warning("binding %s failed: %s", name, exc)
-                message = f"binding failed: {exc}"
-                self._warn([member.pod], message, now, member.gang.waiting_time_s)
-                continue
-            self.sync.finish_binding(member.pod)  # its assumption's TTL starts now
-            self.binds += 1
-            metrics.BINDS.labels("bound").inc()
-            metrics.DECISIONS.labels("schedule", "bound").inc()
-            report.bound[name] = placement.node
-            self._event(
+                self._bind_one(member, placement, report, now)
+            except BaseException:
+                # Nothing will finish these binds, and an assumption whose bind never
+                # finished never expires on its own: give their room back.
+                for rest, _ in placed[index:]:
+                    self.sync.forget(rest.pod)
+                    self._ledger.unplaced(rest.pod)
+                raise
+
+    def _bind_one(
+        self, member: _Member, placement: Placement, report: CycleReport, now: float
+    ) -> None:
+        """Bind one assumed member: its claims' devices, then the Binding."""
+        metadata = member.pod["metadata"]
+        name = _name(member.pod)
+        namespace, uid = metadata.get("namespace") or "default", str(metadata.get("uid") or "")
+        allocated = None
+        try:
+            # A pod asking through ResourceClaims: its devices first (dra_binding).
+            allocated = self.claims.allocate(
                 member.pod,
-                "Normal",
-                "Scheduled",
-                f"Successfully assigned {name} to {placement.node}",
+                namespace=namespace,
+                name=metadata["name"],
+                uid=uid,
+                placement=placement,
+                request=member.request,
             )
+            annotations = placement_annotations(placement)
+            self.binder.bind(
+                namespace,
+                metadata["name"],
+                uid,
+                placement.node,
+                annotations={**annotations, **(allocated.annotations if allocated else {})},
+            )
+        except (DependencyError, AllocationRefusedError) as exc:  # BindError included
+            if allocated is not None:
+                self.claims.release(allocated)
+            self.bind_failures += 1
+            metrics.BINDS.labels("failed").inc()
+            metrics.DECISIONS.labels("schedule", "bind_failed").inc()
+            self.sync.forget(member.pod)
+            self._ledger.unplaced(member.pod)
+            if self._extras is not None:
+                self._extras.remove(placement.node, self._ledger.extras_of(member.pod))
+            report.failed[name] = str(exc)
+            log.warning("binding %s failed: %s", name, exc)
+            message = f"binding failed: {exc}"
+            self._warn([member.pod], message, now, member.gang.waiting_time_s)
+            return
+        self.sync.finish_binding(member.pod)  # its assumption's TTL starts now
+        self.binds += 1
+        metrics.BINDS.labels("bound").inc()
+        metrics.DECISIONS.labels("schedule", "bound").inc()
+        report.bound[name] = placement.node
+        self._event(
+            member.pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {name} to {placement.node}",
+        )
 
     # -- events ------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ job's member."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import pytest
@@ -159,3 +160,31 @@ def test_compaction_leaves_pods_without_an_owner_where_they_are() -> None:
     pinned = frozenset(running)
     assert compact(policy, state, running, budget=4, pinned=pinned) == []
     assert compact(policy, state, running, budget=4)  # unpinned, the same pods move
+
+
+@pytest.mark.parametrize("allowed", ["n0", "n1"])
+def test_room_is_made_only_on_a_node_the_waiting_pods_constraints_allow(allowed: str) -> None:
+    """Its bind anywhere else would be refused after the migration's evictions ran."""
+    state = cluster()
+    pods = [
+        run(state, request("other", gpus=1, qos="Burstable"), "n0", [0], owner=REPLICA_SET),
+        run(state, request("server", gpus=1, qos="Burstable"), "n1", [0], owner=REPLICA_SET),
+        dataclasses.replace(info(TRAIN, loop_places=False), eligible_nodes=frozenset({allowed})),
+    ]
+    (plan,) = defrag().reconcile(view(state, pods)).actions
+    assert isinstance(plan, Plan)
+    bind = plan.steps[-1]
+    assert isinstance(bind, Bind) and str(bind.pod) == "default/train"
+    assert bind.placement.node == allowed
+    assert evicted(Reconciled(actions=[plan])) == [
+        "default/other" if allowed == "n0" else "default/server"
+    ]
+
+
+def test_no_room_is_made_for_a_pod_no_node_allows() -> None:
+    state = cluster()
+    pods = [
+        run(state, request("server", gpus=1, qos="Burstable"), "n1", [0], owner=REPLICA_SET),
+        dataclasses.replace(info(TRAIN, loop_places=False), eligible_nodes=frozenset()),
+    ]
+    assert defrag().reconcile(view(state, pods)).actions == []

@@ -76,3 +76,19 @@ def test_a_gang_no_node_may_take_gets_a_note_and_no_plan(drtg: DRTG) -> None:
     (note,) = result.notes
     assert "do not fit in the 8 free GPU(s)" in note
     assert f"{drtg.num_nodes - 1} node(s) ruled out by the members' node constraints" in note
+
+
+def test_a_member_that_may_use_no_node_is_left_out_and_the_rest_are_placed(drtg: DRTG) -> None:
+    """As the secondary scheduler does for a member with constraints kubesage cannot
+    honour: the gang's other members are placed when they alone reach min-available."""
+    state = ClusterState(drtg.node_specs())
+    gang = members(3, 8, None)
+    annotations = {**gang[0].annotations, "kubesage.io/gang-min-available": "2"}
+    gang = [dataclasses.replace(m, annotations=annotations) for m in gang]
+    gang[2] = dataclasses.replace(gang[2], eligible_nodes=frozenset())
+    result = GangReconciler().reconcile(view(state, gang, topology=drtg))
+    (plan,) = result.actions
+    assert isinstance(plan, Plan)
+    bound = {step.pod.name for step in plan.steps if isinstance(step, Bind)}
+    assert bound == {"llm-0", "llm-1"}
+    assert any("llm-2 may use no node" in note for note in result.notes), result.notes

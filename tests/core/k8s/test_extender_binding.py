@@ -51,6 +51,8 @@ class RecordingBinder:
     def __init__(self, view: AccountingState, *, fail: bool = False) -> None:
         self.view = view
         self.fail = fail
+        self.crash = False
+        """Raise an unexpected error (not a KubesageError) from the post."""
         self.posts: list[tuple[str, dict[str, str] | None, int]] = []
 
     def bind(
@@ -66,6 +68,8 @@ class RecordingBinder:
         self.posts.append((node, annotations, int(self.view.state.gpu_free_milli_node[index])))
         if self.fail:
             raise DependencyError("the API server said no")
+        if self.crash:
+            raise TypeError("a client bug")
 
 
 def target(request: PodRequest | None, node_name: str = "b") -> BindTarget:
@@ -98,6 +102,16 @@ def test_a_failed_post_gives_the_resources_back(name: str) -> None:
     before = view.state.gpu_free_milli.copy()
     with pytest.raises(DependencyError, match="said no"):
         bind(target(pod("p", milli=300)))
+    assert view.assumed == {} and view.finished == []
+    assert (view.state.gpu_free_milli == before).all()
+
+
+def test_an_unexpected_error_from_the_post_gives_the_resources_back_too() -> None:
+    view, binder, bind = setup("fgd")
+    binder.crash = True
+    before = view.state.gpu_free_milli.copy()
+    with pytest.raises(TypeError, match="a client bug"):
+        bind(target(pod("p", gpus=2)))
     assert view.assumed == {} and view.finished == []
     assert (view.state.gpu_free_milli == before).all()
 

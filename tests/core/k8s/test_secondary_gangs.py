@@ -111,3 +111,31 @@ def test_the_event_record_forgets_pods_no_longer_pending(one_node: Harness) -> N
     cluster.seen(0)
     cluster.scheduler.schedule_once()
     assert cluster.scheduler._reported == {}
+
+
+def test_an_unexpected_bind_error_gives_every_unbound_members_room_back(
+    cluster: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An assumption whose bind never finishes never expires on its own: a bind that
+    raises something unexpected (a client bug, not an API error) must not leave the
+    gang's room held, or its pods would never be pending again."""
+    for index in range(2):
+        cluster.fake.add_pod(
+            v1_pod(
+                f"w{index}",
+                containers=[v1_container(requests=EIGHT, limits=EIGHT)],
+                scheduler_name=NAME,
+                annotations={"kubesage.io/gang": "job", "kubesage.io/gang-min-available": "2"},
+            )
+        )
+    cluster.seen(2)
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise TypeError("a client bug")
+
+    monkeypatch.setattr(cluster.scheduler.binder, "bind", crash)
+    with pytest.raises(TypeError):
+        cluster.scheduler.schedule_once()
+    assert len(cluster.sync.pending_pods(NAME)) == 2  # not assumed any more
+    monkeypatch.undo()
+    assert sorted(cluster.scheduler.schedule_once().bound) == ["ml/w0", "ml/w1"]
