@@ -1,4 +1,5 @@
-"""A local HTTP server for the fetch tests: a handler class on an ephemeral port."""
+"""The fetch tests' local HTTP server (a handler class on an ephemeral port) and their
+loopback-only proxy settings."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 
 
 @contextmanager
@@ -23,3 +26,13 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx honours proxy variables; keep every request on the loopback interface
+    (autouse in every test module that imports it)."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")

@@ -21,7 +21,7 @@ from kubesage.core.errors import FetchError, InputError
 from kubesage.core.paths import cache_dir as default_cache_dir
 from kubesage.core.traces import fetch as fetch_module
 from kubesage.core.traces.fetch import Dataset, RemoteFile, fetch_dataset
-from tests.core.traces.http_mirror import serving
+from tests.core.traces.http_mirror import no_proxy, serving  # noqa: F401 (autouse fixture)
 
 FILES = {
     "alpha.csv": b"sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,0,\n",
@@ -40,15 +40,6 @@ class Server:
     requests: Counter[str] = field(default_factory=Counter)
     # file name -> status codes to answer (in order) before serving the file
     failures: dict[str, list[int]] = field(default_factory=dict)
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx honours proxy variables; keep every request on the loopback interface."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from kubesage.core.cli.main import app
 from kubesage.core.errors import FetchError, InputError
 from kubesage.core.traces import fetch as fetch_module
 from kubesage.core.traces.fetch import Dataset, RemoteFile, fetch_dataset
-from tests.core.traces.http_mirror import serving
+from tests.core.traces.http_mirror import no_proxy, serving  # noqa: F401 (autouse fixture)
 
 NAME = "tiny"
 FILE_NAME = "pods.csv"
@@ -50,15 +50,6 @@ class Server:
 
     def base(self, mode: str) -> str:
         return f"{self.url}/{mode}/"
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx honours proxy variables; keep every request on the loopback interface."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
 @pytest.fixture
