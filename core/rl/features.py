@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kubesage.core.arrays import BoolArray, Float32Array, IntArray
+from kubesage.core.arrays import BoolArray, Float32Array, FloatArray, IntArray
 from kubesage.core.policy.fgd import FgdPolicy
 from kubesage.core.rl.cluster_summary import (
     GLOBAL_RAW,
@@ -84,18 +84,26 @@ class Observation:
 
 
 def candidate_nodes(
-    state: ClusterState, request: PodRequest, ranker: FgdPolicy, nodes: IntArray | None = None
+    state: ClusterState,
+    request: PodRequest,
+    ranker: FgdPolicy,
+    nodes: IntArray | None = None,
+    scored: FloatArray | None = None,
 ) -> tuple[IntArray, Float32Array]:
     """Feasible nodes (of ``nodes`` when given, else of the cluster) ranked best first
-    by FGD (its tie order), cut to MAX_CANDIDATES."""
+    by FGD (its tie order), cut to MAX_CANDIDATES. ``scored``, when given, is FGD's
+    scores of ``nodes``, every one of which fits: the fit check and the scoring are
+    not done again."""
     if nodes is None:
         feasible = np.flatnonzero(fit_mask(state, request)).astype(np.int64)
+    elif scored is not None:
+        feasible = np.asarray(nodes, dtype=np.int64)
     else:
         nodes = np.asarray(nodes, dtype=np.int64)
         feasible = nodes[fit_mask(state, request, nodes)]
     if feasible.size == 0:
         return feasible, np.zeros(0, dtype=np.float32)
-    scores = ranker.score(state, request, feasible)
+    scores = ranker.score(state, request, feasible) if scored is None else scored
     ties = ranker.tie_rank(state)[feasible]
     if feasible.size > MAX_CANDIDATES:
         # Only the best K need sorting: pick them in linear time first. Scores are
@@ -126,12 +134,14 @@ def observe(
     ranker: FgdPolicy,
     among: IntArray | None = None,
     summary: ClusterSummary | None = None,
+    scored: FloatArray | None = None,
 ) -> Observation:
     """Candidates and state for ``request`` (no candidates when nothing fits); the
-    candidates are drawn from ``among`` when given, else from the whole cluster. The
-    cluster's vector comes from ``summary`` when given (the same numbers, kept up to
-    date across calls), else is computed afresh."""
-    nodes, scores = candidate_nodes(state, request, ranker, among)
+    candidates are drawn from ``among`` when given, else from the whole cluster
+    (``scored``: see :func:`candidate_nodes`). The cluster's vector comes from
+    ``summary`` when given (the same numbers, kept up to date across calls), else is
+    computed afresh."""
+    nodes, scores = candidate_nodes(state, request, ranker, among, scored)
     table = np.zeros((MAX_CANDIDATES, len(CANDIDATE_FEATURES)), dtype=np.float32)
     mask = np.zeros(MAX_CANDIDATES, dtype=bool)
     count = nodes.size

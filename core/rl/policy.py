@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-import torch
 
 from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import ConfigError, ModelError
@@ -40,6 +39,7 @@ from kubesage.core.paths import shipped_file
 from kubesage.core.policy.base import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
 from kubesage.core.rl.cluster_summary import ClusterSummary
+from kubesage.core.rl.decision_actor import DecisionActor
 from kubesage.core.rl.features import CANDIDATE_FEATURES, Observation, observe
 from kubesage.core.rl.network import PlacementNetwork
 from kubesage.core.rl.persistence import load_network
@@ -93,9 +93,6 @@ class PpoPolicy:
     name: ClassVar[str] = "ppo"
 
     def __init__(self, context: PolicyContext):
-        # A decision's tensors are tiny: more intra-op threads only add synchronisation
-        # (measured 20× slower with two threads while another process shares the cores).
-        torch.set_num_threads(1)
         self.fgd = FgdPolicy(context)
         self.fallbacks = 0
         """Decisions FGD made because the model could not."""
@@ -108,33 +105,37 @@ class PpoPolicy:
         """The cluster's vector, kept up to date from one decision to the next."""
         self.model_path: Path | None = context.model
         self.network: PlacementNetwork | None = None
+        self.actor: DecisionActor | None = None
+        """The network's actor as numpy arrays: what a decision runs (see
+        :mod:`~kubesage.core.rl.decision_actor`)."""
         self.problem = ""
         """Why the model cannot be used, naming the file ("" when it can)."""
         try:
             self.model_path = context.model or default_model()
             self.network, _ = load_network(self.model_path)
+            self.actor = DecisionActor.of(self.network)
         except (ConfigError, ModelError) as exc:
             self.problem = str(exc)
             log.warning("ppo policy falls back to FGD: %s", exc)
 
     def _logits(
-        self, state: ClusterState, request: PodRequest, among: IntArray | None = None
+        self,
+        state: ClusterState,
+        request: PodRequest,
+        among: IntArray | None = None,
+        scored: FloatArray | None = None,
     ) -> _Logits | str | None:
-        """The network's logits over its candidates; None when no candidate fits, the
-        reason in words when the model cannot score them."""
-        if self.network is None:
+        """The network's logits over its candidates (drawn from ``among``, with FGD's
+        ``scored`` when known: see :func:`~kubesage.core.rl.features.observe`); None
+        when no candidate fits, the reason in words when the model cannot score them."""
+        if self.actor is None:
             return self.problem
-        observation = observe(state, request, self.fgd, among, self.summary)
+        observation = observe(state, request, self.fgd, among, self.summary, scored)
         if not observation.mask.any():
             return None
-        with torch.inference_mode():
-            logits = self.network.logits(
-                torch.as_tensor(observation.candidates)[None],
-                torch.as_tensor(observation.mask)[None],
-                torch.as_tensor(observation.request)[None],
-                torch.as_tensor(observation.global_raw)[None],
-            )
-        scores = logits[0].numpy().astype(np.float64)
+        scores = self.actor.logits(
+            observation.candidates, observation.mask, observation.request, observation.global_raw
+        ).astype(np.float64)
         real = observation.mask
         if not np.isfinite(scores[real]).all():
             return "the model produced non-finite scores"
@@ -189,7 +190,7 @@ class PpoPolicy:
         above every other node in the network's order (see the module docstring)."""
         nodes = np.asarray(nodes, dtype=np.int64)
         scores = self.fgd.score_nodes(state, request, nodes)
-        outcome = self._logits(state, request, nodes)
+        outcome = self._logits(state, request, nodes, scores)
         if not isinstance(outcome, _Logits):
             return scores  # no model, or nothing fits: FGD ranks them all
         real = outcome.observation.mask
