@@ -138,7 +138,7 @@ def main() -> int:
 
     from kubesage.core import gc_pauses
     from kubesage.core.cli.loop import loop_inputs
-    from kubesage.core.cli.serve import DEFAULT_POLICY, embedded_service
+    from kubesage.core.cli.serve_services import DEFAULT_POLICY, embedded_service
     from kubesage.core.k8s.server import create_app
     from kubesage.core.observability.logging import configure_logging
 

@@ -91,7 +91,7 @@ from _extender_client import Cycle, feasible_nodes_to_find, shape, v1_pod
 from _extender_granian import granian_server
 from _extender_profile import print_stage_profile
 
-from kubesage.core.cli.serve import DEFAULT_POLICY
+from kubesage.core.cli.serve_services import DEFAULT_POLICY
 from kubesage.core.policy import PolicyContext
 from kubesage.core.policy.fgd import FgdPolicy
 from kubesage.core.policy.registry import policy_names

@@ -114,7 +114,8 @@ def serve(nodes: int, commands: Connection, trace_memory: bool = False) -> None:
 
     from kubesage.core import gc_pauses
     from kubesage.core.cli.loop import loop_inputs
-    from kubesage.core.cli.serve import DEFAULT_POLICY, embedded_service, open_socket
+    from kubesage.core.cli.serve import open_socket
+    from kubesage.core.cli.serve_services import DEFAULT_POLICY, embedded_service
     from kubesage.core.heap import start_trimming
     from kubesage.core.k8s.embedded import EmbeddedCluster
     from kubesage.core.k8s.embedded_nodes import add_nodes, remove_nodes

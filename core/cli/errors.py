@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 
-from kubesage.core.errors import KubesageError
+from kubesage.core.errors import InputError, KubesageError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,3 +29,13 @@ def user_errors(function: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(code=2) from None
 
     return wrapper
+
+
+def refuse_unused_options(given: Mapping[str, bool], applies: str, instead: str) -> None:
+    """InputError naming every option in ``given`` that was given (True) although it only
+    applies ``applies`` (e.g. "with --scenario"), then what this run does take: a flag
+    the run would ignore is refused, never silently dropped."""
+    names = [name for name, is_given in given.items() if is_given]
+    if names:
+        verb = "applies" if len(names) == 1 else "apply"
+        raise InputError(f"{', '.join(names)} only {verb} {applies}; {instead}")

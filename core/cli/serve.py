@@ -17,21 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import socket
 import ssl
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 import uvloop
 
 from kubesage.core import gc_pauses
-from kubesage.core.cli.errors import user_errors
+from kubesage.core.cli.errors import refuse_unused_options, user_errors
 from kubesage.core.cli.http_options import (
     HeaderTimeoutOption,
     KeepAliveOption,
@@ -39,13 +35,7 @@ from kubesage.core.cli.http_options import (
     MaxHeadersOption,
     MaxUrlBytesOption,
 )
-from kubesage.core.cli.loop import (
-    embedded_loop,
-    live_loop,
-    loop_claims,
-    loop_inputs,
-    with_forecasts,
-)
+from kubesage.core.cli.loop import loop_inputs
 from kubesage.core.cli.loop_options import (
     AuditLogOption,
     DryRunOption,
@@ -58,268 +48,23 @@ from kubesage.core.cli.loop_options import (
     TopologyOption,
 )
 from kubesage.core.cli.options import MetricMapOption
+from kubesage.core.cli.serve_services import DEFAULT_POLICY, embedded_service, live_service
 from kubesage.core.errors import InputError
 from kubesage.core.heap import start_trimming
 from kubesage.core.k8s import http_limits
-from kubesage.core.k8s.binding import assume_and_bind
-from kubesage.core.k8s.embedded import EmbeddedCluster
-from kubesage.core.k8s.embedded_workload import DEFAULT_LIFETIME_S, EmbeddedWorkload
-from kubesage.core.k8s.extender import Extender
+from kubesage.core.k8s.embedded_workload import DEFAULT_LIFETIME_S
 from kubesage.core.k8s.http_limits import HttpLimits
 from kubesage.core.k8s.http_server import HttpServer
-from kubesage.core.k8s.policy_source import FilePolicySource, PolicySource
-from kubesage.core.k8s.server import App, HealthCheck, MutateHandler, create_app
-from kubesage.core.loop.control import ControlLoop
-from kubesage.core.loop.settings import DEFAULT_TICK_S, LoopSettings
-from kubesage.core.observability import metrics
+from kubesage.core.loop.settings import DEFAULT_TICK_S
 from kubesage.core.observability.logging import configure_logging, log_event
-from kubesage.core.policy.base import Policy, PolicyContext
-from kubesage.core.policy.registry import make_policy, policy_names
-from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
-from kubesage.core.traces.synthetic import synthetic_workload
-from kubesage.core.types import PodRequest
-
-if TYPE_CHECKING:
-    from kubesage.core.k8s.webhook import NamespaceLabels
+from kubesage.core.policy.registry import policy_names
+from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES
 
 log = logging.getLogger("kubesage.serve")
 
 DEFAULT_PORT = 8443
 """The port the Deployment exposes (HTTPS when --tls-cert/--tls-key are given)."""
-DEFAULT_POLICY = "fgd"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-LEASE_NAMESPACE_ENV = "POD_NAMESPACE"
-"""Namespace of the leader-election Lease (the Deployment sets it from the downward API)."""
-POD_NAME_ENV = "POD_NAME"
-"""This replica's identity in the Lease (defaults to host name and process id)."""
-
-
-@dataclass
-class Service:
-    """Everything one ``serve`` process runs, and how to stop it."""
-
-    extender: Extender
-    description: str
-    health: HealthCheck
-    mutate: MutateHandler | None = None
-    bind_waits_on_io: bool = True
-    """False when binds stay in this process (the embedded cluster)."""
-    loop: ControlLoop | None = None
-    """The control loop running in a background thread, when started."""
-    stoppers: list[Callable[[], None]] = field(default_factory=list)
-
-    def start_loop(self, loop: ControlLoop, *, leading: bool = True) -> None:
-        """Show ``loop`` on /debug/loop; run it in a background thread until :meth:`stop`
-        (``leading`` False: a leader election starts and stops it instead)."""
-        self.loop = loop
-        self.stoppers.append(loop.close)
-        if leading:
-            self.stoppers.append(loop.start())
-        self.description += f"; control loop every {loop.tick_s:g} s" + (
-            " (dry run)" if loop.dry_run else ""
-        )
-
-    def app(self) -> App:
-        """The HTTP app serving this service: extender, webhook, health, /debug/loop."""
-        return create_app(
-            self.extender,
-            mutate=self.mutate,
-            health=self.health,
-            bind_waits_on_io=self.bind_waits_on_io,
-            loop=self.loop.debug if self.loop is not None else None,
-        )
-
-    def stop(self) -> None:
-        for stopper in reversed(self.stoppers):
-            try:
-                stopper()
-            except Exception:  # shutting down: log and go on with the rest
-                log.exception("error while stopping")
-
-
-def _policy(name: str, workload: list[PodRequest]) -> Policy:
-    return make_policy(name, PolicyContext(seed=0, workload=tuple(workload)))
-
-
-def _webhook(
-    source: PolicySource,
-    service: Service,
-    namespace_labels: NamespaceLabels | None = None,
-    scheduler_name: str | None = None,
-) -> None:
-    """Mount the webhook (namespace labels default to the name alone; kubesage schedules
-    as ``scheduler_name``, default ``kubesage``)."""
-    from kubesage.core.k8s.unsupported_constraints import KUBESAGE_SCHEDULER as KUBESAGE
-    from kubesage.core.k8s.webhook import AdmissionWebhook, name_only_namespace_labels
-
-    labels = namespace_labels or name_only_namespace_labels
-    named = (scheduler_name or KUBESAGE,)
-    webhook = AdmissionWebhook(source, namespace_labels=labels, schedulers=named)
-    service.mutate = webhook.handle
-    service.stoppers.append(webhook.close)
-
-
-def embedded_service(
-    policy_name: str = DEFAULT_POLICY,
-    *,
-    nodes: int = DEFAULT_SYNTHETIC_NODES,
-    fill: float = 0.0,
-    policies_dir: Path | None = None,
-    loop: LoopSettings | None = None,
-    arrivals_per_s: float = 0.0,
-    pod_lifetime_s: float = DEFAULT_LIFETIME_S,
-) -> Service:
-    """The embedded simulated cluster (pre-loaded to ``fill`` of its GPUs by the policy),
-    its binder and the file-based policies; with ``loop``, the control loop on it; with
-    ``arrivals_per_s``, pods arriving and leaving (:mod:`~kubesage.core.k8s.embedded_workload`)."""
-    if not 0.0 <= fill < 1.0:
-        raise InputError(f"--fill must be in [0, 1), got {fill}")
-    cluster = EmbeddedCluster.synthetic(nodes)
-    policy = _policy(policy_name, cluster.workload)
-    placed = cluster.fill(policy, fill) if fill else 0
-    metrics.CLUSTER_NODES.set(cluster.state.num_nodes)
-    loaded = f", {placed} pods pre-placed to {fill:.0%} GPU allocation" if placed else ""
-    control = embedded_loop(cluster, policy_name, loop) if loop is not None else None
-    policy = with_forecasts(policy, control, loop)
-    service = Service(
-        extender=Extender(cluster, policy, cluster.binder(policy)),
-        description=f"{cluster.description}{loaded}, policy {policy_name}",
-        health=lambda: (True, cluster.description),
-        bind_waits_on_io=False,
-    )
-    _webhook(FilePolicySource(policies_dir), service)
-    if control is not None:
-        service.start_loop(control)
-    if arrivals_per_s:
-        if control is None:
-            raise InputError("--arrivals-per-s needs the control loop to place the arrivals")
-        workload = EmbeddedWorkload(cluster, arrivals_per_s, lifetime_s=pod_lifetime_s)
-        service.stoppers.append(workload.start())
-        service.description += f"; {arrivals_per_s:g} pods/s arriving"
-    return service
-
-
-def live_service(
-    api: Any,
-    policy_name: str = DEFAULT_POLICY,
-    *,
-    scheduler_name: str | None = None,
-    loop: LoopSettings | None = None,
-) -> Service:
-    """ClusterSync + Binder on the API server, API policies, the secondary scheduler, and
-    with ``loop`` the control loop."""
-    from kubesage.core.k8s.binder import Binder
-    from kubesage.core.k8s.informer import ClusterSync
-    from kubesage.core.k8s.namespaces import NamespaceCache
-    from kubesage.core.k8s.policy_source import ApiPolicySource
-
-    # The typical pods FGD measures fragmentation against: openb's request mix.
-    workload = synthetic_workload(DEFAULT_SYNTHETIC_PODS, seed=0)
-    sync = ClusterSync(api)
-    binder = Binder(api)
-    control = None
-    if loop is not None:
-        control = live_loop(
-            api, sync, policy_name, workload, loop, binder=binder, scheduler_name=scheduler_name
-        )
-    policy = with_forecasts(_policy(policy_name, workload), control, loop)
-
-    def health() -> tuple[bool, str]:
-        if not sync.ready:
-            return False, "cluster state not synced from the API server yet"
-        with sync.locked() as (state, _):
-            metrics.CLUSTER_NODES.set(state.num_nodes)
-            return True, f"live cluster, {state.num_nodes} nodes"
-
-    service = Service(
-        extender=Extender(
-            sync, policy, assume_and_bind(sync, binder, policy), claim_requests=sync.request_of
-        ),
-        description=f"live cluster through the API server, policy {policy_name}",
-        health=health,
-    )
-    sync.start()
-    service.stoppers.append(sync.stop)
-    # namespaceSelector needs the namespace's labels; an AdmissionReview names it only.
-    namespaces = NamespaceCache(api)
-    namespaces.start()
-    service.stoppers.append(namespaces.stop)
-    policy_source = ApiPolicySource(api)
-    policy_source.start()
-    service.stoppers.append(policy_source.stop)
-    _webhook(policy_source, service, namespaces, scheduler_name)
-    if control is not None:
-        # Under --scheduler-name the replicas elect a leader: only it runs the loop, so
-        # two replicas never evict the same pods. Without one, this replica runs it.
-        service.start_loop(control, leading=not scheduler_name)
-    if scheduler_name:
-        # Its own policy instance: policy caches are not shared across threads.
-        secondary = with_forecasts(_policy(policy_name, workload), control, loop)
-        _secondary(api, sync, binder, secondary, scheduler_name, service, control)
-    return service
-
-
-def _secondary(
-    api: Any,
-    sync: Any,
-    binder: Any,
-    policy: Policy,
-    scheduler_name: str,
-    service: Service,
-    control: ControlLoop | None = None,
-) -> None:
-    """The secondary scheduler (and the control loop, if given) while holding the Lease."""
-    from kubesage.core.k8s.leader import LeaderElector
-    from kubesage.core.k8s.secondary import SecondaryScheduler
-
-    scheduler = SecondaryScheduler(
-        api,
-        sync,
-        policy,
-        scheduler_name=scheduler_name,
-        binder=binder,
-        defer=None if control is None else loop_claims(control),
-    )
-    elector = LeaderElector(
-        api,
-        lease_name=f"kubesage-{scheduler_name}",
-        namespace=os.environ.get(LEASE_NAMESPACE_ENV, "kube-system"),
-        identity=os.environ.get(POD_NAME_ENV) or f"{socket.gethostname()}-{os.getpid()}",
-    )
-    stop = threading.Event()
-    term: dict[str, Any] = {}
-
-    def on_start() -> None:
-        term_stop = threading.Event()
-        thread = threading.Thread(
-            target=scheduler.run, args=(term_stop,), name="secondary-scheduler", daemon=True
-        )
-        term.update(stop=term_stop, thread=thread)
-        thread.start()
-        if control is not None:
-            term["loop"] = control.start()
-        log_event(log, logging.INFO, "leading", scheduler_name=scheduler_name)
-
-    def on_stop() -> None:  # every stop is asked first, then waited for
-        if "stop" in term:
-            term["stop"].set()  # no scheduling cycle starts once the Lease is lost
-        if "loop" in term:
-            term.pop("loop")()  # returns once the loop's tick in flight has ended
-        if "thread" in term:
-            term.pop("thread").join(10.0)
-        log_event(log, logging.INFO, "stopped_leading", scheduler_name=scheduler_name)
-
-    thread = threading.Thread(
-        target=elector.run, args=(on_start, on_stop, stop), name="leader-election", daemon=True
-    )
-    thread.start()
-
-    def stop_campaign() -> None:
-        stop.set()
-        thread.join(10.0)
-
-    service.stoppers.append(stop_campaign)
-    service.description += f"; secondary scheduler '{scheduler_name}' under a Lease"
 
 
 def open_socket(host: str, port: int) -> socket.socket:
@@ -436,8 +181,19 @@ def serve(
     )
     if api is None and scheduler_name:
         raise InputError("--scheduler-name needs a live cluster (a kubeconfig)")
-    if api is not None and arrivals_per_s:
-        raise InputError("--arrivals-per-s is for the embedded cluster (--embedded)")
+    if api is not None:
+        refuse_unused_options(
+            {
+                "--nodes": nodes != DEFAULT_SYNTHETIC_NODES,
+                "--fill": fill != 0.0,
+                "--policies-dir": policies_dir is not None,
+                "--arrivals-per-s": arrivals_per_s != 0.0,
+                "--pod-lifetime-s": pod_lifetime_s != DEFAULT_LIFETIME_S,
+            },
+            "to the embedded cluster (--embedded)",
+            "this serves the live cluster of the kubeconfig, whose nodes, pods and "
+            "SchedulingPolicy objects come from its API server",
+        )
     if api is None:
         service = embedded_service(
             policy,

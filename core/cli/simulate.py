@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
 from kubesage.core.cli.options import Format, Jobs, Mode, NodesCsv, OutputFormat, PodsCsv
 from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_command
@@ -223,12 +223,11 @@ def simulate(
         "--ray-address": ray_address is not None,
         "--data-dir": data_dir is not None,
     }
-    given = [name for name, is_given in scenario_only.items() if is_given]
-    if given:
-        raise InputError(
-            f"{', '.join(given)} only apply with --scenario (e.g. --scenario mixed); "
-            "the packing simulation takes --nodes, --pods, --policy, --seeds, --tune, --mode"
-        )
+    refuse_unused_options(
+        scenario_only,
+        "with --scenario (e.g. --scenario mixed)",
+        "the packing simulation takes --nodes, --pods, --policy, --seeds, --tune, --mode",
+    )
     settings, base = simulation_settings(
         config,
         nodes=nodes,

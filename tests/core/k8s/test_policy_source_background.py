@@ -223,7 +223,7 @@ def test_bad_options_are_rejected(fake: FakeApiServer, option: str) -> None:
 def test_serve_starts_the_refresher_and_stops_it_on_shutdown(
     fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kubesage.core.cli.serve import live_service
+    from kubesage.core.cli.serve_services import live_service
 
     class QuickSource(ApiPolicySource):
         def __init__(self, api_client: Any) -> None:

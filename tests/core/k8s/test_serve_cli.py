@@ -160,6 +160,27 @@ def test_bad_options_exit_2_with_a_message(tmp_path: Path) -> None:
         assert message in result.stderr, (options, result.stderr)
 
 
+def test_embedded_only_options_are_refused_on_a_live_cluster(tmp_path: Path) -> None:
+    with FakeApiServer() as api:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(api.kubeconfig_dict()))
+        cases = [
+            (["--nodes", "40", "--fill", "0.5"], "--nodes, --fill only apply to the embedded"),
+            (["--policies-dir", str(tmp_path)], "--policies-dir only applies to the embedded"),
+            (["--arrivals-per-s", "2"], "--arrivals-per-s only applies to the embedded"),
+        ]
+        for options, message in cases:
+            result = subprocess.run(
+                [*SERVE, "--port", "0", "--kubeconfig", str(kubeconfig), *options],
+                capture_output=True,
+                text=True,
+                timeout=STARTUP_S,
+            )
+            assert result.returncode == 2, (options, result.stderr)
+            assert message in result.stderr, (options, result.stderr)
+            assert "live cluster of the kubeconfig" in result.stderr
+
+
 def test_scheduler_name_runs_the_secondary_scheduler_under_a_lease(tmp_path: Path) -> None:
     with FakeApiServer() as api:
         api.add_node(v1_node("gpu-a"))

@@ -8,7 +8,7 @@ import base64
 import json
 from typing import Any
 
-from kubesage.core.cli.serve import live_service
+from kubesage.core.cli.serve_services import live_service
 from tests.core.k8s.webhook_support import pod_object, review
 from tests.fakes.apiserver import SCHEDULING_POLICIES, FakeApiServer
 
