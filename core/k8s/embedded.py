@@ -13,6 +13,7 @@ re-create on a real cluster — until the loop binds it again.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, MutableMapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,6 +191,13 @@ class EmbeddedCluster(LockedState):
                     if done.node == target.node:
                         return  # a retried bind of the same pod: already done
                     raise BindRefusedError(f"{where} is already bound to {done.node}")
+                pending = self._pending_key(target.namespace, target.name)
+                pending_uid = self.pending[pending].uid if pending is not None else ""
+                if target.uid and pending_uid and target.uid != pending_uid:
+                    raise BindRefusedError(
+                        f"{where}: Precondition failed: UID in precondition: "
+                        f"{target.uid}, UID in object meta: {pending_uid}"
+                    )
                 if target.request is None:
                     raise BindRefusedError(
                         f"{where} was never filtered or prioritized here, so the embedded "
@@ -212,15 +220,19 @@ class EmbeddedCluster(LockedState):
                     f"pod {metadata['namespace']}/{metadata['name']} on {placement.node}: {exc}"
                 ) from exc
             key = _key(pod)
-            pending = self.pending.pop(key, None)
+            namespace, name = str(metadata["namespace"]), str(metadata["name"])
+            pending_key = key if key in self.pending else self._pending_key(namespace, name)
+            pending = self.pending.pop(pending_key) if pending_key is not None else None
+            if pending is not None and pending.uid:
+                key = pending.uid  # a bind without a UID binds the pending pod, UID and all
             labels = pending.labels if pending else metadata.get("labels") or {}
             annotations = pending.annotations if pending else metadata.get("annotations") or {}
             self.bound[key] = BoundPod(
                 placement.node,
                 request,
                 placement,
-                namespace=str(metadata["namespace"]),
-                name=str(metadata["name"]),
+                namespace=namespace,
+                name=name,
                 labels=dict(labels),
                 annotations=dict(annotations),
             )
@@ -230,8 +242,12 @@ class EmbeddedCluster(LockedState):
 
     def forget(self, pod: Mapping[str, Any]) -> None:
         """Give back what :meth:`assume` took for ``pod``."""
+        metadata = pod["metadata"]
         with self.locked() as (state, _):
-            bound = self.bound.pop(_key(pod), None)
+            key = _key(pod)
+            if key not in self.bound:  # bound without a UID: under the pending pod's
+                key = self.bound.find(str(metadata["namespace"]), str(metadata["name"])) or key
+            bound = self.bound.pop(key, None)
             if bound is not None:
                 state.release(bound.request, bound.placement)
 
@@ -268,20 +284,24 @@ class EmbeddedCluster(LockedState):
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
     ) -> PendingPod:
-        """A new pod, pending until something binds it (the control loop does)."""
+        """A new pod, pending until something binds it (the control loop does). It gets
+        a fresh UID, as the API server gives every pod it creates: a pod deleted and
+        submitted again under its name is another pod to whatever keys pods by UID."""
         pod = PendingPod(
             namespace,
             name,
-            "",
+            str(uuid.uuid4()),
             request,
             labels=dict(labels or {}),
             annotations=dict(annotations or {}),
         )
         with self.locked():
-            key = f"{namespace}/{name}"
-            if key in self.pending or self._bound_key(namespace, name, "") is not None:
-                raise InputError(f"pod {key} exists already in the embedded cluster")
-            self.pending[key] = pod
+            if (
+                self._pending_key(namespace, name) is not None
+                or self._bound_key(namespace, name, "") is not None
+            ):
+                raise InputError(f"pod {namespace}/{name} exists already in the embedded cluster")
+            self.pending[pod.uid] = pod
         return pod
 
     def delete(self, namespace: str, name: str) -> bool:
@@ -292,12 +312,20 @@ class EmbeddedCluster(LockedState):
                 bound = self.bound.pop(key)
                 state.release(bound.request, bound.placement)
                 return True
-            return self.pending.pop(f"{namespace}/{name}", None) is not None
+            pending = self._pending_key(namespace, name)
+            return pending is not None and self.pending.pop(pending, None) is not None
 
     def _bound_key(self, namespace: str, name: str, uid: str) -> str | None:
         if uid:
             return uid if uid in self.bound else None
         return self.bound.find(namespace, name)
+
+    def _pending_key(self, namespace: str, name: str) -> str | None:
+        """The key of the pending pod ``namespace/name``, if there is one."""
+        for key, pod in self.pending.items():
+            if pod.namespace == namespace and pod.name == name:
+                return key
+        return None
 
     @staticmethod
     def _posted(target: BindTarget, placement: Placement | None) -> None:

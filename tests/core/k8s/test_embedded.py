@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kubesage.core.errors import InputError
 from kubesage.core.k8s.binding import BindRefusedError, BindTarget
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.k8s.embedded_nodes import remove_nodes
@@ -64,15 +65,33 @@ def test_a_bound_pod_keeps_what_it_was_submitted_with_through_eviction_and_node_
     cluster: EmbeddedCluster,
 ) -> None:
     labels, annotations = {"spark-role": "executor"}, {"kubesage.io/gang": "job-a"}
-    cluster.submit("ml", "w0", SHARING, labels=labels, annotations=annotations)
+    uid = cluster.submit("ml", "w0", SHARING, labels=labels, annotations=annotations).uid
     bind = cluster.binder(make_policy("bestfit", PolicyContext()))
-    bind(BindTarget("ml", "w0", "", "n0", SHARING))
-    bound = cluster.bound["ml/w0"]
+    bind(BindTarget("ml", "w0", "", "n0", SHARING))  # no UID: the pending pod of that name
+    assert cluster.pending == {}
+    bound = cluster.bound[uid]
     assert (dict(bound.labels), dict(bound.annotations)) == (labels, annotations)
     evicted = cluster.evict("ml", "w0")
-    assert evicted is not None
+    assert evicted is not None and evicted.uid == uid
     assert (dict(evicted.labels), dict(evicted.annotations)) == (labels, annotations)
-    bind(BindTarget("ml", "w0", "", "n1", SHARING))  # placed again: still the same pod
-    assert dict(cluster.bound["ml/w0"].annotations) == annotations
+    bind(BindTarget("ml", "w0", uid, "n1", SHARING))  # placed again: still the same pod
+    assert dict(cluster.bound[uid].annotations) == annotations
     remove_nodes(cluster, ["n1"])
-    assert dict(cluster.pending["ml/w0"].labels) == labels
+    assert dict(cluster.pending[uid].labels) == labels
+
+
+def test_a_submitted_pod_has_its_own_uid_and_a_bind_must_name_it(
+    cluster: EmbeddedCluster,
+) -> None:
+    first = cluster.submit("ml", "w0", SHARING)
+    with pytest.raises(InputError, match="exists already"):
+        cluster.submit("ml", "w0", SHARING)
+    assert cluster.delete("ml", "w0")
+    second = cluster.submit("ml", "w0", SHARING)  # the same name again: another pod
+    assert first.uid and second.uid and first.uid != second.uid
+    bind = cluster.binder(make_policy("bestfit", PolicyContext()))
+    with pytest.raises(BindRefusedError, match=f"UID in object meta: {second.uid}"):
+        bind(BindTarget("ml", "w0", first.uid, "n0", SHARING))  # the deleted pod's bind
+    assert cluster.bound == {} and list(cluster.pending) == [second.uid]
+    bind(BindTarget("ml", "w0", second.uid, "n0", SHARING))
+    assert list(cluster.bound) == [second.uid] and cluster.pending == {}
