@@ -158,6 +158,9 @@ class Defragmenter:
     """Most candidates re-placed on a copy of the cluster for one request."""
     pinned: frozenset[str] = field(default_factory=frozenset)
     """Names of running pods that never move, whatever their QoS (module docstring)."""
+    allowed: Mapping[str, Collection[str]] = field(default_factory=dict)
+    """The nodes a running pod's own constraints allow it onto, by name (a pod not
+    named: any node): a moved pod is re-placed only there."""
 
     def plan(
         self,
@@ -340,7 +343,7 @@ class Defragmenter:
             trial.allocate(request, reserved)
         except CapacityError:  # CPU or memory still short on this node
             return None
-        moves = _replace(self.policy, trial, [pod for pod, _ in candidate.evicted])
+        moves = _replace(self.policy, trial, [pod for pod, _ in candidate.evicted], self.allowed)
         if moves is None:
             return None
         # The engine re-decides the request after the moves; make sure it then fits.
@@ -351,16 +354,21 @@ class Defragmenter:
 
 
 def _replace(
-    policy: Policy, trial: ClusterState, pods: Sequence[PodRequest]
+    policy: Policy,
+    trial: ClusterState,
+    pods: Sequence[PodRequest],
+    allowed: Mapping[str, Collection[str]],
 ) -> list[Migration] | None:
-    """Place ``pods`` (largest first) on ``trial`` with ``policy``; None when one fails."""
+    """Place ``pods`` (largest first) on ``trial`` with ``policy``, each on a node its own
+    constraints allow (``allowed``, by pod name: any node for a pod not named there);
+    None when one fails."""
     moves: list[Migration] = []
     for pod in sorted(pods, key=lambda p: -p.total_gpu_milli):
-        decision = policy.decide(trial, pod)
-        if decision.placement is None:
+        placed = place_within(policy, trial, pod, allowed.get(pod.name))
+        if placed is None:
             return None
-        trial.allocate(pod, decision.placement)
-        moves.append((pod.name, decision.placement))
+        trial.allocate(pod, placed[0])
+        moves.append((pod.name, placed[0]))
     return moves
 
 
@@ -373,6 +381,7 @@ def compact(
     max_priority: int = 0,
     free_gpus_wanted: int | None = None,
     pinned: Collection[str] = frozenset(),
+    allowed: Mapping[str, Collection[str]] | None = None,
 ) -> list[Migration]:
     """Background compaction: empty the cheapest partly used GPUs, at most ``budget`` moves.
 
@@ -383,7 +392,8 @@ def compact(
     tried from the cheapest to empty; each one emptied is one more whole GPU.
     With ``free_gpus_wanted``, nothing moves while at least that many GPUs are
     empty, and compaction stops once they are. A GPU holding a pod that must not move
-    (:func:`move_cost`; ``pinned`` names some) is not emptied.
+    (:func:`move_cost`; ``pinned`` names some) is not emptied, nor one whose pods'
+    own constraints (``allowed``, as :attr:`Defragmenter.allowed`) leave them no place.
     """
     empty_now = int(np.count_nonzero(_empty_mask(state)))
     if budget <= 0 or (free_gpus_wanted is not None and empty_now >= free_gpus_wanted):
@@ -419,7 +429,7 @@ def compact(
         cordoned = _empty_gpus(attempt)
         for c_node, c_gpu in cordoned:
             attempt.cordon_gpu(c_node, c_gpu)
-        placed = _replace(policy, attempt, [p for p, _ in pods])
+        placed = _replace(policy, attempt, [p for p, _ in pods], allowed or {})
         if placed is None:
             continue
         for c_node, c_gpu in cordoned:
@@ -464,6 +474,8 @@ class Compactor:
     max_priority: int = 0
     pinned: frozenset[str] = field(default_factory=frozenset)
     """Names of running pods that never move."""
+    allowed: Mapping[str, Collection[str]] = field(default_factory=dict)
+    """As :attr:`Defragmenter.allowed`."""
 
     def compact(self, state: ClusterState, running: Mapping[str, Running]) -> list[Migration]:
         wanted = math.ceil(self.free_share * int(state.gpu_count.sum()))
@@ -475,4 +487,5 @@ class Compactor:
             max_priority=self.max_priority,
             free_gpus_wanted=wanted,
             pinned=self.pinned,
+            allowed=self.allowed,
         )

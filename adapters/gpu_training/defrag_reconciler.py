@@ -5,11 +5,14 @@ pending **only for fragmentation**
 (:func:`~kubesage.adapters.gpu_training.defrag.only_fragmentation`), the
 :class:`~kubesage.adapters.gpu_training.defrag.Defragmenter` is asked for the cheapest
 migration (best-effort pods first). Never moved: ``Guaranteed`` pods, pods above
-``max_priority``, and :func:`never_moves`' — a pod without an owner (once evicted,
-nothing re-creates it) or re-created on its own node only (a DaemonSet's), a gang or
-distributed job's member (its eviction stops the whole job), and a MIG instance where
-the loop cannot apply a re-layout (its evictions would come before a label step bound
-to fail). The answer is one :class:`~kubesage.core.loop.actions.Plan`:
+``max_priority``, and those of
+:func:`~kubesage.adapters.gpu_training.defrag_settings.never_moves` — a pod without an
+owner (once evicted, nothing re-creates it) or re-created on its own node only (a
+DaemonSet's), a gang or distributed job's member (its eviction stops the whole job),
+and a MIG instance where the loop cannot apply a re-layout (its evictions would come
+before a label step bound to fail). A moved pod goes only to a node its own
+constraints allow (its node selector, required affinity, taints). The answer is one
+:class:`~kubesage.core.loop.actions.Plan`:
 
 - reservations: the waiting pod's target placement and every moved pod's new one,
   as they stand *after* the plan's evictions (the loop reserves them against the
@@ -43,10 +46,14 @@ from typing import Any
 from kubesage.adapters.gpu_training.defrag import (
     Compactor,
     Defragmenter,
-    job_member,
     move_cost,
     only_fragmentation,
     place_within,
+)
+from kubesage.adapters.gpu_training.defrag_settings import (
+    DefragSettings,
+    allowed_nodes,
+    pinned_pods,
 )
 from kubesage.adapters.gpu_training.loop_support import (
     Running,
@@ -67,55 +74,12 @@ from kubesage.core.types import Migration, Placement, PodRequest
 
 NAME = "gpu-defrag"
 
-NODE_BOUND_OWNERS = ("DaemonSet", "Node")  # re-create a pod on its node (Node: static pods)
 COMPACTED_AT = "compacted_at_s"
 """Memory key: when the last compaction plans were asked for (the loop's clock)."""
 STOPPED = "in_flight"
 """Memory key: the pods our plans bind (``namespace/name`` → plan id, target placement
 as JSON, whether it is the waiting pod), kept while they are pending, so a plan that
 stopped half-way is finished. Memory holds JSON values only."""
-
-
-@dataclass(frozen=True)
-class DefragSettings:
-    """How far ``gpu-defrag`` may go."""
-
-    eviction_budget: int = 4
-    """Most pods evicted per tick over all its plans (the loop's per-tick eviction
-    budget; 0: nothing is migrated, and the notes say what waits)."""
-    relayout_budget: int | None = None
-    """Most MIG node re-layouts (``label-node`` steps) per tick over all its plans (the
-    loop's label-node budget; None: unlimited). A plan needing more is not asked for."""
-    max_priority: int = 0
-    """Pods above this priority never move."""
-    max_trials: int = 32
-    """Most candidate migrations tried (each on a copy of the cluster) per pending pod."""
-    compact_free_share: float = 0.05
-    """Compact in the background while fewer than this share of GPUs are empty (0: never)."""
-    compact_interval_s: float = 600.0
-    """Least time between two compaction rounds."""
-    evicted_pods_come_back: bool = False
-    """True where an evicted pod comes back pending under its own name (the embedded
-    cluster, the simulator). False (a live cluster): a pod without an owner never moves."""
-    relayouts: bool = False
-    """True where the loop can apply a MIG re-layout (its ``label-node`` actuator publishes
-    mig-parted configs: ``--mig-config-map``). False: MIG instances never move."""
-
-
-def never_moves(info: PodInfo, settings: DefragSettings) -> bool:
-    """Whether ``info`` must not be evicted, whatever its QoS (the module docstring)."""
-    return (
-        (info.owner is None and not settings.evicted_pods_come_back)  # a notebook, say
-        or (info.owner is not None and info.owner.kind in NODE_BOUND_OWNERS)
-        or info.gang is not None
-        or info.request.gang_id is not None
-        or job_member(info.labels, info.annotations)
-        or (info.request.mig is not None and not settings.relayouts)
-    )
-
-
-def _pinned(infos: Mapping[str, PodInfo], settings: DefragSettings) -> frozenset[str]:
-    return frozenset(name for name, info in infos.items() if never_moves(info, settings))
 
 
 @dataclass(frozen=True)
@@ -166,7 +130,7 @@ class DefragReconciler:
             if left <= 0:
                 notes.append(f"{pod.ref}: this tick's eviction budget is spent; next tick")
                 continue
-            pinned = _pinned(infos, settings) if pinned is None else pinned
+            pinned = pinned_pods(infos, settings) if pinned is None else pinned
             planned = self._migration(state, running, infos, pinned, pod, left, labels_left)
             if isinstance(planned, str):
                 notes.append(planned)
@@ -177,7 +141,7 @@ class DefragReconciler:
             left -= _remember(plan, stopped)
             labels_left -= sum(isinstance(step, LabelNode) for step in plan.steps)
         if not migrations and left > 0 and self._compaction_due(view):
-            pinned = _pinned(infos, settings) if pinned is None else pinned
+            pinned = pinned_pods(infos, settings) if pinned is None else pinned
             plans = self._compaction(state, running, infos, pinned, left, labels_left, notes)
             for plan in plans:
                 _remember(plan, stopped)
@@ -261,6 +225,7 @@ class DefragReconciler:
             max_priority=settings.max_priority,
             max_trials=settings.max_trials,
             pinned=pinned,
+            allowed=allowed_nodes(infos),
         ).plan(state, running, request, waiting.eligible_nodes)
         if moves is None:
             return (
@@ -412,6 +377,7 @@ class DefragReconciler:
             free_share=settings.compact_free_share,
             max_priority=settings.max_priority,
             pinned=pinned,
+            allowed=allowed_nodes(infos),
         ).compact(state, running)
         plans: list[Plan] = []
         for name, target in moves:

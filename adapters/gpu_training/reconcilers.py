@@ -22,7 +22,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler, DefragSettings
+from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
+from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.adapters.gpu_training.elastic_reconciler import (
     ElasticReconciler,
     ElasticSettings,

@@ -4,7 +4,8 @@ pods free is part of the request's room, so only ``request <= free`` bounds a ca
 from __future__ import annotations
 
 from kubesage.adapters.gpu_training.defrag import Defragmenter
-from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler, DefragSettings
+from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
+from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.adapters.gpu_training.mig import mig_request
 from kubesage.core.loop.actions import Bind, Evict, ObjectRef, Plan
 from kubesage.core.policy import PolicyContext, make_policy

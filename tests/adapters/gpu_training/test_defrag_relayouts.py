@@ -4,7 +4,8 @@ pods moved for nothing on every retry."""
 
 from __future__ import annotations
 
-from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler, DefragSettings
+from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
+from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.adapters.gpu_training.mig import mig_request
 from kubesage.core.loop.actions import Action, ActionKind, Evict, LabelNode, ObjectRef, Plan
 from kubesage.core.loop.budgets import Budgets

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kubesage.adapters.gpu_training.cli import ADAPTER
-from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler, DefragSettings
+from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
+from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.core.cli.loop_sources import EmbeddedClusterCollector
 from kubesage.core.k8s.embedded import EmbeddedCluster, PendingPod
 from kubesage.core.k8s.embedded_actuators import embedded_actuators
