@@ -28,6 +28,7 @@ from kubesage.core.loop.settings import LoopSettings
 from kubesage.core.loop.view import PodInfo
 from kubesage.core.loop.world import ClusterObservation
 from kubesage.core.perception import Collector, Snapshot
+from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.examples import topology_file
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import Placement
@@ -186,7 +187,7 @@ class LiveClusterCollector:
         return self.sync.failures
 
     def collect(self) -> Snapshot[ClusterObservation]:
-        snapshot = self.sync.collect()
+        snapshot = self._state()
         eligible = _Eligibility(self.sync, snapshot.data.node_names)
         pods: dict[str, PodInfo] = {}
         for pod in self.sync.bound_pods():
@@ -210,6 +211,24 @@ class LiveClusterCollector:
         self._infos.done()
         observation = ClusterObservation(snapshot.data, pods)
         return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
+
+    def _state(self) -> Snapshot[ClusterState]:
+        """The cluster's state in which each pod nominated to a node (kube-scheduler's
+        preemption freed room there for it) holds that room against the pods the loop
+        places, as it does for the secondary scheduler's
+        (:meth:`~kubesage.core.k8s.informer.ClusterSync.locked_placing`); a stale
+        fallback as it is."""
+        snapshot = self.sync.collect()
+        if snapshot.stale:
+            return snapshot
+        ours = [
+            pod
+            for scheduler in self.scheduler_names
+            if scheduler != DEFAULT_SCHEDULER
+            for pod in self.sync.pending_pods(scheduler)
+        ]
+        with self.sync.locked_placing(ours) as (state, _):
+            return Snapshot(state, snapshot.taken_at)
 
 
 class _Eligibility:

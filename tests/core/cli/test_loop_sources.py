@@ -10,6 +10,8 @@ a pod that is gone is gone.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kubesage.core.cli.loop import embedded_loop
@@ -75,6 +77,10 @@ class SyncReadSide:
 
     def collect(self) -> Snapshot[ClusterState]:
         return Snapshot(self.state, 0.0)
+
+    @contextmanager
+    def locked_placing(self, pods: Any) -> Iterator[tuple[ClusterState, list[str]]]:
+        yield self.state.copy(), list(self.state.node_names)  # no pod is nominated here
 
     def bound_pods(self) -> list[dict[str, Any]]:
         return self.bound
