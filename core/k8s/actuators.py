@@ -69,9 +69,9 @@ from kubesage.core.k8s.binding import (
     node_refusal,
 )
 from kubesage.core.k8s.dra_binding import ClaimAllocator
+from kubesage.core.k8s.extras_ledger import BoundPods, ledger_for
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
-from kubesage.core.k8s.node_extras import BoundPods, ledger_for
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
 from kubesage.core.k8s.schedulable import is_terminating
 from kubesage.core.k8s.translate import pod_request
@@ -325,7 +325,7 @@ class LiveEligibility:
     scheduler's node filters (:func:`~kubesage.core.k8s.binding.node_refusal`) and, when
     ``nodes`` also keeps the bound pods (ClusterSync), its resources the core does not
     count, the node's pod count and host ports
-    (:meth:`~kubesage.core.k8s.node_extras.ExtrasLedger.admit`, with the ledger the
+    (:meth:`~kubesage.core.k8s.extras_ledger.ExtrasLedger.admit`, with the ledger the
     secondary scheduler shares). A pod that is gone, or a node the cache does not know,
     passes: the bind path refuses those itself (the Binding's 404; no room in the state)."""
 

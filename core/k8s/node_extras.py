@@ -19,26 +19,24 @@ A pod's request is its effective request, the rule the core uses for CPU
 as kube-scheduler does; a node's allocatable is rounded down. The pods on a node are
 the bound pods the informer keeps (every scheduler's, terminating ones included, as
 kube-scheduler counts them) and the pods kubesage placed there that the watch does not
-show bound yet (:class:`ExtrasLedger`). A refused node's reasons are kube-scheduler's
-words, ``node(s) didn't have free ports for the requested pod ports`` (NodePorts, asked
-first), ``Too many pods`` and ``Insufficient <resource>``.
+show bound yet (:class:`~kubesage.core.k8s.extras_ledger.ExtrasLedger`). A refused
+node's reasons are kube-scheduler's words, ``node(s) didn't have free ports for the
+requested pod ports`` (NodePorts, asked first), ``Too many pods`` and ``Insufficient
+<resource>``.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, overload, runtime_checkable
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray, IntArray
 from kubesage.core.k8s.gang import GangOutcome, place_all
-from kubesage.core.k8s.schedulable import bound_node, pod_key
 from kubesage.core.k8s.translate import (
     MIG_RESOURCE_PREFIX,
     TranslateError,
@@ -284,114 +282,6 @@ class NodeExtras:
                 if ips and (port.ip == WILDCARD_IP or WILDCARD_IP in ips or port.ip in ips):
                     nodes.add(index)
         return nodes
-
-
-# -- the pods on each node ---------------------------------------------------------------
-
-
-@runtime_checkable
-class BoundPods(Protocol):
-    """Where the pods are (ClusterSync)."""
-
-    def bound_pods(self) -> list[dict[str, Any]]: ...
-
-    def placement_of(self, key: str) -> Placement | None: ...
-
-
-class ExtrasLedger:
-    """Each pod's extras, read once per ``resourceVersion``, and the pods kubesage
-    placed whose binding the watch does not show yet (kept until it does, or until
-    their assumption is gone). Thread-safe; it never calls out while locked."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._read: dict[str, tuple[str, PodExtras]] = {}
-        self._older: dict[str, tuple[str, PodExtras]] = {}
-        """The reads before the last :meth:`use`: kept while asked for again."""
-        self._placed: dict[str, tuple[str, PodExtras]] = {}
-
-    def extras_of(self, pod: Obj) -> PodExtras:
-        """``pod``'s extras; none when its requests cannot be read (the core reports it)."""
-        with self._lock:
-            return self._extras(pod_key(pod), pod)
-
-    def _extras(self, key: str, pod: Obj) -> PodExtras:
-        version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
-        cached = self._read.get(key) or self._older.get(key)
-        if cached is None or cached[0] != version:
-            try:
-                cached = (version, pod_extras(pod))
-            except TranslateError:
-                cached = (version, NO_EXTRAS)
-        self._read[key] = cached
-        return cached[1]
-
-    def placed(self, pod: Obj, node: str) -> None:
-        """``pod`` is being bound to ``node``."""
-        with self._lock:
-            key = pod_key(pod)
-            self._placed[key] = (node, self._extras(key, pod))
-
-    def unplaced(self, pod: Obj) -> None:
-        """Its bind failed."""
-        with self._lock:
-            self._placed.pop(pod_key(pod), None)
-
-    def use(
-        self,
-        nodes: Mapping[str, Obj],
-        node_names: Sequence[str],
-        bound: Iterable[Obj],
-        placement_of: Callable[[str], Placement | None],
-        skip: str | None = None,
-    ) -> NodeExtras:
-        """What the ``bound`` pods and the ones placed use on ``node_names`` (a pod keyed
-        ``skip`` left out); a placed pod gone from ``placement_of`` is forgotten."""
-        with self._lock:
-            placed = list(self._placed)
-        gone = {key for key in placed if placement_of(key) is None}  # not under our lock
-        use = NodeExtras(nodes, node_names)
-        names = set(node_names)
-        counted: list[tuple[str, PodExtras]] = []
-        with self._lock:
-            self._older, self._read = self._read, {}
-            for pod in bound:
-                key, node = pod_key(pod), bound_node(pod)
-                self._placed.pop(key, None)  # the watch shows it bound
-                if node in names and key != skip:
-                    counted.append((node, self._extras(key, pod)))
-            for key in gone:
-                self._placed.pop(key, None)
-            counted += [item for key, item in self._placed.items() if key != skip]
-        use.count_all(counted)
-        return use
-
-    def admit(self, pod: Obj, node_name: str, node: Obj, sync: BoundPods) -> str | None:
-        """Why ``node`` refuses ``pod``'s extras now, naming the filter; None when they
-        fit, and then ``pod`` counts there until its binding shows (or fails)."""
-        key = pod_key(pod)
-        use = self.use({node_name: node}, [node_name], sync.bound_pods(), sync.placement_of, key)
-        refusal = use.refusal(self.extras_of(pod), node_name)
-        if refusal is None:
-            self.placed(pod, node_name)
-        return refusal
-
-
-_LEDGERS: weakref.WeakKeyDictionary[object, ExtrasLedger] = weakref.WeakKeyDictionary()
-_LEDGERS_LOCK = threading.Lock()
-
-
-def ledger_for(sync: object) -> ExtrasLedger:
-    """The one ledger of a ClusterSync: the secondary scheduler and the control loop's
-    binds on it see each other's placements before the watch shows them."""
-    with _LEDGERS_LOCK:
-        try:
-            ledger = _LEDGERS.get(sync)
-            if ledger is None:
-                ledger = _LEDGERS[sync] = ExtrasLedger()
-        except TypeError:  # not weakly referable: a ledger of its own
-            ledger = ExtrasLedger()
-        return ledger
 
 
 # -- placing members -----------------------------------------------------------------------

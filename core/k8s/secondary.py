@@ -62,10 +62,11 @@ from kubesage.core.k8s.binder import Binder, placement_annotations
 from kubesage.core.k8s.dra_allocation import AllocationRefusedError
 from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
+from kubesage.core.k8s.extras_ledger import ledger_for
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
-from kubesage.core.k8s.node_extras import ExtrasMember, NodeExtras, ledger_for, place_with_extras
+from kubesage.core.k8s.node_extras import ExtrasMember, NodeExtras, place_with_extras
 from kubesage.core.k8s.schedulable import is_terminating
 from kubesage.core.k8s.translate import TranslateError
 from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints

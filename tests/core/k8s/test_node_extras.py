@@ -8,17 +8,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kubesage.core.k8s import node_extras
+from kubesage.core.k8s import extras_ledger, node_extras
+from kubesage.core.k8s.extras_ledger import ExtrasLedger, ledger_for
 from kubesage.core.k8s.node_extras import (
     PODS_REASON,
     PORTS_REASON,
-    ExtrasLedger,
     ExtrasMember,
     HostPort,
     NodeExtras,
     PodExtras,
     host_ports,
-    ledger_for,
     place_with_extras,
     pod_extras,
 )
@@ -224,7 +223,7 @@ def test_the_ledger_reads_each_pod_once_per_version(monkeypatch: pytest.MonkeyPa
         reads.append(pod["metadata"]["name"])
         return real(pod)
 
-    monkeypatch.setattr(node_extras, "pod_extras", counting)
+    monkeypatch.setattr(extras_ledger, "pod_extras", counting)
     ledger = ExtrasLedger()
     nodes = {"a": node("a", {RDMA: "2"})}
     pods = [bound(asking(f"p{i}", {RDMA: "1"}), "a") for i in range(2)]
@@ -263,8 +262,31 @@ def test_placed_pods_count_until_the_watch_shows_them_or_their_assumption_goes()
     assert ledger.use(nodes, ["a"], [], placement_of).refusal(asked, "a") is None
     # An assumption that is gone (expired, forgotten) takes the record with it.
     ledger.placed(pod, "a")
+    assert ledger.use(nodes, ["a"], [], placement_of).refusal(asked, "a") is not None
     assumed.clear()
     assert ledger.use(nodes, ["a"], [], placement_of).refusal(asked, "a") is None
+
+
+def test_a_pod_admitted_before_its_assumption_counts_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop's binds admit a pod before the bind path assumes it: another placement
+    asking in between must still see its ports taken."""
+    clock = [100.0]
+    monkeypatch.setattr(extras_ledger.time, "monotonic", lambda: clock[0])
+    ledger = ExtrasLedger()
+    nodes = {"a": node("a")}
+    pod = ports_pod("p", {"containerPort": 80, "hostPort": 80})
+    asked = pod_extras(pod)
+    ledger.placed(pod, "a")  # admitted; not assumed yet
+
+    def nowhere(key: str) -> Placement | None:
+        return None
+
+    clock[0] += extras_ledger.UNASSUMED_GRACE_S - 1
+    assert ledger.use(nodes, ["a"], [], nowhere).refusal(asked, "a") == f"NodePorts: {PORTS_REASON}"
+    clock[0] += 2  # its bind was refused before it was assumed: it goes in time
+    assert ledger.use(nodes, ["a"], [], nowhere).refusal(asked, "a") is None
 
 
 # -- placing gang members ---------------------------------------------------------------
