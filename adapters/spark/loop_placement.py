@@ -1,5 +1,5 @@
 """``spark-placement``: bind a Spark application's pending executors where its shuffles
-stay inside racks, on the live DRTG, all of one application's executors or none.
+stay inside racks, on the live DRTG.
 
 Spark on Kubernetes labels every executor pod ``spark-role=executor`` and
 ``spark-app-selector=<application id>`` (and ``spark-exec-id=<n>``). Each tick the
@@ -15,8 +15,11 @@ unless the settings give one, and the input's location comes from the executors'
 The answer is one :class:`~kubesage.core.loop.actions.Plan` per application:
 reservations for every executor, then a bind of each at its node (executors ordered by
 ``spark-exec-id``), the explanation naming the racks, the placement's reasons and its
-expected cross-rack bytes. A group that does not fit whole gets a note and no action,
-as does every group when no topology is configured; topology nodes the cluster does not
+expected cross-rack bytes. A Spark job runs with the executors it has, so a group that
+does not fit whole has as many bound as fit now (the first by ``spark-exec-id``) and a
+note says the rest wait for room; when only the balance limit (``max_node_share``)
+holds executors back — a small cluster — it gives way. Every group gets a note and no
+action when no topology is configured; topology nodes the cluster does not
 have take no executors (a note says which), and a topology that shares no node with
 the cluster is a note.
 
@@ -26,21 +29,28 @@ scheduler (``claimable``) that it claims
 (:class:`~kubesage.core.loop.reconciler.ClaimsPods`: every Spark executor that asks
 for no GPUs, when built to claim — :func:`places`, the rule :meth:`reconcile` applies
 too, so no executor is claimed and then left unplaced). kube-scheduler's executors are
-left alone. Executors that arrive after their application's first ones were bound are
-placed as a group of their own. Nodes an executor's spec rules out
+left alone. Executors that arrive after some of their application's were bound (a later
+allocation batch, dynamic allocation) are placed beside them: the bound ones count in
+the balance limit and in the traffic the placement minimises. Nodes an executor's spec rules out
 (:attr:`~kubesage.core.loop.view.PodInfo.eligible_nodes`: cordoned, tainted against its
 tolerations, not matching its ``nodeSelector`` or required node affinity) take none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kubesage.adapters.spark.job_hints import DEFAULT_PROFILE, parse_locality
-from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement, place_executors
+from kubesage.adapters.spark.placement import (
+    ExecutorShape,
+    SparkPlacement,
+    executors_with_room,
+    place_executors,
+)
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import CapacityError, InputError
@@ -159,8 +169,10 @@ class SparkPlacementReconciler:
         state = view.state  # never changed: each plan is tried on copies
         actions: list[Plan] = []
         on_topology = aligned.state
+        running = self._running(drtg, view.running.values())
         for key, members in sorted(groups.items()):
-            planned = self._plan(drtg, on_topology, state, key, members, notes)
+            already = running.get(key, [])
+            planned = self._plan(drtg, on_topology, state, key, members, already, notes)
             if isinstance(planned, str):
                 notes.append(planned)
             else:
@@ -178,6 +190,16 @@ class SparkPlacementReconciler:
                 groups[(pod.ref.namespace, pod.labels[APP_LABEL])].append(pod)
         return {key: sorted(members, key=_executor_order) for key, members in groups.items()}
 
+    @staticmethod
+    def _running(drtg: DRTG, running: Iterable[PodInfo]) -> dict[AppKey, list[int]]:
+        """The DRTG nodes of each application's bound executors (on the topology)."""
+        nodes: dict[AppKey, list[int]] = defaultdict(list)
+        index = {name: i for i, name in enumerate(drtg.node_names)}
+        for pod in running:
+            if is_executor(pod) and pod.placement is not None and pod.placement.node in index:
+                nodes[(pod.ref.namespace, pod.labels[APP_LABEL])].append(index[pod.placement.node])
+        return nodes
+
     def _plan(
         self,
         drtg: DRTG,
@@ -185,10 +207,14 @@ class SparkPlacementReconciler:
         state: ClusterState,
         key: AppKey,
         members: Sequence[PodInfo],
+        running: Sequence[int],
         notes: list[str],
     ) -> tuple[Plan, ClusterState, ClusterState] | str:
         """One application's plan with ``state`` and ``aligned`` as they are once its
-        executors are bound (copies), or why there is none."""
+        executors are bound (copies), or why there is none. Its ``running`` executors
+        (their DRTG nodes) count: more executors join the racks it runs in. When not all
+        fit, as many as fit are bound (a Spark job runs with the executors it has) and
+        the rest wait for room; when the balance limit alone holds them back, it gives way."""
         app = _app(key)
         requests = [member.request for member in members]
         if not all(map(places, members)):
@@ -198,17 +224,37 @@ class SparkPlacementReconciler:
             cores=max(1, math.ceil(max(r.cpu_milli for r in requests) / 1000)),
             memory_mib=max(1, max(r.memory_mib for r in requests)),
         )
+        on = _only_on(aligned, eligible_for_all(members))
+        share = self.settings.max_node_share
+        fit = executors_with_room(on, shape, max_node_share=share, running=running)
+        if fit < shape.executors:
+            unbalanced = executors_with_room(on, shape, max_node_share=1.0, running=running)
+            if unbalanced > fit:
+                fit, share = unbalanced, 1.0
+            if fit == 0:
+                return (
+                    f"{app}: no node its executors may use has room for one of "
+                    f"{shape.cores} cores and {shape.memory_mib} MiB; none bound"
+                )
+            limit = "" if share == self.settings.max_node_share else " (balance limit relaxed)"
+            notes.append(
+                f"{app}: room for {fit} of its {shape.executors} pending executor(s) now{limit}; "
+                "the rest wait for room"
+            )
+            members = members[:fit]
+            shape = dataclasses.replace(shape, executors=fit)
         local = self._locality(drtg, app, members, notes)
         try:
             placement = place_executors(
                 drtg,
-                _only_on(aligned, eligible_for_all(members)),
+                on,
                 shape,
                 self.settings.profile,
                 local,
-                max_node_share=self.settings.max_node_share,
+                max_node_share=share,
+                running=running,
             )
-        except CapacityError as exc:
+        except CapacityError as exc:  # executors_with_room said they fit: be safe
             return f"{app}: {exc}; none bound"
         trial = state.copy()
         trial_aligned = aligned.copy()

@@ -76,6 +76,39 @@ def node_room(state: ClusterState, shape: ExecutorShape) -> IntArray:
     return np.minimum(by_cpu, by_memory).clip(0).astype(np.int64)
 
 
+def _room(
+    state: ClusterState,
+    shape: ExecutorShape,
+    max_node_share: float,
+    running: Sequence[int],
+    executors: int,
+) -> tuple[IntArray, int]:
+    """Each node's room for ``executors`` more of the application's executors, its
+    ``running`` ones (their nodes) counting against the balance limit; and that limit."""
+    if not 0 < max_node_share <= 1:
+        raise InputError(f"max_node_share must be within (0, 1], got {max_node_share}")
+    per_node = max(1, math.floor(max_node_share * (executors + len(running))))
+    already = np.bincount(np.asarray(running, dtype=np.int64), minlength=state.num_nodes)
+    room = np.minimum(node_room(state, shape), (per_node - already).clip(0))
+    return room, per_node
+
+
+def executors_with_room(
+    state: ClusterState,
+    shape: ExecutorShape,
+    *,
+    max_node_share: float = 0.25,
+    running: Sequence[int] = (),
+) -> int:
+    """How many of ``shape.executors`` fit now within the balance limit (the most ``k``
+    for which :func:`place_executors` of ``k`` would not raise CapacityError)."""
+    for count in range(shape.executors, 0, -1):
+        room, _ = _room(state, shape, max_node_share, running, count)
+        if int(room.sum()) >= count:
+            return count
+    return 0
+
+
 def place_executors(
     drtg: DRTG,
     state: ClusterState,
@@ -84,13 +117,15 @@ def place_executors(
     input_locality: FloatArray | None = None,
     *,
     max_node_share: float = 0.25,
+    running: Sequence[int] = (),
 ) -> SparkPlacement:
-    """The placement with the least expected cross-rack traffic (see the module docstring)."""
+    """The placement with the least expected cross-rack traffic (see the module docstring).
+
+    ``running`` are the nodes (DRTG indices) of the application's executors already
+    bound, whose resources ``state`` counts: the balance limit counts them, and the
+    traffic is the whole application's, so more executors join the racks it runs in."""
     _check_cluster(drtg, state)
-    if not 0 < max_node_share <= 1:
-        raise InputError(f"max_node_share must be within (0, 1], got {max_node_share}")
-    per_node = max(1, math.floor(max_node_share * shape.executors))
-    room = np.minimum(node_room(state, shape), per_node)
+    room, per_node = _room(state, shape, max_node_share, running, shape.executors)
     if int(room.sum()) < shape.executors:
         raise CapacityError(
             f"{shape.executors} executors of {shape.cores} cores and {shape.memory_mib} MiB "
@@ -114,13 +149,14 @@ def place_executors(
         )
         order = [first, *others]
         nodes = _fill(drtg, room, order, shape.executors)
-        traffic = estimate(drtg, nodes, profile, local)
+        traffic = estimate(drtg, [*running, *nodes], profile, local)
         key = (traffic.cross_rack_bytes, traffic.cross_zone_bytes, traffic.cross_node_bytes)
         if best is None or key < best[0]:
             best = (key, nodes, order)
     assert best is not None
     _, nodes, order = best
-    placement = SparkPlacement(tuple(nodes), estimate(drtg, nodes, profile, local))
+    whole = estimate(drtg, [*running, *nodes], profile, local)
+    placement = SparkPlacement(tuple(nodes), whole)
     return SparkPlacement(
         placement.nodes,
         placement.estimate,

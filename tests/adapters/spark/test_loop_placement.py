@@ -147,17 +147,25 @@ def test_pending_executors_get_one_plan_that_keeps_them_in_the_inputs_racks(
     assert "trade-off" in plan.explanation
 
 
-def test_a_group_that_does_not_fit_gets_a_note_and_no_action(cpu_racks: DRTG) -> None:
-    # Whole-node executors: 40 nodes, room for 40.
+def test_a_group_that_does_not_fit_whole_has_as_many_bound_as_fit(cpu_racks: DRTG) -> None:
+    # Whole-node executors: 40 nodes, room for 40; a Spark job runs with what it gets.
     pods = executors(41, cores=64, memory_mib=1_024)
     answer = SparkPlacementReconciler().reconcile(view(busy(cpu_racks, {}), pods, cpu_racks))
-    assert not answer.actions
-    assert len(answer.notes) == 1
-    assert f"default/{APP}" in answer.notes[0] and "do not fit" in answer.notes[0]
+    plan = only_plan(answer)
+    placed = binds(plan)
+    assert [step.pod.name for step in placed] == [pod.ref.name for pod in pods[:40]]
+    assert len({step.placement.node for step in placed}) == 40
+    (note,) = answer.notes
+    assert f"default/{APP}" in note and "room for 40 of its 41 pending" in note
+    none = SparkPlacementReconciler().reconcile(
+        view(busy(cpu_racks, dict.fromkeys(cpu_racks.rack_names, 10)), pods, cpu_racks)
+    )
+    assert not none.actions
+    assert any("no node its executors may use has room" in note for note in none.notes)
 
 
 def test_two_applications_do_not_take_the_same_room(cpu_racks: DRTG) -> None:
-    # Room for 10 whole-node executors: rack-b1 only; the second app must wait.
+    # Room for 10 whole-node executors: rack-b1 only; the second app gets what is left.
     state = busy(cpu_racks, {"rack-a1": 10, "rack-a2": 10, "rack-b2": 10})
     pods = [
         *executors(6, cores=64, memory_mib=1_024, app="spark-a"),
@@ -166,9 +174,13 @@ def test_two_applications_do_not_take_the_same_room(cpu_racks: DRTG) -> None:
     answer = SparkPlacementReconciler(SparkPlacementSettings(max_node_share=1.0)).reconcile(
         view(state, pods, cpu_racks)
     )
-    plan = only_plan(answer)
-    assert "spark-a" in plan.id
-    assert any("spark-b" in note and "do not fit" in note for note in answer.notes)
+    first, second = answer.actions
+    assert isinstance(first, Plan) and isinstance(second, Plan)
+    assert "spark-a" in first.id and len(binds(first)) == 6
+    assert "spark-b" in second.id and len(binds(second)) == 4
+    nodes = [step.placement.node for step in [*binds(first), *binds(second)]]
+    assert len(set(nodes)) == 10 and all(node.startswith("rack-b1") for node in nodes)
+    assert any("spark-b" in note and "room for 4 of its 6" in note for note in answer.notes)
 
 
 def test_without_a_topology_there_is_a_note_and_nothing_else(cpu_racks: DRTG) -> None:

@@ -37,4 +37,4 @@ def test_executors_no_node_may_take_get_a_note_and_no_plan(cpu_racks: DRTG) -> N
     nowhere = [dataclasses.replace(pod, eligible_nodes=frozenset()) for pod in executors(4)]
     answer = SparkPlacementReconciler().reconcile(view(state, nowhere, cpu_racks))
     assert answer.actions == []
-    assert any("do not fit" in note and "none bound" in note for note in answer.notes)
+    assert any("no node its executors may use has room" in note for note in answer.notes)
