@@ -164,6 +164,25 @@ def test_a_group_that_does_not_fit_whole_has_as_many_bound_as_fit(cpu_racks: DRT
     assert any("no node its executors may use has room" in note for note in none.notes)
 
 
+def test_a_later_executor_joins_the_rack_its_application_runs_in(cpu_racks: DRTG) -> None:
+    """Spark asks for executors in batches, and dynamic allocation adds more: a new one
+    goes beside the application's running ones, not to the first rack with room."""
+    state = busy(cpu_racks, {})
+    *first, late = executors(9)
+    running = []
+    for number, pod in enumerate(first):
+        node = f"rack-b2-node-{number:02d}"
+        placement = state.placement(state.node_index[node], [], pod.request)
+        state.allocate(pod.request, placement)
+        running.append(dataclasses.replace(pod, placement=placement, loop_places=False))
+    answer = SparkPlacementReconciler().reconcile(view(state, [*running, late], cpu_racks))
+    (bind,) = binds(only_plan(answer))
+    assert bind.pod == late.ref and bind.placement.node.startswith("rack-b2-")
+    alone = SparkPlacementReconciler().reconcile(view(busy(cpu_racks, {}), [late], cpu_racks))
+    (elsewhere,) = binds(only_plan(alone))  # without its running executors: any rack
+    assert not elsewhere.placement.node.startswith("rack-b2-")
+
+
 def test_two_applications_do_not_take_the_same_room(cpu_racks: DRTG) -> None:
     # Room for 10 whole-node executors: rack-b1 only; the second app gets what is left.
     state = busy(cpu_racks, {"rack-a1": 10, "rack-a2": 10, "rack-b2": 10})
