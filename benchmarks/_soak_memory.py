@@ -171,14 +171,16 @@ def place_by_loop(cluster: Any, requests: list[Any], timeout_s: float = 60.0) ->
     the client's first pods (``benchmarks/extender.py`` warms one pod of every shape).
     """
     names = [f"warm-{number}" for number in range(len(requests))]
-    for name, request in zip(names, requests, strict=True):
-        cluster.submit("soak-warm", name, request)
+    uids = [
+        cluster.submit("soak-warm", name, request).uid
+        for name, request in zip(names, requests, strict=True)
+    ]
     deadline = time.monotonic() + timeout_s
     waiting = len(names)
     while waiting and time.monotonic() < deadline:
         time.sleep(0.5)
         with cluster.locked():
-            waiting = sum(f"soak-warm/{name}" in cluster.pending for name in names)
+            waiting = sum(uid in cluster.pending for uid in uids)
     for name in names:
         cluster.delete("soak-warm", name)
     return len(names) - waiting

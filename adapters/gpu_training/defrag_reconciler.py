@@ -105,7 +105,10 @@ class DefragReconciler:
         candidates = [
             pod
             for pod in view.pending
-            if pod.request.num_gpu and str(pod.ref) not in stopped and gang_spec(pod) is None
+            if pod.request.num_gpu
+            and not pod.nominated  # kube-scheduler made room for it already
+            and str(pod.ref) not in stopped
+            and gang_spec(pod) is None
         ]
         if settings.eviction_budget <= 0:
             return Reconciled(

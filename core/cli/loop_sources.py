@@ -19,7 +19,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.k8s.binding import NodeObjects
 from kubesage.core.k8s.embedded import BoundPod, EmbeddedCluster, PendingPod
 from kubesage.core.k8s.gang import GangAnnotationError, gang_of
-from kubesage.core.k8s.informer import ClusterSync, pod_key
+from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.unsupported_constraints import unsupported_constraints
@@ -187,7 +187,18 @@ class LiveClusterCollector:
         return self.sync.failures
 
     def collect(self) -> Snapshot[ClusterObservation]:
-        snapshot = self._state()
+        pending = {
+            scheduler: self.sync.pending_pods(scheduler) for scheduler in self.scheduler_names
+        }
+        # The pods the loop may place: kubesage's, and kube-scheduler's that a migration
+        # makes room for (never a nominated one: its room is held, and it is not moved for).
+        placing = [
+            pod
+            for scheduler, pods in pending.items()
+            for pod in pods
+            if scheduler != DEFAULT_SCHEDULER or not _nominated(pod)
+        ]
+        snapshot = self._state(placing)
         eligible = _Eligibility(self.sync, snapshot.data.node_names)
         pods: dict[str, PodInfo] = {}
         for pod in self.sync.bound_pods():
@@ -195,12 +206,14 @@ class LiveClusterCollector:
             placement = self.sync.placement_of(key)
             version = _resource_version(pod)
             info = self._infos.kept(key, version, placement) or pod_info(pod, placement)
+            if info is not None and info.request.total_gpu_milli:
+                info = eligible.of(pod, info)  # where gpu-defrag may move it
             self._infos.keep(key, version, info)
             if info is not None and info.placement is not None:
                 pods[str(info.ref)] = info
-        for scheduler in self.scheduler_names:
+        for scheduler, waiting in pending.items():
             ours = scheduler != DEFAULT_SCHEDULER
-            for pod in self.sync.pending_pods(scheduler):
+            for pod in waiting:
                 key, version = pod_key(pod), _resource_version(pod)
                 info = self._infos.kept(key, version, None) or _pending(pod, ours)
                 if info is not None:
@@ -212,31 +225,26 @@ class LiveClusterCollector:
         observation = ClusterObservation(snapshot.data, pods)
         return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
 
-    def _state(self) -> Snapshot[ClusterState]:
+    def _state(self, placing: Sequence[Mapping[str, Any]]) -> Snapshot[ClusterState]:
         """The cluster's state in which each pod nominated to a node (kube-scheduler's
         preemption freed room there for it) holds that room against the pods the loop
-        places, as it does for the secondary scheduler's
-        (:meth:`~kubesage.core.k8s.informer.ClusterSync.locked_placing`); a stale
-        fallback as it is."""
+        may place (``placing``), as it does for the secondary scheduler's
+        (:meth:`~kubesage.core.k8s.informer.ClusterSync.locked_placing`); ClusterSync's
+        last good state as it is."""
         snapshot = self.sync.collect()
-        if snapshot.stale:
+        try:
+            with self.sync.locked_placing(placing) as (state, _):
+                return Snapshot(state, snapshot.taken_at, snapshot.stale, snapshot.reason)
+        except ClusterNotReadyError:
             return snapshot
-        ours = [
-            pod
-            for scheduler in self.scheduler_names
-            if scheduler != DEFAULT_SCHEDULER
-            for pod in self.sync.pending_pods(scheduler)
-        ]
-        with self.sync.locked_placing(ours) as (state, _):
-            return Snapshot(state, snapshot.taken_at)
 
 
 class _Eligibility:
-    """The nodes each pending pod may use (:attr:`PodInfo.eligible_nodes`), for one
-    collect: the secondary scheduler's node filters
-    (:class:`~kubesage.core.k8s.node_eligibility.EligibilityCache`) over the Node objects
-    the source keeps, worked out once per distinct set of constraints and only when a
-    pod is pending. A source without Node objects rules no node out."""
+    """The nodes each pending pod, and each running GPU pod, may use
+    (:attr:`PodInfo.eligible_nodes`), for one collect: the secondary scheduler's node
+    filters (:class:`~kubesage.core.k8s.node_eligibility.EligibilityCache`) over the Node
+    objects the source keeps, worked out once per distinct set of constraints and only
+    when asked. A source without Node objects rules no node out."""
 
     def __init__(self, source: object, node_names: Sequence[str]) -> None:
         self._source = source if isinstance(source, NodeObjects) else None
@@ -277,7 +285,14 @@ def _resource_version(pod: Mapping[str, Any]) -> object:
 
 def _pending(pod: Mapping[str, Any], claimable: bool) -> PodInfo | None:
     info = pod_info(pod, None)
-    return dataclasses.replace(info, claimable=claimable) if info is not None else None
+    if info is None:
+        return None
+    return dataclasses.replace(info, claimable=claimable, nominated=_nominated(pod))
+
+
+def _nominated(pod: Mapping[str, Any]) -> bool:
+    """Whether kube-scheduler's preemption nominated the pending ``pod`` to a node."""
+    return bool((pod.get("status") or {}).get("nominatedNodeName"))
 
 
 def pod_info(pod: Mapping[str, Any], placement: Any = None) -> PodInfo | None:

@@ -115,12 +115,19 @@ def serve(
         Path | None, typer.Option("--tls-key", help="TLS private key (PEM).")
     ] = None,
     nodes: Annotated[
-        int, typer.Option("--nodes", min=1, help="Nodes of the embedded simulated cluster.")
-    ] = DEFAULT_SYNTHETIC_NODES,
+        int | None,
+        typer.Option(
+            "--nodes",
+            min=1,
+            help=f"Nodes of the embedded simulated cluster (default {DEFAULT_SYNTHETIC_NODES}).",
+        ),
+    ] = None,
     fill: Annotated[
-        float,
-        typer.Option("--fill", help="Pre-load the embedded cluster to this GPU share, in [0, 1)."),
-    ] = 0.0,
+        float | None,
+        typer.Option(
+            "--fill", help="Pre-load the embedded cluster to this GPU share, in [0, 1) (default 0)."
+        ),
+    ] = None,
     policies_dir: Annotated[
         Path | None,
         typer.Option("--policies-dir", help="SchedulingPolicy YAMLs for the embedded mode."),
@@ -137,16 +144,21 @@ def serve(
     forecast_model: ForecastModelOption = None,
     mig_config_map: MigConfigMapOption = None,
     arrivals_per_s: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--arrivals-per-s",
-            help="Embedded cluster: pods arriving per second for the loop to place (0: none).",
+            help="Embedded cluster: pods arriving per second for the loop to place "
+            "(default 0: none).",
         ),
-    ] = 0.0,
+    ] = None,
     pod_lifetime_s: Annotated[
-        float,
-        typer.Option("--pod-lifetime-s", help="Embedded cluster: mean lifetime of an arrival."),
-    ] = DEFAULT_LIFETIME_S,
+        float | None,
+        typer.Option(
+            "--pod-lifetime-s",
+            help="Embedded cluster: mean lifetime of an arrival "
+            f"(default {DEFAULT_LIFETIME_S:g} s).",
+        ),
+    ] = None,
     max_url_bytes: MaxUrlBytesOption = http_limits.MAX_URL_BYTES,
     max_header_bytes: MaxHeaderBytesOption = http_limits.MAX_HEADER_BYTES,
     max_headers: MaxHeadersOption = http_limits.MAX_HEADERS,
@@ -184,11 +196,11 @@ def serve(
     if api is not None:
         refuse_unused_options(
             {
-                "--nodes": nodes != DEFAULT_SYNTHETIC_NODES,
-                "--fill": fill != 0.0,
+                "--nodes": nodes is not None,
+                "--fill": fill is not None,
                 "--policies-dir": policies_dir is not None,
-                "--arrivals-per-s": arrivals_per_s != 0.0,
-                "--pod-lifetime-s": pod_lifetime_s != DEFAULT_LIFETIME_S,
+                "--arrivals-per-s": arrivals_per_s is not None,
+                "--pod-lifetime-s": pod_lifetime_s is not None,
             },
             "to the embedded cluster (--embedded)",
             "this serves the live cluster of the kubeconfig, whose nodes, pods and "
@@ -197,12 +209,12 @@ def serve(
     if api is None:
         service = embedded_service(
             policy,
-            nodes=nodes,
-            fill=fill,
+            nodes=DEFAULT_SYNTHETIC_NODES if nodes is None else nodes,
+            fill=fill or 0.0,
             policies_dir=policies_dir,
             loop=settings,
-            arrivals_per_s=arrivals_per_s,
-            pod_lifetime_s=pod_lifetime_s,
+            arrivals_per_s=arrivals_per_s or 0.0,
+            pod_lifetime_s=DEFAULT_LIFETIME_S if pod_lifetime_s is None else pod_lifetime_s,
         )
     else:
         service = live_service(api, policy, scheduler_name=scheduler_name, loop=settings)

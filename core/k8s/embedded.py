@@ -131,6 +131,7 @@ class EmbeddedCluster(LockedState):
         """Bound pods by UID (or namespace/name when the bind carried no UID)."""
         self.pending: dict[str, PendingPod] = {}
         """Pods waiting to be bound (evicted, or submitted), keyed as :attr:`bound`."""
+        self._submitted = 0
 
     @classmethod
     def synthetic(
@@ -285,22 +286,25 @@ class EmbeddedCluster(LockedState):
         annotations: Mapping[str, str] | None = None,
     ) -> PendingPod:
         """A new pod, pending until something binds it (the control loop does). It gets
-        a fresh UID, as the API server gives every pod it creates: a pod deleted and
-        submitted again under its name is another pod to whatever keys pods by UID."""
-        pod = PendingPod(
-            namespace,
-            name,
-            str(uuid.uuid4()),
-            request,
-            labels=dict(labels or {}),
-            annotations=dict(annotations or {}),
-        )
+        a UID of its own, as the API server gives every pod it creates: a pod deleted and
+        submitted again under its name is another pod to whatever keys pods by UID. The
+        UIDs are the same from run to run (the n-th submission's, by name)."""
         with self.locked():
             if (
                 self._pending_key(namespace, name) is not None
                 or self._bound_key(namespace, name, "") is not None
             ):
                 raise InputError(f"pod {namespace}/{name} exists already in the embedded cluster")
+            self._submitted += 1
+            uid = uuid.uuid5(_SUBMITTED_UIDS, f"{self._submitted}/{namespace}/{name}")
+            pod = PendingPod(
+                namespace,
+                name,
+                str(uid),
+                request,
+                labels=dict(labels or {}),
+                annotations=dict(annotations or {}),
+            )
             self.pending[pod.uid] = pod
         return pod
 
@@ -338,6 +342,10 @@ class EmbeddedCluster(LockedState):
             node=target.node,
             gpus=list(placement.gpu_indices) if placement else [],
         )
+
+
+_SUBMITTED_UIDS = uuid.UUID("6f0c1b1e-55a2-4c36-9d0e-7a3c0f5b2d41")
+"""The namespace of submitted pods' name-based UIDs (any fixed UUID would do)."""
 
 
 def _uid_of(key: str, namespace: str, name: str) -> str:

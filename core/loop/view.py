@@ -49,13 +49,18 @@ class PodInfo:
     bind and the one kube-scheduler asks of the extender go through the same bind path
     in the same process (kube-scheduler delegates GPU pods' binding to the extender), so
     one wins and the other is refused — never two binds."""
+    nominated: bool = False
+    """True for a pending pod that kube-scheduler's preemption nominated to a node
+    (``status.nominatedNodeName``): room was freed for it there and it is about to be
+    bound, so no migration is planned for it (its room is held in the loop's view)."""
 
     eligible_nodes: frozenset[str] | None = None
-    """The only nodes this pending pod may use by kube-scheduler's node filters beyond
-    resources — cordons, taints against its tolerations, ``nodeSelector``, required node
-    affinity — as the secondary scheduler applies them
-    (:mod:`kubesage.core.k8s.node_eligibility`); None when every node may take it, or
-    when the cluster has no Node objects to tell (the embedded cluster, the simulator)."""
+    """The only nodes this pod may use by kube-scheduler's node filters beyond resources
+    — cordons, taints against its tolerations, ``nodeSelector``, required node affinity —
+    as the secondary scheduler applies them (:mod:`kubesage.core.k8s.node_eligibility`):
+    where a pending pod may be bound, and where a running GPU pod may be moved to; None
+    when every node may take it, or when the cluster has no Node objects to tell (the
+    embedded cluster, the simulator)."""
 
     @property
     def pending(self) -> bool:

@@ -79,3 +79,12 @@ def test_compaction_moves_a_shared_gpus_pods_only_where_they_may_go() -> None:
     assert compact(policy, state, running, budget=4, allowed=only_home) == []
     for name, target in compact(policy, state, running, budget=4, allowed={"default/sa": ["b"]}):
         assert name != "default/sa" or target.node == "b"
+
+
+def test_no_migration_is_planned_for_a_pod_kube_scheduler_nominated() -> None:
+    """Its preemption freed room for it already; the loop's view holds that room."""
+    state, pods = fragmented(None)
+    waiting = pods[-1]
+    nominated = [*pods[:-1], dataclasses.replace(waiting, nominated=True)]
+    assert reconcile(state, nominated) == []
+    assert reconcile(state, pods)  # not nominated: a migration makes its room

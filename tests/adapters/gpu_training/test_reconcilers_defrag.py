@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from kubesage.adapters.gpu_training.defrag import only_fragmentation
 from kubesage.adapters.gpu_training.defrag_reconciler import (
     COMPACTED_AT,
     STOPPED,
     DefragReconciler,
-    DefragSettings,
-    only_fragmentation,
 )
+from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.adapters.gpu_training.mig import mig_request
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
 from kubesage.core.k8s.translate import mig_shape

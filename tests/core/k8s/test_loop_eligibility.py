@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from kubesage.adapters.gpu_training.defrag_settings import allowed_nodes
 from kubesage.core.cli.loop_sources import LiveClusterCollector
 from kubesage.core.k8s.actuators import live_actuators
 from kubesage.core.k8s.binding import node_refusal
@@ -198,3 +199,23 @@ def test_the_live_collector_tells_which_nodes_each_pending_pod_may_use(
     later = collector.collect().data
     assert isinstance(later, ClusterObservation)
     assert later.pods["ml/plain"].eligible_nodes is None
+
+
+def test_the_live_collector_tells_where_a_running_gpu_pod_may_be_moved(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    picky = gpu_pod("picky", node_selector={"pool": "batch"})
+    picky["spec"]["nodeName"] = "gpu-b"
+    fake.add_pod(picky)
+    requests = {"cpu": "1", "memory": "1Gi"}
+    plain = v1_pod("cpu-only", containers=[v1_container(requests=requests)])
+    plain["spec"]["nodeName"] = "gpu-b"
+    fake.add_pod(plain)
+    wait_until(lambda: len(sync.bound_pods()) == 2, what="the pods seen bound")
+    observation = LiveClusterCollector(sync, [SCHEDULER]).collect().data
+    assert isinstance(observation, ClusterObservation)
+    pods = observation.pods
+    assert pods["ml/picky"].placement is not None
+    assert pods["ml/picky"].eligible_nodes == frozenset({"gpu-b"})  # gpu-a is cordoned
+    assert pods["ml/cpu-only"].eligible_nodes is None  # not gpu-defrag's to move: not asked
+    assert allowed_nodes(pods) == {"ml/picky": frozenset({"gpu-b"})}

@@ -36,6 +36,8 @@ def test_a_nominated_pods_room_is_taken_in_the_loops_view() -> None:
             free = dict(zip(state.node_names, state.gpu_free_milli_node.tolist(), strict=True))
             assert free == {"n1": 0, "n2": 8_000}
             assert observation.pods["ml/low"].request.num_gpu == 1
+            assert observation.pods["ml/high"].nominated  # no migration is planned for it
+            assert not observation.pods["ml/low"].nominated
             with sync.locked() as (live, _):  # the sync's own state is not changed
                 assert int(live.gpu_free_milli_node[live.node_index["n1"]]) == 8_000
             # A pod above the nominated one's priority may take its room, as in kube-scheduler.

@@ -168,6 +168,7 @@ def test_embedded_only_options_are_refused_on_a_live_cluster(tmp_path: Path) -> 
             (["--nodes", "40", "--fill", "0.5"], "--nodes, --fill only apply to the embedded"),
             (["--policies-dir", str(tmp_path)], "--policies-dir only applies to the embedded"),
             (["--arrivals-per-s", "2"], "--arrivals-per-s only applies to the embedded"),
+            (["--fill", "0"], "--fill only applies to the embedded"),  # its default, given
         ]
         for options, message in cases:
             result = subprocess.run(

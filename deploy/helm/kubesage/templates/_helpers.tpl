@@ -62,7 +62,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 
 {{/*
 "true" when the process runs `--scheduler-name`: kubesage's own scheduler and its Lease,
-which also elects the replica that runs the control loop (core/cli/serve.py).
+which also elects the replica that runs the control loop (core/cli/serve_services.py).
 */}}
 {{- define "kubesage.electsLeader" -}}
 {{- if or (ne .Values.mode "extender") .Values.leaderElection.enabled }}true{{ end }}
