@@ -225,7 +225,7 @@ class LiveClusterCollector:
         observation = ClusterObservation(snapshot.data, pods)
         return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
 
-    def _state(self, placing: Sequence[Mapping[str, Any]]) -> Snapshot[ClusterState]:
+    def _state(self, placing: Sequence[dict[str, Any]]) -> Snapshot[ClusterState]:
         """The cluster's state in which each pod nominated to a node (kube-scheduler's
         preemption freed room there for it) holds that room against the pods the loop
         may place (``placing``), as it does for the secondary scheduler's
