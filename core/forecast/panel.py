@@ -7,9 +7,12 @@ file name without ``pod_``, ``_anon`` and the extension.
 
 Alignment: the grid step is the median gap between an entity's consecutive
 timestamps in the dense metrics (57 s in the GenAI trace); a sample goes to the
-cell ``round((t − t0) / step)``. Two samples of one entity in one cell are
-averaged — or summed, in a file with ``request_type`` (rates of different request
-types add up) — and counted. Cells without a sample are marked missing in ``mask``
+cell ``floor((t − t0) / step + ½)`` (:func:`grid_cells`). Two samples of one entity in
+one cell are averaged and counted; in a file with ``request_type`` the samples of each
+request type are averaged and the types' rates added up (several samples of one rate
+in a step are one rate; rates of different request types add up). A row with fewer or
+more fields than the header is an error naming its line. Cells without a sample are
+marked missing in ``mask``
 — never filled — with one declared exception: metrics named in ``absent_as_zero``
 (``qps`` by default, whose files only hold rows for non-zero rates) read 0 at the
 steps where the entity reported any other metric.
@@ -44,12 +47,13 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from kubesage.core.arrays import BoolArray, FloatArray
+from kubesage.core.arrays import BoolArray, FloatArray, IntArray
 from kubesage.core.durations import format_duration
 from kubesage.core.errors import InputError, TraceFormatError
 from kubesage.core.traces.csv_files import check_header, open_text
@@ -153,7 +157,7 @@ class _Rows:
     without_entity: list[tuple[float, float]]
     """``(timestamp, value)`` of the rows without an entity id."""
     by_request_type: bool
-    """The file splits values by ``request_type`` (same-cell values add up)."""
+    """The file splits values by ``request_type`` (the types' rates add up)."""
     null_values: int
     """Rows whose value is marked missing."""
     duplicate_rows: int = 0
@@ -161,6 +165,10 @@ class _Rows:
     counted again (they would add to the same cell)."""
     negative_values: int = 0
     """Rows with a value below 0 (kept: a metric may be signed, but the trace's are not)."""
+    kinds: list[str] = field(default_factory=list)
+    """The ``request_type`` of each ``with_entity`` row (a ``by_request_type`` file)."""
+    kinds_without_entity: list[str] = field(default_factory=list)
+    """The ``request_type`` of each ``without_entity`` row."""
 
 
 def _read_rows(path: Path) -> _Rows:
@@ -168,6 +176,8 @@ def _read_rows(path: Path) -> _Rows:
     rows: list[tuple[str, float, float]] = []
     lines: list[int] = []
     without_entity: list[tuple[float, float]] = []
+    kinds: list[str] = []
+    kinds_without_entity: list[str] = []
     null_values = 0
     seen: set[tuple[str, ...]] = set()
     duplicates = 0
@@ -179,7 +189,13 @@ def _read_rows(path: Path) -> _Rows:
         by_request_type = "request_type" in header
         for row in reader:
             line = reader.line_num
-            if by_request_type:  # same-cell values add up there: an exact repeat would too
+            extra = row.get(None) or []  # type: ignore[call-overload]  # DictReader's restkey
+            given = sum(row.get(name) is not None for name in header) + len(extra)
+            if given != len(header):
+                raise TraceFormatError(
+                    f"expected {len(header)} fields, found {given}", path=path, line=line
+                )
+            if by_request_type:  # an exact repeat would count twice in its type's mean
                 key = tuple(str(value) for value in row.values())
                 if key in seen:
                     duplicates += 1
@@ -212,13 +228,50 @@ def _read_rows(path: Path) -> _Rows:
                 continue
             if not (math.isfinite(timestamp) and math.isfinite(value)):
                 raise TraceFormatError("not a finite number", path=path, line=line)
+            kind = str(row["request_type"]).strip() if by_request_type else ""
             if not entity:
                 without_entity.append((timestamp, value))
+                kinds_without_entity.append(kind)
                 continue
             rows.append((entity, timestamp, value))
             lines.append(line)
+            kinds.append(kind)
             negative += value < 0
-    return _Rows(rows, lines, without_entity, by_request_type, null_values, duplicates, negative)
+    return _Rows(
+        rows,
+        lines,
+        without_entity,
+        by_request_type,
+        null_values,
+        duplicates,
+        negative,
+        kinds,
+        kinds_without_entity,
+    )
+
+
+def grid_cells(stamps: FloatArray, start_s: float, step_s: float) -> IntArray:
+    """The grid step each timestamp falls in: step k holds ``[k − ½, k + ½)`` steps after
+    the start (halves round up, as :meth:`MetricPanel.step_of` counts them)."""
+    return np.floor((stamps - start_s) / step_s + 0.5).astype(np.int64)
+
+
+def _rate_per_cell(
+    shape: tuple[int, int],
+    cells: IntArray,
+    entities: IntArray,
+    kinds: Sequence[str],
+    values: FloatArray,
+) -> FloatArray:
+    """A rate split by request type: each type's samples in a cell averaged (several
+    samples of one rate in a step are one rate), then the types added up."""
+    names = {kind: k for k, kind in enumerate(dict.fromkeys(kinds))}
+    kind = np.array([names[k] for k in kinds], dtype=np.int64)
+    sums = np.zeros((*shape, max(len(names), 1)))
+    counts = np.zeros_like(sums)
+    np.add.at(sums, (cells, entities, kind), values)
+    np.add.at(counts, (cells, entities, kind), 1)
+    return np.asarray(np.divide(sums, np.maximum(counts, 1)).sum(axis=2))
 
 
 def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
@@ -254,6 +307,7 @@ def read_panel(
     duplicates: dict[str, int] = {}
     negatives: dict[str, int] = {}
     summed: set[str] = set()
+    kinds: dict[str, list[str]] = {}
     for path in files:
         name = metric_name(path)
         if name in per_metric:
@@ -270,6 +324,7 @@ def read_panel(
             negatives[name] = read.negative_values
         if read.by_request_type:
             summed.add(name)
+            kinds[name] = read.kinds
     metrics = tuple(sorted(per_metric))
     dense = dense_metrics(metrics, absent_as_zero)
     for name in dense:  # a zero-filled metric may have no row at all: 0 wherever alive
@@ -285,7 +340,7 @@ def read_panel(
     step = _grid_step({m: per_metric[m] for m in dense})
     start = min(float(t.min()) for t in stamps.values() if t.size)
     end = max(float(t.max()) for t in stamps.values() if t.size)
-    steps = int(np.round((end - start) / step)) + 1
+    steps = int(grid_cells(np.array([end]), start, step)[0]) + 1
     _check_grid_size(directory, steps * len(entities) * len(metrics), step, stamps, used, sources)
     left_out: dict[str, tuple[int, int]] = {}
     sums = np.zeros((steps, len(entities), len(metrics)))
@@ -296,13 +351,21 @@ def read_panel(
             outside = {r[0] for r in per_metric[name]}.difference(index)
             left_out[name] = (len(outside), len(per_metric[name]) - len(rows))
         ent = np.array([index[r[0]] for r in rows], dtype=np.int64)
-        cell = np.round((stamps[name] - start) / step).astype(np.int64)
+        cell = grid_cells(stamps[name], start, step)
         np.add.at(sums[:, :, m], (cell, ent), np.array([r[2] for r in rows]))
         np.add.at(counts[:, :, m], (cell, ent), 1)
     observed: BoolArray = counts > 0
     values = np.divide(sums, np.maximum(counts, 1))
     for name in summed:
-        values[:, :, metrics.index(name)] = sums[:, :, metrics.index(name)]
+        m = metrics.index(name)
+        rows = [per_metric[name][k] for k in used[name]]
+        values[:, :, m] = _rate_per_cell(
+            (steps, len(entities)),
+            grid_cells(stamps[name], start, step),
+            np.array([index[r[0]] for r in rows], dtype=np.int64),
+            [kinds[name][k] for k in used[name]],
+            np.array([r[2] for r in rows]),
+        )
     dense_index = [metrics.index(m) for m in dense]
     alive: BoolArray = np.asarray(observed[:, :, dense_index].any(axis=2), dtype=bool)
     mask = observed.copy()
@@ -366,20 +429,27 @@ def _check_grid_size(
 
 def read_entityless(directory: Path | str, panel: MetricPanel, metric: str) -> FloatArray:
     """The rows of ``metric`` without an entity id (in the GenAI trace, the gateway's
-    request rate), summed per step of ``panel``'s grid; 0 at steps without such a row.
+    request rate), per step of ``panel``'s grid (each request type's samples averaged,
+    the types added up); 0 at steps without such a row.
     Rows outside the grid are left out (the panel's span decides)."""
     directory = Path(directory)
     found = [p for p in metric_files(directory) if metric_name(p) == metric]
     if not found:
         raise InputError(f"{directory}: no file gives metric '{metric}'")
-    rows = _read_rows(found[0]).without_entity
-    series = np.zeros(panel.steps)
-    if rows:
-        stamps, values = np.asarray(rows, dtype=np.float64).T
-        cells = np.round((stamps - panel.start_s) / panel.step_s).astype(np.int64)
-        inside = (cells >= 0) & (cells < panel.steps)
-        np.add.at(series, cells[inside], values[inside])
-    return series
+    read = _read_rows(found[0])
+    if not read.without_entity:
+        return np.zeros(panel.steps)
+    stamps, values = np.asarray(read.without_entity, dtype=np.float64).T
+    cells = grid_cells(stamps, panel.start_s, panel.step_s)
+    inside = (cells >= 0) & (cells < panel.steps)
+    kinds = read.kinds_without_entity
+    return _rate_per_cell(
+        (panel.steps, 1),
+        cells[inside],
+        np.zeros(int(inside.sum()), dtype=np.int64),
+        [kind for kind, keep in zip(kinds, inside.tolist(), strict=True) if keep],
+        values[inside],
+    )[:, 0]
 
 
 def silent_stretch(panel: MetricPanel) -> tuple[int, int]:

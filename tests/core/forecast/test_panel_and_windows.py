@@ -194,7 +194,7 @@ def test_request_types_of_one_entity_add_up(tmp_path: Path) -> None:
     assert panel.values[1, 0, panel.metrics.index("qps")] == pytest.approx(0.75)
 
 
-def test_rows_without_an_entity_are_summed_on_the_panels_grid(tmp_path: Path) -> None:
+def test_rows_without_an_entity_are_a_rate_per_step_of_the_panels_grid(tmp_path: Path) -> None:
     write(
         tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n1,10,a\n1,20,a\n"
     )
@@ -205,8 +205,9 @@ def test_rows_without_an_entity_are_summed_on_the_panels_grid(tmp_path: Path) ->
         "10,0.5,a,Generative\n9,2,,API\n11,3,,API\n20,4,,API\n900,8,,API\n",
     )
     panel = read_panel(tmp_path)
-    # Steps 0, 1, 2; the row at t = 900 lies outside the panel's grid.
-    assert read_entityless(tmp_path, panel, "qps").tolist() == [0.0, 5.0, 4.0]
+    # Steps 0, 1, 2; the row at t = 900 lies outside the panel's grid. Two samples of the
+    # API rate in step 1 are one rate: their mean.
+    assert read_entityless(tmp_path, panel, "qps").tolist() == [0.0, 2.5, 4.0]
     assert read_entityless(tmp_path, panel, "cpu").tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(InputError, match="no file gives metric 'memory'"):
         read_entityless(tmp_path, panel, "memory")
@@ -307,3 +308,46 @@ def test_values_below_zero_are_kept_and_said(tmp_path: Path) -> None:
     panel = read_panel(tmp_path)
     assert panel.values[0, 0, 0] == -5.0 and panel.negative_values == {"cpu": 1}
     assert "values below 0 (kept; check the source): cpu 1" in describe(panel)
+
+
+def test_a_rate_sampled_finer_than_the_grid_is_averaged_per_request_type(tmp_path: Path) -> None:
+    # The dense metric every 60 s; one pod's request rate every 30 s, constant per type.
+    write(
+        tmp_path,
+        "pod_cpu_anon.csv",
+        "value,timestamp_anon,container_ip\n" + "".join(f"1,{t},a\n" for t in range(0, 301, 60)),
+    )
+    rows = "".join(f"{t},1.0,a,Generative\n{t},0.5,a,API\n" for t in range(0, 301, 30))
+    write(tmp_path, "qps.csv", "timestamp_anon,value,container_ip,request_type\n" + rows)
+    panel = read_panel(tmp_path)
+    qps = panel.values[:, 0, panel.metrics.index("qps")]
+    assert qps.tolist() == [1.5] * 6  # 1.0 + 0.5 at every step, however many samples
+
+
+def test_samples_half_a_step_off_the_grid_fill_one_step_each(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "pod_a_anon.csv",
+        "value,timestamp_anon,container_ip\n" + "".join(f"{t},{t},p\n" for t in range(0, 421, 60)),
+    )
+    write(
+        tmp_path,
+        "pod_b_anon.csv",
+        "value,timestamp_anon,container_ip\n" + "".join(f"{t},{t},p\n" for t in range(30, 451, 60)),
+    )
+    panel = read_panel(tmp_path)
+    b = panel.metrics.index("b")
+    assert panel.mask[1:, 0, b].all()  # halves round up: no step doubled, none empty
+    assert panel.values[1:, 0, b].tolist() == list(range(30, 451, 60))
+    assert panel.merged_samples == 0
+
+
+@pytest.mark.parametrize(
+    ("row", "found"), [("1,1114\n", 2), ("1,1057,x,extra\n", 4)], ids=["short", "long"]
+)
+def test_a_row_with_another_number_of_fields_is_an_error(
+    tmp_path: Path, row: str, found: int
+) -> None:
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n" + row)
+    with pytest.raises(TraceFormatError, match=f"csv:3: expected 3 fields, found {found}"):
+        read_panel(tmp_path)
