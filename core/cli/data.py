@@ -9,6 +9,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn
 
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.model_files import check_output, write_replacing
 from kubesage.core.paths import cache_dir as default_cache_dir
 from kubesage.core.traces import read_nodes, read_pods, write_pods
 from kubesage.core.traces.fetch import DATASETS, fetch_dataset
@@ -76,6 +77,7 @@ def variant(
     ] = None,
 ) -> None:
     """Generate one of the FGD paper's openb workload variants from a base pod list."""
+    check_output(out)
     pods = openb_variant(
         read_pods(base),
         name,
@@ -83,7 +85,8 @@ def variant(
         specs=read_pods(specs_from) if specs_from else (),
         models=gpus_per_model(read_nodes(nodes)) if nodes else None,
     )
-    write_pods(pods, out)
+    gzipped = out.name.endswith(".gz")
+    write_replacing(out, lambda temporary: write_pods(pods, temporary, gzipped=gzipped))
     shares = variant_statistics(pods)
     stderr.print(
         f"{len(pods)} pods written to {out}: GPU in shares {shares['gpushare']:.1%}, "

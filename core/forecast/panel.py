@@ -189,7 +189,7 @@ def _read_rows(path: Path) -> _Rows:
         by_request_type = "request_type" in header
         for row in reader:
             line = reader.line_num
-            extra = row.get(None) or []  # type: ignore[call-overload]  # DictReader's restkey
+            extra = row.get(None) or []  # DictReader puts surplus fields under None
             given = sum(row.get(name) is not None for name in header) + len(extra)
             if given != len(header):
                 raise TraceFormatError(

@@ -13,6 +13,7 @@ the 1-based line and the field. Nothing is skipped silently.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -189,11 +190,20 @@ def read_pods(path: Path | str) -> list[PodRequest]:
     return pods
 
 
-def write_pods(pods: Sequence[PodRequest], path: Path | str) -> None:
+def write_pods(
+    pods: Sequence[PodRequest], path: Path | str, *, gzipped: bool | None = None
+) -> None:
     """Write ``pods`` as an openb pod list with all eleven columns, readable by
     :func:`read_pods` (times left empty where a pod has none; no phase or scheduled
-    time: the simulator does not read them)."""
-    with open(path, "w", encoding="utf-8", newline="") as handle:
+    time: the simulator does not read them); gzip-compressed when ``gzipped`` (by
+    default, when the name ends in ``.gz``, as :func:`read_pods` expects)."""
+    if gzipped is None:
+        gzipped = str(path).endswith(".gz")
+    with (
+        gzip.open(path, "wt", encoding="utf-8", newline="")
+        if gzipped
+        else open(path, "w", encoding="utf-8", newline="")
+    ) as handle:
         writer = csv.writer(handle)
         writer.writerow(POD_REQUIRED_COLUMNS + POD_OPTIONAL_COLUMNS)
         for pod in pods:

@@ -46,3 +46,18 @@ def test_bad_name_and_missing_constraints_are_refused(base: Path, tmp_path: Path
     assert missing.returncode != 0
     assert "GPU-model constraints" in missing.stderr
     assert not (tmp_path / "y.csv").exists()
+
+
+def test_a_gz_name_is_written_compressed_and_a_bad_out_refused(base: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cpu200.csv.gz"
+    done = kubesage("cpu200", "--base", str(base), "--out", str(out), "--seed", "4")
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:2] == b"\x1f\x8b"  # gzip, as the name says: it reads back
+    assert variant_statistics(read_pods(out))["cpu"] == pytest.approx(0.20, abs=0.002)
+    for bad, words in [
+        (tmp_path, "is a directory"),
+        (base / "x.csv", "is not a directory"),  # under a file
+    ]:
+        refused = kubesage("cpu200", "--base", str(base), "--out", str(bad))
+        assert refused.returncode == 2, refused.stderr
+        assert words in refused.stderr and "Traceback" not in refused.stderr
