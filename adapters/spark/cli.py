@@ -14,7 +14,12 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from kubesage.adapters.spark.conf import SparkSettings, executor_memory_mib, spark_settings
+from kubesage.adapters.spark.conf import (
+    SparkSettings,
+    executor_memory_mib,
+    executor_pod_shape,
+    spark_settings,
+)
 from kubesage.adapters.spark.eventlog import read_event_log
 from kubesage.adapters.spark.job_hints import DEFAULT_PROFILE, parse_locality
 from kubesage.adapters.spark.loop_placement import SparkPlacementReconciler
@@ -85,6 +90,14 @@ Devices = Annotated[
         "nvidia.com/gpu) or dra (a ResourceClaimTemplate, claimed in the executor template).",
     ),
 ]
+SchedulerName = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler-name",
+        help="Have the executors name this scheduler (kubesage's secondary scheduler, e.g. "
+        "kubesage): the control loop then binds them together (Spark 3.3+).",
+    ),
+]
 CLAIM_TEMPLATE_FILE = "gpu-claim-template.yaml"
 """Where a DRA run writes the executors' ResourceClaimTemplate (to create before submit)."""
 
@@ -102,6 +115,7 @@ def plan(
     max_node_share: float,
     executor_gpus: int = 0,
     devices: DeviceMode = DeviceMode.device_plugin,
+    scheduler_name: str | None = None,
 ) -> SparkSettings:
     """Place, write conf + templates + plan into ``out``, print the reasons."""
     if devices is DeviceMode.dra and not executor_gpus:
@@ -132,8 +146,9 @@ def plan(
         profile = DEFAULT_PROFILE
     local = rack_locality(drtg, parse_locality(input_locality))
     state = ClusterState(drtg.node_specs())
-    ours = place_executors(drtg, state, shape, profile, local, max_node_share=max_node_share)
-    spread = spread_placement(drtg, state, shape, profile, local)
+    pods = executor_pod_shape(shape)  # what each executor pod asks of a node
+    ours = place_executors(drtg, state, pods, profile, local, max_node_share=max_node_share)
+    spread = spread_placement(drtg, state, pods, profile, local)
     settings = spark_settings(
         drtg,
         ours,
@@ -143,6 +158,8 @@ def plan(
         local_dir=local_dir,
         gpus_per_executor=executor_gpus,
         devices=devices,
+        scheduler_name=scheduler_name,
+        input_locality=input_locality,
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "executor-template.yaml").write_text(yaml.safe_dump(settings.executor_template))
@@ -190,6 +207,7 @@ def conf(
     max_node_share: NodeShare = 0.25,
     executor_gpus: ExecutorGpus = 0,
     devices: Devices = DeviceMode.device_plugin,
+    scheduler_name: SchedulerName = None,
 ) -> None:
     """Place the executors and write spark-defaults.conf, pod templates and plan.txt
     (and, for GPU executors through DRA, gpu-claim-template.yaml)."""
@@ -206,6 +224,7 @@ def conf(
         max_node_share,
         executor_gpus,
         devices,
+        scheduler_name,
     )
     typer.echo(" ".join(settings.submit_args()))
 
@@ -245,6 +264,7 @@ def submit(
     max_node_share: NodeShare = 0.25,
     executor_gpus: ExecutorGpus = 0,
     devices: Devices = DeviceMode.device_plugin,
+    scheduler_name: SchedulerName = None,
 ) -> None:
     """Run spark-submit with the placement's conf before your own arguments (after `--`)."""
     if not ctx.args:
@@ -262,6 +282,7 @@ def submit(
         max_node_share,
         executor_gpus,
         devices,
+        scheduler_name,
     )
     # Yours come last, so an explicit --conf of yours wins.
     command = [find_spark_submit(), *settings.submit_args(), *ctx.args]

@@ -3,10 +3,15 @@
 Spark on Kubernetes cannot resolve racks (only YARN does), so the placement is
 enforced by the Kubernetes scheduler through the executors' pod template:
 
-- a required node affinity to the chosen racks (a node selector when there is
-  one rack), and a preferred affinity weighted by each rack's share;
-- a preferred pod affinity among the job's executors per rack, so replacements
-  (dynamic allocation, lost executors) land beside the others;
+- a required node affinity to the chosen racks' nodes, and a preferred affinity
+  weighted by each rack's share. Racks are named by their nodes (``matchFields`` on
+  ``metadata.name``), never by a rack label value: a discovered topology names a rack
+  without a label ``<node>-rack`` and one whose label value recurs in two zones
+  ``<zone>/<value>``, names no node carries (and ``/`` is not allowed in a label
+  value), so a label expression would leave every executor pending;
+- a preferred pod affinity among the job's executors per rack (``rack_label`` as the
+  topology key, where the nodes carry it), so replacements (dynamic allocation, lost
+  executors) land beside the others;
 - the driver prefers the rack holding the most executors.
 
 Conf: executor count, cores, memory and overhead; dynamic allocation with
@@ -35,6 +40,7 @@ GPU executors (``gpus_per_executor``), in the form the cluster hands GPUs out:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -42,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubesage.adapters.spark.job_hints import INPUT_LOCALITY_ANNOTATION
 from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement
 from kubesage.core.dra.api import GPU_DEVICE_CLASS
 from kubesage.core.dra.claims import DeviceMode, claim_pod_spec, claim_template
@@ -102,6 +109,20 @@ class SparkSettings:
         return "".join(f"{key} {value}\n" for key, value in self.conf.items())
 
 
+def executor_overhead_mib(memory_mib: int) -> int:
+    """``spark.executor.memoryOverhead`` for ``memory_mib`` of executor memory, as Spark
+    sizes it by default (a tenth, at least 384 MiB)."""
+    return max(MIN_OVERHEAD_MIB, memory_mib // 10)
+
+
+def executor_pod_shape(shape: ExecutorShape) -> ExecutorShape:
+    """``shape`` as each executor pod asks Kubernetes for it: its memory with the
+    overhead (what must fit on a node)."""
+    return dataclasses.replace(
+        shape, memory_mib=shape.memory_mib + executor_overhead_mib(shape.memory_mib)
+    )
+
+
 def _pod(group: str, role: str, container: str, affinity: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -115,6 +136,15 @@ def _in(key: str, values: list[str]) -> dict[str, Any]:
     return {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
 
 
+def _on_nodes(drtg: DRTG, racks: list[str]) -> dict[str, Any]:
+    """A node selector term for the nodes of ``racks``, by node name."""
+    chosen = [drtg.rack_names.index(rack) for rack in racks]
+    nodes = [
+        name for name, rack in zip(drtg.node_names, drtg.node_rack, strict=True) if rack in chosen
+    ]
+    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
+
+
 def spark_settings(
     drtg: DRTG,
     placement: SparkPlacement,
@@ -125,9 +155,14 @@ def spark_settings(
     local_dir: str | None = None,
     gpus_per_executor: int = 0,
     devices: DeviceMode = DeviceMode.device_plugin,
+    scheduler_name: str | None = None,
+    input_locality: str | None = None,
 ) -> SparkSettings:
     """Conf and pod templates for ``placement`` (templates written under ``template_dir``);
-    GPU executors ask for ``gpus_per_executor`` GPUs in the ``devices`` form."""
+    GPU executors ask for ``gpus_per_executor`` GPUs in the ``devices`` form. With
+    ``scheduler_name`` the executors name that scheduler (kubesage's secondary
+    scheduler: the control loop's ``spark-placement`` then binds them), and
+    ``input_locality`` goes on each executor as the annotation that reconciler reads."""
     if gpus_per_executor < 0:
         raise InputError(f"--executor-gpus must be ≥ 0, got {gpus_per_executor}")
     check_label_key(rack_label, "--rack-label")
@@ -141,12 +176,12 @@ def spark_settings(
     executor_affinity: dict[str, Any] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [_in(rack_label, racks)]
+                "nodeSelectorTerms": [_on_nodes(drtg, racks)]
             },
             "preferredDuringSchedulingIgnoredDuringExecution": [
                 {
                     "weight": max(1, round(100 * per_rack[rack] / shape.executors)),
-                    "preference": _in(rack_label, [rack]),
+                    "preference": _on_nodes(drtg, [rack]),
                 }
                 for rack in racks
             ],
@@ -166,7 +201,7 @@ def spark_settings(
     driver_affinity = {
         "nodeAffinity": {
             "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "preference": _in(rack_label, [racks[0]])},
+                {"weight": 100, "preference": _on_nodes(drtg, [racks[0]])},
                 {"weight": 50, "preference": _in(ZONE_LABEL, zones)},
             ]
         }
@@ -188,7 +223,7 @@ def spark_settings(
         }
     validate_manifests([executor, driver, *claims], DRA_KUBERNETES_VERSION)
 
-    overhead = max(MIN_OVERHEAD_MIB, shape.memory_mib // 10)
+    overhead = executor_overhead_mib(shape.memory_mib)
     conf = {
         "spark.executor.instances": str(shape.executors),
         "spark.executor.cores": str(shape.cores),
@@ -206,11 +241,15 @@ def spark_settings(
         "spark.dynamicAllocation.maxExecutors": str(shape.executors),
         "spark.locality.wait.rack": "0s",
     }
-    if len(racks) == 1:
-        conf[f"spark.kubernetes.executor.node.selector.{rack_label}"] = racks[0]
     if local_dir is not None:
         volume = "spark.kubernetes.executor.volumes.hostPath.spark-local-dir-1"
         conf[f"{volume}.mount.path"] = LOCAL_DIR_MOUNT
         conf[f"{volume}.options.path"] = local_dir
+    if scheduler_name is not None:
+        if not scheduler_name.strip() or scheduler_name != scheduler_name.strip():
+            raise InputError(f"--scheduler-name {scheduler_name!r} is not a scheduler name")
+        conf["spark.kubernetes.executor.scheduler.name"] = scheduler_name
+    if input_locality:
+        conf[f"spark.kubernetes.executor.annotation.{INPUT_LOCALITY_ANNOTATION}"] = input_locality
     conf.update(gpu_conf)
     return SparkSettings(conf, executor, driver, claims)

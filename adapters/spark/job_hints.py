@@ -12,6 +12,11 @@ from __future__ import annotations
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile
 from kubesage.core.errors import InputError
 
+INPUT_LOCALITY_ANNOTATION = "kubesage.io/spark-input-locality"
+"""Where the application's input lies: ``rack-or-zone=fraction,…`` (as ``kubesage spark
+conf --input-locality``, which sets it on every executor); the loop reads it from the
+first executor (by id) that has it."""
+
 DEFAULT_PROFILE = ShuffleProfile((1 << 30,), input_bytes=1 << 30)
 """Without an event log: one all-to-all shuffle as large as the input (only the
 relative figures matter)."""

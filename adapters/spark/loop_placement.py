@@ -44,7 +44,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kubesage.adapters.spark.job_hints import DEFAULT_PROFILE, parse_locality
+from kubesage.adapters.spark.job_hints import (
+    DEFAULT_PROFILE,
+    INPUT_LOCALITY_ANNOTATION,
+    parse_locality,
+)
 from kubesage.adapters.spark.placement import (
     ExecutorShape,
     SparkPlacement,
@@ -70,9 +74,6 @@ APP_LABEL = "spark-app-selector"
 """Spark on Kubernetes' application id label, on the driver and every executor."""
 EXECUTOR_ID_LABEL = "spark-exec-id"
 """The executor's number within its application (1, 2, …)."""
-INPUT_LOCALITY_ANNOTATION = "kubesage.io/spark-input-locality"
-"""Where the application's input lies: ``rack-or-zone=fraction,…`` (as ``kubesage spark
-conf --input-locality``); read from the first executor (by id) that has it."""
 
 AppKey = tuple[str, str]
 """An application: (namespace, ``spark-app-selector``)."""

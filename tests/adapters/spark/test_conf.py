@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,26 +14,43 @@ from kubesage.adapters.spark.conf import (
     GROUP_LABEL,
     SparkSettings,
     executor_memory_mib,
+    executor_pod_shape,
     spark_settings,
 )
+from kubesage.adapters.spark.job_hints import INPUT_LOCALITY_ANNOTATION
 from kubesage.adapters.spark.placement import ExecutorShape, place_executors
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile
 from kubesage.core.cli.main import app
 from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
+from kubesage.core.state.cluster_state import ClusterState
+from kubesage.core.topology.discovery import topology_from_nodes
+from kubesage.core.topology.graph import DRTG
 from tests.adapters.spark.test_placement import loaded, topology
+from tests.core.k8s import v1_node
 
 GB = 10**9
 
 
-def test_one_rack_gets_a_node_selector_and_templates_that_validate() -> None:
+def members(drtg: DRTG, rack: str) -> list[str]:
+    index = drtg.rack_names.index(rack)
+    return [name for name, r in zip(drtg.node_names, drtg.node_rack, strict=True) if r == index]
+
+
+def by_name(term: dict[str, Any]) -> list[str]:
+    (field,) = term["matchFields"]
+    assert (field["key"], field["operator"]) == ("metadata.name", "In")
+    return list(field["values"])
+
+
+def test_one_rack_is_required_by_its_nodes_names_and_templates_validate() -> None:
     drtg = topology()
     shape = ExecutorShape(8, 4, 8_192)
     placement = place_executors(drtg, loaded(drtg, {}), shape, ShuffleProfile((GB,)))
     settings = spark_settings(drtg, placement, shape, template_dir="/t", local_dir="/mnt/nvme")
     rack = next(iter(placement.executors_per_rack(drtg)))
-    assert settings.conf["spark.kubernetes.executor.node.selector.kubesage.io/rack"] == rack
+    assert not any("node.selector" in key for key in settings.conf)  # the affinity says it
     assert settings.conf["spark.executor.instances"] == "8"
     assert settings.conf["spark.executor.memory"] == "8192m"
     assert settings.conf["spark.executor.memoryOverhead"] == "819m"
@@ -43,7 +61,7 @@ def test_one_rack_gets_a_node_selector_and_templates_that_validate() -> None:
     validate_manifests([settings.executor_template, settings.driver_template])
     affinity = settings.executor_template["spec"]["affinity"]
     required = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [rack]
+    assert by_name(required["nodeSelectorTerms"][0]) == members(drtg, rack)
     group = settings.executor_template["metadata"]["labels"][GROUP_LABEL]
     term = affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == {GROUP_LABEL: group}
@@ -61,11 +79,14 @@ def test_several_racks_get_weighted_preferences_and_no_selector() -> None:
     preferred = settings.executor_template["spec"]["affinity"]["nodeAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"
     ]
-    weights = {p["preference"]["matchExpressions"][0]["values"][0]: p["weight"] for p in preferred}
-    assert weights == {"za-r0": 67, "za-r1": 33}
+    weights = {tuple(by_name(p["preference"])): p["weight"] for p in preferred}
+    assert weights == {
+        tuple(members(drtg, "za-r0")): 67,
+        tuple(members(drtg, "za-r1")): 33,
+    }
     driver = settings.driver_template["spec"]["affinity"]["nodeAffinity"]
     first = driver["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
-    assert first["matchExpressions"][0] == {"key": "rack", "operator": "In", "values": ["za-r0"]}
+    assert by_name(first) == members(drtg, "za-r0")
     assert np.isfinite(placement.estimate.cross_rack_bytes)
 
 
@@ -127,8 +148,7 @@ def test_spark_conf_cli_writes_the_claim_template_for_dra(tmp_path: Path) -> Non
 def test_a_rack_label_kubernetes_would_refuse_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
-    # It becomes a node-selector key and a topologyKey (label-key syntax), and a key of
-    # spark-defaults.conf, a Java properties file where a space ends the key.
+    # It becomes a topologyKey (label-key syntax).
     base = ["spark", "conf", "--executors", "2", "--cores", "1", "--memory", "1024"]
     out = tmp_path / "conf"
     for label in ("Bad Label!", "-rack", "kubesage.io/" + "r" * 64):
@@ -169,3 +189,71 @@ def test_executor_memory_reads_like_spark_executor_memory(text: str, mib: int) -
 def test_executor_memory_spark_would_refuse_is_refused(text: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
         executor_memory_mib(text)
+
+
+def test_racks_a_discovered_topology_names_without_a_label_still_select_their_nodes(
+    tmp_path: Path,
+) -> None:
+    """Discovery names a rack without a label ``<node>-rack`` and a label value reused in
+    two zones ``<zone>/<value>``: no node carries those, and ``/`` is not a label value."""
+    nodes = [
+        v1_node("n0", gpus=0, zone="z1", rack="r1"),
+        v1_node("n1", gpus=0, zone="z2", rack="r1"),
+        v1_node("n2", gpus=0, zone="z2"),
+    ]
+    drtg = DRTG(topology_from_nodes(nodes))
+    assert set(drtg.rack_names) == {"z1/r1", "z2/r1", "n2-rack"}
+    shape = ExecutorShape(3, 1, 1_024)
+    placement = place_executors(
+        drtg, ClusterState(drtg.node_specs()), shape, ShuffleProfile((GB,)), max_node_share=1.0
+    )
+    settings = spark_settings(drtg, placement, shape, template_dir="/t")
+    validate_manifests([settings.executor_template, settings.driver_template])
+    affinity = settings.executor_template["spec"]["affinity"]["nodeAffinity"]
+    (required,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    chosen = {drtg.node_names[n] for n in placement.nodes}
+    assert chosen <= set(by_name(required))
+
+
+def test_executors_are_placed_by_what_their_pods_ask_overhead_included(tmp_path: Path) -> None:
+    # cpu-racks nodes have 512 GiB: five 100 GiB executors fit on one, but their pods ask
+    # 110 GiB each (memory plus Spark's overhead, a tenth): four do.
+    assert executor_pod_shape(ExecutorShape(40, 1, 102_400)).memory_mib == 112_640
+    out = tmp_path / "conf"
+    done = CliRunner().invoke(
+        app,
+        [
+            "spark", "conf", "--executors", "40", "--cores", "1", "--memory", "100g",
+            "--max-node-share", "1.0", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "balance: 10 node(s)" in (out / "plan.txt").read_text()
+
+
+def test_the_executors_can_name_kubesages_scheduler_and_carry_their_input_locality(
+    tmp_path: Path,
+) -> None:
+    """What the control loop's spark-placement needs to place them: the executors name
+    kubesage's scheduler, and each carries the input locality the user gave."""
+    out = tmp_path / "conf"
+    done = CliRunner().invoke(
+        app,
+        [
+            "spark", "conf", "--executors", "4", "--cores", "1", "--memory", "4g",
+            "--out", str(out), "--scheduler-name", "kubesage",
+            "--input-locality", "rack-a1=0.6",
+        ],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "--conf spark.kubernetes.executor.scheduler.name=kubesage" in done.output
+    annotation = f"spark.kubernetes.executor.annotation.{INPUT_LOCALITY_ANNOTATION}"
+    assert f"{annotation}=rack-a1=0.6" in " ".join(done.output.split())
+    bad = CliRunner().invoke(
+        app,
+        [
+            "spark", "conf", "--executors", "4", "--cores", "1", "--memory", "4g",
+            "--out", str(tmp_path / "bad"), "--scheduler-name", " ",
+        ],
+    )  # fmt: skip
+    assert bad.exit_code == 2 and "is not a scheduler name" in bad.output

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 import pytest
 
 from kubesage.adapters.spark.cli import ADAPTER
+from kubesage.adapters.spark.job_hints import INPUT_LOCALITY_ANNOTATION
 from kubesage.adapters.spark.loop_placement import (
-    INPUT_LOCALITY_ANNOTATION,
     NAME,
     SparkPlacementReconciler,
     SparkPlacementSettings,
