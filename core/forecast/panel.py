@@ -6,7 +6,8 @@ metric, with columns read by name: ``value``, ``timestamp_anon`` and
 file name without ``pod_``, ``_anon`` and the extension.
 
 Alignment: the grid step is the median gap between an entity's consecutive
-timestamps in the dense metrics (57 s in the GenAI trace); a sample goes to the
+timestamps in the dense metrics (57 s in the GenAI trace), its phase the one most of
+their samples keep (:func:`grid_start`: a stray row off it moves no other); a sample goes to the
 cell ``floor((t − t0) / step + ½)`` (:func:`grid_cells`). Two samples of one entity in
 one cell are averaged and counted; in a file with ``request_type`` the samples of each
 request type are averaged and the types' rates added up (several samples of one rate
@@ -256,6 +257,24 @@ def grid_cells(stamps: FloatArray, start_s: float, step_s: float) -> IntArray:
     return np.floor((stamps - start_s) / step_s + 0.5).astype(np.int64)
 
 
+PHASE_AGREEMENT = 0.5
+"""How closely the samples must agree on their phase within a step (the length of their
+mean direction, 1 when all share it) for the grid to follow it."""
+
+
+def grid_start(first_s: float, step_s: float, dense_stamps: FloatArray) -> float:
+    """The grid's first step: at the phase most samples keep (their circular mean modulo
+    the step), the one nearest the earliest sample ``first_s``. A stray row off that
+    phase then moves no other sample from its step, as a grid starting at the stray
+    row would (jittered samples half a step off would fall two to a step, and gaps)."""
+    angles = 2 * np.pi * np.mod(dense_stamps - first_s, step_s) / step_s
+    mean = complex(np.exp(1j * angles).mean())
+    if abs(mean) < PHASE_AGREEMENT:  # no phase most samples keep: start at the first
+        return first_s
+    phase = float(np.angle(mean)) / (2 * np.pi) * step_s
+    return first_s + phase - step_s * math.floor(phase / step_s + 0.5)
+
+
 def _rate_per_cell(
     shape: tuple[int, int],
     cells: IntArray,
@@ -338,7 +357,8 @@ def read_panel(
     used = {m: [k for k, r in enumerate(per_metric[m]) if r[0] in index] for m in metrics}
     stamps = {m: np.array([per_metric[m][k][1] for k in used[m]]) for m in metrics}
     step = _grid_step({m: per_metric[m] for m in dense})
-    start = min(float(t.min()) for t in stamps.values() if t.size)
+    first = min(float(t.min()) for t in stamps.values() if t.size)
+    start = grid_start(first, step, np.concatenate([stamps[m] for m in dense]))
     end = max(float(t.max()) for t in stamps.values() if t.size)
     steps = int(grid_cells(np.array([end]), start, step)[0]) + 1
     _check_grid_size(directory, steps * len(entities) * len(metrics), step, stamps, used, sources)

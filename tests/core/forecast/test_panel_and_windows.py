@@ -351,3 +351,24 @@ def test_a_row_with_another_number_of_fields_is_an_error(
     write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n" + row)
     with pytest.raises(TraceFormatError, match=f"csv:3: expected 3 fields, found {found}"):
         read_panel(tmp_path)
+
+
+def test_a_stray_row_off_the_grids_phase_does_not_move_the_others(tmp_path: Path) -> None:
+    # Two pods sampled every 57 s with ±1 s jitter, and one early row half a step off
+    # that phase: the grid keeps the phase most samples keep.
+    jitter = [0, 0, 1, 1, 0, 0, -1, -1] * 4
+    lines = [f"{k},{57 * k + jitter[k]},{pod}\n" for k in range(30) for pod in "ab"]
+    stray = "0,-28,a\n"  # 28 s before the first step
+    write(
+        tmp_path,
+        "pod_cpu_anon.csv",
+        "value,timestamp_anon,container_ip\n" + stray + "".join(lines),
+    )
+    panel = read_panel(tmp_path)
+    assert panel.step_s == 57
+    assert panel.merged_samples <= 1  # the stray row itself shares the first step
+    cpu = panel.metrics.index("cpu")
+    for pod in range(2):
+        steps = np.flatnonzero(panel.mask[:, pod, cpu])
+        values = panel.values[steps, pod, cpu].tolist()
+        assert values[-29:] == list(range(1, 30))  # each sample in a step of its own, in order
