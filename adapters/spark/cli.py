@@ -32,7 +32,7 @@ from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.passthrough import PassThroughCommand
 from kubesage.core.dra.claims import DeviceMode
-from kubesage.core.errors import InputError
+from kubesage.core.errors import CapacityError, InputError
 from kubesage.core.loop.reconciler import Actuator, Reconciler
 from kubesage.core.loop.settings import ReconcilerContext
 from kubesage.core.perception import Collector
@@ -121,7 +121,7 @@ def plan(
     if devices is DeviceMode.dra and not executor_gpus:
         raise InputError("--devices dra is for GPU executors: give --executor-gpus too")
     drtg = DRTG.from_yaml(topology_file(topology))
-    shape = ExecutorShape(executors, cores, executor_memory_mib(memory))
+    shape = ExecutorShape(executors, cores, executor_memory_mib(memory), gpus=executor_gpus)
     if event_log is not None:
         app = read_event_log(event_log)
         for note in app.notes:
@@ -147,8 +147,11 @@ def plan(
     local = rack_locality(drtg, parse_locality(input_locality))
     state = ClusterState(drtg.node_specs())
     pods = executor_pod_shape(shape)  # what each executor pod asks of a node
-    ours = place_executors(drtg, state, pods, profile, local, max_node_share=max_node_share)
-    spread = spread_placement(drtg, state, pods, profile, local)
+    try:
+        ours = place_executors(drtg, state, pods, profile, local, max_node_share=max_node_share)
+        spread = spread_placement(drtg, state, pods, profile, local)
+    except CapacityError as exc:
+        raise InputError(f"on the topology {topology}: {exc}") from None
     settings = spark_settings(
         drtg,
         ours,

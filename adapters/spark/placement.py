@@ -28,6 +28,7 @@ from kubesage.adapters.spark.shuffle_model import ShuffleProfile, TrafficEstimat
 from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import CapacityError, InputError
 from kubesage.core.policy import PolicyContext, make_policy
+from kubesage.core.policy.gpu_choice import placement_on
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import PodRequest
@@ -38,17 +39,23 @@ class ExecutorShape:
     executors: int
     cores: int
     memory_mib: int
+    gpus: int = 0
+    """Whole GPUs per executor (0: none)."""
 
     def __post_init__(self) -> None:
-        if self.executors < 1 or self.cores < 1 or self.memory_mib < 1:
+        if self.executors < 1 or self.cores < 1 or self.memory_mib < 1 or self.gpus < 0:
             raise InputError(
-                f"executors, cores and memory must be positive, got {self.executors}, "
-                f"{self.cores}, {self.memory_mib} MiB"
+                f"executors, cores and memory must be positive and GPUs not negative, got "
+                f"{self.executors}, {self.cores}, {self.memory_mib} MiB, {self.gpus} GPU(s)"
             )
 
     def pod(self, index: int) -> PodRequest:
         return PodRequest(
-            name=f"exec-{index}", cpu_milli=self.cores * 1000, memory_mib=self.memory_mib
+            name=f"exec-{index}",
+            cpu_milli=self.cores * 1000,
+            memory_mib=self.memory_mib,
+            num_gpu=self.gpus,
+            gpu_milli=1000 if self.gpus else 0,
         )
 
 
@@ -70,10 +77,13 @@ def _check_cluster(drtg: DRTG, state: ClusterState) -> None:
 
 
 def node_room(state: ClusterState, shape: ExecutorShape) -> IntArray:
-    """How many executors each node has free CPU and memory for."""
+    """How many executors each node has free CPU and memory (and whole GPUs) for."""
     by_cpu = state.cpu_free_milli // (shape.cores * 1000)
     by_memory = state.memory_free_mib // shape.memory_mib
-    return np.minimum(by_cpu, by_memory).clip(0).astype(np.int64)
+    room = np.minimum(by_cpu, by_memory)
+    if shape.gpus:
+        room = np.minimum(room, state.gpu_whole_free_count // shape.gpus)
+    return room.clip(0).astype(np.int64)
 
 
 def _room(
@@ -127,9 +137,10 @@ def place_executors(
     _check_cluster(drtg, state)
     room, per_node = _room(state, shape, max_node_share, running, shape.executors)
     if int(room.sum()) < shape.executors:
+        gpus = f" and {shape.gpus} GPU(s)" if shape.gpus else ""
         raise CapacityError(
-            f"{shape.executors} executors of {shape.cores} cores and {shape.memory_mib} MiB "
-            f"do not fit: room for {int(room.sum())} with at most {per_node} per node"
+            f"{shape.executors} executors of {shape.cores} cores and {shape.memory_mib} MiB"
+            f"{gpus} do not fit: room for {int(room.sum())} with at most {per_node} per node"
         )
     racks = len(drtg.rack_names)
     rack_room = np.bincount(drtg.node_rack, weights=room, minlength=racks).astype(np.int64)
@@ -228,7 +239,7 @@ def _sequential(state: ClusterState, shape: ExecutorShape, choose: Chooser) -> l
         node = choose(trial, pod)
         if node is None:
             raise CapacityError(f"executor {index} of {shape.executors} does not fit")
-        trial.allocate(pod, trial.placement(int(node), [], pod))
+        trial.allocate(pod, placement_on(trial, int(node), pod))
         nodes.append(int(node))
     return nodes
 

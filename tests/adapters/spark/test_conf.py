@@ -26,6 +26,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.discovery import topology_from_nodes
+from kubesage.core.topology.examples import topology_file
 from kubesage.core.topology.graph import DRTG
 from tests.adapters.spark.test_placement import loaded, topology
 from tests.core.k8s import v1_node
@@ -128,6 +129,7 @@ def test_gpu_executors_through_dra_claim_from_a_template_and_skip_sparks_gpu_con
 
 def test_spark_conf_cli_writes_the_claim_template_for_dra(tmp_path: Path) -> None:
     base = ["spark", "conf", "--executors", "2", "--cores", "1", "--memory", "1024"]
+    base += ["--topology", "dgx-h100-pod"]  # GPU executors need GPU nodes
     out = tmp_path / "conf"
     dra = CliRunner().invoke(
         app, [*base, "--out", str(out), "--executor-gpus", "1", "--devices", "dra"]
@@ -257,3 +259,22 @@ def test_the_executors_can_name_kubesages_scheduler_and_carry_their_input_locali
         ],
     )  # fmt: skip
     assert bad.exit_code == 2 and "is not a scheduler name" in bad.output
+
+
+def test_gpu_executors_are_refused_on_a_topology_without_room_for_their_gpus(
+    tmp_path: Path,
+) -> None:
+    base = ["spark", "conf", "--executors", "4", "--cores", "1", "--memory", "1024"]
+    refused = CliRunner().invoke(
+        app, [*base, "--out", str(tmp_path / "a"), "--executor-gpus", "1"]
+    )  # the default cpu-racks has no GPUs
+    assert refused.exit_code == 2
+    words = " ".join(refused.output.split())
+    assert "on the topology cpu-racks" in words and "1 GPU(s) do not fit" in words
+    shape = ExecutorShape(6, 1, 1_024, gpus=4)
+    drtg = DRTG.from_yaml(topology_file(Path("dgx-h100-pod")))
+    placement = place_executors(
+        drtg, ClusterState(drtg.node_specs()), shape, ShuffleProfile((GB,)), max_node_share=1.0
+    )
+    per_node = np.bincount(np.asarray(placement.nodes))
+    assert per_node.max() <= 2  # 8-GPU nodes: two 4-GPU executors each, not CPU's worth
