@@ -168,9 +168,10 @@ def spark_settings(
     check_label_key(rack_label, "--rack-label")
     per_rack = placement.executors_per_rack(drtg)
     racks = sorted(per_rack, key=lambda r: (-per_rack[r], r))
-    group = (
-        "kubesage-" + hashlib.sha256(",".join(map(str, placement.nodes)).encode()).hexdigest()[:8]
-    )
+    # One job's executors attract each other, not another job's of the same shape: the
+    # group is the placement's and the folder its templates are written to.
+    planned = f"{template_dir}|" + ",".join(map(str, placement.nodes))
+    group = "kubesage-" + hashlib.sha256(planned.encode()).hexdigest()[:8]
     zones = sorted({drtg.zone_names[drtg.rack_zone[drtg.rack_names.index(r)]] for r in racks})
 
     executor_affinity: dict[str, Any] = {

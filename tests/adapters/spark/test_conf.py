@@ -278,3 +278,15 @@ def test_gpu_executors_are_refused_on_a_topology_without_room_for_their_gpus(
     )
     per_node = np.bincount(np.asarray(placement.nodes))
     assert per_node.max() <= 2  # 8-GPU nodes: two 4-GPU executors each, not CPU's worth
+
+
+def test_two_jobs_planned_alike_into_two_folders_get_groups_of_their_own() -> None:
+    drtg = topology()
+    shape = ExecutorShape(8, 4, 8_192)
+    placement = place_executors(drtg, loaded(drtg, {}), shape, ShuffleProfile((GB,)))
+    one = spark_settings(drtg, placement, shape, template_dir="/jobs/etl")
+    other = spark_settings(drtg, placement, shape, template_dir="/jobs/report")
+    again = spark_settings(drtg, placement, shape, template_dir="/jobs/etl")
+    group = one.executor_template["metadata"]["labels"][GROUP_LABEL]
+    assert group != other.executor_template["metadata"]["labels"][GROUP_LABEL]
+    assert group == again.executor_template["metadata"]["labels"][GROUP_LABEL]  # reproducible
