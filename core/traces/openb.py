@@ -62,6 +62,11 @@ def _rows(
             yield line, {name: cell.strip() for name, cell in zip(header, row, strict=True)}
 
 
+LARGEST_EXACT = 2**53
+"""Integers from here on are not exact as the floats the fields are read through (and
+no CPU, memory or GPU figure of a real node or pod comes near it)."""
+
+
 def _int(value: str, *, path: Path, line: int, field: str) -> int:
     try:
         number = float(value)
@@ -71,6 +76,13 @@ def _int(value: str, *, path: Path, line: int, field: str) -> int:
         ) from None
     if not number.is_integer():
         raise TraceFormatError(f"not an integer: {value!r}", path=path, line=line, field=field)
+    if abs(number) >= LARGEST_EXACT:
+        raise TraceFormatError(
+            f"too large: {value!r} (at most {LARGEST_EXACT - 1:,})",
+            path=path,
+            line=line,
+            field=field,
+        )
     return int(number)
 
 

@@ -285,6 +285,14 @@ MALFORMED = [
         id="pod-fractional-num-gpu",
     ),
     pytest.param(
+        read_nodes,
+        NODE_HEADER + "\nn0,1e20,1024,2,T4\n",
+        2,
+        "cpu_milli",
+        "too large: '1e20'",
+        id="node-cpu-beyond-exact-integers",
+    ),
+    pytest.param(
         read_pods,
         POD_HEADER_5 + "\np0,1000,-1,0,0\n",
         2,
