@@ -23,7 +23,12 @@ def open_text(path: Path) -> Iterator[IO[str]]:
     ``.csv.gz``), a damaged gzip stream and text that is not UTF-8 are InputErrors
     naming the file, raised whenever the reading meets them."""
     with path.open("rb") as probe:
-        gzipped = probe.read(2) == GZIP_MAGIC
+        start = probe.read(2)
+    if not start:
+        raise TraceFormatError(
+            "empty file (a CSV needs at least its header line)", path=path, line=1
+        )
+    gzipped = start == GZIP_MAGIC
     if gzipped != (path.suffix == ".gz"):
         actual = "gzip-compressed" if gzipped else "not gzip-compressed"
         wanted = "name it .csv.gz" if gzipped else "name it without .gz"
@@ -48,7 +53,16 @@ def check_header(
     required: Sequence[str],
     optional: Sequence[str] | None = None,
 ) -> None:
-    """Reject repeated or missing columns, and unknown ones when ``optional`` is given."""
+    """Reject repeated or missing columns, and unknown ones when ``optional`` is given;
+    an empty column name (a header ending in a comma, as spreadsheets write it) is named
+    as such."""
+    if any(not name.strip() for name in header) and header:
+        raise TraceFormatError(
+            "the header has an empty column name (a trailing comma?): "
+            + ", ".join(repr(name) for name in header),
+            path=path,
+            line=1,
+        )
     repeated = sorted({name for name in header if header.count(name) > 1})
     if repeated:
         raise TraceFormatError(

@@ -372,3 +372,13 @@ def test_a_stray_row_off_the_grids_phase_does_not_move_the_others(tmp_path: Path
         steps = np.flatnonzero(panel.mask[:, pod, cpu])
         values = panel.values[steps, pod, cpu].tolist()
         assert values[-29:] == list(range(1, 30))  # each sample in a step of its own, in order
+
+
+def test_an_empty_file_and_a_header_ending_in_a_comma_are_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "pod_cpu_anon.csv.gz").write_bytes(b"")  # not "not gzip-compressed"
+    with pytest.raises(TraceFormatError, match=r"csv\.gz:1: empty file"):
+        read_panel(tmp_path)
+    (tmp_path / "pod_cpu_anon.csv.gz").unlink()
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip,\n1,0,a,\n")
+    with pytest.raises(TraceFormatError, match="empty column name \\(a trailing comma\\?\\)"):
+        read_panel(tmp_path)
