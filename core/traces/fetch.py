@@ -144,9 +144,15 @@ def _cache_error(what: str, path: Path, exc: OSError) -> FetchError:
 
 def _checked_base_url(url: str) -> str:
     try:
-        scheme = httpx.URL(url).scheme
+        parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
         raise InputError(f"base URL '{url}' is not a valid URL: {exc}") from exc
+    scheme = parsed.scheme
+    if parsed.query or parsed.fragment:
+        raise InputError(
+            f"base URL '{url}': a mirror's folder has no query or fragment (the file names "
+            "are appended to its path)"
+        )
     if scheme not in SUPPORTED_SCHEMES:
         raise InputError(
             f"base URL '{url}': only http:// and https:// mirrors are supported "

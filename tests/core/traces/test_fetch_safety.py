@@ -255,6 +255,13 @@ def test_a_mirror_sending_too_much_is_cut_off(tmp_path: Path, server: Server) ->
     assert server.endless_sent < ENDLESS_CAP  # the client stopped reading
 
 
+@pytest.mark.parametrize("url", ["http://mirror.test/openb/?token=x", "http://mirror.test/#top"])
+def test_a_base_url_with_a_query_or_fragment_is_refused(tmp_path: Path, url: str) -> None:
+    # The file name would land after the '?' or '#': a checksum mismatch, not a URL error.
+    with pytest.raises(InputError, match="has no query or fragment"):
+        fetch_dataset(NAME, cache_dir=tmp_path / "cache", base_url=url)
+
+
 def test_a_file_url_is_refused_at_once(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(InputError, match=r"only http:// and https://.*got 'file'"):
