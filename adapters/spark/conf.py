@@ -69,23 +69,31 @@ GPU_DISCOVERY_SCRIPT = "/opt/spark/examples/src/main/scripts/getGpusResources.sh
 """The GPU discovery script shipped in Spark's distribution and its container images."""
 
 
-_MEMORY = re.compile(r"^\s*(\d+|\d*\.\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
-_MIB_PER_UNIT = {"k": 1 / 1024, "": 1.0, "m": 1.0, "g": 1024.0, "t": 1024.0**2}
+_MEMORY = re.compile(r"^\s*(\d+|\d*\.\d+)\s*(b|[kmgtp]b?)?\s*$", re.IGNORECASE)
+_BYTES_PER_UNIT = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+MIN_EXECUTOR_MEMORY_MIB = 450
+"""Spark refuses less executor memory (1.5 × the 300 MiB it reserves for itself)."""
 
 
 def executor_memory_mib(text: str) -> int:
-    """``spark.executor.memory`` as Spark reads it — a whole number with an optional JVM
-    unit (``k``, ``m``, ``g``, ``t``; no unit is MiB): ``4g``, ``4096m``, ``4096`` → 4096.
-    A fraction is refused, as Spark refuses it, with the whole-MiB spelling to use."""
+    """``spark.executor.memory`` as Spark reads it — a whole number with an optional unit
+    (``b``, ``k``/``kb``, ``m``/``mb``, ``g``/``gb``, ``t``/``tb``, ``p``/``pb``; no unit
+    is MiB), converted to whole MiB rounding down, as Spark does: ``4g``, ``4096m``,
+    ``4096`` → 4096. A fraction is refused, as Spark refuses it, with the whole-MiB
+    spelling to use, and so is less than Spark's minimum (450 MiB)."""
     match = _MEMORY.match(text)
     if match is None:
         raise InputError(f"--memory {text!r} is not a JVM memory size like 4g or 4096m")
-    number, unit = match.group(1), match.group(2).lower()
-    mib = math.ceil(float(number) * _MIB_PER_UNIT[unit])
+    number, unit = match.group(1), (match.group(2) or "m").lower()[0]
     if "." in number:
-        raise InputError(f"--memory {text!r}: Spark reads whole numbers; write {mib}m")
-    if mib < 1:
-        raise InputError(f"--memory {text!r} is less than 1 MiB")
+        whole = math.ceil(float(number) * _BYTES_PER_UNIT[unit] / (1 << 20))
+        raise InputError(f"--memory {text!r}: Spark reads whole numbers; write {whole}m")
+    mib = int(number) * _BYTES_PER_UNIT[unit] // (1 << 20)
+    if mib < MIN_EXECUTOR_MEMORY_MIB:
+        raise InputError(
+            f"--memory {text!r} is {mib} MiB; Spark refuses executors with less than "
+            f"{MIN_EXECUTOR_MEMORY_MIB} MiB"
+        )
     return mib
 
 

@@ -174,7 +174,7 @@ def test_spark_submit_options_before_the_separator_are_kubesages() -> None:
 @pytest.mark.parametrize(
     ("text", "mib"),
     [("4g", 4096), ("4G", 4096), ("4096m", 4096), ("4096", 4096), ("2gb", 2048), ("1t", 1 << 20),
-     ("1536k", 2)],
+     ("1049088k", 1024), ("536870912b", 512)],  # whole MiB, rounded down as Spark does
 )  # fmt: skip
 def test_executor_memory_reads_like_spark_executor_memory(text: str, mib: int) -> None:
     assert executor_memory_mib(text) == mib
@@ -185,7 +185,9 @@ def test_executor_memory_reads_like_spark_executor_memory(text: str, mib: int) -
     [
         ("1.5g", "Spark reads whole numbers; write 1536m"),
         ("4 GiB", "not a JVM memory size like 4g or 4096m"),
-        ("0m", "less than 1 MiB"),
+        ("0m", "is 0 MiB; Spark refuses executors with less than 450 MiB"),
+        ("4096b", "is 0 MiB"),  # bytes, as Spark reads them, not MiB
+        ("449m", "is 449 MiB"),
     ],
 )
 def test_executor_memory_spark_would_refuse_is_refused(text: str, message: str) -> None:
