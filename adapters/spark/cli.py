@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -229,7 +230,7 @@ def conf(
         devices,
         scheduler_name,
     )
-    typer.echo(" ".join(settings.submit_args()))
+    typer.echo(shlex.join(settings.submit_args()))  # pasted into a shell as it is
 
 
 def find_spark_submit() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +293,15 @@ def test_two_jobs_planned_alike_into_two_folders_get_groups_of_their_own() -> No
     group = one.executor_template["metadata"]["labels"][GROUP_LABEL]
     assert group != other.executor_template["metadata"]["labels"][GROUP_LABEL]
     assert group == again.executor_template["metadata"]["labels"][GROUP_LABEL]  # reproducible
+
+
+def test_the_printed_flags_paste_into_a_shell_as_they_are(tmp_path: Path) -> None:
+    out = tmp_path / "with space"
+    done = CliRunner().invoke(
+        app,
+        ["spark", "conf", "--executors", "2", "--cores", "1", "--memory", "1g", "--out", str(out)],
+    )
+    assert done.exit_code == 0, done.output
+    flags = shlex.split(done.stdout.strip().splitlines()[-1])
+    template = f"spark.kubernetes.executor.podTemplateFile={out.resolve()}/executor-template.yaml"
+    assert flags[flags.index(template) - 1] == "--conf"
