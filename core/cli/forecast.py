@@ -135,11 +135,13 @@ def train_command(
         ),
     ] = f"{DEFAULT_TICK_S:g}s",
     metrics: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--metrics", help="With --prometheus: metric-map columns to forecast (patterns)."
+            "--metrics",
+            help="With --prometheus: metric-map columns to forecast (patterns; default "
+            f"{','.join(DEFAULT_COLUMNS)}). With --data: the metric files to read (default all).",
         ),
-    ] = ",".join(DEFAULT_COLUMNS),
+    ] = None,
     metric_map: MetricMapOption = None,
     rate_window: RateWindowOption = None,
     model: Annotated[str, typer.Option("--model", help="stgcn or lstm.")] = "stgcn",
@@ -181,10 +183,11 @@ def train_command(
             raise InputError(
                 "--train-until goes with --data; --prometheus trains on all of --range"
             )
-        panel = _prometheus_panel(prometheus, range_, step, metrics, metric_map, rate_window)
+        columns = ",".join(DEFAULT_COLUMNS) if metrics is None else metrics
+        panel = _prometheus_panel(prometheus, range_, step, columns, metric_map, rate_window)
     else:
         assert data is not None
-        panel = read_panel(data)
+        panel = read_panel(data, metrics=_names(metrics))
         stderr.print(describe(panel))
     if train_until is None:
         until, timestamp = panel.steps, panel.start_s + panel.steps * panel.step_s
@@ -239,6 +242,11 @@ def train_command(
     typer.echo(str(path))
 
 
+def _names(metrics: str | None) -> list[str] | None:
+    """``--metrics`` with ``--data``: the metric files' names, as ``a,b,c``."""
+    return None if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
+
+
 def _prometheus_panel(
     url: str,
     range_: str,
@@ -275,6 +283,10 @@ def eval_command(
     data: DataOption,
     train_until: UntilOption,
     horizons: Annotated[str, typer.Option("--horizons", help="Steps ahead to score.")] = "1,5,15",
+    metrics: Annotated[
+        str | None,
+        typer.Option("--metrics", help="The metric files of --data to read (default all)."),
+    ] = None,
     output_format: Annotated[OutputFormat, typer.Option("--format")] = OutputFormat.table,
     models: Annotated[
         str, typer.Option("--models", help="Comma-separated subset of the models.")
@@ -313,7 +325,7 @@ def eval_command(
     from kubesage.core.forecast.rolling import rolling_evaluate
     from kubesage.core.forecast.training import TrainConfig, check_device
 
-    panel = read_panel(data)
+    panel = read_panel(data, metrics=_names(metrics))
     stderr.print(describe(panel))
     step, timestamp = cut_off_step(panel, train_until)
     chosen = parse_names(models, MODEL_NAMES, "--models")

@@ -5,10 +5,11 @@ metric, with columns read by name: ``value``, ``timestamp_anon`` and
 ``container_ip`` (the entity), optionally ``request_type``. The metric name is the
 file name without ``pod_``, ``_anon`` and the extension.
 
-Alignment: the grid step is the median gap between an entity's consecutive
-timestamps in the dense metrics (57 s in the GenAI trace), its phase the one most of
-their samples keep (:func:`grid_start`: a stray row off it moves no other); a sample goes to the
-cell ``floor((t − t0) / step + ½)`` (:func:`grid_cells`). Two samples of one entity in
+Alignment (:mod:`kubesage.core.forecast.metric_rows`): the grid step is the median gap
+between an entity's consecutive timestamps in the dense metrics (57 s in the GenAI
+trace), its phase the one most of their samples keep (``grid_start``: a stray row off
+it moves no other); a sample goes to the cell ``floor((t − t0) / step + ½)``
+(``grid_cells``). Two samples of one entity in
 one cell are averaged and counted; in a file with ``request_type`` the samples of each
 request type are averaged and the types' rates added up (several samples of one rate
 in a step are one rate; rates of different request types add up). A row with fewer or
@@ -45,8 +46,6 @@ Any other value that is not a finite number is an error naming the file and line
 
 from __future__ import annotations
 
-import csv
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,15 +53,20 @@ from pathlib import Path
 
 import numpy as np
 
-from kubesage.core.arrays import BoolArray, FloatArray, IntArray
+from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.durations import format_duration
 from kubesage.core.errors import InputError, TraceFormatError
-from kubesage.core.traces.csv_files import check_header, open_text
+from kubesage.core.forecast.metric_rows import (
+    grid_cells,
+    grid_start,
+    grid_step,
+    metric_files,
+    metric_name,
+    rate_per_cell,
+    read_metric_rows,
+)
 
-REQUIRED_COLUMNS = ("value", "timestamp_anon", "container_ip")
 DEFAULT_ABSENT_AS_ZERO = ("qps",)
-MISSING_MARKERS = frozenset({"", "none", "null"})
-"""How the trace writes a missing id or value (compared lower-cased, stripped)."""
 SILENT_SHARE = 0.05
 """A stretch with no entity reporting that covers this share of the grid is said."""
 MAX_PANEL_CELLS = 50_000_000
@@ -127,198 +131,36 @@ class MetricPanel:
         )
 
 
-def metric_name(path: Path) -> str:
-    name = path.name
-    for suffix in (".gz", ".csv"):
-        name = name.removesuffix(suffix)
-    return name.removeprefix("pod_").removesuffix("_anon")
-
-
 def dense_metrics(metrics: tuple[str, ...], absent_as_zero: tuple[str, ...]) -> list[str]:
     """The metrics whose rows say an entity is alive: all but the zero-filled ones (all
     of them when every one is zero-filled)."""
     return [m for m in metrics if m not in absent_as_zero] or list(metrics)
 
 
-def metric_files(directory: Path) -> list[Path]:
-    """The metric files in ``directory``: every plain or gzipped CSV, sorted by name."""
-    return sorted(
-        p for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz")) and p.is_file()
-    )
-
-
-@dataclass
-class _Rows:
-    """One metric file's rows, split by what they can be used for."""
-
-    with_entity: list[tuple[str, float, float]]
-    """``(entity, timestamp, value)``."""
-    lines: list[int]
-    """The file line of each ``with_entity`` row (for errors that name a row)."""
-    without_entity: list[tuple[float, float]]
-    """``(timestamp, value)`` of the rows without an entity id."""
-    by_request_type: bool
-    """The file splits values by ``request_type`` (the types' rates add up)."""
-    null_values: int
-    """Rows whose value is marked missing."""
-    duplicate_rows: int = 0
-    """Rows repeating an earlier row of a ``request_type`` file field for field: not
-    counted again (they would add to the same cell)."""
-    negative_values: int = 0
-    """Rows with a value below 0 (kept: a metric may be signed, but the trace's are not)."""
-    kinds: list[str] = field(default_factory=list)
-    """The ``request_type`` of each ``with_entity`` row (a ``by_request_type`` file)."""
-    kinds_without_entity: list[str] = field(default_factory=list)
-    """The ``request_type`` of each ``without_entity`` row."""
-
-
-def _read_rows(path: Path) -> _Rows:
-    """The file's rows; see the module docstring for the missing markers."""
-    rows: list[tuple[str, float, float]] = []
-    lines: list[int] = []
-    without_entity: list[tuple[float, float]] = []
-    kinds: list[str] = []
-    kinds_without_entity: list[str] = []
-    null_values = 0
-    seen: set[tuple[str, ...]] = set()
-    duplicates = 0
-    negative = 0
-    with open_text(path) as handle:
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        check_header(header, path, required=REQUIRED_COLUMNS)
-        by_request_type = "request_type" in header
-        for row in reader:
-            line = reader.line_num
-            extra = row.get(None) or []  # DictReader puts surplus fields under None
-            given = sum(row.get(name) is not None for name in header) + len(extra)
-            if given != len(header):
-                raise TraceFormatError(
-                    f"expected {len(header)} fields, found {given}", path=path, line=line
-                )
-            if by_request_type:  # an exact repeat would count twice in its type's mean
-                key = tuple(str(value) for value in row.values())
-                if key in seen:
-                    duplicates += 1
-                    continue
-                seen.add(key)
-            entity = (row["container_ip"] or "").strip()
-            if entity.lower() in MISSING_MARKERS:
-                entity = ""
-            try:
-                timestamp = float(row["timestamp_anon"])
-            except (TypeError, ValueError):
-                raise TraceFormatError(
-                    f"not a number: {row['timestamp_anon']!r}",
-                    path=path,
-                    line=line,
-                    field="timestamp_anon",
-                ) from None
-            text = (row["value"] or "").strip()
-            if text.lower() in MISSING_MARKERS:
-                null_values += 1
-                continue
-            try:
-                value = float(text)
-            except ValueError:
-                raise TraceFormatError(
-                    f"not a number: {row['value']!r}", path=path, line=line, field="value"
-                ) from None
-            if math.isnan(value):
-                null_values += 1
-                continue
-            if not (math.isfinite(timestamp) and math.isfinite(value)):
-                raise TraceFormatError("not a finite number", path=path, line=line)
-            kind = str(row["request_type"]).strip() if by_request_type else ""
-            if not entity:
-                without_entity.append((timestamp, value))
-                kinds_without_entity.append(kind)
-                continue
-            rows.append((entity, timestamp, value))
-            lines.append(line)
-            kinds.append(kind)
-            negative += value < 0
-    return _Rows(
-        rows,
-        lines,
-        without_entity,
-        by_request_type,
-        null_values,
-        duplicates,
-        negative,
-        kinds,
-        kinds_without_entity,
-    )
-
-
-def grid_cells(stamps: FloatArray, start_s: float, step_s: float) -> IntArray:
-    """The grid step each timestamp falls in: step k holds ``[k − ½, k + ½)`` steps after
-    the start (halves round up, as :meth:`MetricPanel.step_of` counts them)."""
-    return np.floor((stamps - start_s) / step_s + 0.5).astype(np.int64)
-
-
-PHASE_AGREEMENT = 0.5
-"""How closely the samples must agree on their phase within a step (the length of their
-mean direction, 1 when all share it) for the grid to follow it."""
-
-
-def grid_start(first_s: float, step_s: float, dense_stamps: FloatArray) -> float:
-    """The grid's first step: at the phase most samples keep (their circular mean modulo
-    the step), the one nearest the earliest sample ``first_s``. A stray row off that
-    phase then moves no other sample from its step, as a grid starting at the stray
-    row would (jittered samples half a step off would fall two to a step, and gaps)."""
-    angles = 2 * np.pi * np.mod(dense_stamps - first_s, step_s) / step_s
-    mean = complex(np.exp(1j * angles).mean())
-    if abs(mean) < PHASE_AGREEMENT:  # no phase most samples keep: start at the first
-        return first_s
-    phase = float(np.angle(mean)) / (2 * np.pi) * step_s
-    return first_s + phase - step_s * math.floor(phase / step_s + 0.5)
-
-
-def _rate_per_cell(
-    shape: tuple[int, int],
-    cells: IntArray,
-    entities: IntArray,
-    kinds: Sequence[str],
-    values: FloatArray,
-) -> FloatArray:
-    """A rate split by request type: each type's samples in a cell averaged (several
-    samples of one rate in a step are one rate), then the types added up."""
-    names = {kind: k for k, kind in enumerate(dict.fromkeys(kinds))}
-    kind = np.array([names[k] for k in kinds], dtype=np.int64)
-    sums = np.zeros((*shape, max(len(names), 1)))
-    counts = np.zeros_like(sums)
-    np.add.at(sums, (cells, entities, kind), values)
-    np.add.at(counts, (cells, entities, kind), 1)
-    return np.asarray(np.divide(sums, np.maximum(counts, 1)).sum(axis=2))
-
-
-def _grid_step(rows_by_metric: dict[str, list[tuple[str, float, float]]]) -> float:
-    """The median gap between one entity's consecutive distinct timestamps (robust to jitter)."""
-    gaps: list[FloatArray] = []
-    for rows in rows_by_metric.values():
-        by_entity: dict[str, list[float]] = {}
-        for entity, timestamp, _ in rows:
-            by_entity.setdefault(entity, []).append(timestamp)
-        for stamps in by_entity.values():
-            unique = np.unique(np.asarray(stamps))
-            if unique.size > 1:
-                gaps.append(np.diff(unique))
-    if not gaps:
-        raise InputError("need at least two distinct timestamps of one entity to find the step")
-    return float(np.median(np.concatenate(gaps)))
-
-
 def read_panel(
-    directory: Path | str, *, absent_as_zero: tuple[str, ...] = DEFAULT_ABSENT_AS_ZERO
+    directory: Path | str,
+    *,
+    absent_as_zero: tuple[str, ...] = DEFAULT_ABSENT_AS_ZERO,
+    metrics: Sequence[str] | None = None,
 ) -> MetricPanel:
-    """Read every ``*.csv``/``*.csv.gz`` metric file in ``directory`` into one panel."""
+    """Read every ``*.csv``/``*.csv.gz`` metric file in ``directory`` into one panel, or
+    only those of ``metrics`` (their names as :func:`metric_name` reads them: a folder
+    may hold other CSVs, such as a trace's request or latency logs)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory}: not a directory")
     files = metric_files(directory)
     if not files:
         raise InputError(f"{directory}: no .csv or .csv.gz metric files")
+    if metrics is not None:
+        available = {metric_name(path): path for path in files}
+        unknown = [name for name in metrics if name not in available]
+        if unknown or not metrics:
+            raise InputError(
+                f"{directory}: no metric file for {', '.join(unknown) or 'an empty list'}; "
+                f"it has {', '.join(sorted(available))}"
+            )
+        files = [available[name] for name in dict.fromkeys(metrics)]
     per_metric: dict[str, list[tuple[str, float, float]]] = {}
     sources: dict[str, tuple[Path, list[int]]] = {}
     excluded: dict[str, int] = {}
@@ -331,7 +173,14 @@ def read_panel(
         name = metric_name(path)
         if name in per_metric:
             raise InputError(f"{directory}: two files give metric '{name}'")
-        read = _read_rows(path)
+        try:
+            read = read_metric_rows(path)
+        except TraceFormatError as exc:
+            if exc.line == 1 and metrics is None:  # its header: perhaps not a metric file
+                exc.args = (
+                    f"{exc} — if it is not a metric file, name the ones to read (--metrics)",
+                )
+            raise
         per_metric[name] = read.with_entity
         sources[name] = (path, read.lines)
         excluded[name] = len(read.without_entity)
@@ -356,7 +205,7 @@ def read_panel(
     index = {entity: i for i, entity in enumerate(entities)}
     used = {m: [k for k, r in enumerate(per_metric[m]) if r[0] in index] for m in metrics}
     stamps = {m: np.array([per_metric[m][k][1] for k in used[m]]) for m in metrics}
-    step = _grid_step({m: per_metric[m] for m in dense})
+    step = grid_step({m: per_metric[m] for m in dense})
     first = min(float(t.min()) for t in stamps.values() if t.size)
     start = grid_start(first, step, np.concatenate([stamps[m] for m in dense]))
     end = max(float(t.max()) for t in stamps.values() if t.size)
@@ -379,7 +228,7 @@ def read_panel(
     for name in summed:
         m = metrics.index(name)
         rows = [per_metric[name][k] for k in used[name]]
-        values[:, :, m] = _rate_per_cell(
+        values[:, :, m] = rate_per_cell(
             (steps, len(entities)),
             grid_cells(stamps[name], start, step),
             np.array([index[r[0]] for r in rows], dtype=np.int64),
@@ -456,14 +305,14 @@ def read_entityless(directory: Path | str, panel: MetricPanel, metric: str) -> F
     found = [p for p in metric_files(directory) if metric_name(p) == metric]
     if not found:
         raise InputError(f"{directory}: no file gives metric '{metric}'")
-    read = _read_rows(found[0])
+    read = read_metric_rows(found[0])
     if not read.without_entity:
         return np.zeros(panel.steps)
     stamps, values = np.asarray(read.without_entity, dtype=np.float64).T
     cells = grid_cells(stamps, panel.start_s, panel.step_s)
     inside = (cells >= 0) & (cells < panel.steps)
     kinds = read.kinds_without_entity
-    return _rate_per_cell(
+    return rate_per_cell(
         (panel.steps, 1),
         cells[inside],
         np.zeros(int(inside.sum()), dtype=np.int64),

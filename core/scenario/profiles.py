@@ -16,14 +16,14 @@ trace's. ``UtilisationProfiles.source`` says which one a run used.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray
-from kubesage.core.forecast.panel import metric_files, metric_name, read_panel
+from kubesage.core.forecast.metric_rows import metric_files, metric_name
+from kubesage.core.forecast.panel import read_panel
 from kubesage.core.paths import shared_trace_dir
 from kubesage.core.scenario.model import UtilisationProfiles
 
@@ -110,14 +110,10 @@ def load_profiles(data_dir: Path | None, *, seed: int = 0) -> UtilisationProfile
     files = _trace_files(data_dir)
     if files is None:
         return synthetic_profiles(seed)
+    # Just these two: read_panel keeps the pods present in every metric it reads, and the
+    # other GenAI files (container memory, QPS) would drop pods that have both GPU series.
     directory = files[0].parent
-    # read_panel reads every metric file of a directory and keeps the pods present in
-    # all of them; the other GenAI files (container memory, QPS) would drop pods that
-    # have both GPU series, so it reads a directory holding just these two.
-    with tempfile.TemporaryDirectory() as scratch:
-        for path in files:
-            (Path(scratch) / path.name).symlink_to(path.resolve())
-        panel = read_panel(scratch, absent_as_zero=())
+    panel = read_panel(directory, absent_as_zero=(), metrics=[metric_name(p) for p in files])
     duty_index = panel.metrics.index(DUTY_METRIC)
     memory_index = panel.metrics.index(MEMORY_METRIC)
     duty_seen = panel.mask[:, :, duty_index]

@@ -382,3 +382,20 @@ def test_an_empty_file_and_a_header_ending_in_a_comma_are_named_as_such(tmp_path
     write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip,\n1,0,a,\n")
     with pytest.raises(TraceFormatError, match="empty column name \\(a trailing comma\\?\\)"):
         read_panel(tmp_path)
+
+
+def test_the_metric_files_to_read_can_be_named(tmp_path: Path) -> None:
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n2,60,a\n")
+    write(tmp_path, "pod_mem_anon.csv", "value,timestamp_anon,container_ip\n5,0,a\n6,60,a\n")
+    write(tmp_path, "lora_request_trace.csv", "request_id,arrival\nr1,3\n")  # not a metric
+    with pytest.raises(
+        TraceFormatError, match=r"lacks column.*name the ones to read \(--metrics\)"
+    ):
+        read_panel(tmp_path)
+    panel = read_panel(tmp_path, metrics=["mem", "cpu"])
+    assert panel.metrics == ("cpu", "mem")
+    assert panel.values[:, 0, 1].tolist() == [5.0, 6.0]
+    with pytest.raises(
+        InputError, match="no metric file for gpu; it has cpu, lora_request_trace, mem"
+    ):
+        read_panel(tmp_path, metrics=["gpu"])
