@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, MutableMapping, ValuesView
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -53,22 +53,33 @@ class BoundPod:
     kept while it is bound and given back to it when it is evicted."""
 
 
-class BoundPods(MutableMapping[str, BoundPod]):
-    """The bound pods by UID (or ``namespace/name`` when bound without one), also found
-    by ``namespace/name`` (:meth:`find`): a name is bound once, as on a real cluster."""
+class _Named(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+_P = TypeVar("_P", bound=_Named)
+
+
+class PodsByKey(MutableMapping[str, _P], Generic[_P]):
+    """Pods by UID (or ``namespace/name`` when they have none), also found by
+    ``namespace/name`` (:meth:`find`): a name is held once, as on a real cluster."""
 
     def __init__(self) -> None:
-        self._pods: dict[str, BoundPod] = {}
+        self._pods: dict[str, _P] = {}
         self._by_name: dict[tuple[str, str], str] = {}
 
     def find(self, namespace: str, name: str) -> str | None:
-        """The key of the pod bound as ``namespace/name``, if one is."""
+        """The key of the pod held as ``namespace/name``, if one is."""
         return self._by_name.get((namespace, name))
 
-    def __getitem__(self, key: str) -> BoundPod:
+    def __getitem__(self, key: str) -> _P:
         return self._pods[key]
 
-    def __setitem__(self, key: str, pod: BoundPod) -> None:
+    def __setitem__(self, key: str, pod: _P) -> None:
         if key in self._pods:
             del self[key]
         self._pods[key] = pod
@@ -97,11 +108,15 @@ class BoundPods(MutableMapping[str, BoundPod]):
     def keys(self) -> KeysView[str]:
         return self._pods.keys()
 
-    def items(self) -> ItemsView[str, BoundPod]:
+    def items(self) -> ItemsView[str, _P]:
         return self._pods.items()
 
-    def values(self) -> ValuesView[BoundPod]:
+    def values(self) -> ValuesView[_P]:
         return self._pods.values()
+
+
+BoundPods = PodsByKey[BoundPod]
+"""The bound pods (:class:`PodsByKey`)."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,7 @@ class EmbeddedCluster(LockedState):
         self.description = description
         self.bound = BoundPods()
         """Bound pods by UID (or namespace/name when the bind carried no UID)."""
-        self.pending: dict[str, PendingPod] = {}
+        self.pending: PodsByKey[PendingPod] = PodsByKey()
         """Pods waiting to be bound (evicted, or submitted), keyed as :attr:`bound`."""
         self._submitted = 0
 
@@ -326,10 +341,7 @@ class EmbeddedCluster(LockedState):
 
     def _pending_key(self, namespace: str, name: str) -> str | None:
         """The key of the pending pod ``namespace/name``, if there is one."""
-        for key, pod in self.pending.items():
-            if pod.namespace == namespace and pod.name == name:
-                return key
-        return None
+        return self.pending.find(namespace, name)
 
     @staticmethod
     def _posted(target: BindTarget, placement: Placement | None) -> None:
