@@ -170,13 +170,17 @@ def _ref(key: str, namespace: str, name: str) -> PodRef:
 
 class LiveClusterCollector:
     """The ClusterSync's state with its bound pods and the pending pods of
-    ``scheduler_names`` (each with the nodes its spec lets it use); stale while
-    list/watch fails (ClusterSync's fallback)."""
+    ``scheduler_names`` (each pending pod, and each running GPU pod, with the nodes its
+    spec lets it use); stale while list/watch fails (ClusterSync's fallback)."""
 
     def __init__(self, sync: ClusterSync, scheduler_names: Iterable[str] = ()) -> None:
         self.sync = sync
         self.scheduler_names = tuple(dict.fromkeys((DEFAULT_SCHEDULER, *scheduler_names)))
         self._infos = _KeptInfos()
+        self._movable: dict[str, tuple[object, frozenset[str] | None]] = {}
+        """A running GPU pod's nodes, by key, with its resourceVersion: worked out again
+        when it or a Node object changes, not every tick for every pod."""
+        self._nodes_seen: object = None
 
     @property
     def name(self) -> str:
@@ -200,14 +204,22 @@ class LiveClusterCollector:
         ]
         snapshot = self._state(placing)
         eligible = _Eligibility(self.sync, snapshot.data.node_names)
+        nodes = eligible.version()
+        nodes_changed = nodes != self._nodes_seen
+        movable: dict[str, tuple[object, frozenset[str] | None]] = {}
         pods: dict[str, PodInfo] = {}
         for pod in self.sync.bound_pods():
             key = pod_key(pod)
             placement = self.sync.placement_of(key)
             version = _resource_version(pod)
             info = self._infos.kept(key, version, placement) or pod_info(pod, placement)
-            if info is not None and info.request.total_gpu_milli:
-                info = eligible.of(pod, info)  # where gpu-defrag may move it
+            if info is not None and info.request.total_gpu_milli:  # where gpu-defrag may move it
+                kept = self._movable.get(key)
+                if kept is None or kept[0] != version or nodes_changed:
+                    kept = (version, eligible.nodes_of(pod))
+                movable[key] = kept
+                if info.eligible_nodes is not kept[1]:  # (identity: sets of 10,000 names)
+                    info = dataclasses.replace(info, eligible_nodes=kept[1])
             self._infos.keep(key, version, info)
             if info is not None and info.placement is not None:
                 pods[str(info.ref)] = info
@@ -222,6 +234,7 @@ class LiveClusterCollector:
                 if info is not None:
                     pods[str(info.ref)] = info
         self._infos.done()
+        self._movable, self._nodes_seen = movable, nodes
         observation = ClusterObservation(snapshot.data, pods)
         return Snapshot(observation, snapshot.taken_at, snapshot.stale, snapshot.reason)
 
@@ -254,12 +267,23 @@ class _Eligibility:
 
     def of(self, pod: Mapping[str, Any], info: PodInfo) -> PodInfo:
         """``info`` with the nodes ``pod`` may use now (the same object when unchanged)."""
-        eligible = self._eligible(pod)
+        eligible = self.nodes_of(pod)
         if info.eligible_nodes == eligible:
             return info
         return dataclasses.replace(info, eligible_nodes=eligible)
 
-    def _eligible(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
+    def version(self) -> object:
+        """What tells one state of the Node objects from the next (their names and
+        resourceVersions); None for a source without them."""
+        if self._source is None:
+            return None
+        return tuple(
+            (name, (node.get("metadata") or {}).get("resourceVersion"))
+            for name, node in self._source.nodes().items()
+        )
+
+    def nodes_of(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
+        """The nodes ``pod`` may use now (None: every node)."""
         if unsupported_constraints(pod):
             return frozenset()  # kube-scheduler's to place (the bind path's rule, too)
         if self._source is None:

@@ -212,10 +212,24 @@ def test_the_live_collector_tells_where_a_running_gpu_pod_may_be_moved(
     plain["spec"]["nodeName"] = "gpu-b"
     fake.add_pod(plain)
     wait_until(lambda: len(sync.bound_pods()) == 2, what="the pods seen bound")
-    observation = LiveClusterCollector(sync, [SCHEDULER]).collect().data
+    collector = LiveClusterCollector(sync, [SCHEDULER])
+    observation = collector.collect().data
     assert isinstance(observation, ClusterObservation)
     pods = observation.pods
     assert pods["ml/picky"].placement is not None
     assert pods["ml/picky"].eligible_nodes == frozenset({"gpu-b"})  # gpu-a is cordoned
     assert pods["ml/cpu-only"].eligible_nodes is None  # not gpu-defrag's to move: not asked
     assert allowed_nodes(pods) == {"ml/picky": frozenset({"gpu-b"})}
+    again = collector.collect().data
+    assert isinstance(again, ClusterObservation)
+    assert again.pods["ml/picky"] is pods["ml/picky"]  # nothing changed: kept as it was
+
+    def uncordoned_into_the_pool(node: dict[str, Any]) -> None:
+        node["spec"].clear()
+        node["metadata"]["labels"]["pool"] = "batch"
+
+    fake.modify_node("gpu-a", uncordoned_into_the_pool)
+    wait_until(lambda: not sync.nodes()["gpu-a"]["spec"], what="the node seen uncordoned")
+    later = collector.collect().data
+    assert isinstance(later, ClusterObservation)
+    assert later.pods["ml/picky"].eligible_nodes is None  # every node may take it now
