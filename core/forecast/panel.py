@@ -214,6 +214,7 @@ def read_panel(
     left_out: dict[str, tuple[int, int]] = {}
     sums = np.zeros((steps, len(entities), len(metrics)))
     counts = np.zeros((steps, len(entities), len(metrics)), dtype=np.int64)
+    rates: dict[str, FloatArray] = {}
     for m, name in enumerate(metrics):
         rows = [per_metric[name][k] for k in used[name]]
         if len(rows) < len(per_metric[name]):  # entities outside the panel: say how many
@@ -221,20 +222,18 @@ def read_panel(
             left_out[name] = (len(outside), len(per_metric[name]) - len(rows))
         ent = np.array([index[r[0]] for r in rows], dtype=np.int64)
         cell = grid_cells(stamps[name], start, step)
-        np.add.at(sums[:, :, m], (cell, ent), np.array([r[2] for r in rows]))
+        samples = np.array([r[2] for r in rows])
+        np.add.at(sums[:, :, m], (cell, ent), samples)
         np.add.at(counts[:, :, m], (cell, ent), 1)
+        if name in summed:
+            shape = (steps, len(entities))
+            rates[name] = rate_per_cell(
+                shape, cell, ent, [kinds[name][k] for k in used[name]], samples
+            )
     observed: BoolArray = counts > 0
     values = np.divide(sums, np.maximum(counts, 1))
-    for name in summed:
-        m = metrics.index(name)
-        rows = [per_metric[name][k] for k in used[name]]
-        values[:, :, m] = rate_per_cell(
-            (steps, len(entities)),
-            grid_cells(stamps[name], start, step),
-            np.array([index[r[0]] for r in rows], dtype=np.int64),
-            [kinds[name][k] for k in used[name]],
-            np.array([r[2] for r in rows]),
-        )
+    for name, rate in rates.items():
+        values[:, :, metrics.index(name)] = rate
     dense_index = [metrics.index(m) for m in dense]
     alive: BoolArray = np.asarray(observed[:, :, dense_index].any(axis=2), dtype=bool)
     mask = observed.copy()
