@@ -195,7 +195,7 @@ class SparkPlacementReconciler:
     def _running(drtg: DRTG, running: Iterable[PodInfo]) -> dict[AppKey, list[int]]:
         """The DRTG nodes of each application's bound executors (on the topology)."""
         nodes: dict[AppKey, list[int]] = defaultdict(list)
-        index = {name: i for i, name in enumerate(drtg.node_names)}
+        index = drtg.node_index
         for pod in running:
             if is_executor(pod) and pod.placement is not None and pod.placement.node in index:
                 nodes[(pod.ref.namespace, pod.labels[APP_LABEL])].append(index[pod.placement.node])
