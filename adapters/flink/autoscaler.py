@@ -238,11 +238,18 @@ def _job_notes(
             f"FINISHED (input ended), kept at their parallelism: {', '.join(finished)}; "
             "the rest is scaled without them"
         )
-    if demand.saturated:
+    if demand.held_back:
         notes.append(
-            f"saturated: {', '.join(demand.saturated)} (no backlog metric, no room to emit "
+            f"saturated: {', '.join(demand.held_back)} (no backlog metric, no room to emit "
             f"more): demand is a lower bound; bottlenecks grow ×{settings.saturated_step:g} "
             "per rescale and are re-measured after each; no scale-down on that figure"
+        )
+    own = [name for name in demand.saturated if name not in demand.held_back]
+    if own:
+        notes.append(
+            f"saturated by its own busy time: {', '.join(own)} (no backlog metric): its "
+            f"demand is a lower bound and it grows ×{settings.saturated_step:g} per rescale; "
+            "its consumers receive all it emits, so their demand is exact"
         )
     missing = {
         v.name: _missing(v)

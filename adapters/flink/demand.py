@@ -24,9 +24,13 @@ Two things make a figure weaker, and both are recorded rather than hidden:
   leaves its consumers on their own observed input;
 - *a saturated source* — one with no backlog metric that is backpressured (or is itself
   busy) emits only what the job takes, so its demand is at least its output but its
-  true value cannot be read. Everything downstream of it inherits ``lower_bound``: the
-  decision may scale a bottleneck up step by step, re-measuring after each rescale,
-  and must not scale anything down on such a figure.
+  true value cannot be read. When its consumers hold it back (backpressure), everything
+  downstream inherits ``lower_bound``: the decision may scale a bottleneck up step by
+  step, re-measuring after each rescale, and must not scale anything down on such a
+  figure. A source saturated by its own busy time (a slow or rate-limited reader) is
+  its own bottleneck: its consumers receive all it emits, so their demand is exact (a
+  probe that overshot while it was held back is scaled down again), and only the
+  source's own demand is a lower bound.
 
 Pure: no I/O, no clock.
 """
@@ -55,12 +59,20 @@ class VertexDemand:
     target_out: float | None
     lower_bound: bool = False
     """The true demand is at least this (a saturated source upstream, or this one)."""
+    passes_lower_bound: bool | None = None
+    """Whether the consumers' demand is a lower bound too (None: as ``lower_bound``);
+    false for a source saturated by its own busy time."""
     notes: tuple[str, ...] = ()
     """The metrics that were missing and what was assumed instead."""
 
     @property
     def known(self) -> bool:
         return self.target_in is not None or self.target_out is not None
+
+    @property
+    def bounds_consumers(self) -> bool:
+        """The demand this vertex passes on is only a lower bound."""
+        return self.lower_bound if self.passes_lower_bound is None else self.passes_lower_bound
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,8 @@ class JobDemand:
     """Vertex id → its demand."""
     saturated: tuple[str, ...]
     """Names of the sources whose demand is only a lower bound."""
+    held_back: tuple[str, ...] = ()
+    """Those of them their consumers hold back: the consumers' demand is a lower bound too."""
 
     def of(self, vertex_id: str) -> VertexDemand:
         return self.vertices.get(vertex_id, VertexDemand(None, None))
@@ -79,6 +93,7 @@ def job_demand(observation: Observation, catch_up_s: float) -> JobDemand:
     by_id = {v.vertex_id: v for v in observation.vertices}
     demands: dict[str, VertexDemand] = {}
     saturated: list[str] = []
+    held: list[str] = []
     for vertex_id in topological(observation.vertices):
         vertex = by_id[vertex_id]
         if vertex.finished:
@@ -91,10 +106,12 @@ def job_demand(observation: Observation, catch_up_s: float) -> JobDemand:
             demand = _source(vertex, catch_up_s, demands, received)
             if demand.lower_bound and vertex.is_source:
                 saturated.append(vertex.name)
+                if held_back(vertex):
+                    held.append(vertex.name)
         else:
             demand = _downstream(vertex, demands)
         demands[vertex_id] = demand
-    return JobDemand(demands, tuple(saturated))
+    return JobDemand(demands, tuple(saturated), tuple(held))
 
 
 def keeping_up(vertex: VertexObservation, output: float) -> bool:
@@ -112,9 +129,15 @@ def is_saturated(vertex: VertexObservation) -> bool:
     or its own bottleneck."""
     if vertex.pending_records is not None:
         return False
-    backpressured = vertex.backpressured_ms_per_s or 0.0
-    busy = vertex.busy_ms_per_s or 0.0
-    return backpressured >= SATURATED_BACKPRESSURE_MS or busy >= SATURATED_BUSY_MS
+    return held_back(vertex) or (vertex.busy_ms_per_s or 0.0) >= SATURATED_BUSY_MS
+
+
+def held_back(vertex: VertexObservation) -> bool:
+    """A source its consumers hold back (backpressured, no backlog metric): what they
+    receive is what they can take, not what it has to give."""
+    if vertex.pending_records is not None:
+        return False
+    return (vertex.backpressured_ms_per_s or 0.0) >= SATURATED_BACKPRESSURE_MS
 
 
 def _received_from(vertex_id: str, vertices: tuple[VertexObservation, ...]) -> float | None:
@@ -165,22 +188,31 @@ def _source(
     backlog = max(vertex.pending_records or 0.0, 0.0)
     target_out = max(demand, 0.0) + backlog / catch_up_s
     lower_bound = vertex.is_source and is_saturated(vertex)
-    if lower_bound:
-        why = (
-            f"backpressured {vertex.backpressured_ms_per_s or 0.0:.0f} ms/s"
-            if (vertex.backpressured_ms_per_s or 0.0) >= SATURATED_BACKPRESSURE_MS
-            else f"busy {vertex.busy_ms_per_s or 0.0:.0f} ms/s"
-        )
+    held = vertex.is_source and held_back(vertex)
+    if held:
         notes.append(
-            f"saturated: no backlog metric and {why}, so demand is at least its output "
-            f"{output:.1f} rec/s"
+            f"saturated: no backlog metric and backpressured "
+            f"{vertex.backpressured_ms_per_s or 0.0:.0f} ms/s, so demand is at least its "
+            f"output {output:.1f} rec/s"
+        )
+    elif lower_bound:
+        notes.append(
+            f"saturated: no backlog metric and busy {vertex.busy_ms_per_s or 0.0:.0f} ms/s, "
+            f"so demand is at least its output {output:.1f} rec/s; its own bottleneck: its "
+            "consumers receive all it emits"
         )
     elif vertex.is_source and vertex.pending_records is None:
         notes.append(f"no backlog metric: demand taken as its output {output:.1f} rec/s")
     inputs = [upstream[i] for i in vertex.inputs if i in upstream]
     target_in = sum(d.target_out or 0.0 for d in inputs) or vertex.records_in_per_s
-    inherited = any(d.lower_bound for d in inputs)
-    return VertexDemand(target_in, target_out, lower_bound or inherited, tuple(notes))
+    inherited = any(d.bounds_consumers for d in inputs)
+    return VertexDemand(
+        target_in,
+        target_out,
+        lower_bound or inherited,
+        passes_lower_bound=held or inherited,
+        notes=tuple(notes),
+    )
 
 
 def _downstream(
@@ -192,7 +224,7 @@ def _downstream(
     """A non-source vertex's demand; ``unknown`` says why its inputs' targets are not used."""
     notes: list[str] = []
     inputs = [upstream.get(i, VertexDemand(None, None)) for i in vertex.inputs]
-    lower_bound = any(d.lower_bound for d in inputs)
+    lower_bound = any(d.bounds_consumers for d in inputs)
     if inputs and all(d.target_out is not None for d in inputs):
         target_in: float | None = sum(d.target_out or 0.0 for d in inputs)
     else:
@@ -210,7 +242,7 @@ def _downstream(
         if observed_out is None or observed_in is None:
             notes.append("records in/out not both reported: selectivity assumed 1")
     target_out = target_in * selectivity if target_in is not None else None
-    return VertexDemand(target_in, target_out, lower_bound, tuple(notes))
+    return VertexDemand(target_in, target_out, lower_bound, notes=tuple(notes))
 
 
 def topological(vertices: tuple[VertexObservation, ...]) -> list[str]:

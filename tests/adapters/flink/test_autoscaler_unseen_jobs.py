@@ -235,3 +235,45 @@ def test_a_lower_bound_demand_never_scales_an_unmeasurable_vertex_down() -> None
     assert "demand is a lower bound (saturated source): no scale-down" in reasons_of(
         decision, "map"
     )
+
+
+def paced_job(*, slow_parallelism: int, backpressured_ms: float) -> tuple[VertexObservation, ...]:
+    """A rate-limited source without a backlog metric (it sleeps between records, which
+    Flink counts as busy time) → ``slow`` (10 rec/s per subtask) → a sink."""
+    rate = min(18.0, 10.0 * slow_parallelism)
+    return (
+        VertexObservation(
+            "src",
+            "Source: sequence -> pace",
+            1,
+            1,
+            records_out_per_s=rate,
+            busy_ms_per_s=1000.0 - backpressured_ms,
+            backpressured_ms_per_s=backpressured_ms,
+        ),
+        VertexObservation(
+            "slow",
+            "slow",
+            slow_parallelism,
+            128,
+            inputs=("src",),
+            records_in_per_s=rate,
+            records_out_per_s=rate,
+            busy_ms_per_s=1000.0 * rate / (10.0 * slow_parallelism),
+        ),
+    )
+
+
+def test_consumers_of_a_source_busy_on_its_own_scale_down_after_an_overshooting_probe() -> None:
+    settings = replace(SETTINGS, scale_down_delay_s=0.0)
+    # held back while it catches up: the bottleneck is probed ×2 and not scaled down
+    held = Autoscaler(settings).decide(observe(paced_job(slow_parallelism=2, backpressured_ms=997)))
+    assert held.changes == {"slow": 4}
+    assert any(r.startswith("saturated: Source: sequence -> pace") for r in held.reasons)
+    # caught up, its rate limit keeps it busy: its consumers' demand (18 rec/s) is exact,
+    # so the probe's overshoot comes back to ceil(18 / (10 × 0.8)) = 3
+    own = Autoscaler(settings).decide(observe(paced_job(slow_parallelism=4, backpressured_ms=0)))
+    assert own.changes == {"slow": 3}
+    assert "lower bound" not in reasons_of(own, "slow")
+    assert "its own bottleneck" in reasons_of(own, "src")
+    assert any(r.startswith("saturated by its own busy time") for r in own.reasons)
