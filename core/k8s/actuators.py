@@ -73,7 +73,7 @@ from kubesage.core.k8s.extras_ledger import BoundPods, ledger_for
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
-from kubesage.core.k8s.schedulable import is_terminating
+from kubesage.core.k8s.schedulable import is_terminating, pod_key
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (
     MERGE_PATCH,
@@ -354,6 +354,11 @@ class LiveEligibility:
         if refusal is None and isinstance(self._nodes, BoundPods):
             refusal = ledger_for(self._nodes).admit(pod, target.node, node, self._nodes)
         return refusal
+
+    def bind_failed(self, target: BindTarget) -> None:
+        """The pod's extras stop counting on its node at once (not after the ledger's
+        grace for a placement whose assumption never showed)."""
+        ledger_for(self._nodes).forget(pod_key(target.pod))
 
 
 def _read_pod(core: Any, pod: PodRef, timeout_s: float) -> dict[str, Any] | None:

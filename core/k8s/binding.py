@@ -100,9 +100,21 @@ class BindTarget:
 BindFunction = Callable[[BindTarget], None]
 """Binds a pod to a node or raises a KubesageError saying why not."""
 
-NodeCheck = Callable[[BindTarget], str | None]
-"""Why the target's pod may not go to its node by its own spec (None: it may); raises a
-KubesageError when it cannot tell (the API server unreachable)."""
+
+@runtime_checkable
+class NodeCheck(Protocol):
+    """Whether the target's pod may go to its node by its own spec."""
+
+    def __call__(self, target: BindTarget) -> str | None:
+        """Why not (None: it may); raises a KubesageError when it cannot tell (the API
+        server unreachable). A pass may set room aside for the pod on its node."""
+        ...
+
+    def bind_failed(self, target: BindTarget) -> None:
+        """The bind of a target this check passed was refused (it surely did not happen):
+        the room the check set aside goes. (A bind that failed otherwise may have landed:
+        its room stays until the watch tells.)"""
+        ...
 
 
 @runtime_checkable
@@ -374,9 +386,11 @@ class BindActuator:
             return Result(Outcome.REFUSED, f"pod {pod} may not go to {placement.node}: {refusal}")
         try:
             self._bind(target)
-        except BindRefusedError as exc:
+        except BindRefusedError as exc:  # it surely did not happen: its room goes now
+            if self._eligibility is not None:
+                self._eligibility.bind_failed(target)
             return Result(Outcome.REFUSED, str(exc))
-        except KubesageError as exc:
+        except KubesageError as exc:  # it may have landed: the room is kept a while
             return Result(Outcome.FAILED, str(exc))
         gpus = ",".join(str(gpu) for gpu in placement.gpu_indices)
         where = f"bound to {placement.node}" + (f" (GPUs {gpus})" if gpus else "")

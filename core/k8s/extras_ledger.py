@@ -26,7 +26,8 @@ UNASSUMED_GRACE_S = 30.0
 """How long a placed pod counts while its assumption has not shown yet. The control
 loop's binds admit a pod (:meth:`ExtrasLedger.admit`) before the bind path assumes it:
 in between, ``placement_of`` does not know it, and forgetting it then would let another
-placement take its extras. A bind refused before its assumption leaves it here this long."""
+placement take its extras. A refused bind frees them at once (:meth:`ExtrasLedger.forget`);
+one that failed otherwise, which may have landed, leaves them here this long."""
 
 
 @dataclass
@@ -85,8 +86,12 @@ class ExtrasLedger:
 
     def unplaced(self, pod: Obj) -> None:
         """Its bind failed."""
+        self.forget(pod_key(pod))
+
+    def forget(self, key: str) -> None:
+        """The bind of the pod keyed ``key`` (:func:`pod_key`) failed."""
         with self._lock:
-            self._placed.pop(pod_key(pod), None)
+            self._placed.pop(key, None)
 
     def use(
         self,

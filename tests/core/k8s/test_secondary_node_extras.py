@@ -173,3 +173,21 @@ def test_the_loops_binds_check_host_ports_and_see_the_ones_before() -> None:
             result = binder.execute(bind(h, second, where))
             assert result.outcome is Outcome.REFUSED and "NodePorts" in result.detail
         assert h.node_of("w1") is None
+
+
+def test_a_refused_loop_bind_frees_the_host_ports_it_was_admitted_with() -> None:
+    with cluster(node("n1")) as h:
+        asks_gpu = torchrun("gpu-w")
+        container = asks_gpu["spec"]["containers"][0]
+        container["resources"] = {"requests": SMALL | {"nvidia.com/gpu": "1"}}
+        first, second = h.fake.add_pod(asks_gpu), h.fake.add_pod(torchrun("w"))
+        h.seen(2)
+        binder = live_actuators(h.api, h.sync, make_policy("bestfit", PolicyContext()))[0]
+        # its ports fit n1 (admitted), then the bind path refuses a placement that gives
+        # a GPU pod no GPU: the Binding is never posted
+        refused = binder.execute(bind(h, first, "n1"))
+        assert refused.outcome is Outcome.REFUSED and "NodePorts" not in refused.detail
+        assert h.node_of("gpu-w") is None
+        # so its port is free at once, not after the ledger's grace for unseen binds
+        done = binder.execute(bind(h, second, "n1"))
+        assert done.outcome is Outcome.DONE, done.detail
