@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from kubesage.adapters.spark.cluster_room import live_room
 from kubesage.adapters.spark.conf import (
     SparkSettings,
     executor_memory_mib,
@@ -91,6 +92,17 @@ Devices = Annotated[
         "nvidia.com/gpu) or dra (a ResourceClaimTemplate, claimed in the executor template).",
     ),
 ]
+Kubeconfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="Plan on this cluster's room now (its nodes and pods, listed once) instead of "
+        "on an empty topology.",
+    ),
+]
+Context = Annotated[
+    str | None, typer.Option("--context", help="kubeconfig context (default: current).")
+]
 SchedulerName = Annotated[
     str | None,
     typer.Option(
@@ -117,11 +129,23 @@ def plan(
     executor_gpus: int = 0,
     devices: DeviceMode = DeviceMode.device_plugin,
     scheduler_name: str | None = None,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
 ) -> SparkSettings:
-    """Place, write conf + templates + plan into ``out``, print the reasons."""
+    """Place, write conf + templates + plan into ``out``, print the reasons. With a
+    ``kubeconfig`` (or a ``context``), on that cluster's room now."""
     if devices is DeviceMode.dra and not executor_gpus:
         raise InputError("--devices dra is for GPU executors: give --executor-gpus too")
     drtg = DRTG.from_yaml(topology_file(topology))
+    live_notes: list[str] = []
+    if kubeconfig is not None or context is not None:
+        from kubesage.core.k8s.apiclient import load_api_client
+
+        api = load_api_client(str(kubeconfig) if kubeconfig else None, context)
+        room, live_notes = live_room(drtg, api)
+        state = room.state
+    else:
+        state = ClusterState(drtg.node_specs())
     shape = ExecutorShape(executors, cores, executor_memory_mib(memory), gpus=executor_gpus)
     if event_log is not None:
         app = read_event_log(event_log)
@@ -146,13 +170,13 @@ def plan(
     else:
         profile = DEFAULT_PROFILE
     local = rack_locality(drtg, parse_locality(input_locality))
-    state = ClusterState(drtg.node_specs())
     pods = executor_pod_shape(shape)  # what each executor pod asks of a node
     try:
         ours = place_executors(drtg, state, pods, profile, local, max_node_share=max_node_share)
         spread = spread_placement(drtg, state, pods, profile, local)
     except CapacityError as exc:
-        raise InputError(f"on the topology {topology}: {exc}") from None
+        where = "the live cluster's room on the topology" if live_notes else "the topology"
+        raise InputError(f"on {where} {topology}: {exc}") from None
     settings = spark_settings(
         drtg,
         ours,
@@ -180,6 +204,7 @@ def plan(
         else 0.0
     )
     lines = [
+        *live_notes,
         *ours.reasons,
         f"expected cross-rack bytes: {ours.estimate.cross_rack_bytes:,.0f} "
         f"(default spread: {spread.estimate.cross_rack_bytes:,.0f}, ratio {ratio:.2f})",
@@ -212,6 +237,8 @@ def conf(
     executor_gpus: ExecutorGpus = 0,
     devices: Devices = DeviceMode.device_plugin,
     scheduler_name: SchedulerName = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
 ) -> None:
     """Place the executors and write spark-defaults.conf, pod templates and plan.txt
     (and, for GPU executors through DRA, gpu-claim-template.yaml)."""
@@ -229,6 +256,8 @@ def conf(
         executor_gpus,
         devices,
         scheduler_name,
+        kubeconfig,
+        context,
     )
     typer.echo(shlex.join(settings.submit_args()))  # pasted into a shell as it is
 
@@ -269,6 +298,8 @@ def submit(
     executor_gpus: ExecutorGpus = 0,
     devices: Devices = DeviceMode.device_plugin,
     scheduler_name: SchedulerName = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
 ) -> None:
     """Run spark-submit with the placement's conf before your own arguments (after `--`)."""
     if not ctx.args:
@@ -287,6 +318,8 @@ def submit(
         executor_gpus,
         devices,
         scheduler_name,
+        kubeconfig,
+        context,
     )
     # Yours come last, so an explicit --conf of yours wins.
     command = [find_spark_submit(), *settings.submit_args(), *ctx.args]

@@ -44,6 +44,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from kubesage.adapters.spark.cluster_room import only_on, topology_room
 from kubesage.adapters.spark.job_hints import (
     DEFAULT_PROFILE,
     INPUT_LOCALITY_ANNOTATION,
@@ -115,15 +116,6 @@ class SparkPlacementSettings:
 
 
 @dataclass(frozen=True)
-class _Aligned:
-    """The cluster's free CPU and memory on the topology's nodes, in the topology's order
-    (what :func:`place_executors` reads), and the topology's nodes the cluster lacks."""
-
-    state: ClusterState
-    missing: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class SparkPlacementReconciler:
     """The ``spark-placement`` reconciler (see the module docstring)."""
 
@@ -150,23 +142,13 @@ class SparkPlacementReconciler:
                 notes=[f"{_app(key)}: no topology (DRTG) configured" for key in sorted(groups)],
             )
         drtg = view.topology
-        aligned = _align(drtg, view.state)
+        aligned = topology_room(drtg, view.state)
         if len(aligned.missing) == drtg.num_nodes:
             return Reconciled(
                 memory=dict(view.memory),
-                notes=[
-                    f"{_app(key)}: none of the topology's {drtg.num_nodes} nodes is in the "
-                    f"cluster (e.g. '{drtg.node_names[0]}'); is the topology this cluster's?"
-                    for key in sorted(groups)
-                ],
+                notes=[f"{_app(key)}: {aligned.disjoint(drtg)}" for key in sorted(groups)],
             )
-        notes: list[str] = []
-        if aligned.missing:
-            shown = ", ".join(aligned.missing[:5]) + (", …" if len(aligned.missing) > 5 else "")
-            notes.append(
-                f"{len(aligned.missing)} topology node(s) are not in the cluster and take no "
-                f"executors: {shown}"
-            )
+        notes = [note for note in (aligned.missing_note(),) if note is not None]
         state = view.state  # never changed: each plan is tried on copies
         actions: list[Plan] = []
         on_topology = aligned.state
@@ -225,7 +207,7 @@ class SparkPlacementReconciler:
             cores=max(1, math.ceil(max(r.cpu_milli for r in requests) / 1000)),
             memory_mib=max(1, max(r.memory_mib for r in requests)),
         )
-        on = _only_on(aligned, eligible_for_all(members))
+        on = only_on(aligned, eligible_for_all(members))
         share = self.settings.max_node_share
         fit = executors_with_room(on, shape, max_node_share=share, running=running)
         if fit < shape.executors:
@@ -341,50 +323,3 @@ class SparkPlacementReconciler:
 
 def _app(key: AppKey) -> str:
     return f"Spark application {key[0]}/{key[1]}"
-
-
-def _only_on(aligned: ClusterState, nodes: frozenset[str] | None) -> ClusterState:
-    """``aligned`` with no room left on the nodes outside ``nodes`` (the executors' node
-    constraints rule them out: cordoned, tainted, not selected); itself when none is."""
-    if nodes is None:
-        return aligned
-    kept = aligned.copy()
-    for index, name in enumerate(kept.node_names):
-        cpu, memory = int(kept.cpu_free_milli[index]), int(kept.memory_free_mib[index])
-        if name in nodes or not (cpu > 0 or memory > 0):
-            continue
-        ruled_out = PodRequest(
-            name=f"ruled-out/{name}", cpu_milli=max(0, cpu), memory_mib=max(0, memory)
-        )
-        kept.allocate(ruled_out, kept.placement(index, [], ruled_out))
-    return kept
-
-
-def _align(drtg: DRTG, state: ClusterState) -> _Aligned:
-    """``state``'s free CPU and memory on ``drtg``'s nodes, in ``drtg``'s order; a topology
-    node the cluster lacks is kept with no room (place_executors needs every one)."""
-    if state.node_names == drtg.node_names:
-        return _Aligned(state.copy(), ())
-    specs = drtg.node_specs()
-    known = [name in state.node_index for name in drtg.node_names]
-    aligned = ClusterState(
-        [
-            state.nodes[state.node_index[spec.name]] if here else spec
-            for spec, here in zip(specs, known, strict=True)
-        ]
-    )
-    for node, (name, here) in enumerate(zip(drtg.node_names, known, strict=True)):
-        if here:
-            index = state.node_index[name]
-            cpu, memory = int(state.cpu_free_milli[index]), int(state.memory_free_mib[index])
-        else:
-            cpu, memory = 0, 0
-        used = PodRequest(
-            name=f"in-use/{name}",
-            cpu_milli=max(0, int(aligned.cpu_capacity_milli[node]) - cpu),
-            memory_mib=max(0, int(aligned.memory_capacity_mib[node]) - memory),
-        )
-        if used.cpu_milli or used.memory_mib:
-            aligned.allocate(used, aligned.placement(node, [], used))
-    missing = tuple(name for name, here in zip(drtg.node_names, known, strict=True) if not here)
-    return _Aligned(aligned, missing)
