@@ -6,13 +6,18 @@ Spark on Kubernetes labels every executor pod ``spark-role=executor`` and
 pending executors are grouped by namespace and application, and each group is placed
 with :func:`~kubesage.adapters.spark.placement.place_executors` on ``view.topology``
 (its racks, zones and the rack uplinks) against the free CPU and memory of
-``view.state``: the executor shape is the largest CPU and memory request in the group
-(cores rounded up), the traffic shape :data:`~kubesage.adapters.spark.job_hints.DEFAULT_PROFILE`
+``view.state``: the executors of one resource profile (``spark-exec-resourceprofile-id``:
+stage-level scheduling asks for executors of other shapes) are placed together, with
+the largest CPU and memory request among them as their shape (cores rounded up), one
+profile after another (the largest executors first), each joining the racks the ones
+before went to; the traffic
+shape :data:`~kubesage.adapters.spark.job_hints.DEFAULT_PROFILE`
 unless the settings give one, and the input's location comes from the executors'
 :data:`INPUT_LOCALITY_ANNOTATION` (``rack-a1=0.6,zone-b=0.2``; set it with
 ``spark.kubernetes.executor.annotation.kubesage.io/spark-input-locality=…``).
 
-The answer is one :class:`~kubesage.core.loop.actions.Plan` per application:
+The answer is one :class:`~kubesage.core.loop.actions.Plan` per application (and
+resource profile):
 reservations for every executor, then a bind of each at its node (executors ordered by
 ``spark-exec-id``), the explanation naming the racks, the placement's reasons and its
 expected cross-rack bytes. A Spark job runs with the executors it has, so a group that
@@ -41,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kubesage.adapters.spark.cluster_room import only_on, topology_room
@@ -76,8 +81,13 @@ APP_LABEL = "spark-app-selector"
 EXECUTOR_ID_LABEL = "spark-exec-id"
 """The executor's number within its application (1, 2, …)."""
 
+PROFILE_LABEL = "spark-exec-resourceprofile-id"
+"""The executor's resource profile (0: the application's default executors)."""
+
 AppKey = tuple[str, str]
 """An application: (namespace, ``spark-app-selector``)."""
+GroupKey = tuple[str, str, str]
+"""Executors placed together: (namespace, ``spark-app-selector``, resource profile id)."""
 
 
 def is_executor(pod: PodInfo) -> bool:
@@ -139,38 +149,42 @@ class SparkPlacementReconciler:
         if view.topology is None:
             return Reconciled(
                 memory=dict(view.memory),
-                notes=[f"{_app(key)}: no topology (DRTG) configured" for key in sorted(groups)],
+                notes=[f"{_app(key)}: no topology (DRTG) configured" for key in _in_order(groups)],
             )
         drtg = view.topology
         aligned = topology_room(drtg, view.state)
         if len(aligned.missing) == drtg.num_nodes:
             return Reconciled(
                 memory=dict(view.memory),
-                notes=[f"{_app(key)}: {aligned.disjoint(drtg)}" for key in sorted(groups)],
+                notes=[f"{_app(key)}: {aligned.disjoint(drtg)}" for key in _in_order(groups)],
             )
         notes = [note for note in (aligned.missing_note(),) if note is not None]
         state = view.state  # never changed: each plan is tried on copies
         actions: list[Plan] = []
         on_topology = aligned.state
         running = self._running(drtg, view.running.values())
-        for key, members in sorted(groups.items()):
-            already = running.get(key, [])
-            planned = self._plan(drtg, on_topology, state, key, members, already, notes)
+        for key in _in_order(groups):
+            app = (key[0], key[1])
+            already = running.get(app, [])
+            planned = self._plan(drtg, on_topology, state, key, groups[key], already, notes)
             if isinstance(planned, str):
                 notes.append(planned)
             else:
-                plan, state, on_topology = planned
+                plan, state, on_topology, nodes = planned
                 actions.append(plan)
+                running[app] = [*already, *nodes]  # a later profile joins them
         return Reconciled(actions=actions, memory=dict(view.memory), notes=notes)
 
-    def _groups(self, pending: Iterable[PodInfo]) -> dict[AppKey, list[PodInfo]]:
-        """Pending executors this reconciler places, by application, in executor order."""
-        groups: dict[AppKey, list[PodInfo]] = defaultdict(list)
+    def _groups(self, pending: Iterable[PodInfo]) -> dict[GroupKey, list[PodInfo]]:
+        """Pending executors this reconciler places, by application and resource profile,
+        in executor order."""
+        groups: dict[GroupKey, list[PodInfo]] = defaultdict(list)
         for pod in pending:
             if not is_executor(pod):
                 continue
             if may_place(self, [pod]):
-                groups[(pod.ref.namespace, pod.labels[APP_LABEL])].append(pod)
+                profile = pod.labels.get(PROFILE_LABEL, "0")
+                groups[(pod.ref.namespace, pod.labels[APP_LABEL], profile)].append(pod)
         return {key: sorted(members, key=_executor_order) for key, members in groups.items()}
 
     @staticmethod
@@ -188,13 +202,13 @@ class SparkPlacementReconciler:
         drtg: DRTG,
         aligned: ClusterState,
         state: ClusterState,
-        key: AppKey,
+        key: GroupKey,
         members: Sequence[PodInfo],
         running: Sequence[int],
         notes: list[str],
-    ) -> tuple[Plan, ClusterState, ClusterState] | str:
-        """One application's plan with ``state`` and ``aligned`` as they are once its
-        executors are bound (copies), or why there is none. Its ``running`` executors
+    ) -> tuple[Plan, ClusterState, ClusterState, list[int]] | str:
+        """One group's plan with ``state`` and ``aligned`` as they are once its executors
+        are bound (copies), and their DRTG nodes; or why there is none. Its ``running`` executors
         (their DRTG nodes) count: more executors join the racks it runs in. When not all
         fit, as many as fit are bound (a Spark job runs with the executors it has) and
         the rest wait for room; when the balance limit alone holds them back, it gives way."""
@@ -253,7 +267,7 @@ class SparkPlacementReconciler:
                 return f"{app}: {member.ref} does not fit on {name} ({exc}); none bound"
             placements.append(at)
         plan = self._as_plan(drtg, key, members, placements, placement)
-        return plan, trial, trial_aligned
+        return plan, trial, trial_aligned, list(placement.nodes)
 
     def _locality(
         self, drtg: DRTG, app: str, members: Sequence[PodInfo], notes: list[str]
@@ -275,7 +289,7 @@ class SparkPlacementReconciler:
     def _as_plan(
         self,
         drtg: DRTG,
-        key: AppKey,
+        key: GroupKey,
         members: Sequence[PodInfo],
         placements: Sequence[Placement],
         placement: SparkPlacement,
@@ -321,5 +335,19 @@ class SparkPlacementReconciler:
         )
 
 
-def _app(key: AppKey) -> str:
-    return f"Spark application {key[0]}/{key[1]}"
+def _app(key: GroupKey) -> str:
+    profile = "" if key[2] == "0" else f" (resource profile {key[2]})"
+    return f"Spark application {key[0]}/{key[1]}{profile}"
+
+
+def _in_order(groups: Mapping[GroupKey, Sequence[PodInfo]]) -> list[GroupKey]:
+    """Groups by namespace and application; within one, the largest executors first (as
+    first-fit decreasing packs), then by resource profile."""
+
+    def order(key: GroupKey) -> tuple[str, str, int, int, int, str]:
+        cpu = max(member.request.cpu_milli for member in groups[key])
+        memory = max(member.request.memory_mib for member in groups[key])
+        profile = int(key[2]) if key[2].isdigit() else -1
+        return key[0], key[1], -cpu, -memory, profile, key[2]
+
+    return sorted(groups, key=order)

@@ -11,6 +11,7 @@ from kubesage.adapters.spark.cli import ADAPTER
 from kubesage.adapters.spark.job_hints import INPUT_LOCALITY_ANNOTATION
 from kubesage.adapters.spark.loop_placement import (
     NAME,
+    PROFILE_LABEL,
     SparkPlacementReconciler,
     SparkPlacementSettings,
 )
@@ -200,6 +201,36 @@ def test_two_applications_do_not_take_the_same_room(cpu_racks: DRTG) -> None:
     nodes = [step.placement.node for step in [*binds(first), *binds(second)]]
     assert len(set(nodes)) == 10 and all(node.startswith("rack-b1") for node in nodes)
     assert any("spark-b" in note and "room for 4 of its 6" in note for note in answer.notes)
+
+
+def test_each_resource_profile_is_placed_with_its_own_shape(cpu_racks: DRTG) -> None:
+    """Stage-level scheduling: one application asks for executors of two shapes (Spark
+    labels each with its resource profile). Planned as one group of the largest shape,
+    only 10 of its 16 would fit the one free rack; each profile with its own shape, the
+    whole-node executors first, all 16 do, in that rack."""
+    state = busy(cpu_racks, {"rack-a1": 10, "rack-a2": 10, "rack-b2": 10})
+    small = executors(12)
+    large = [
+        dataclasses.replace(
+            pod,
+            ref=PodRef("default", f"{APP}-large-{number}"),
+            request=pod.request.model_copy(update={"name": f"default/{APP}-large-{number}"}),
+            labels=executor_labels(12 + number) | {PROFILE_LABEL: "1"},
+        )
+        for number, pod in enumerate(executors(4, cores=64, memory_mib=1_024), start=1)
+    ]
+    answer = SparkPlacementReconciler().reconcile(view(state, [*small, *large], cpu_racks))
+    first, second = answer.actions
+    assert isinstance(first, Plan) and isinstance(second, Plan), answer.notes
+    assert [step.pod for step in binds(first)] == [pod.ref for pod in large]
+    assert [step.pod for step in binds(second)] == [pod.ref for pod in small]
+    assert f"Spark application default/{APP} (resource profile 1): 4 executor(s)" in (
+        first.explanation
+    )
+    nodes = [step.placement.node for step in [*binds(first), *binds(second)]]
+    assert all(node.startswith("rack-b1-") for node in nodes)
+    assert not set(nodes[:4]) & set(nodes[4:])  # whole nodes for the large ones
+    assert not answer.notes
 
 
 def test_without_a_topology_there_is_a_note_and_nothing_else(cpu_racks: DRTG) -> None:
