@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,11 +18,23 @@ from kubesage.adapters.flink.checkpoint_coordinator import (
 from kubesage.adapters.flink.checkpoint_history import (
     history_peak_concurrent,
 )
-from kubesage.adapters.flink.client import FlinkClient, check_rest_url
+from kubesage.adapters.flink.cli_state import state_command
+from kubesage.adapters.flink.cli_support import (
+    DryRun,
+    DurationS,
+    FlinkHome,
+    JobManager,
+    Jobs,
+    RegistryPath,
+    connect,
+    positive_ms,
+    running_job_ids,
+    say,
+    stop_after,
+)
 from kubesage.adapters.flink.demand_forecast import DemandForecast
 from kubesage.adapters.flink.errors import (
     FlinkError,
-    FlinkUnavailable,
 )
 from kubesage.adapters.flink.loop_rescale import DEFAULT_RESCALE_TIMEOUT_S
 from kubesage.adapters.flink.operator_patch import FlinkDeploymentRef, connect_deployment
@@ -38,13 +47,7 @@ from kubesage.adapters.flink.stagger import (
     plan_stagger,
 )
 from kubesage.adapters.flink.stagger_jobs import stagger_profiles
-from kubesage.adapters.flink.state_apply import (
-    DEFAULT_RUNNING_TIMEOUT_S,
-    StateApplier,
-    plan_apply,
-)
-from kubesage.adapters.flink.state_tiering import observe_state, recommend
-from kubesage.adapters.flink.submit import SubmitRequest, resolve_flink_home, submit
+from kubesage.adapters.flink.submit import SubmitRequest, submit
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.passthrough import PassThroughCommand
 from kubesage.core.dra.claims import DeviceMode
@@ -57,62 +60,6 @@ flink_app = typer.Typer(
     help="Flink: submit with chosen parallelism and checkpoint phase, autoscale, stagger.",
     no_args_is_help=True,
 )
-
-JobManager = Annotated[
-    str, typer.Option("--jobmanager", help="Flink REST URL, e.g. http://127.0.0.1:8081.")
-]
-RegistryPath = Annotated[
-    Path | None,
-    typer.Option("--registry", help="Job registry file (default: user cache dir)."),
-]
-FlinkHome = Annotated[
-    Path | None, typer.Option("--flink-home", help="Flink distribution (has bin/flink).")
-]
-DryRun = Annotated[
-    bool, typer.Option("--dry-run", help="Decide and print what it would do; change nothing.")
-]
-Jobs = Annotated[
-    list[str] | None,
-    typer.Option("--job", help="Only these jobs (repeatable; default: every running job)."),
-]
-DurationS = Annotated[
-    float | None,
-    typer.Option("--duration-s", min=0.0, help="Stop after this many seconds (default: Ctrl-C)."),
-]
-
-
-@contextmanager
-def connect(url: str) -> Iterator[FlinkClient]:
-    """A client on ``url`` that has answered once; a clear error when ``url`` is not an
-    http(s) URL or nothing answers."""
-    with FlinkClient(check_rest_url(url)) as client:
-        try:
-            client.overview()
-        except FlinkUnavailable as exc:
-            raise FlinkUnavailable(
-                f"no Flink JobManager answers at {url} ({exc}); check --jobmanager and that "
-                "the cluster is up"
-            ) from exc
-        except FlinkError as exc:
-            raise FlinkError(f"{url} does not look like a Flink REST endpoint: {exc}") from exc
-        yield client
-
-
-@contextmanager
-def stop_after(duration_s: float | None) -> Iterator[threading.Event]:
-    """An event set after ``duration_s`` (never if None) or on Ctrl-C."""
-    stop = threading.Event()
-    timer = threading.Timer(duration_s, stop.set) if duration_s is not None else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
-    try:
-        yield stop
-    except KeyboardInterrupt:
-        stop.set()
-    finally:
-        if timer is not None:
-            timer.cancel()
 
 
 @flink_app.command("submit", cls=PassThroughCommand)
@@ -349,94 +296,7 @@ def stagger_command(
         )
 
 
-@flink_app.command("state")
-@user_errors
-def state_command(
-    jobmanager: JobManager,
-    job: Jobs = None,
-    remote_dir: Annotated[
-        str | None, typer.Option("--remote-dir", help="Remote DFS dir for ForSt primary state.")
-    ] = None,
-    local_dir: Annotated[
-        str | None, typer.Option("--local-dir", help="Local disk dir for state or its cache.")
-    ] = None,
-    apply: Annotated[
-        bool,
-        typer.Option(
-            "--apply", help="Carry it out: savepoint, restart with it, roll back on failure."
-        ),
-    ] = False,
-    dry_run: DryRun = False,
-    savepoint_dir: Annotated[
-        str | None,
-        typer.Option("--savepoint-dir", help="Savepoint target (default: Flink's savepoint dir)."),
-    ] = None,
-    timeout_s: Annotated[
-        float, typer.Option("--timeout-s", min=1.0, help="Wait this long for RUNNING.")
-    ] = DEFAULT_RUNNING_TIMEOUT_S,
-    flink_home: FlinkHome = None,
-    registry: RegistryPath = None,
-) -> None:
-    """Recommend a hot/cold state setup (backend, cache, TTL) per job, as config.yaml lines;
-    with --apply, restart the job with it from a savepoint (rollback if it does not run)."""
-    if (apply or dry_run) and not job:
-        raise InputError("--apply restarts jobs (--dry-run shows how): name each with --job")
-    jobs_registry = JobRegistry(registry)
-    rolled_back = False
-    with connect(jobmanager) as client:
-        for job_id in job or running_job_ids(client):
-            observation = observe_state(client, job_id)
-            if not observation.samples:
-                stderr.print(f"job {job_id}: no completed checkpoint yet; skipped")
-                continue
-            advice = recommend(observation, remote_dir=remote_dir, local_dir=local_dir)
-            typer.echo(advice.snippet())
-            if not (apply or dry_run):
-                continue
-            plan = plan_apply(job_id, advice.config, jobs_registry, savepoint_dir=savepoint_dir)
-            for note in plan.notes:
-                typer.echo(f"  note: {note}")
-            if not plan.settings:
-                typer.echo(f"job {job_id}: already runs with these settings; nothing to apply")
-            elif dry_run:
-                typer.echo("\n".join(f"  would {step}" for step in plan.steps()))
-            else:
-                applier = StateApplier(
-                    client,
-                    jobs_registry,
-                    resolve_flink_home(flink_home),
-                    running_timeout_s=timeout_s,
-                    on_step=lambda step: typer.echo(f"  {step}"),
-                )
-                outcome = applier.apply(plan)
-                rolled_back |= not outcome.applied
-                typer.echo(outcome.describe())
-                for note in outcome.notes:
-                    typer.echo(f"  note: {note}")
-    if rolled_back:
-        raise typer.Exit(code=1)
-
-
-def running_job_ids(client: FlinkClient) -> list[str]:
-    return sorted(j.job_id for j in client.jobs() if j.state == "RUNNING")
-
-
-def say(note: str) -> None:
-    """A note for the user, on stderr."""
-    stderr.print(note, highlight=False)
-
-
-def positive_ms(seconds: float | None, option: str) -> int | None:
-    """``seconds`` in whole ms (None stays None); an InputError naming ``option`` unless
-    it is at least 1 ms (0 is not "not given")."""
-    if seconds is None:
-        return None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InputError(f"{option} must be positive, got {seconds:g}")
-    milliseconds = round(seconds * 1000)
-    if milliseconds < 1:
-        raise InputError(f"{option} must be at least 0.001 (1 ms), got {seconds:g}")
-    return milliseconds
+flink_app.command("state")(state_command)  # after stagger: the help lists them in order
 
 
 def print_plan(plan: StaggerPlan, profiles: list[CheckpointProfile]) -> None:
