@@ -192,14 +192,24 @@ def autoscale_command(
     context: Annotated[
         str | None, typer.Option("--context", help="kubeconfig context (default: current).")
     ] = None,
+    allow_stateless_upgrade: Annotated[
+        bool,
+        typer.Option(
+            "--allow-stateless-upgrade",
+            help="Rescale a FlinkDeployment even when the operator would restart its job "
+            "from empty state (upgradeMode stateless, no adaptive scheduler).",
+        ),
+    ] = False,
     rescale_timeout_s: Annotated[
         float, typer.Option("--rescale-timeout-s", min=1.0, help="Wait this long for a rescale.")
     ] = DEFAULT_RESCALE_TIMEOUT_S,
 ) -> None:
     """Run the backpressure-driven autoscaler, printing each decision with its reasons."""
     deployment = None if flink_deployment is None else FlinkDeploymentRef.parse(flink_deployment)
-    if deployment is None and (kubeconfig or context):
-        raise InputError("--kubeconfig and --context go with --flink-deployment")
+    if deployment is None and (kubeconfig or context or allow_stateless_upgrade):
+        raise InputError(
+            "--kubeconfig, --context and --allow-stateless-upgrade go with --flink-deployment"
+        )
     ahead = DemandForecast(forecast, horizon_s=forecast_horizon_s, season_s=season_s)
     settings = AutoscalerSettings(
         target_utilisation=target_utilisation,
@@ -209,7 +219,12 @@ def autoscale_command(
     )
     kube = None  # a dry run makes no Kubernetes call
     if deployment is not None and not dry_run:
-        kube = connect_deployment(deployment, str(kubeconfig) if kubeconfig else None, context)
+        kube = connect_deployment(
+            deployment,
+            str(kubeconfig) if kubeconfig else None,
+            context,
+            allow_stateless=allow_stateless_upgrade,
+        )
     with connect(jobmanager) as client, stop_after(duration_s) as stop:
         stats = run_autoscaler(
             client,

@@ -15,6 +15,7 @@ from kubesage.adapters.flink.cli_support import (
     connect,
     running_job_ids,
 )
+from kubesage.adapters.flink.errors import FlinkNotFound
 from kubesage.adapters.flink.registry import JobRegistry
 from kubesage.adapters.flink.state_apply import (
     DEFAULT_RUNNING_TIMEOUT_S,
@@ -62,7 +63,14 @@ def state_command(
     rolled_back = False
     with connect(jobmanager) as client:
         for job_id in job or running_job_ids(client):
-            observation = observe_state(client, job_id)
+            try:
+                observation = observe_state(client, job_id)
+            except FlinkNotFound as exc:
+                if job:  # a job the user named: say so
+                    raise
+                # e.g. a batch job without checkpointing: nothing to tier
+                stderr.print(f"job {job_id}: no checkpoint statistics ({exc}); skipped")
+                continue
             if not observation.samples:
                 stderr.print(f"job {job_id}: no completed checkpoint yet; skipped")
                 continue

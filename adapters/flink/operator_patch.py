@@ -171,15 +171,46 @@ def _status_message(body: object) -> str:
     return message if isinstance(message, str) else ""
 
 
+def state_loss(deployment: Mapping[str, Any]) -> str | None:
+    """Why the operator would apply a parallelism override by restarting the job from
+    empty state (None: it keeps its state). Without the adaptive scheduler
+    (``jobmanager.scheduler: adaptive``, which rescales in place) an override is a full
+    upgrade in ``spec.job.upgradeMode``, and the operator's default, ``stateless``,
+    starts the job afresh."""
+    spec = deployment.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    job = spec.get("job")
+    if not isinstance(job, Mapping):
+        return None  # a session cluster: its jobs are not upgraded through this object
+    conf = spec.get("flinkConfiguration")
+    conf = conf if isinstance(conf, Mapping) else {}
+    if str(conf.get("jobmanager.scheduler", "")).strip().lower() == "adaptive":
+        return None
+    mode = job.get("upgradeMode")
+    if mode not in (None, "stateless"):
+        return None
+    told = "spec.job.upgradeMode is stateless" if mode else "spec.job sets no upgradeMode"
+    return (
+        f"{told} (the operator's default) and flinkConfiguration has no jobmanager.scheduler: "
+        "adaptive, so the operator applies a parallelism override by a stateless upgrade, "
+        "which restarts the job from empty state"
+    )
+
+
 def connect_deployment(
-    deployment: FlinkDeploymentRef, kubeconfig: str | None = None, context: str | None = None
+    deployment: FlinkDeploymentRef,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    *,
+    allow_stateless: bool = False,
 ) -> Any:
     """A ``CustomObjectsApi`` on the configured cluster that has read ``deployment``.
 
     The cluster is found as ``kubectl`` finds it
     (:func:`~kubesage.core.k8s.apiclient.load_api_client`); InputError when none is
-    configured, OperatorApplyError when the FlinkDeployment cannot be read (404, 403,
-    no answer).
+    configured, or when a rescale would restart the job from empty state
+    (:func:`state_loss`) unless ``allow_stateless``; OperatorApplyError when the
+    FlinkDeployment cannot be read (404, 403, no answer).
     """
     from kubesage.core.k8s.apiclient import CustomObjectsApi, load_api_client
 
@@ -190,7 +221,15 @@ def connect_deployment(
             "--kubeconfig, set KUBECONFIG, or run in a pod with a service account)"
         )
     custom_objects = CustomObjectsApi(api)
-    check_deployment(custom_objects, deployment)
+    why = state_loss(check_deployment(custom_objects, deployment))
+    if why is not None and not allow_stateless:
+        raise InputError(
+            f"FlinkDeployment {deployment}: {why}; set spec.job.upgradeMode to savepoint or "
+            "last-state, or run the job with the adaptive scheduler, or pass "
+            "--allow-stateless-upgrade to rescale it anyway"
+        )
+    if why is not None:
+        log.warning("FlinkDeployment %s: %s (--allow-stateless-upgrade)", deployment, why)
     return custom_objects
 
 

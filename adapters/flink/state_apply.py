@@ -31,7 +31,9 @@ What Flink 2.3 can restore, and so what is applied (:func:`plan_apply`):
   ``state.backend.forst.timer-service.factory: HEAP`` goes with every move to ForSt;
 - a state TTL cannot be switched on for state kept without one (``StateMigrationException``
   on restore): ``table.exec.state.ttl`` is applied only to a job submitted with a TTL
-  already (a new duration is compatible), and left out, with the reason, otherwise.
+  already (a new duration is compatible), and left out, with the reason, otherwise;
+  a TTL shorter than the job's is never applied either (it expires state the job keeps,
+  which changes its results): a note says so, and a longer one says old → new.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pathlib import Path
 
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.flink_duration import flink_duration_ms
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.adapters.flink.submit import (
     Runner,
@@ -179,14 +182,38 @@ def plan_apply(
         for key, value in FORST_RESTORE_CONF.items():
             if wanted.setdefault(key, value) == value:
                 notes.append(f"{key}: {value} (ForSt restores a savepoint only with heap timers)")
-    if TTL_KEY in wanted and TTL_KEY not in run.conf:
-        notes.append(
+    if TTL_KEY in wanted:
+        why_not = _ttl_refusal(run.conf.get(TTL_KEY), wanted[TTL_KEY])
+        if why_not is not None:
+            notes.append(why_not)
+            del wanted[TTL_KEY]
+        elif run.conf.get(TTL_KEY) != wanted[TTL_KEY]:
+            notes.append(f"{TTL_KEY}: {run.conf[TTL_KEY]} → {wanted[TTL_KEY]}")
+    changes = {key: value for key, value in wanted.items() if run.conf.get(key) != value}
+    return ApplyPlan(job_id, run, changes, tuple(notes), savepoint_dir)
+
+
+def _ttl_refusal(current: str | None, proposed: str) -> str | None:
+    """Why a job run with state TTL ``current`` (None: none) is not given ``proposed``;
+    None when it may be. A TTL cannot be switched on for state kept without one, and a
+    shorter one drops state the job keeps now (its results change): neither is done
+    without the user."""
+    now_ms = None if current is None else flink_duration_ms(current)
+    if current is None or now_ms == 0:
+        return (
             f"{TTL_KEY} not applied: Flink cannot add a TTL to state kept without one "
             "(StateMigrationException on restore); set it when the job starts afresh"
         )
-        del wanted[TTL_KEY]
-    changes = {key: value for key, value in wanted.items() if run.conf.get(key) != value}
-    return ApplyPlan(job_id, run, changes, tuple(notes), savepoint_dir)
+    wanted_ms = flink_duration_ms(proposed)
+    if now_ms is None or wanted_ms is None:
+        return f"{TTL_KEY} not applied: '{current}' or '{proposed}' is not a Flink duration"
+    if wanted_ms < now_ms:
+        return (
+            f"{TTL_KEY} kept at {current}: the recommended {proposed} is shorter, and a "
+            "shorter TTL expires state the job keeps now, which changes its results; set "
+            "it yourself if that is intended"
+        )
+    return None
 
 
 @dataclass
@@ -209,7 +236,7 @@ class StateApplier:
         before = self._check(plan.job_id)
         savepoint = self._stop_with_savepoint(plan)
         self.on_step(f"savepoint: {savepoint}")
-        self._wait_ended(plan.job_id)
+        self._wait_ended(plan.job_id, savepoint)
         try:
             job_id, request = self._start(plan, plan.new_conf, savepoint, before)
         except _RestartError as exc:
@@ -297,16 +324,26 @@ class StateApplier:
                 )
             self.sleep(POLL_S)
 
-    def _wait_ended(self, job_id: str) -> None:
-        """Until the stopped job has ended: its slots are free for the restart."""
+    def _wait_ended(self, job_id: str, savepoint: str) -> None:
+        """Until the stopped job has ended: its slots are free for the restart, and no
+        two copies of it write to the same sinks. StateApplyError when it does not end."""
         deadline = self.clock() + self.savepoint_timeout_s
-        while self.clock() < deadline:
+        while True:
             try:
-                if self.client.job(job_id).state in TERMINAL_STATES:
-                    return
+                state = self.client.job(job_id).state
             except FlinkError as exc:  # gone from the JobManager: ended too
                 log.info("job %s: %s", job_id, exc)
                 return
+            if state in TERMINAL_STATES:
+                return
+            if self.clock() > deadline:
+                raise StateApplyError(
+                    "savepoint",
+                    f"the stopped job has not ended within {self.savepoint_timeout_s:.0f} s: "
+                    "not resubmitted (two copies would write to the same sinks)",
+                    job_state=state,
+                    savepoint=savepoint,
+                )
             self.sleep(POLL_S)
 
     def _start(

@@ -297,7 +297,10 @@ def test_kubeconfig_without_a_flink_deployment_is_refused() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     done = runner.invoke(cli.flink_app, ["autoscale", "--jobmanager", url, "--context", "prod"])
     assert done.exit_code == 2
-    assert "--kubeconfig and --context go with --flink-deployment" in " ".join(done.output.split())
+    words = " ".join(done.output.split())
+    assert "--kubeconfig, --context and --allow-stateless-upgrade go with --flink-deployment" in (
+        words
+    )
 
 
 def test_the_command_reads_the_deployment_before_it_starts(fake: FakeApiServer) -> None:
@@ -313,3 +316,42 @@ def test_the_command_reads_the_deployment_before_it_starts(fake: FakeApiServer) 
     assert found.exit_code == 2
     assert f"no Flink JobManager answers at {url}" in " ".join(found.output.split())
     assert fake.requests_to("PATCH", "flinkdeployments") == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "refused"),
+    [
+        ({"job": {"parallelism": 1}}, "spec.job sets no upgradeMode"),
+        ({"job": {"upgradeMode": "stateless"}}, "spec.job.upgradeMode is stateless"),
+        ({"job": {"upgradeMode": "last-state"}}, None),
+        (
+            {
+                "job": {"upgradeMode": "stateless"},
+                "flinkConfiguration": {"jobmanager.scheduler": "adaptive"},
+            },
+            None,
+        ),
+    ],
+)
+def test_a_deployment_the_operator_would_restart_from_empty_state_is_refused(
+    fake: FakeApiServer, spec: dict[str, Any], refused: str | None
+) -> None:
+    fake.add_custom(
+        FLINK_DEPLOYMENTS, {"metadata": {"name": "etl", "namespace": "streaming"}, "spec": spec}
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    base = ["autoscale", "--jobmanager", url, "--kubeconfig", str(fake.kubeconfig)]
+    done = runner.invoke(cli.flink_app, [*base, "--flink-deployment", "streaming/etl"])
+    words = " ".join(done.output.split())
+    assert done.exit_code == 2
+    if refused is None:  # it keeps its state: on to the JobManager (none here)
+        assert f"no Flink JobManager answers at {url}" in words
+        return
+    assert f"FlinkDeployment streaming/etl: {refused}" in words
+    assert "restarts the job from empty state" in words and "no Flink JobManager" not in words
+    allowed = runner.invoke(
+        cli.flink_app,
+        [*base, "--flink-deployment", "streaming/etl", "--allow-stateless-upgrade"],
+    )
+    assert allowed.exit_code == 2
+    assert f"no Flink JobManager answers at {url}" in " ".join(allowed.output.split())

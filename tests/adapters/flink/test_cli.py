@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.flink_support.cluster import free_port
-from kubesage.adapters.flink import cli
+from kubesage.adapters.flink import cli, cli_support
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.core.adapter import Adapter
@@ -89,7 +89,7 @@ def recorded_jobmanager(
         names = ("overview", "jobs_overview", "checkpoints", "job_running", "checkpoint_trigger")
         return replay_client(*names, **routes)
 
-    monkeypatch.setattr(cli, "FlinkClient", client)
+    monkeypatch.setattr(cli_support, "FlinkClient", client)
 
 
 def register_driven_job(registry: Path, interval_ms: int = 10_000) -> None:
@@ -197,7 +197,7 @@ def test_stagger_leaves_out_a_running_job_without_checkpointing(
         f"GET /jobs/{BATCH}/checkpoints/config": disabled,
     }
     monkeypatch.setattr(
-        cli,
+        cli_support,
         "FlinkClient",
         lambda url, **kwargs: replay_client("overview", "checkpoints", "job_running", **routes),
     )
@@ -211,6 +211,31 @@ def test_stagger_leaves_out_a_running_job_without_checkpointing(
     named = runner.invoke(cli.flink_app, [*args, str(registry), "--job", BATCH])
     assert named.exit_code == 2  # a job the user named is an error, not a note
     assert "Checkpointing is not enabled for this job" in " ".join(named.output.split())
+
+
+def test_state_skips_a_running_job_without_checkpointing_unless_named(
+    monkeypatch: pytest.MonkeyPatch, replay_client: Callable[..., FlinkClient]
+) -> None:
+    overview = copy.deepcopy(recorded("jobs_overview"))
+    batch = {**overview["body"]["jobs"][0], "jid": BATCH, "name": "batch"}
+    overview["body"]["jobs"].insert(0, batch)
+    disabled = {"status": 404, "body": {"errors": ["Checkpointing has not been enabled."]}}
+    routes = {"GET /jobs/overview": overview, f"GET /jobs/{BATCH}/checkpoints": disabled}
+    monkeypatch.setattr(
+        cli_support,
+        "FlinkClient",
+        lambda url, **kwargs: replay_client("overview", "checkpoints", "job_running", **routes),
+    )
+    done = runner.invoke(cli.flink_app, ["state", "--jobmanager", "http://flink.test"])
+    assert done.exit_code == 0, done.output
+    output = " ".join(done.output.split())
+    assert f"job {BATCH}: no checkpoint statistics" in output and "skipped" in output
+    assert f"# job {JOB}: heap state" in done.output  # the other job still gets its advice
+    named = runner.invoke(
+        cli.flink_app, ["state", "--jobmanager", "http://flink.test", "--job", BATCH]
+    )
+    assert named.exit_code == 2
+    assert "Checkpointing has not been enabled" in " ".join(named.output.split())
 
 
 @pytest.mark.parametrize("value", ["0", "-5"])
@@ -251,7 +276,7 @@ def test_a_jobmanager_that_is_not_a_url_is_named_as_such(
     def no_client(*args: object, **kwargs: object) -> FlinkClient:
         raise AssertionError("no client for a malformed URL")
 
-    monkeypatch.setattr(cli, "FlinkClient", no_client)
+    monkeypatch.setattr(cli_support, "FlinkClient", no_client)
     done = runner.invoke(cli.flink_app, ["autoscale", "--jobmanager", url, "--duration-s", "0"])
     assert done.exit_code == 2
     output = " ".join(done.output.split())

@@ -105,6 +105,26 @@ def test_a_changed_ttl_is_applied_and_unchanged_settings_are_not(tmp_path: Path)
     assert plan.new_conf == {TTL_KEY: "2 h", "state.backend.type": "rocksdb"}
 
 
+@pytest.mark.parametrize(
+    ("current", "kept"),
+    [("7 d", True), ("604800000", True), ("1 h", False), ("60 min", False), ("a week", True)],
+)
+def test_a_shorter_ttl_is_never_applied(tmp_path: Path, current: str, kept: bool) -> None:
+    # A job still filling towards its TTL grows: the recommendation may well be shorter,
+    # and expiring state the job keeps would change its results.
+    registry = registered(tmp_path, {TTL_KEY: current})
+
+    plan = plan_apply("a" * 32, {TTL_KEY: "3600000 ms"}, registry)
+
+    assert (TTL_KEY not in plan.settings) is kept
+    if kept:
+        assert any(
+            note.startswith(f"{TTL_KEY} kept at {current}") or "not a Flink duration" in note
+            for note in plan.notes
+        ), plan.notes
+    assert plan.new_conf[TTL_KEY] == (current if kept else "3600000 ms")
+
+
 def test_forst_without_a_remote_dir_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--remote-dir"):
         plan_apply("a" * 32, {"state.backend.type": "forst"}, registered(tmp_path))
@@ -145,6 +165,47 @@ def test_a_failed_savepoint_names_the_step_and_leaves_the_job_running(
     assert (failure.value.step, failure.value.job_state) == ("savepoint", "RUNNING")
     assert failure.value.savepoint is None
     assert registry.find(job_id) == plan.run
+
+
+def test_a_stopped_job_that_does_not_end_is_not_resubmitted(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    job_id = "a" * 32
+    cancelling = {**recorded("job_running")["body"], "jid": job_id, "state": "CANCELLING"}
+    client = replay_client(
+        **{
+            f"GET /jobs/{job_id}": [running_job(job_id), *[reply(cancelling)] * 50],
+            f"POST /jobs/{job_id}/stop": reply({"request-id": "r1"}),
+            f"GET /jobs/{job_id}/savepoints/r1": reply(
+                {"status": {"id": "COMPLETED"}, "operation": {"location": "file:/sp/savepoint-1"}}
+            ),
+        }
+    )
+    ran: list[list[str]] = []
+    now = [0.0]
+
+    def runner(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        ran.append(list(command))
+        return subprocess.CompletedProcess(list(command), 0, "", "")
+
+    registry = registered(tmp_path)
+    plan = plan_apply(job_id, {"state.backend.type": "rocksdb"}, registry)
+    applier = StateApplier(
+        client,
+        registry,
+        Path("flink"),
+        runner=runner,
+        savepoint_timeout_s=10.0,
+        clock=lambda: now[0],
+        sleep=lambda seconds: now.__setitem__(0, now[0] + seconds),
+    )
+
+    with pytest.raises(StateApplyError, match="has not ended within 10 s") as failure:
+        applier.apply(plan)
+
+    assert failure.value.job_state == "CANCELLING" and failure.value.step == "savepoint"
+    assert failure.value.savepoint == "file:/sp/savepoint-1"
+    assert ran == []  # never resubmitted beside the old job
 
 
 def test_a_failed_rollback_says_so_and_gives_the_savepoint(
