@@ -1,12 +1,14 @@
 """Turn a gang placement into something that runs: Kubernetes manifests or torchrun commands.
 
 Kubernetes: one ``batch/v1`` Job per node of the placement, each pinned to its node
-(``kubernetes.io/hostname``), with the torchrun rendezvous in the environment —
+(required node affinity on ``metadata.name``: the ``kubernetes.io/hostname`` label may
+differ from the node's name), with the torchrun rendezvous in the environment —
 ``MASTER_ADDR`` (rank 0's stable DNS name through a headless Service),
 ``MASTER_PORT``, ``NNODES``, ``NODE_RANK`` in ring order, ``NPROC_PER_NODE`` — so
 consecutive ranks sit on the fastest links. How a Job asks for its GPUs:
 
-- ``device-plugin``: a limit of ``nvidia.com/gpu`` (or ``nvidia.com/mig-<profile>``);
+- ``device-plugin``: a limit of ``nvidia.com/gpu`` (or ``nvidia.com/mig-<profile>``, a
+  ``+me`` profile's written ``.me`` as the device plugin names it);
   the kubelet hands the container whichever devices it likes, so the chosen GPUs
   (annotation ``kubesage.io/gpu-indices``, in ring order) are only informational;
 - ``dra``: one ``resource.k8s.io/v1`` ResourceClaimTemplate per node rank asking for
@@ -38,7 +40,9 @@ from kubesage.core.dra.claims import (
     mig_selectors,
 )
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, LABEL_VALUE_PATTERN
+from kubesage.core.k8s.node_eligibility import on_nodes
+from kubesage.core.k8s.translate import TranslateError, mig_resource_name, mig_shape
+from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 
 MASTER_PORT = 29500
@@ -67,10 +71,12 @@ class NodeShare:
 
 
 def _check_name(name: str) -> None:
-    if len(name) > 52 or not _NAME.match(name):
+    # It names the headless Service too, whose name is a DNS-1035 label (a letter first).
+    if len(name) > 52 or not _NAME.match(name) or not name[0].isalpha():
         raise InputError(
-            f"job name '{name}' must be a DNS label of at most 52 characters "
-            "(lower-case letters, digits and '-')"
+            f"job name '{name}' must be a DNS label of at most 52 characters starting with "
+            "a letter (lower-case letters, digits and '-'): it also names the rendezvous "
+            "Service"
         )
 
 
@@ -83,12 +89,19 @@ def _check_namespace(namespace: str) -> None:
 
 
 def _check_node(node: str) -> None:
-    """The node name is the value of the Job's ``kubernetes.io/hostname`` selector."""
-    if len(node) > 63 or not re.fullmatch(LABEL_VALUE_PATTERN, node):
+    """A node's name is a DNS subdomain (what the Job's node affinity matches)."""
+    if len(node) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, node):
         raise InputError(
-            f"node name '{node}' cannot be a kubernetes.io/hostname label value (at most 63 "
-            "letters, digits, '-', '_' and '.', starting and ending alphanumeric)"
+            f"node name '{node}' is not a Kubernetes node name (a DNS subdomain: lower-case "
+            "letters, digits, '-' and '.', at most 253 characters)"
         )
+
+
+def _check_mig_profile(profile: str) -> None:
+    try:
+        mig_shape(profile, "--mig-profile")
+    except TranslateError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _check_shares(shares: Sequence[NodeShare]) -> None:
@@ -158,7 +171,9 @@ def kubernetes_manifests(
         raise InputError("the training command is empty")
     if mig_profile is not None and any(share.gpus != 1 for share in shares):
         raise InputError("a MIG job takes one MIG slice per node")
-    resource = f"nvidia.com/mig-{mig_profile}" if mig_profile else "nvidia.com/gpu"
+    if mig_profile is not None:
+        _check_mig_profile(mig_profile)
+    resource = mig_resource_name(mig_profile) if mig_profile else "nvidia.com/gpu"
     service = f"{name}-rdzv"
     master = f"{name}-0.{service}.{namespace}.svc"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "kubesage"}
@@ -204,7 +219,7 @@ def kubernetes_manifests(
             "restartPolicy": "Never",
             "hostname": f"{name}-{rank}",
             "subdomain": service,
-            "nodeSelector": {"kubernetes.io/hostname": share.node},
+            "affinity": on_nodes([share.node]),
             "containers": [container],
         }
         if devices is DeviceMode.dra:

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.translate import mig_resource_name
 from kubesage.core.types import MigShape, PodRequest
 
 MEMORY_SLICES = 8
@@ -46,7 +47,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """The Kubernetes extended resource under the device plugin's mixed strategy."""
-        return f"nvidia.com/mig-{self.name}"
+        return mig_resource_name(self.name)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement
 from kubesage.core.dra.api import GPU_DEVICE_CLASS
 from kubesage.core.dra.claims import DeviceMode, claim_pod_spec, claim_template
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.node_eligibility import node_name_term
 from kubesage.core.k8s.v1_models import check_label_key
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, ZONE_LABEL
@@ -150,7 +151,7 @@ def _on_nodes(drtg: DRTG, racks: list[str]) -> dict[str, Any]:
     nodes = [
         name for name, rack in zip(drtg.node_names, drtg.node_rack, strict=True) if rack in chosen
     ]
-    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
+    return node_name_term(nodes)
 
 
 def spark_settings(

@@ -49,6 +49,7 @@ from kubesage.core.k8s.dra_inventory import (
     uid_of,
 )
 from kubesage.core.k8s.dra_selectors import UnsupportedSelectorError, selectors_match
+from kubesage.core.k8s.node_eligibility import NODE_NAME_FIELD, node_name_term
 from kubesage.core.types import Placement, PodRequest
 
 Obj = dict[str, Any]
@@ -59,8 +60,6 @@ deleted while its devices may be in use); kubesage does the same."""
 DRA_DEVICES_ANNOTATION = "kubesage.io/dra-devices"
 """On the pod (with the binding): the allocated ``pool/device`` names in kubesage's order,
 for people and tools; the claims' ``results`` order is the authoritative one."""
-
-_NODE_NAME_FIELD = "metadata.name"
 
 
 class AllocationRefusedError(KubesageError):
@@ -136,11 +135,7 @@ class ClaimWrite:
 
 
 def _node_selector(node: str) -> Obj:
-    return {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": _NODE_NAME_FIELD, "operator": "In", "values": [node]}]}
-        ]
-    }
+    return {"nodeSelectorTerms": [node_name_term([node])]}
 
 
 def _allows_node(claim: Mapping[str, Any], node: str) -> bool:
@@ -150,7 +145,7 @@ def _allows_node(claim: Mapping[str, Any], node: str) -> bool:
     for term in selector.get("nodeSelectorTerms") or []:
         for requirement in term.get("matchFields") or []:
             if (
-                requirement.get("key") == _NODE_NAME_FIELD
+                requirement.get("key") == NODE_NAME_FIELD
                 and requirement.get("operator") == "In"
                 and node in (requirement.get("values") or [])
             ):

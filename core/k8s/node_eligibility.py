@@ -15,6 +15,25 @@ import numpy as np
 from kubesage.core.arrays import BoolArray
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+NODE_NAME_FIELD = "metadata.name"
+"""The one field node affinity's ``matchFields`` may name."""
+
+
+def node_name_term(names: Sequence[str]) -> dict[str, Any]:
+    """A node selector term that matches these nodes by name (``matchFields`` on
+    ``metadata.name``: a node's ``kubernetes.io/hostname`` label may differ from it)."""
+    return {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": list(names)}]}
+
+
+def on_nodes(names: Sequence[str]) -> dict[str, Any]:
+    """Required node affinity to these nodes (a pod spec's ``affinity``)."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [node_name_term(names)]
+            }
+        }
+    }
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:

@@ -64,7 +64,7 @@ SPARK_APP_LABEL = "spark-app-selector"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 RESOURCE_NAME_PATTERN = QUALIFIED_NAME_PATTERN
-MIG_RESOURCE_PATTERN = r"^nvidia\.com/mig-([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+me)?$"
+MIG_RESOURCE_PATTERN = r"^nvidia\.com/mig-([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\.me)?$"
 """MIG resources of the NVIDIA device plugin's mixed strategy, e.g. ``nvidia.com/mig-3g.40gb``."""
 
 # --- what a policy injects -------------------------------------------------------------

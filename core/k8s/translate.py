@@ -11,7 +11,8 @@ object). Only what the scheduler counts is read:
 - **GPUs**: ``nvidia.com/gpu`` counts whole GPUs. A GPU-sharing pod carries the
   annotation :data:`GPU_MILLI_ANNOTATION` (``"250"`` = a quarter of one GPU) with at
   most one ``nvidia.com/gpu``. A MIG instance is the device plugin's mixed-strategy
-  resource ``nvidia.com/mig-<profile>`` (one instance per pod, the core's model); its
+  resource ``nvidia.com/mig-<profile>`` (``+me`` written ``.me``: :func:`mig_resource_name`;
+  one instance per pod, the core's model); its
   geometry is read from the profile name (:func:`mig_shape`), so the core needs no
   GPU catalogue.
 - **GPU model constraints**: ``nodeSelector`` on GPU Feature Discovery's
@@ -60,6 +61,8 @@ from kubesage.core.types import (
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 """Extended resources of MIG instances under the NVIDIA device plugin's mixed strategy."""
+MEDIA_SUFFIX = "+me"
+"""A profile with the media engines (``1g.10gb+me``); its resource ends ``.me`` instead."""
 GPU_MILLI_ANNOTATION = "kubesage.io/gpu-milli"
 """A GPU-sharing pod's share of one GPU in milli-GPU (``"1"`` .. ``"1000"``)."""
 GPU_MODELS_ANNOTATION = "kubesage.io/gpu-models"
@@ -210,6 +213,20 @@ def _whole_count(value: Decimal, path: str) -> int:
 # -- MIG ------------------------------------------------------------------------------
 
 
+def mig_resource_name(profile: str) -> str:
+    """The device plugin's resource for MIG ``profile`` (mixed strategy): ``mig-`` and the
+    profile, ``+`` written ``.`` since a resource name is a DNS subdomain
+    (``1g.10gb+me`` → ``nvidia.com/mig-1g.10gb.me``)."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+def mig_profile_of(resource: str) -> str:
+    """The MIG profile a device-plugin resource names: :func:`mig_resource_name` undone."""
+    name = resource.removeprefix(MIG_RESOURCE_PREFIX)
+    media = "." + MEDIA_SUFFIX[1:]
+    return name.removesuffix(media) + MEDIA_SUFFIX if name.endswith(media) else name
+
+
 def mig_shape(profile: str, path: str = "mig profile") -> MigShape:
     """The core's geometry of a MIG profile name such as ``3g.40gb`` or ``1g.10gb+me``."""
     match = _MIG_PROFILE.match(profile)
@@ -219,7 +236,9 @@ def mig_shape(profile: str, path: str = "mig profile") -> MigShape:
             path=path,
         )
     compute = int(match.group(1))
-    memory_slices, starts = _MIG_BY_NAME.get(profile.removesuffix("+me"), _MIG_GEOMETRY[compute])
+    memory_slices, starts = _MIG_BY_NAME.get(
+        profile.removesuffix(MEDIA_SUFFIX), _MIG_GEOMETRY[compute]
+    )
     return MigShape(
         profile=profile, memory_slices=memory_slices, compute_slices=compute, starts=starts
     )
@@ -358,7 +377,7 @@ def _gpu_shape(
                 path=where,
             )
         resource = next(iter(migs))
-        shape = mig_shape(resource.removeprefix(MIG_RESOURCE_PREFIX), f"{where}.{resource}")
+        shape = mig_shape(mig_profile_of(resource), f"{where}.{resource}")
         return 1, shape.gpu_milli, shape
     if milli_text is not None:
         annotation_path = f"{path}.metadata.annotations.{GPU_MILLI_ANNOTATION}"
@@ -438,7 +457,7 @@ def _mig_gpu_count(allocatable: Mapping[str, Decimal], path: str) -> int:
     slices = 0
     for key, value in allocatable.items():
         if key.startswith(MIG_RESOURCE_PREFIX):
-            shape = mig_shape(key.removeprefix(MIG_RESOURCE_PREFIX), f"{path}.{key}")
+            shape = mig_shape(mig_profile_of(key), f"{path}.{key}")
             slices += _whole_count(value, f"{path}.{key}") * shape.memory_slices
     return math.ceil(slices / MIG_MEMORY_SLICES)
 

@@ -17,6 +17,7 @@ from kubesage.adapters.gpu_training.launcher import (
 )
 from kubesage.core.cli.main import app
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.node_eligibility import on_nodes
 
 SHARES = [NodeShare("node-a", 8, tuple(range(8))), NodeShare("node-b", 4, (0, 2, 4, 6))]
 
@@ -32,7 +33,8 @@ def test_manifests_pin_nodes_and_set_the_rendezvous() -> None:
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["NODE_RANK"] == str(rank) and env["NNODES"] == "2"
         assert env["MASTER_ADDR"] == "llm-0.llm-rdzv.default.svc"
-        assert pod["nodeSelector"] == {"kubernetes.io/hostname": SHARES[rank].node}
+        # by the node's name: its kubernetes.io/hostname label may differ from it
+        assert pod["affinity"] == on_nodes([SHARES[rank].node]) and "nodeSelector" not in pod
         assert container["resources"]["limits"] == {"nvidia.com/gpu": str(SHARES[rank].gpus)}
         assert container["command"][-2:] == ["python", "train.py"]
     assert first["metadata"]["annotations"]["kubesage.io/gpu-indices"] == "0,1,2,3,4,5,6,7"
@@ -46,9 +48,19 @@ def test_mig_jobs_ask_for_the_mig_resource() -> None:
     assert limits == {"nvidia.com/mig-3g.40gb": "1"}
     with pytest.raises(InputError, match="one MIG slice"):
         kubernetes_manifests("x", [NodeShare("n", 2)], ["t"], image="i", mig_profile="3g.40gb")
+    # A resource name is a DNS subdomain: the device plugin writes "+me" as ".me".
+    media = kubernetes_manifests(
+        "small", [NodeShare("n", 1)], ["t"], image="i", mig_profile="1g.10gb+me"
+    )
+    limits = media[1]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-1g.10gb.me": "1"}
+    with pytest.raises(InputError, match="'bogus profile' is not a MIG profile name"):
+        kubernetes_manifests(
+            "x", [NodeShare("n", 1)], ["t"], image="i", mig_profile="bogus profile"
+        )
 
 
-@pytest.mark.parametrize("name", ["Train", "a" * 60, "under_score", "-x"])
+@pytest.mark.parametrize("name", ["Train", "a" * 60, "under_score", "-x", "1job"])
 def test_bad_job_names_are_refused(name: str) -> None:
     with pytest.raises(InputError, match="DNS label"):
         kubernetes_manifests(name, SHARES, ["t"], image="i")
@@ -86,8 +98,8 @@ def test_cli_torchrun_runs_on_the_chosen_gpus_in_ring_order() -> None:
         (lambda: NodeShare("n", 0), "node n: gpus must be at least 1, got 0"),
         (lambda: NodeShare("n", 2, (0,)), "gpus is 2 but gpu_indices has 1"),
         (
-            lambda: kubernetes_manifests("j", [NodeShare("n" * 70, 1)], ["t"], image="i"),
-            "node name '" + "n" * 70 + "' cannot be a kubernetes.io/hostname label value",
+            lambda: kubernetes_manifests("j", [NodeShare("Node_1", 1)], ["t"], image="i"),
+            "node name 'Node_1' is not a Kubernetes node name",
         ),
         (
             lambda: kubernetes_manifests("j", SHARES, ["t"], image="i", namespace="Bad_NS"),
@@ -155,7 +167,7 @@ def test_a_mig_job_lands_only_on_a_model_with_its_profile(
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     job = list(yaml.safe_load_all(result.stdout))[1]
-    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
+    assert job["spec"]["template"]["spec"]["affinity"] == on_nodes([node])
 
 
 def test_a_mig_profile_no_node_has_is_refused(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from kubesage.core.k8s.translate import (
     TranslateError,
     UnfittablePodError,
     UnsupportedPodError,
+    mig_profile_of,
+    mig_resource_name,
     mig_shape,
     node_spec,
     parse_quantity,
@@ -134,6 +136,17 @@ def test_mig_shape_from_profile_name(
         compute_slices,
         starts,
     )
+
+
+def test_a_media_engine_profile_is_the_device_plugins_dot_me_resource() -> None:
+    # A resource name is a DNS subdomain ("+" is not allowed): the device plugin writes
+    # 1g.10gb+me as nvidia.com/mig-1g.10gb.me, and a pod asks for that.
+    assert mig_resource_name("1g.10gb+me") == "nvidia.com/mig-1g.10gb.me"
+    assert mig_resource_name("3g.40gb") == "nvidia.com/mig-3g.40gb"
+    assert mig_profile_of("nvidia.com/mig-1g.10gb.me") == "1g.10gb+me"
+    requests = {"cpu": "1", "memory": "1Gi", "nvidia.com/mig-1g.10gb.me": "1"}
+    request = pod_request(v1_pod(containers=[v1_container(requests=requests)]))
+    assert request.mig is not None and request.mig.profile == "1g.10gb+me"
 
 
 def test_mig_geometry_from_names_matches_the_gpu_adapters_catalogues() -> None:
