@@ -19,7 +19,9 @@ constraints allow (its node selector, required affinity, taints). The answer is 
   state with the evicted pods released);
 - steps: evict each moved pod; label each MIG node whose layout changes with its
   mig-parted configuration (:mod:`~kubesage.adapters.gpu_training.relayout`); bind each
-  moved pod at its new placement; bind the waiting pod.
+  moved pod at its new placement; bind the waiting pod. mig-parted re-creates every
+  instance of a GPU whose counts change: a pod staying on one is evicted and bound again
+  in place too (in the eviction budget; compaction makes no such move).
 
 The re-placement binds name the evicted pod and its owner (:attr:`Bind.owner`): the
 embedded cluster keeps the pod pending under its name; on a live cluster the Bind
@@ -39,7 +41,7 @@ migration planned, background compaction
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,15 +64,15 @@ from kubesage.adapters.gpu_training.loop_support import (
     running_pods,
     where,
 )
-from kubesage.adapters.gpu_training.relayout import relayout_plans
-from kubesage.core.errors import InputError, KubesageError
+from kubesage.adapters.gpu_training.relayout import NO_RELAYOUTS, relayout_steps, staying_pods
+from kubesage.core.errors import KubesageError
 from kubesage.core.loop.actions import Action, Bind, Evict, LabelNode, Plan, Reservation, digest
 from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.state.fit import fit_report
-from kubesage.core.types import Migration, Placement, PodRequest
+from kubesage.core.types import Placement, PodRequest
 
 NAME = "gpu-defrag"
 
@@ -221,7 +223,7 @@ class DefragReconciler:
         settings = self.settings
         request = waiting.request
         if request.mig is not None and not settings.relayouts:
-            return f"{waiting.ref}: making room for a MIG instance {_NO_RELAYOUTS}"
+            return f"{waiting.ref}: making room for a MIG instance {NO_RELAYOUTS}"
         moves = Defragmenter(
             self.policy,
             budget=budget,
@@ -247,6 +249,23 @@ class DefragReconciler:
             return f"{waiting.ref}: after the planned moves the policy still finds no node"
         placement, because = placed
         trial.allocate(request, placement)
+        # mig-parted re-creates every instance of a GPU whose counts change: the pods that
+        # stay on such a GPU are evicted too, and bound again at their own place.
+        recreated = staying_pods(state, running, moves, arriving=(request, placement))
+        if recreated:
+            kept = [name for name in recreated if name in pinned]
+            if kept:
+                return (
+                    f"{waiting.ref}: the MIG re-layout that makes room would re-create the "
+                    f"instances of {', '.join(kept[:3])}, which never move; migration not planned"
+                )
+            if len(moves) + len(recreated) > budget:
+                return (
+                    f"{waiting.ref}: the migration moves {len(moves)} pod(s) and re-creates "
+                    f"{len(recreated)} in place (their GPUs' MIG layout changes), more than "
+                    f"this tick's eviction budget of {budget}"
+                )
+            moves = [*moves, *((name, running[name][1]) for name in recreated)]
         # The relayout of the node the waiting pod lands on must hold its MIG instance too.
         before_with_waiting = {**running, request.name: (request, placement)}
         plan_id = f"{NAME}/{waiting.ref}/" + digest(
@@ -255,17 +274,21 @@ class DefragReconciler:
         cost = sum(move_cost(running[name][0], settings.max_priority) for name, _ in moves)
         moved = ", ".join(str(infos[name].ref) for name, _ in moves)
         why = f"make room for {waiting.ref} on {where(placement)}"
+        in_place = " (re-created in place: mig-parted re-creates its GPU's instances)"
         steps: list[Action] = [
             Evict(
                 reconciler=NAME,
-                explanation=f"{why} (pending only for fragmentation)",
+                explanation=f"{why} (pending only for fragmentation)"
+                + (in_place if name in recreated else ""),
                 plan=plan_id,
                 pod=infos[name].ref,
                 request=infos[name].request,
             )
             for name, _ in moves
         ]
-        labels = self._relayouts(state, before_with_waiting, moves, plan_id, why)
+        labels = relayout_steps(
+            NAME, state, before_with_waiting, moves, plan_id, why, self.settings.relayouts
+        )
         if isinstance(labels, str):
             return labels
         if len(labels) > relayouts:
@@ -277,7 +300,12 @@ class DefragReconciler:
         steps += [
             Bind(
                 reconciler=NAME,
-                explanation=f"re-place {infos[name].ref}, moved to {why}, on {where(target)}",
+                explanation=(
+                    f"re-create {infos[name].ref} in place on {where(target)}, its GPU's MIG "
+                    f"layout changing to {why}"
+                    if name in recreated
+                    else f"re-place {infos[name].ref}, moved to {why}, on {where(target)}"
+                ),
                 plan=plan_id,
                 pod=infos[name].ref,
                 request=infos[name].request,
@@ -316,40 +344,6 @@ class DefragReconciler:
             reservations=tuple(reservations),
         )
         return plan, trial
-
-    def _relayouts(
-        self,
-        state: ClusterState,
-        running: Mapping[str, Running],
-        moves: Sequence[Migration],
-        plan_id: str,
-        why: str,
-    ) -> list[Action] | str:
-        """A mig-parted label for every MIG node whose layout ``moves`` change, or why none
-        can be applied (then no migration: no evictions for a layout nobody applies)."""
-        try:
-            relayouts = relayout_plans(state, running, moves)
-        except InputError as exc:
-            return f"{why}: no MIG re-layout can be planned ({exc}); migration not planned"
-        if relayouts and not self.settings.relayouts:
-            return f"{why}: the migration {_NO_RELAYOUTS}"
-        return [
-            LabelNode(
-                reconciler=NAME,
-                explanation=(
-                    f"{why}: MIG layout of {relayout.node} becomes "
-                    + "; ".join(
-                        f"GPU {gpu}: " + (",".join(f"{i.profile}@{i.start}" for i in layout) or "-")
-                        for gpu, layout in enumerate(relayout.layouts)
-                    )
-                ),
-                plan=plan_id,
-                node=relayout.node,
-                labels=dict([relayout.label]),
-                mig_parted=relayout.mig_parted,
-            )
-            for relayout in relayouts
-        ]
 
     # -- background compaction -------------------------------------------------------------
 
@@ -402,9 +396,19 @@ class DefragReconciler:
                     request=info.request,
                 )
             ]
-            labels = self._relayouts(state, running, [(name, target)], plan_id, why)
+            labels = relayout_steps(
+                NAME, state, running, [(name, target)], plan_id, why, settings.relayouts
+            )
             if isinstance(labels, str):
                 notes.append(labels)
+                break
+            staying = staying_pods(state, running, [(name, target)])
+            if staying:  # not worth re-creating running pods in place for a compaction
+                notes.append(
+                    f"{why}: moving {info.ref} to {where(target)} would change the MIG layout "
+                    f"of GPUs that {', '.join(staying[:3])} keep using (mig-parted re-creates "
+                    "every instance of a GPU whose counts change); compaction stopped"
+                )
                 break
             relayouts -= len(labels)
             if relayouts < 0:
@@ -458,9 +462,5 @@ def _fits_at(state: ClusterState, request: PodRequest, target: Any) -> Placement
     return placement
 
 
-_NO_RELAYOUTS = (
-    "re-lays out MIG nodes, which this loop cannot apply (no ConfigMap to publish the "
-    "mig-parted config in: kubesage serve --mig-config-map); migration not planned"
-)
 _UNLIMITED = 1 << 30
 """A budget that never runs out."""

@@ -7,7 +7,11 @@ under one ``devices`` entry) named after the node and its layout, and the node
 label ``nvidia.com/mig.config=<name>`` that makes the GPU Operator's MIG Manager
 apply it.
 
-mig-parted takes instance *counts*, not start slots: the driver places them. The
+mig-parted takes instance *counts*, not start slots: the driver places them. A GPU
+whose counts change is cleared and re-created whole (every GPU and compute instance on
+it destroyed first), so a re-layout must not change a GPU that a pod staying in place
+uses: :func:`staying_pods` names them, and the defragmenter plans no such migration.
+The
 per-GPU layouts (with slots) are kept in the plan for the scheduler's own
 bookkeeping and for review; after MIG Manager reports the node's new state,
 collect it again (NVML) rather than assume the slots.
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from kubesage.adapters.gpu_training.mig import MigInstance, layout_errors
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL, own_config_name
+from kubesage.core.loop.actions import LabelNode
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Migration, Placement, PodRequest
 
@@ -92,6 +97,57 @@ def mig_parted_node_config(
     }
 
 
+def staying_pods(
+    state: ClusterState,
+    running: Mapping[str, tuple[PodRequest, Placement]],
+    moves: Sequence[Migration],
+    arriving: tuple[PodRequest, Placement] | None = None,
+) -> list[str]:
+    """The running MIG pods that ``moves`` (and a pod ``arriving`` at its placement) leave
+    in place on a GPU whose instance counts they change: mig-parted would destroy their
+    instances to re-create the GPU's."""
+    moved = {name for name, _ in moves}
+    after = dict(running)
+    for name, target in moves:
+        after[name] = (after[name][0], target)
+    touched = _touched(running, moves)
+    if arriving is not None and arriving[0].mig is not None:
+        after["\0arriving"] = arriving  # no pod's namespace/name
+        touched.add(arriving[1].node_index)
+    staying = []
+    for node in sorted(touched):
+        before_layouts = node_layouts(state, running, node)
+        after_layouts = node_layouts(state, after, node)
+        changed = {
+            gpu
+            for gpu, (old, new) in enumerate(zip(before_layouts, after_layouts, strict=True))
+            if Counter(i.profile for i in old) != Counter(i.profile for i in new)
+        }
+        staying += [
+            name
+            for name, (pod, placement) in running.items()
+            if name not in moved
+            and pod.mig is not None
+            and placement.node_index == node
+            and placement.gpu_indices[0] in changed
+        ]
+    return sorted(staying)
+
+
+def _touched(
+    running: Mapping[str, tuple[PodRequest, Placement]], moves: Sequence[Migration]
+) -> set[int]:
+    """The nodes ``moves`` take MIG instances from or to."""
+    touched: set[int] = set()
+    for name, target in moves:
+        if name not in running:
+            raise InputError(f"migration names pod '{name}', which is not running")
+        pod, source = running[name]
+        if pod.mig is not None:
+            touched.update((source.node_index, target.node_index))
+    return touched
+
+
 def relayout_plans(
     state: ClusterState,
     running: Mapping[str, tuple[PodRequest, Placement]],
@@ -101,15 +157,10 @@ def relayout_plans(
 
     ``state`` and ``running`` are before the moves; neither is changed.
     """
+    touched = _touched(running, moves)
     after = dict(running)
-    touched: set[int] = set()
     for name, target in moves:
-        if name not in after:
-            raise InputError(f"migration names pod '{name}', which is not running")
-        pod, source = after[name]
-        after[name] = (pod, target)
-        if pod.mig is not None:
-            touched.update((source.node_index, target.node_index))
+        after[name] = (after[name][0], target)
     plans = []
     for node in sorted(touched):
         model = state.gpu_models[int(state.gpu_model_index[node])]
@@ -128,3 +179,46 @@ def relayout_plans(
             )
         )
     return plans
+
+
+NO_RELAYOUTS = (
+    "re-lays out MIG nodes, which this loop cannot apply (no ConfigMap to publish the "
+    "mig-parted config in: kubesage serve --mig-config-map); migration not planned"
+)
+
+
+def relayout_steps(
+    reconciler: str,
+    state: ClusterState,
+    running: Mapping[str, tuple[PodRequest, Placement]],
+    moves: Sequence[Migration],
+    plan_id: str,
+    why: str,
+    applicable: bool,
+) -> list[LabelNode] | str:
+    """A mig-parted label step for every MIG node whose layout ``moves`` change, or why
+    none can be applied (``applicable``: the loop can publish mig-parted configs); then
+    no migration is planned: no evictions for a layout nobody applies."""
+    try:
+        relayouts = relayout_plans(state, running, moves)
+    except InputError as exc:
+        return f"{why}: no MIG re-layout can be planned ({exc}); migration not planned"
+    if relayouts and not applicable:
+        return f"{why}: the migration {NO_RELAYOUTS}"
+    return [
+        LabelNode(
+            reconciler=reconciler,
+            explanation=(
+                f"{why}: MIG layout of {relayout.node} becomes "
+                + "; ".join(
+                    f"GPU {gpu}: " + (",".join(f"{i.profile}@{i.start}" for i in layout) or "-")
+                    for gpu, layout in enumerate(relayout.layouts)
+                )
+            ),
+            plan=plan_id,
+            node=relayout.node,
+            labels=dict([relayout.label]),
+            mig_parted=relayout.mig_parted,
+        )
+        for relayout in relayouts
+    ]

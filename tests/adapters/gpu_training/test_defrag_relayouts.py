@@ -7,7 +7,14 @@ from __future__ import annotations
 from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
 from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.adapters.gpu_training.mig import mig_request
-from kubesage.core.loop.actions import Action, ActionKind, Evict, LabelNode, ObjectRef, Plan
+from kubesage.core.loop.actions import (
+    Action,
+    ActionKind,
+    Bind,
+    Evict,
+    ObjectRef,
+    Plan,
+)
 from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.clock import SimulatedClock
 from kubesage.core.loop.control import ControlLoop
@@ -67,13 +74,35 @@ def test_where_relayouts_apply_the_migration_evicts_then_relabels() -> None:
     assert kinds[0] == "Evict" and "LabelNode" in kinds and kinds[-1] == "Bind"
 
 
-def test_mig_compaction_waits_for_relayouts_too() -> None:
+def test_a_pod_staying_on_a_gpu_whose_layout_changes_is_re_created_in_place() -> None:
+    """mig-parted clears a GPU whose instance counts change before re-creating them: b,
+    on the GPU that a moves to, would lose its instance under it, so it is evicted and
+    bound again at its own place within the same plan."""
+    state, pods = fragmented()
+    b = pods[1]
+    result = defrag(compact_free_share=0.0, relayouts=True).reconcile(view(state, pods))
+    planned = steps(result)
+    evicted = [step.pod for step in planned if isinstance(step, Evict)]
+    assert evicted == [pods[0].ref, b.ref]
+    (again,) = [s for s in planned if isinstance(s, Bind) and s.pod == b.ref]
+    assert again.placement == b.placement and "re-create default/b in place" in again.explanation
+    # with room in the eviction budget for the move only, nothing is planned
+    tight = defrag(compact_free_share=0.0, relayouts=True, eviction_budget=1)
+    refused = tight.reconcile(view(state, pods))
+    assert refused.actions == []
+    assert any("re-creates 1 in place" in note for note in refused.notes), refused.notes
+
+
+def test_mig_compaction_waits_for_relayouts_and_re_creates_nothing() -> None:
     state = one_gpu_mig_nodes(4)
     pods = [place(state, f"p{n}", n, 0) for n in range(4)]
     compacting = {"compact_free_share": 0.5, "compact_interval_s": 60.0}
     assert defrag(**compacting).reconcile(view(state, pods, now_s=100.0)).actions == []
+    # Every move would put an instance on a GPU another pod keeps using: under mig-parted
+    # that pod's instance would be re-created, which a compaction is not worth.
     relaid = defrag(**compacting, relayouts=True).reconcile(view(state, pods, now_s=100.0))
-    assert any(isinstance(step, LabelNode) for step in steps(relaid))
+    assert relaid.actions == []
+    assert any("compaction stopped" in note and "keep using" in note for note in relaid.notes)
 
 
 class FailingLabeller:
