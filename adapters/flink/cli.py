@@ -12,7 +12,6 @@ import typer
 from kubesage.adapters.flink.autoscale_loop import run_autoscaler
 from kubesage.adapters.flink.autoscaler import AutoscalerSettings, ScalingDecision
 from kubesage.adapters.flink.checkpoint_coordinator import (
-    CheckpointCoordinator,
     CheckpointRecord,
 )
 from kubesage.adapters.flink.checkpoint_history import (
@@ -46,7 +45,7 @@ from kubesage.adapters.flink.stagger import (
     aligned_plan,
     plan_stagger,
 )
-from kubesage.adapters.flink.stagger_jobs import stagger_profiles
+from kubesage.adapters.flink.stagger_rounds import run_stagger_rounds
 from kubesage.adapters.flink.submit import SubmitRequest, submit
 from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.passthrough import PassThroughCommand
@@ -262,48 +261,49 @@ def stagger_command(
     duration_s: DurationS = None,
     registry: RegistryPath = None,
 ) -> None:
-    """Plan checkpoint phases across jobs and trigger checkpoints on that plan."""
+    """Plan checkpoint phases across jobs and trigger checkpoints on that plan; without
+    --job, plan again whenever the running jobs change."""
     jobs_registry = JobRegistry(registry)
     fallback_interval_ms = positive_ms(interval_s, "--interval-s")
-    with connect(jobmanager) as client:
-        profiles = stagger_profiles(
+    with connect(jobmanager) as client, stop_after(None) as stop:  # Ctrl-C
+        rounds = run_stagger_rounds(
             client,
             jobs_registry,
-            job or running_job_ids(client),
-            named=bool(job),
-            say=say,
+            named=job or [],
+            running=lambda: running_job_ids(client),
+            stop=stop,
+            plan_jobs=lambda profiles: plan_stagger(profiles, resolution_ms=resolution_ms),
             interval_ms=fallback_interval_ms,
             probe_rounds=0 if dry_run else probe_rounds,
+            say=say,
+            on_plan=print_plan,
+            on_record=print_record,
+            drive=not dry_run,
+            duration_s=duration_s,
         )
-        if not profiles:
+        if not rounds.plans:
             raise InputError(
                 "no job to stagger: none running without periodic checkpoints and with a "
                 "known interval (submit with `kubesage flink submit --checkpoint-interval-s`, "
                 "or pass --interval-s)"
             )
-        plan = plan_stagger(profiles, resolution_ms=resolution_ms)
-        print_plan(plan, profiles)
         if dry_run:
             return
-        for profile in profiles:
-            jobs_registry.update(
-                profile.job_id,
-                phase_ms=plan.phases_ms[profile.job_id],
-                checkpoint_duration_ms=profile.duration_ms,
-                checkpoint_size_bytes=profile.size_bytes,
-            )
-        coordinator = CheckpointCoordinator(client, plan, on_record=print_record)
-        started_ms = coordinator.now_ms()
-        with stop_after(duration_s) as stop:
-            report = coordinator.run(stop=stop)
+        peaks = "/".join(str(plan.peak_concurrent) for plan in rounds.plans)
         typer.echo(
-            f"measured peak concurrent checkpoints: {report.peak_concurrent()} "
-            f"(plan {plan.peak_concurrent}); completed {report.count('completed')}, "
-            f"failed {report.count('failed')}, skipped {report.count('skipped')}, "
-            f"Flink errors {report.flink_errors}"
+            f"measured peak concurrent checkpoints: {rounds.peak_concurrent()} "
+            f"(plan {peaks}); completed {rounds.count('completed')}, "
+            f"failed {rounds.count('failed')}, skipped {rounds.count('skipped')}, "
+            f"Flink errors {rounds.flink_errors}"
+            + (
+                f"; {len(rounds.plans)} plans (the running jobs changed)"
+                if len(rounds.plans) > 1
+                else ""
+            )
         )
         try:
-            seen = str(history_peak_concurrent(client, plan.phases_ms, since_ms=started_ms))
+            phases = rounds.plans[-1].phases_ms
+            seen = str(history_peak_concurrent(client, phases, since_ms=rounds.started_ms))
         except FlinkError as exc:
             seen = f"unknown ({exc})"
         typer.echo(

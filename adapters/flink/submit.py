@@ -256,7 +256,8 @@ def choose_checkpointing(
             duration,
             driven_conf(),
             f"{where}, peak {peak} concurrent; driven by `kubesage flink stagger` "
-            "(no periodic checkpoints from Flink)",
+            "(no periodic checkpoints from Flink: the job checkpoints only while stagger "
+            "runs, so keep it running; --no-drive lets Flink checkpoint it)",
         )
     window = min(interval, max(resolution_ms, 2 * duration))
     return CheckpointChoice(
