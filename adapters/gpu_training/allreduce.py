@@ -1,8 +1,8 @@
 """AllReduce-aware gang placement: which GPUs an N-GPU job gets, and its rank order.
 
 A ring AllReduce runs at the speed of its slowest hop, so a placement's quality is
-the ring's bus bandwidth (``busbw = algbw · 2(n−1)/n``, algbw = slowest hop, from
-the DRTG). The placement is all-or-nothing and prefers, in order: the highest
+the ring's bus bandwidth: nccl-tests' ``busbw = algbw · 2(n−1)/n``, which for a ring is
+its slowest hop (from the DRTG). The placement is all-or-nothing and prefers, in order: the highest
 ring bus bandwidth, the fewest nodes and racks, and then the tightest fit (nodes
 whose free GPUs it uses up, so whole free nodes stay whole for the next big job).
 
@@ -215,7 +215,7 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
         scored = []
         for node in single:
             local, slowest = _node_choice(drtg, node, free_by_node[node], count)
-            busbw = slowest * 2 * (count - 1) / count if count > 1 else float("inf")
+            busbw = slowest if count > 1 else float("inf")
             scored.append((busbw, -len(free_by_node[node]), node, local))
         busbw, _, node, local = max(scored, key=lambda item: (item[0], item[1], -item[2]))
         ranks = tuple(int(drtg.node_gpus(node)[g]) for g in local)

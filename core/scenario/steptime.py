@@ -182,14 +182,9 @@ def _check_gpus(gpus: int) -> None:
 
 
 def _slowest_hop_gbps(drtg: DRTG, ring: Sequence[int]) -> float:
-    """The ring's slowest hop alone on the cluster (its own hops sharing NICs and uplinks).
-
-    ``DRTG.ring_bus_bandwidth`` returns the slowest hop times 2(n−1)/n; NCCL's bus
-    bandwidth of a ring is the slowest hop itself (the rate every hop must sustain),
-    so the factor is taken back out here.
-    """
-    n = len(ring)
-    return drtg.ring_bus_bandwidth(ring) * n / (2 * (n - 1))
+    """The ring's slowest hop alone on the cluster (its own hops sharing NICs and uplinks):
+    NCCL's bus bandwidth of the ring (``DRTG.ring_bus_bandwidth``)."""
+    return drtg.ring_bus_bandwidth(ring)
 
 
 def _check_rings(drtg: DRTG, rings: Mapping[str, Sequence[int]]) -> None:

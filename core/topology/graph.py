@@ -357,9 +357,12 @@ class DRTG:
         )
 
     def ring_bus_bandwidth(self, ring: Sequence[int]) -> float:
-        """NCCL ring bus bandwidth (GB/s) for GPUs in ring order: algbw · 2(n−1)/n.
+        """NCCL ring bus bandwidth (GB/s) for GPUs in ring order: the slowest hop.
 
-        algbw is the slowest hop. Hops inside a node use the GPU-to-GPU path. A hop
+        A ring AllReduce of S bytes sends 2(n−1)/n · S over every hop, so it takes
+        t = 2(n−1)/n · S / slowest; nccl-tests' algbw is S / t and its busbw = algbw ·
+        2(n−1)/n, which is the slowest hop itself. Hops inside a node use the
+        GPU-to-GPU path. A hop
         between nodes uses the node's rails: NCCL runs one channel per NIC, so a
         node's cross-node bandwidth is the sum of the ways out of the distinct NICs
         next to its GPUs in the ring, shared by the node's boundary hops; rack and
@@ -411,7 +414,7 @@ class DRTG:
                             hop, self._available[self.zone_uplink_edge[zone_i]] / zone_out[zone_i]
                         )
             slowest = min(slowest, hop)
-        return slowest * 2 * (n - 1) / n
+        return slowest
 
     def to_pyg(self) -> object:
         """A ``torch_geometric.data.Data`` of the graph: both directions of every edge,
