@@ -22,7 +22,14 @@ few odd samples never flip the decision. The annotation
 of the job's pods overrides the detector while it is set.
 
 In ``validation`` or ``idle`` the job is scaled to its minimum, in ``train`` to its
-maximum: a :class:`~kubesage.core.loop.actions.Scale` of the owner (a Job's
+maximum. A shrink costs two re-rendezvous of every worker (torch elastic restarts them
+all on a membership change), so one the detector proposes is made only when the phase
+is expected to outlast ``2 · restart_cost_s · max / (max − min)``: the median length of
+the job's past validation and idle phases, or, before one has ended, the time the
+current one has lasted (an annotation is taken at its word). Samples taken while a
+scale is under way — until the replicas show and ``restart_cost_s`` after it was asked —
+are not phases (a restart's idle GPUs would read as one), and are dropped. A scale is
+a :class:`~kubesage.core.loop.actions.Scale` of the owner (a Job's
 parallelism, a PyTorchJob's elastic worker replicas), the only step of a plan whose id
 counts the job's scale changes — so scaling to the minimum a second time, later, is a
 new action and not one the audit log already holds. The ask is repeated only when the
@@ -78,6 +85,10 @@ class ElasticSettings:
     """Utilisation samples kept per job (30 minutes at 5 s)."""
     settle_s: float = 120.0
     """How long a scale may take to show in the job's replicas before it is asked again."""
+    restart_cost_s: float = 60.0
+    """What one re-rendezvous costs: every worker restarts and reloads its checkpoint."""
+    phases_kept: int = 8
+    """Lengths of past validation and idle phases kept per job."""
 
 
 @dataclass(frozen=True)
@@ -105,14 +116,22 @@ class ElasticReconciler:
             entry = dict(old.get(key) or {"samples": [], "epoch": 0, "replicas": None})
             samples = [list(sample) for sample in entry["samples"]]
             sample = _job_utilisation(job, metrics)
-            if sample is not None and (not samples or sample[0] > samples[-1][0]):
+            restarting = self._restarting(job, entry, view.now_s)
+            if restarting:
+                samples = []  # a restart's GPUs are not a phase
+            elif sample is not None and (not samples or sample[0] > samples[-1][0]):
                 samples = [*samples, list(sample)][-self.settings.history_samples :]
             entry["samples"] = samples
-            phase, source = self._phase(job, samples)
+            phase, source, lasted_s = self._phase(job, samples)
             if phase is None:
                 memory[key] = entry
                 continue
+            _track(entry, phase, view.now_s - lasted_s, self.settings.phases_kept)
             desired = job.min_replicas if phase != "train" else job.max_replicas
+            held = self._not_worth_it(job, entry, phase, source, view.now_s)
+            if held is not None:
+                notes.append(f"{key}: {held}")
+                desired = job.max_replicas
             if desired != entry["replicas"]:
                 if entry["replicas"] is None and len(job.pods) == desired:
                     entry["replicas"] = desired  # already where it should be: nothing to ask
@@ -124,18 +143,61 @@ class ElasticReconciler:
             memory[key] = entry
         return Reconciled(actions=actions, memory={"jobs": memory}, notes=notes)
 
-    def _phase(self, job: _Job, samples: Sequence[Sequence[float]]) -> tuple[Phase | None, str]:
+    def _restarting(self, job: _Job, entry: Mapping[str, Any], now_s: float) -> bool:
+        """A scale of ours is under way: asked, and its replicas not shown yet or shown
+        less than ``restart_cost_s`` after the ask."""
+        asked = entry.get("asked_s")
+        if asked is None:
+            return False
+        shown = len(job.pods) == entry.get("replicas")
+        return not shown or now_s < float(asked) + self.settings.restart_cost_s
+
+    def _not_worth_it(
+        self, job: _Job, entry: Mapping[str, Any], phase: Phase, source: str, now_s: float
+    ) -> str | None:
+        """Why the detector's shrink is not made (None: it is worth two restarts)."""
+        if (
+            phase == "train"
+            or source.startswith("annotation")
+            or job.max_replicas == job.min_replicas
+        ):
+            return None
+        scale = job.max_replicas / (job.max_replicas - job.min_replicas)
+        break_even = 2 * self.settings.restart_cost_s * scale
+        lengths = [float(length) for length in entry.get("phase_lengths") or []]
+        expected = float(np.median(lengths)) if lengths else now_s - float(entry["phase_since"])
+        if expected >= break_even:
+            return None
+        basis = "its past ones' median" if lengths else "so far"
+        return (
+            f"{phase} phase expected to last {expected:.0f} s ({basis}), less than the "
+            f"{break_even:.0f} s two restarts cost: kept at {job.max_replicas} replica(s)"
+        )
+
+    def _phase(
+        self, job: _Job, samples: Sequence[Sequence[float]]
+    ) -> tuple[Phase | None, str, float]:
+        """The job's phase now, what says so, and how long it has lasted (s)."""
         for pod in job.pods:
             word = pod.annotations.get(PHASE_ANNOTATION)
             if word and word.lower() in PHASE_WORDS:
-                return PHASE_WORDS[word.lower()], f"annotation {PHASE_ANNOTATION}={word}"
+                return PHASE_WORDS[word.lower()], f"annotation {PHASE_ANNOTATION}={word}", 0.0
         detector = sampled_detector(self.settings.detector, [at for at, _ in samples])
         if len(samples) * detector.step_s < detector.min_segment_s:
-            return None, "not enough utilisation yet"  # no decision on a first glimpse
+            return None, "not enough utilisation yet", 0.0  # no decision on a first glimpse
         values = [value for _, value in samples]
         segments = detect_phases(values, detector)
         mean = float(np.mean(values[-detector.smooth_samples :]))
-        return segments[-1].phase, f"GPU utilisation {mean:.0f}% (DCGM)"
+        return segments[-1].phase, f"GPU utilisation {mean:.0f}% (DCGM)", segments[-1].duration_s
+
+
+def _track(entry: dict[str, Any], phase: Phase, began_s: float, kept: int) -> None:
+    """Keep when the current phase began and how long ended non-training phases lasted."""
+    if entry.get("phase") != phase:
+        if entry.get("phase") in ("validation", "idle") and phase == "train":
+            ended = began_s - float(entry["phase_since"])
+            entry["phase_lengths"] = [*(entry.get("phase_lengths") or []), ended][-kept:]
+        entry["phase"], entry["phase_since"] = phase, began_s
 
 
 def sampled_detector(detector: PhaseDetector, taken_at: Sequence[float]) -> PhaseDetector:

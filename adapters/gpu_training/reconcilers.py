@@ -113,6 +113,9 @@ def reconcilers_for(
         relayouts=context.relayouts,
     )
     settings = dataclasses.replace(settings, defrag=defrag)
+    if context.rescale_restart_s is not None:
+        elastic = dataclasses.replace(settings.elastic, restart_cost_s=context.rescale_restart_s)
+        settings = dataclasses.replace(settings, elastic=elastic)
     if context.topology is not None:
         gang = dataclasses.replace(settings.gang, claims_gangs=True)
         settings = dataclasses.replace(settings, gang=gang)

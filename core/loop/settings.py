@@ -69,3 +69,7 @@ class ReconcilerContext:
     relayouts: bool = False
     """MIG re-layouts can be applied on nodes without DRA (the loop publishes their
     mig-parted config: ``LoopSettings.mig_config_map``), so defragmentation may plan them."""
+    rescale_restart_s: float | None = None
+    """What resizing an elastic job costs it in this cluster (its workers restart): None,
+    a live cluster's reconcilers' own default; 0 where a resize is instant (the
+    simulator models no restart)."""

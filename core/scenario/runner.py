@@ -147,6 +147,7 @@ def run_variant(
             policy=settings.policy,
             workload=typical,
             evicted_pods_come_back=True,  # the simulator re-places an evicted pod itself
+            rescale_restart_s=0.0,  # and resizes a training job at once
         )
         loop_reconcilers = reconcilers_for(variant, context)
         control = ControlLoop(

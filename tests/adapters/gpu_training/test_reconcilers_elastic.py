@@ -33,10 +33,13 @@ TICK_S = 5.0
 COLUMNS = tuple(f"dcgm.gpu_util_percent.gpu{g}" for g in range(8))
 
 
-def reconciler() -> ElasticReconciler:
+def reconciler(restart_cost_s: float = 0.0) -> ElasticReconciler:
     # A phase must last two ticks before it counts; no smoothing, so the test can count.
+    # Restarts cost nothing unless a test says so: every phase is worth a scale.
     detector = PhaseDetector(step_s=TICK_S, smooth_samples=1, min_segment_s=2 * TICK_S)
-    return ElasticReconciler(ElasticSettings(detector=detector, settle_s=60.0))
+    return ElasticReconciler(
+        ElasticSettings(detector=detector, settle_s=60.0, restart_cost_s=restart_cost_s)
+    )
 
 
 def job(
@@ -60,10 +63,11 @@ def replay(
     workers: Sequence[int],
     memory: Mapping[str, Any] | None = None,
     every_s: float = TICK_S,
+    restart_cost_s: float = 0.0,
 ) -> list[Reconciled]:
     """One tick per utilisation sample (``every_s`` apart), the job having ``workers[t]``
     pods at tick ``t``."""
-    elastic = reconciler()
+    elastic = reconciler(restart_cost_s)
     results = []
     for t, (utilisation, count) in enumerate(zip(series, workers, strict=True)):
         state, pods = job(count)
@@ -115,6 +119,34 @@ def test_a_second_validation_phase_is_a_new_plan() -> None:
     asked = scales(replay(series, workers))
     assert [replicas for _, replicas, _ in asked] == [2, 4, 2]
     assert len({plan for _, _, plan in asked}) == 3
+
+
+def test_a_phase_shorter_than_two_restarts_is_not_worth_a_shrink() -> None:
+    # Restarts cost 20 s: a shrink from 4 to 2 pays off past 2 · 20 · 4 / 2 = 80 s of
+    # validation. The first one is judged by how long it has lasted (a shrink once it
+    # passes 80 s); its length (100 s) then stands for the next, shrunk as soon as seen.
+    series = [90, 90] + [30] * 20 + [90] * 10 + [30] * 4
+    workers = [4] * 18 + [2] * 8 + [4] * 10  # the controller follows the asks
+    results = replay(series, workers, restart_cost_s=20.0)
+    asked = [(t, replicas) for t, replicas, _ in scales(results)]
+    # the first at its 16th sample (80 s from tick 2); back to 4 for training; the second
+    # validation (from tick 32) at once, the two ticks a phase needs to count
+    assert asked == [(17, 2), (23, 4), (33, 2)]
+    assert any("less than the 80 s two restarts cost" in n for n in results[5].notes)
+
+
+def test_a_restarts_idle_gpus_are_not_a_phase() -> None:
+    # As above, until the job is scaled back to 4 for training (tick 23): the restart
+    # then reads 0 % for 15 s. Past validations lasted 100 s, so an idle phase would be
+    # shrunk at once; but those samples, taken while the scale was under way (less than
+    # restart_cost_s after the ask), are dropped, and the job stays at 4.
+    series = [90, 90] + [30] * 20 + [90] * 2 + [0] * 3 + [90] * 6
+    workers = [4] * 18 + [2] * 6 + [4] * 9
+    costly = scales(replay(series, workers, restart_cost_s=20.0))
+    assert [(t, replicas) for t, replicas, _ in costly] == [(17, 2), (23, 4)]
+    # the same samples, with restarts thought free, read as an idle phase and shrink it
+    free = scales(replay(series, workers))
+    assert [(t, replicas) for t, replicas, _ in free][-2:] == [(23, 4), (25, 2)]
 
 
 def test_the_phase_annotation_overrides_the_utilisation() -> None:
