@@ -39,6 +39,8 @@ from kubesage.adapters.flink.stagger import StaggerPlan, peak_concurrent
 
 log = logging.getLogger(__name__)
 
+FLINK_TIMEOUT_MARGIN_MS = 5_000
+"""Past a job's own checkpoint timeout, how long before a trigger is given up."""
 RESOLVE_EVERY_MS = 500
 """How often to re-read a job's history for checkpoints it does not show yet."""
 
@@ -143,6 +145,8 @@ class CheckpointCoordinator:
         self._untimed: dict[str, list[int]] = {}
         """Job → indices of completed records still waiting for their times."""
         self._resolved_at: dict[str, int] = {}
+        self._flink_timeouts_ms: dict[str, int] = {}
+        """Job → its checkpoint timeout in Flink plus a margin (0: unknown)."""
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -262,8 +266,23 @@ class CheckpointCoordinator:
                     self._finish(pending, "failed", detail=cause)
                 else:
                     self._finish(pending, "completed", checkpoint_id=status.checkpoint_id)
-            elif self.now_ms() - pending.triggered_ms > self.trigger_timeout_ms:
+            elif self.now_ms() - pending.triggered_ms > self._timeout_ms(pending.job_id):
                 self._finish(pending, "timed-out", detail="no answer within the trigger timeout")
+
+    def _timeout_ms(self, job_id: str) -> int:
+        """How long a trigger may go unanswered: at least ``trigger_timeout_s``, and past
+        the job's own checkpoint timeout (``execution.checkpointing.timeout``, 10 min by
+        default), since Flink may still be writing it until then; a slot given up
+        earlier would queue the next trigger behind it, off the plan."""
+        known = self._flink_timeouts_ms.get(job_id)
+        if known is None:
+            try:
+                known = self.client.checkpoint_config(job_id).timeout_ms + FLINK_TIMEOUT_MARGIN_MS
+            except FlinkError as exc:
+                self._flink_error(job_id, "checkpoint config", exc)
+                known = 0
+            self._flink_timeouts_ms[job_id] = known
+        return max(self.trigger_timeout_ms, known)
 
     def _finish(
         self,

@@ -131,6 +131,28 @@ def test_the_loop_triggers_on_the_plan_and_skips_a_slot_still_in_flight(
     assert all(b - a == 100 for a, b in itertools.pairwise(scheduled))
 
 
+def test_a_trigger_is_given_up_only_past_the_jobs_own_checkpoint_timeout(
+    replay_client: Build,
+) -> None:
+    # Flink keeps writing a checkpoint until execution.checkpointing.timeout (the
+    # recorded job's 10 min): a slot given up sooner would queue the next trigger behind
+    # it, off the plan. Without the job's config, the coordinator's own timeout holds.
+    in_progress = {STATUS: recorded("checkpoint_trigger_in_progress")}
+    timeouts = {}
+    for names in (("checkpoint_trigger", "checkpoints", "checkpoint_config"),
+                  ("checkpoint_trigger", "checkpoints")):  # fmt: skip
+        coordinator = CheckpointCoordinator(
+            replay_client(*names, **in_progress),
+            single_job_plan(JOB, 100),
+            poll_s=0.005,
+            trigger_timeout_s=0.05,
+        )
+        report = coordinator.run(duration_s=0.3, drain_s=0.02)
+        timeouts[len(names)] = [r.detail for r in report.records if r.outcome == "timed-out"]
+    assert not any("trigger timeout" in detail for detail in timeouts[3]), timeouts
+    assert any("trigger timeout" in detail for detail in timeouts[2]), timeouts
+
+
 def test_stop_event_ends_the_loop(replay_client: Build) -> None:
     stop = threading.Event()
     stop.set()
