@@ -73,6 +73,8 @@ class FakeGpu:
     """An NVML code ``nvmlDeviceGetMigMode`` fails with (4: no permission)."""
     nvlink_peers: list[str | None] = field(default_factory=list)
     """Per NVLink, the remote PCI bus id (a GPU's, or an NVSwitch's)."""
+    nvlink_error: int | None = None
+    """An NVML code every NVLink query of this GPU fails with (4: no permission)."""
 
 
 class FakeNvml:
@@ -85,6 +87,8 @@ class FakeNvml:
     NVML_FEATURE_DISABLED = 0
     NVML_FEATURE_ENABLED = 1
     NVML_NVLINK_MAX_LINKS = 36
+    NVML_NVLINK_DEVICE_TYPE_GPU = 0
+    NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
     MESSAGES: ClassVar[dict[int, str]] = {
         12: "NVML Shared Library Not Found",
         3: "Not Supported",
@@ -103,10 +107,13 @@ class FakeNvml:
         *,
         topology_level: list[list[int]] | None = None,
         driver_loaded: bool = True,
+        hidden_gpu_bus_ids: frozenset[str] = frozenset(),
     ):
         self.gpus = gpus or []
         self.topology_level = topology_level
         self.driver_loaded = driver_loaded
+        self.hidden_gpu_bus_ids = hidden_gpu_bus_ids
+        """GPUs on the node this process does not see (not in ``gpus``)."""
         self.initialised = 0
 
     @staticmethod
@@ -167,6 +174,8 @@ class FakeNvml:
         return self.topology_level[first][second]
 
     def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        if self.gpus[handle].nvlink_error is not None:
+            raise NVMLError(self.gpus[handle].nvlink_error)
         peers = self.gpus[handle].nvlink_peers
         if link >= len(peers):
             raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
@@ -174,3 +183,10 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: int, link: int) -> SimpleNamespace:
         return SimpleNamespace(busId=(self.gpus[handle].nvlink_peers[link] or "").encode())
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: int, link: int) -> int:
+        remote = self.gpus[handle].nvlink_peers[link] or ""
+        gpus = {self.bus_id(i) for i in range(len(self.gpus))} | self.hidden_gpu_bus_ids
+        if remote in gpus:
+            return self.NVML_NVLINK_DEVICE_TYPE_GPU
+        return self.NVML_NVLINK_DEVICE_TYPE_SWITCH

@@ -141,6 +141,7 @@ class NvmlCollector:
                 level[i][j] = level[j][i] = value
         links = [[0] * count for _ in range(count)]
         switch_links = [0] * count
+        hidden = [0] * count
         by_bus = {bus: i for i, bus in enumerate(bus_ids)}
         for i, handle in enumerate(handles):
             for link in range(nvml.NVML_NVLINK_MAX_LINKS):
@@ -148,13 +149,20 @@ class NvmlCollector:
                     if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
                         continue
                     remote = _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
-                except nvml.NVMLError:
+                except nvml.NVMLError as exc:
+                    if exc.value not in _no_more_links(nvml):
+                        notes.append(f"GPU {i}: NVLink {link} unreadable ({exc})")
                     break  # no more links on this GPU (or NVLink not supported)
                 peer = by_bus.get(remote)
-                if peer is None:
-                    switch_links[i] += 1
-                else:
+                kind = _remote_kind(nvml, handle, link)
+                if peer is not None:
                     links[i][peer] += 1
+                elif kind == "gpu":  # a GPU this process cannot see: not a switch
+                    hidden[i] += 1
+                else:
+                    switch_links[i] += 1
+            if hidden[i]:
+                notes.append(f"GPU {i}: {hidden[i]} NVLink(s) to GPUs not visible here")
         return NvmlSnapshot(
             available=True,
             gpus=tuple(gpus),
@@ -163,6 +171,27 @@ class NvmlCollector:
             nvswitch_links=tuple(switch_links),
             notes=tuple(notes),
         )
+
+
+def _no_more_links(nvml: Any) -> tuple[int, ...]:
+    """The NVML errors that mean a GPU has no link of that number (or no NVLink)."""
+    return (nvml.NVML_ERROR_INVALID_ARGUMENT, nvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+def _remote_kind(nvml: Any, handle: Any, link: int) -> str | None:
+    """What the far end of ``link`` is (``gpu``, ``switch``), where NVML can say
+    (``nvmlDeviceGetNvLinkRemoteDeviceType``, R470+); None where it cannot."""
+    read = getattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
+    if read is None:
+        return None
+    try:
+        kind = int(read(handle, link))
+    except nvml.NVMLError:
+        return None
+    return {
+        getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_GPU", 0): "gpu",
+        getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2): "switch",
+    }.get(kind)
 
 
 def _optional(

@@ -56,6 +56,24 @@ def test_nvlink_pairs_and_pcie_levels() -> None:
     assert nvlink_topology(snapshot) == "pairs"
 
 
+def test_a_link_to_a_gpu_this_pod_cannot_see_is_not_an_nvswitch() -> None:
+    # The pod sees GPU 0 of an NVLink pair; its peer is another pod's. NVML says the far
+    # end is a GPU, so the node is not taken for an NVSwitch one.
+    hidden = FakeNvml.bus_id(1)
+    fake = FakeNvml([FakeGpu(nvlink_peers=[hidden] * 12)], hidden_gpu_bus_ids=frozenset({hidden}))
+    snapshot = NvmlCollector(fake).collect()
+    assert snapshot.nvswitch_links == (0,) and snapshot.nvlinks == ((0,),)
+    assert "GPU 0: 12 NVLink(s) to GPUs not visible here" in snapshot.notes
+
+
+def test_an_nvlink_query_nvml_refuses_is_a_note_not_no_nvlink() -> None:
+    gpus = [FakeGpu(nvlink_peers=[NVSWITCH_BUS] * 18) for _ in range(2)]
+    gpus[1].nvlink_error = FakeNvml.NVML_ERROR_NO_PERMISSION
+    snapshot = NvmlCollector(FakeNvml(gpus)).collect()
+    assert snapshot.nvswitch_links == (18, 0)
+    assert any(n.startswith("GPU 1: NVLink 0 unreadable") for n in snapshot.notes), snapshot.notes
+
+
 def test_without_a_driver_the_collector_degrades_and_counts() -> None:
     collector = NvmlCollector(FakeNvml(driver_loaded=False))
     snapshot = collector.collect()
