@@ -35,6 +35,9 @@ Every key emitted exists in Flink 2.3 (checked against its ``*Options`` classes)
 ``state.backend.rocksdb.memory.managed``,
 ``state.backend.rocksdb.localdir``, ``state.latency-track.keyed-state-enabled``,
 ``table.exec.state.ttl`` (Table/SQL jobs; DataStream jobs set ``StateTtlConfig`` in code).
+On an older JobManager (its ``flink-version``): before 1.20 incremental checkpoints are
+``state.backend.incremental`` (the newer key is ignored there), and before 2.0 there is
+no ForSt, so cold state stays on RocksDB, with the reason.
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ class StateObservation:
     interval_ms: int | None = None
     state_backend: str = ""
     read_latency_p99_ms: float | None = None
+    flink_version: str = ""
+    """The JobManager's ``flink-version`` ("" when unknown: today's keys are used)."""
 
     def __post_init__(self) -> None:
         if self.parallelism < 1:
@@ -198,11 +203,16 @@ def recommend(
         tier = "heap"
         config["state.backend.type"] = "hashmap"
         reasons.append(f"≤ {_size(HEAP_MAX_BYTES)} per subtask: the heap backend is fastest")
-    elif hot is not None and hot < COLD_MAJORITY and per_subtask >= DISAGGREGATED_MIN_BYTES:
+    elif (
+        hot is not None
+        and hot < COLD_MAJORITY
+        and per_subtask >= DISAGGREGATED_MIN_BYTES
+        and _has_forst(observation.flink_version, reasons)
+    ):
         tier = "disaggregated"
         cache = math.ceil(per_subtask * hot * CACHE_HEADROOM / MIB)
         config["state.backend.type"] = "forst"
-        config["execution.checkpointing.incremental"] = "true"
+        config[_incremental_key(observation.flink_version)] = "true"
         if remote_dir:
             config["state.backend.forst.primary-dir"] = remote_dir
         else:
@@ -221,7 +231,7 @@ def recommend(
     else:
         tier = "local-disk"
         config["state.backend.type"] = "rocksdb"
-        config["execution.checkpointing.incremental"] = "true"
+        config[_incremental_key(observation.flink_version)] = "true"
         config["state.backend.rocksdb.memory.managed"] = "true"
         if local_dir:
             config["state.backend.rocksdb.localdir"] = local_dir
@@ -273,6 +283,33 @@ def _size(count: int) -> str:
     return f"{count} B"
 
 
+def _version(text: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a ``flink-version`` such as ``1.19.1`` (None: unknown)."""
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _incremental_key(flink_version: str) -> str:
+    """Incremental checkpoints' key: renamed in Flink 1.20 (the old one is ignored after,
+    the new one before)."""
+    version = _version(flink_version)
+    if version is not None and version < (1, 20):
+        return "state.backend.incremental"
+    return "execution.checkpointing.incremental"
+
+
+def _has_forst(flink_version: str, reasons: list[str]) -> bool:
+    """ForSt (disaggregated state) exists from Flink 2.0; say so where it does not."""
+    version = _version(flink_version)
+    if version is None or version >= (2, 0):
+        return True
+    reasons.append(f"ForSt needs Flink 2.0 (this cluster runs {flink_version}): RocksDB instead")
+    return False
+
+
 def observe_state(client: FlinkClient, job_id: str) -> StateObservation:
     """Checkpoint history, per-vertex state, backend and (if tracked) read latency of a job."""
     entries = completed_entries(client.checkpoints(job_id))
@@ -285,6 +322,11 @@ def observe_state(client: FlinkClient, job_id: str) -> StateObservation:
     except FlinkError as exc:
         log.info("job %s: no checkpoint config (%s)", job_id, exc)
     names = {v.id: v.name for v in detail.vertices}
+    try:
+        version = client.overview().flink_version
+    except FlinkError as exc:
+        log.info("no Flink version (%s): today's config keys", exc)
+        version = ""
     return StateObservation(
         job_id=job_id,
         samples=tuple(
@@ -296,6 +338,7 @@ def observe_state(client: FlinkClient, job_id: str) -> StateObservation:
         interval_ms=interval,
         state_backend=backend,
         read_latency_p99_ms=_read_latency_p99(client, job_id, list(names)),
+        flink_version=version,
     )
 
 

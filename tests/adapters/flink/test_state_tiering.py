@@ -62,6 +62,29 @@ def test_tier_rules(
         assert advice.config["execution.checkpointing.incremental"] == "true"
 
 
+@pytest.mark.parametrize(
+    ("version", "tier", "incremental_key"),
+    [
+        ("2.3.0", "disaggregated", "execution.checkpointing.incremental"),
+        ("1.20.1", "local-disk", "execution.checkpointing.incremental"),
+        ("1.19.1", "local-disk", "state.backend.incremental"),
+        ("", "disaggregated", "execution.checkpointing.incremental"),  # unknown: today's
+    ],
+)
+def test_keys_and_backends_follow_the_jobmanagers_flink_version(
+    version: str, tier: str, incremental_key: str
+) -> None:
+    observation = StateObservation(
+        JOB, steady(40 * GIB, 2 * GIB), parallelism=4, flink_version=version
+    )
+    advice = recommend(observation)
+    assert advice.tier == tier
+    assert advice.config[incremental_key] == "true"
+    if tier == "local-disk":  # cold and large, but ForSt exists from Flink 2.0 only
+        assert any(f"ForSt needs Flink 2.0 (this cluster runs {version})" in reason
+                   for reason in advice.reasons)  # fmt: skip
+
+
 def test_disaggregated_cache_is_sized_to_the_hot_set() -> None:
     observation = StateObservation(JOB, steady(40 * GIB, 2 * GIB), parallelism=4)
     advice = recommend(observation, remote_dir="s3://bucket/forst", local_dir="/mnt/ssd")
