@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kubesage.adapters.flink.checkpoint_history import DEFAULT_DURATION_MS
+from kubesage.adapters.flink.checkpoint_history import DEFAULT_DURATION_MS, completed_entries
 from kubesage.adapters.flink.checkpoint_settings import (
     driven_conf,
     periodic_interval_ms,
@@ -266,8 +266,9 @@ def choose_checkpointing(
         window,
         duration,
         submit_time_conf(interval, window),
-        f"{where}; Flink checkpoints it, first checkpoint confined to a {window} ms window "
-        "by min-pause (Flink has no phase option)",
+        f"{where} (a goal, not enforced: Flink has no phase option); Flink checkpoints it, "
+        f"its first checkpoint confined by min-pause to the {window} ms before one interval "
+        "after RUNNING, where the phase is read once it runs and again at every submit",
     )
 
 
@@ -407,9 +408,30 @@ def _refresh(
         final = max((v.parallelism for v in detail.vertices), default=None)
         if final is not None and final != run.final_parallelism:
             run = registry.update(run.job_id, final_parallelism=final) or run
+        landed = landed_phase(client, run)
+        if landed is not None and landed != run.phase_ms:
+            run = registry.update(run.job_id, phase_ms=landed) or run
         if states[run.job_id] == "RUNNING":
             running.append(run)
     return running
+
+
+def landed_phase(client: FlinkClient, run: RunRecord) -> int | None:
+    """Where a job Flink checkpoints itself really checkpoints now: its latest completed
+    checkpoint's trigger time mod its interval. Every (re)start — a failover, an in-place
+    rescale — draws Flink's first-checkpoint delay again, so the phase recorded at
+    submit time goes stale. None for a driven job (its phase is the plan's) or when the
+    history has none."""
+    if run.driven or not run.checkpoint_interval_ms:
+        return None
+    try:
+        entries = completed_entries(client.checkpoints(run.job_id))
+    except FlinkError as exc:
+        log.info("job %s: no checkpoint history (%s)", run.job_id, exc)
+        return None
+    if not entries:
+        return None
+    return max(e.trigger_timestamp_ms for e in entries) % run.checkpoint_interval_ms
 
 
 def _after_running(

@@ -19,6 +19,7 @@ from kubesage.adapters.flink.submit import (
     choose_parallelism,
     flink_run_command,
     job_key,
+    landed_phase,
     parse_job_id,
     submit,
     user_parallelism,
@@ -338,3 +339,15 @@ def test_submit_options_before_the_separator_are_kubesages() -> None:
     )
     assert result.exit_code == 2
     assert "No such option: --taskmanager-gpu" in result.output
+
+
+def test_the_phase_of_a_job_flink_checkpoints_is_read_where_it_landed(
+    replay_client: Callable[..., FlinkClient],
+) -> None:
+    # Every (re)start draws Flink's first-checkpoint delay again: the phase recorded at
+    # submit time goes stale, so it is read from the history (latest trigger mod T).
+    client = replay_client("checkpoints")
+    flink_paced = run(JOB, checkpoint_interval_ms=10_000, phase_ms=0, driven=False)
+    assert landed_phase(client, flink_paced) == 1796005385102 % 10_000 == 5_102
+    assert landed_phase(client, flink_paced.model_copy(update={"driven": True})) is None
+    assert landed_phase(replay_client(), flink_paced) is None  # no history: 404
