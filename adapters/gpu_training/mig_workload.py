@@ -3,9 +3,11 @@
 No public trace records MIG instance requests, so the defragmentation benchmark
 draws them: GPUs of one model in MIG mode, and requests whose profiles follow a
 mix that is an assumption of this module, not a measurement — many small
-inference slices and fewer large training ones (weights below, by profile name;
-profiles a model lacks are skipped). Arrivals are a Poisson process, lifetimes
-log-normal (median 30 min, 90th percentile 4 h), QoS best-effort 40 %,
+inference slices and fewer large training ones (weights below, by profile name on
+H100-80GB; on another model each is its profile of the same ``nvidia-smi`` profile ID,
+the same shape: ``1g.10gb`` is ``1g.5gb`` on A100-40GB; a mix the caller gives is by
+that model's own names, and profiles it lacks are skipped). Arrivals are a Poisson
+process, lifetimes log-normal (median 30 min, 90th percentile 4 h), QoS best-effort 40 %,
 latency-sensitive 50 %, Guaranteed 10 %. Seeded: a seed gives the same cluster
 and workload everywhere. Compress the result to the load wanted with
 :func:`kubesage.core.sim.compression.compress_to_peak_load`.
@@ -32,6 +34,20 @@ DEFAULT_MIX: dict[str, float] = {
 """Share of requests per profile (H100-80GB names; see the module docstring)."""
 
 QOS_MIX = (("BE", 0.4), ("LS", 0.5), ("Guaranteed", 0.1))
+
+
+def default_mix(gpu_model: str) -> dict[str, float]:
+    """:data:`DEFAULT_MIX` in ``gpu_model``'s names: each H100-80GB profile mapped to the
+    one with the same profile ID (the same compute and memory share)."""
+    reference = {p.name: p.profile_id for p in catalogue("H100-80GB").profiles}
+    by_id = {p.profile_id: p.name for p in catalogue(gpu_model).profiles}
+    return {
+        by_id[reference[name]]: weight
+        for name, weight in DEFAULT_MIX.items()
+        if reference[name] in by_id
+    }
+
+
 MEDIAN_LIFETIME_S = 1_800.0
 P90_LIFETIME_S = 14_400.0
 _Z90 = 1.2815515655446004
@@ -71,7 +87,8 @@ def mig_workload(
     if mean_interarrival_s <= 0:
         raise InputError(f"mean_interarrival_s must be positive, got {mean_interarrival_s}")
     known = {p.name for p in catalogue(gpu_model).profiles}
-    weights = {name: w for name, w in (mix or DEFAULT_MIX).items() if name in known and w > 0}
+    chosen = mix if mix is not None else default_mix(gpu_model)
+    weights = {name: w for name, w in chosen.items() if name in known and w > 0}
     if not weights:
         raise InputError(f"no profile of the mix exists on {gpu_model} (has: {sorted(known)})")
     names = sorted(weights)

@@ -6,7 +6,12 @@ from collections import Counter
 
 import pytest
 
-from kubesage.adapters.gpu_training.mig_workload import DEFAULT_MIX, mig_cluster, mig_workload
+from kubesage.adapters.gpu_training.mig_workload import (
+    DEFAULT_MIX,
+    default_mix,
+    mig_cluster,
+    mig_workload,
+)
 from kubesage.core.errors import InputError
 from kubesage.core.state import ClusterState
 
@@ -38,3 +43,18 @@ def test_unknown_profiles_and_models_are_named() -> None:
         mig_workload(10, seed=1, gpu_model="A100-40GB", mix={"1g.20gb": 1})
     with pytest.raises(InputError, match="T4"):
         mig_cluster(1, gpu_model="T4")
+
+
+def test_the_default_mix_keeps_its_shapes_on_another_model() -> None:
+    # By profile ID, not name: H100's 1g.10gb is A100-40GB's 1g.5gb (A100-40GB's own
+    # 1g.10gb is the double-memory 1g), so the mix is not collapsed onto one profile.
+    assert default_mix("A100-40GB") == {
+        "1g.5gb": 0.30,
+        "1g.10gb": 0.10,
+        "2g.10gb": 0.20,
+        "3g.20gb": 0.15,
+        "4g.20gb": 0.10,
+        "7g.40gb": 0.15,
+    }
+    drawn = {pod.mig.profile for pod in mig_workload(400, seed=1, gpu_model="A100-40GB") if pod.mig}
+    assert drawn == set(default_mix("A100-40GB"))
