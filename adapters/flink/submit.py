@@ -37,17 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kubesage.adapters.flink.checkpoint_history import DEFAULT_DURATION_MS, completed_entries
+from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_phase
 from kubesage.adapters.flink.checkpoint_settings import (
-    driven_conf,
     periodic_interval_ms,
-    submit_time_conf,
 )
 from kubesage.adapters.flink.client import FlinkClient, check_rest_url
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.flink_home import find_flink_home
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
-from kubesage.adapters.flink.stagger import CheckpointProfile, best_phase
 from kubesage.adapters.flink.taskmanager_gpus import taskmanager_gpus, write_files
 from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
@@ -56,8 +53,6 @@ log = logging.getLogger(__name__)
 
 JOB_ID = re.compile(r"JobID\s+([0-9a-f]{32})")
 TARGET_UTILISATION = 0.8
-DEFAULT_PHASE_RESOLUTION_MS = 100
-
 Runner = Callable[[Sequence[str], dict[str, str]], "subprocess.CompletedProcess[str]"]
 
 
@@ -113,16 +108,6 @@ class SubmitRequest:
 @dataclass(frozen=True)
 class ParallelismChoice:
     parallelism: int | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class CheckpointChoice:
-    interval_ms: int | None
-    phase_ms: int | None
-    phase_window_ms: int | None
-    duration_ms: int
-    conf: dict[str, str]
     reason: str
 
 
@@ -203,75 +188,6 @@ def choose_parallelism(request: SubmitRequest, history: Sequence[RunRecord]) -> 
     return ParallelismChoice(None, "no history or forecast: Flink's default parallelism")
 
 
-def choose_checkpointing(
-    request: SubmitRequest,
-    history: Sequence[RunRecord],
-    running: Sequence[RunRecord],
-    *,
-    resolution_ms: int = DEFAULT_PHASE_RESOLUTION_MS,
-) -> CheckpointChoice:
-    """Interval, phase and ``-D`` options for the new job beside the ``running`` ones."""
-    interval = request.checkpoint_interval_ms
-    source = "--checkpoint-interval-s"
-    if interval is None:
-        interval = next(
-            (r.checkpoint_interval_ms for r in reversed(history) if r.checkpoint_interval_ms),
-            None,
-        )
-        source = "the job's last run"
-    if interval is None:
-        return CheckpointChoice(
-            None, None, None, 0, {}, "no checkpoint interval given or known: left to the job"
-        )
-    duration = next(
-        (
-            r.checkpoint_duration_ms
-            for r in reversed(history)
-            if r.checkpoint_duration_ms is not None
-        ),
-        DEFAULT_DURATION_MS,
-    )
-    duration = min(duration, interval)
-    fixed = [
-        (
-            CheckpointProfile(
-                r.job_id,
-                r.checkpoint_interval_ms,
-                min(r.checkpoint_duration_ms or DEFAULT_DURATION_MS, r.checkpoint_interval_ms),
-                r.checkpoint_size_bytes or 0,
-            ),
-            r.phase_ms,
-        )
-        for r in running
-        if r.checkpoint_interval_ms and r.phase_ms is not None
-    ]
-    new = CheckpointProfile("new", interval, duration)
-    phase, peak, _ = best_phase(fixed, new, resolution_ms=resolution_ms)
-    where = f"phase {phase} ms of {interval} ms ({source}) beside {len(fixed)} running job(s)"
-    if request.driven:
-        return CheckpointChoice(
-            interval,
-            phase,
-            None,
-            duration,
-            driven_conf(),
-            f"{where}, peak {peak} concurrent; driven by `kubesage flink stagger` "
-            "(no periodic checkpoints from Flink: the job checkpoints only while stagger "
-            "runs, so keep it running; --no-drive lets Flink checkpoint it)",
-        )
-    window = min(interval, max(resolution_ms, 2 * duration))
-    return CheckpointChoice(
-        interval,
-        phase,
-        window,
-        duration,
-        submit_time_conf(interval, window),
-        f"{where} (a goal, not enforced: Flink has no phase option); Flink checkpoints it, "
-        f"its first checkpoint confined by min-pause to the {window} ms before one interval "
-        "after RUNNING, where the phase is read once it runs and again at every submit",
-    )
-
-
 def flink_run_command(
     flink_home: Path,
     jobmanager: str,
@@ -341,7 +257,9 @@ def submit(
         running = _refresh(client, registry, request.jobmanager, reasons)
         history = registry.runs(job_key=key, jobmanager=request.jobmanager)
         parallelism = choose_parallelism(request, history)
-        checkpointing = choose_checkpointing(request, history, running)
+        checkpointing = choose_checkpointing(
+            request.checkpoint_interval_ms, request.driven, history, running
+        )
         reasons += [parallelism.reason, checkpointing.reason]
         conf = dict(checkpointing.conf)
         if request.taskmanager_gpus:
@@ -377,7 +295,9 @@ def submit(
             phase_ms=checkpointing.phase_ms,
             phase_window_ms=checkpointing.phase_window_ms,
             driven=request.driven and checkpointing.interval_ms is not None,
-            checkpoint_duration_ms=checkpointing.duration_ms or None,
+            checkpoint_duration_ms=(
+                checkpointing.duration_ms if checkpointing.duration_measured else None
+            ),
             reasons=reasons,
             flink_args=list(request.flink_args),
             conf=conf,
@@ -416,24 +336,6 @@ def _refresh(
     return running
 
 
-def landed_phase(client: FlinkClient, run: RunRecord) -> int | None:
-    """Where a job Flink checkpoints itself really checkpoints now: its latest completed
-    checkpoint's trigger time mod its interval. Every (re)start — a failover, an in-place
-    rescale — draws Flink's first-checkpoint delay again, so the phase recorded at
-    submit time goes stale. None for a driven job (its phase is the plan's) or when the
-    history has none."""
-    if run.driven or not run.checkpoint_interval_ms:
-        return None
-    try:
-        entries = completed_entries(client.checkpoints(run.job_id))
-    except FlinkError as exc:
-        log.info("job %s: no checkpoint history (%s)", run.job_id, exc)
-        return None
-    if not entries:
-        return None
-    return max(e.trigger_timestamp_ms for e in entries) % run.checkpoint_interval_ms
-
-
 def _after_running(
     client: FlinkClient,
     registry: JobRegistry,
@@ -468,6 +370,13 @@ def _after_running(
         reasons.append(
             f"the job enables periodic checkpoints itself (every {periodic} ms): "
             "the coordinator will not drive it"
+        )
+    planned = run.checkpoint_interval_ms
+    if not run.driven and planned and periodic not in (None, planned):
+        reasons.append(
+            f"the job sets its own checkpoint interval ({periodic} ms; code overrides -D): "
+            f"with min-pause {planned - (run.phase_window_ms or 0)} ms Flink checkpoints at "
+            "most that often, and the phase window does not hold"
         )
     if not run.driven and run.checkpoint_interval_ms and run.phase_window_ms:
         # First checkpoint in [since + T − w, since + T]: the phase window's start.

@@ -10,16 +10,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_phase
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.adapters.flink.submit import (
     FlinkSubmitError,
     SubmitRequest,
-    choose_checkpointing,
     choose_parallelism,
     flink_run_command,
     job_key,
-    landed_phase,
     parse_job_id,
     submit,
     user_parallelism,
@@ -110,7 +109,7 @@ def test_checkpointing_driven_job_goes_beside_the_running_ones() -> None:
         run("b", checkpoint_interval_ms=10_000, phase_ms=5_000, checkpoint_duration_ms=4_000),
     ]
     history = [run("old", checkpoint_interval_ms=10_000, checkpoint_duration_ms=1_000)]
-    choice = choose_checkpointing(request(), history, running)
+    choice = choose_checkpointing(None, True, history, running)
     # Checkpointing on but never periodic: the coordinator triggers it, exactly-once.
     assert choice.interval_ms == 10_000
     assert choice.conf == {"execution.checkpointing.interval": f"{2**63 - 1} ms"}
@@ -118,14 +117,13 @@ def test_checkpointing_driven_job_goes_beside_the_running_ones() -> None:
     # The free gaps are [4000, 5000) and [9000, 10000): a 1 s checkpoint fits in either.
     assert choice.phase_ms in (4_000, 9_000)
     assert "peak 1 concurrent" in choice.reason
+    assert choice.duration_measured  # the old run's 1 s
+    # No run measured one yet: the default guess plans it, but is not recorded as measured.
+    assert not choose_checkpointing(10_000, True, [], running).duration_measured
 
 
 def test_checkpointing_for_a_job_flink_checkpoints_itself() -> None:
-    choice = choose_checkpointing(
-        request(checkpoint_interval_ms=60_000, driven=False),
-        [run("old", checkpoint_duration_ms=2_000)],
-        [],
-    )
+    choice = choose_checkpointing(60_000, False, [run("old", checkpoint_duration_ms=2_000)], [])
     assert choice.phase_window_ms == 4_000
     assert choice.conf == {
         "execution.checkpointing.interval": "60000 ms",
@@ -134,7 +132,7 @@ def test_checkpointing_for_a_job_flink_checkpoints_itself() -> None:
 
 
 def test_no_interval_leaves_checkpointing_alone() -> None:
-    choice = choose_checkpointing(request(), [], [])
+    choice = choose_checkpointing(None, True, [], [])
     assert choice.interval_ms is None and choice.conf == {}
 
 

@@ -1,0 +1,124 @@
+"""Where a newly submitted Flink job's checkpoints go: its interval and phase beside the
+jobs already running (:func:`choose_checkpointing`), and where a job Flink checkpoints
+itself really checkpoints now (:func:`landed_phase`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kubesage.adapters.flink.checkpoint_history import DEFAULT_DURATION_MS, completed_entries
+from kubesage.adapters.flink.checkpoint_settings import driven_conf, submit_time_conf
+from kubesage.adapters.flink.client import FlinkClient
+from kubesage.adapters.flink.errors import FlinkError
+from kubesage.adapters.flink.registry import RunRecord
+from kubesage.adapters.flink.stagger import CheckpointProfile, best_phase
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PHASE_RESOLUTION_MS = 100
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    interval_ms: int | None
+    phase_ms: int | None
+    phase_window_ms: int | None
+    duration_ms: int
+    conf: dict[str, str]
+    reason: str
+    duration_measured: bool = True
+    """False: ``duration_ms`` is the default guess (not recorded as a measurement)."""
+
+
+def choose_checkpointing(
+    requested_interval_ms: int | None,
+    driven: bool,
+    history: Sequence[RunRecord],
+    running: Sequence[RunRecord],
+    *,
+    resolution_ms: int = DEFAULT_PHASE_RESOLUTION_MS,
+) -> CheckpointChoice:
+    """Interval, phase and ``-D`` options for the new job beside the ``running`` ones:
+    ``requested_interval_ms`` (--checkpoint-interval-s) else its last run's; ``driven``:
+    the coordinator triggers its checkpoints (else Flink does, in a phase window)."""
+    interval = requested_interval_ms
+    source = "--checkpoint-interval-s"
+    if interval is None:
+        interval = next(
+            (r.checkpoint_interval_ms for r in reversed(history) if r.checkpoint_interval_ms),
+            None,
+        )
+        source = "the job's last run"
+    if interval is None:
+        return CheckpointChoice(
+            None, None, None, 0, {}, "no checkpoint interval given or known: left to the job"
+        )
+    measured = next(
+        (
+            r.checkpoint_duration_ms
+            for r in reversed(history)
+            if r.checkpoint_duration_ms is not None
+        ),
+        None,
+    )
+    duration = min(DEFAULT_DURATION_MS if measured is None else measured, interval)
+    fixed = [
+        (
+            CheckpointProfile(
+                r.job_id,
+                r.checkpoint_interval_ms,
+                min(r.checkpoint_duration_ms or DEFAULT_DURATION_MS, r.checkpoint_interval_ms),
+                r.checkpoint_size_bytes or 0,
+            ),
+            r.phase_ms,
+        )
+        for r in running
+        if r.checkpoint_interval_ms and r.phase_ms is not None
+    ]
+    new = CheckpointProfile("new", interval, duration)
+    phase, peak, _ = best_phase(fixed, new, resolution_ms=resolution_ms)
+    where = f"phase {phase} ms of {interval} ms ({source}) beside {len(fixed)} running job(s)"
+    if driven:
+        return CheckpointChoice(
+            interval,
+            phase,
+            None,
+            duration,
+            driven_conf(),
+            f"{where}, peak {peak} concurrent; driven by `kubesage flink stagger` "
+            "(no periodic checkpoints from Flink: the job checkpoints only while stagger "
+            "runs, so keep it running; --no-drive lets Flink checkpoint it)",
+            duration_measured=measured is not None,
+        )
+    window = min(interval, max(resolution_ms, 2 * duration))
+    return CheckpointChoice(
+        interval,
+        phase,
+        window,
+        duration,
+        submit_time_conf(interval, window),
+        f"{where} (a goal, not enforced: Flink has no phase option); Flink checkpoints it, "
+        f"its first checkpoint confined by min-pause to the {window} ms before one interval "
+        "after RUNNING, where the phase is read once it runs and again at every submit",
+        duration_measured=measured is not None,
+    )
+
+
+def landed_phase(client: FlinkClient, run: RunRecord) -> int | None:
+    """Where a job Flink checkpoints itself really checkpoints now: its latest completed
+    checkpoint's trigger time mod its interval. Every (re)start — a failover, an in-place
+    rescale — draws Flink's first-checkpoint delay again, so the phase recorded at
+    submit time goes stale. None for a driven job (its phase is the plan's) or when the
+    history has none."""
+    if run.driven or not run.checkpoint_interval_ms:
+        return None
+    try:
+        entries = completed_entries(client.checkpoints(run.job_id))
+    except FlinkError as exc:
+        log.info("job %s: no checkpoint history (%s)", run.job_id, exc)
+        return None
+    if not entries:
+        return None
+    return max(e.trigger_timestamp_ms for e in entries) % run.checkpoint_interval_ms
