@@ -40,8 +40,9 @@ from kubesage.core.dra.claims import (
     mig_selectors,
 )
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.mig_names import mig_resource_name, mig_shape
 from kubesage.core.k8s.node_eligibility import on_nodes
-from kubesage.core.k8s.translate import TranslateError, mig_resource_name, mig_shape
+from kubesage.core.k8s.translate_errors import TranslateError
 from kubesage.core.k8s.v1_models import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.translate import mig_resource_name
+from kubesage.core.k8s.mig_names import mig_resource_name
 from kubesage.core.types import MigShape, PodRequest
 
 MEMORY_SLICES = 8

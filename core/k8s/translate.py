@@ -11,9 +11,11 @@ object). Only what the scheduler counts is read:
 - **GPUs**: ``nvidia.com/gpu`` counts whole GPUs. A GPU-sharing pod carries the
   annotation :data:`GPU_MILLI_ANNOTATION` (``"250"`` = a quarter of one GPU) with at
   most one ``nvidia.com/gpu``. A MIG instance is the device plugin's mixed-strategy
-  resource ``nvidia.com/mig-<profile>`` (``+me`` written ``.me``: :func:`mig_resource_name`;
+  resource ``nvidia.com/mig-<profile>`` (``+me`` written ``.me``:
+  :func:`~kubesage.core.k8s.mig_names.mig_resource_name`;
   one instance per pod, the core's model); its
-  geometry is read from the profile name (:func:`mig_shape`), so the core needs no
+  geometry is read from the profile name
+  (:func:`~kubesage.core.k8s.mig_names.mig_shape`), so the core needs no
   GPU catalogue.
 - **GPU model constraints**: ``nodeSelector`` on GPU Feature Discovery's
   ``nvidia.com/gpu.product`` or the annotation :data:`GPU_MODELS_ANNOTATION`.
@@ -38,8 +40,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kubesage.core.errors import InputError
 from kubesage.core.field_errors import first_problem
+
+# Re-exported: what translating a pod raises, and the MIG names it reads, are imported
+# from here by every reader of pods.
+from kubesage.core.k8s.mig_names import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
+from kubesage.core.k8s.mig_names import mig_profile_of
+from kubesage.core.k8s.mig_names import mig_shape as mig_shape
+from kubesage.core.k8s.translate_errors import TranslateError as TranslateError
+from kubesage.core.k8s.translate_errors import UnfittablePodError as UnfittablePodError
+from kubesage.core.k8s.translate_errors import UnsupportedPodError as UnsupportedPodError
 from kubesage.core.topology.discovery import (
     DEFAULT_RACK_LABEL,
     GPU_COUNT_LABEL,
@@ -59,10 +69,6 @@ from kubesage.core.types import (
     PodRequest,
 )
 
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-"""Extended resources of MIG instances under the NVIDIA device plugin's mixed strategy."""
-MEDIA_SUFFIX = "+me"
-"""A profile with the media engines (``1g.10gb+me``); its resource ends ``.me`` instead."""
 GPU_MILLI_ANNOTATION = "kubesage.io/gpu-milli"
 """A GPU-sharing pod's share of one GPU in milli-GPU (``"1"`` .. ``"1000"``)."""
 GPU_MODELS_ANNOTATION = "kubesage.io/gpu-models"
@@ -104,45 +110,6 @@ _DECIMAL_SUFFIXES = {
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([a-zA-Z]*|[eE][+-]?[0-9]+)$")
 _MAX_QUANTITY_LENGTH = 64
 _DIGITS = re.compile(r"^[0-9]{1,9}$")
-
-# MIG geometry shared by A100 and Hopper (NVIDIA MIG User Guide), keyed by compute
-# slices: (memory slices, allowed start slices). Profiles whose geometry is not their
-# compute count's are listed by name below.
-_MIG_GEOMETRY: dict[int, tuple[int, tuple[int, ...]]] = {
-    1: (1, (0, 1, 2, 3, 4, 5, 6)),
-    2: (2, (0, 2, 4)),
-    3: (4, (0, 4)),
-    4: (4, (0,)),
-    7: (8, (0,)),
-}
-_MIG_BY_NAME: dict[str, tuple[int, tuple[int, ...]]] = {
-    # 1g profiles with two memory slices (A100/H100-80GB, H100-94GB/96GB, H200, B200).
-    # A100-40GB's 1g.10gb is also two slices, but on 80 GB GPUs 1g.10gb is the one-slice
-    # profile, which is what this module assumes.
-    **dict.fromkeys(("1g.20gb", "1g.24gb", "1g.35gb", "1g.45gb"), (2, (0, 2, 4, 6))),
-    # A30: four memory and four compute slices, each memory slice two of the eight here
-    # (names no other GPU uses): at most 4 × 1g.6gb, 2 × 2g.12gb or 1 × 4g.24gb.
-    "1g.6gb": (2, (0, 2, 4, 6)),
-    "2g.12gb": (4, (0, 4)),
-    "4g.24gb": (8, (0,)),
-}
-_MIG_PROFILE = re.compile(r"^([1-7])g\.([0-9]+)gb(\+me)?$")
-
-
-class TranslateError(InputError):
-    """A Pod or Node object the core cannot read; the message names the field path."""
-
-    def __init__(self, message: str, *, path: str):
-        super().__init__(f"{path}: {message}")
-        self.path = path
-
-
-class UnsupportedPodError(TranslateError):
-    """A valid pod outside the core's model; the caller should leave it to the default."""
-
-
-class UnfittablePodError(UnsupportedPodError):
-    """A valid pod no node can hold (more GPUs than any node has): every node fails it."""
 
 
 # -- quantities ----------------------------------------------------------------------
@@ -211,37 +178,6 @@ def _whole_count(value: Decimal, path: str) -> int:
 
 
 # -- MIG ------------------------------------------------------------------------------
-
-
-def mig_resource_name(profile: str) -> str:
-    """The device plugin's resource for MIG ``profile`` (mixed strategy): ``mig-`` and the
-    profile, ``+`` written ``.`` since a resource name is a DNS subdomain
-    (``1g.10gb+me`` → ``nvidia.com/mig-1g.10gb.me``)."""
-    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
-
-
-def mig_profile_of(resource: str) -> str:
-    """The MIG profile a device-plugin resource names: :func:`mig_resource_name` undone."""
-    name = resource.removeprefix(MIG_RESOURCE_PREFIX)
-    media = "." + MEDIA_SUFFIX[1:]
-    return name.removesuffix(media) + MEDIA_SUFFIX if name.endswith(media) else name
-
-
-def mig_shape(profile: str, path: str = "mig profile") -> MigShape:
-    """The core's geometry of a MIG profile name such as ``3g.40gb`` or ``1g.10gb+me``."""
-    match = _MIG_PROFILE.match(profile)
-    if match is None or int(match.group(1)) not in _MIG_GEOMETRY:
-        raise TranslateError(
-            f"'{profile}' is not a MIG profile name (<compute>g.<memory>gb, e.g. 3g.40gb)",
-            path=path,
-        )
-    compute = int(match.group(1))
-    memory_slices, starts = _MIG_BY_NAME.get(
-        profile.removesuffix(MEDIA_SUFFIX), _MIG_GEOMETRY[compute]
-    )
-    return MigShape(
-        profile=profile, memory_slices=memory_slices, compute_slices=compute, starts=starts
-    )
 
 
 # -- small readers -------------------------------------------------------------------

@@ -8,12 +8,11 @@ from typing import Any
 import pytest
 
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.mig_names import mig_profile_of, mig_resource_name
 from kubesage.core.k8s.translate import (
     TranslateError,
     UnfittablePodError,
     UnsupportedPodError,
-    mig_profile_of,
-    mig_resource_name,
     mig_shape,
     node_spec,
     parse_quantity,
