@@ -59,20 +59,15 @@ class VertexDemand:
     target_out: float | None
     lower_bound: bool = False
     """The true demand is at least this (a saturated source upstream, or this one)."""
-    passes_lower_bound: bool | None = None
-    """Whether the consumers' demand is a lower bound too (None: as ``lower_bound``);
-    false for a source saturated by its own busy time."""
+    bounds_consumers: bool = False
+    """The demand it passes on is only a lower bound too (not so for a source saturated
+    by its own busy time: its consumers receive all it emits)."""
     notes: tuple[str, ...] = ()
     """The metrics that were missing and what was assumed instead."""
 
     @property
     def known(self) -> bool:
         return self.target_in is not None or self.target_out is not None
-
-    @property
-    def bounds_consumers(self) -> bool:
-        """The demand this vertex passes on is only a lower bound."""
-        return self.lower_bound if self.passes_lower_bound is None else self.passes_lower_bound
 
 
 @dataclass(frozen=True)
@@ -210,7 +205,7 @@ def _source(
         target_in,
         target_out,
         lower_bound or inherited,
-        passes_lower_bound=held or inherited,
+        bounds_consumers=held or inherited,
         notes=tuple(notes),
     )
 
@@ -242,7 +237,9 @@ def _downstream(
         if observed_out is None or observed_in is None:
             notes.append("records in/out not both reported: selectivity assumed 1")
     target_out = target_in * selectivity if target_in is not None else None
-    return VertexDemand(target_in, target_out, lower_bound, notes=tuple(notes))
+    return VertexDemand(
+        target_in, target_out, lower_bound, bounds_consumers=lower_bound, notes=tuple(notes)
+    )
 
 
 def topological(vertices: tuple[VertexObservation, ...]) -> list[str]:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 
-_UNIT_MS: dict[str, float] = {}
-for _names, _ms in (
+_UNITS: tuple[tuple[tuple[str, ...], float], ...] = (
     (("d", "day"), 86_400_000.0),
     (("h", "hour"), 3_600_000.0),
     (("min", "m", "minute"), 60_000.0),
@@ -20,9 +19,8 @@ for _names, _ms in (
     (("ms", "milli", "millisecond"), 1.0),
     (("µs", "micro", "microsecond"), 1e-3),
     (("ns", "nano", "nanosecond"), 1e-6),
-):
-    for _name in _names:
-        _UNIT_MS[_name] = _UNIT_MS[_name + "s"] = _ms
+)
+_UNIT_MS = {spelled: ms for names, ms in _UNITS for name in names for spelled in (name, name + "s")}
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-zµ]*)\s*$")
 
 

@@ -9,9 +9,9 @@ apply it.
 
 mig-parted takes instance *counts*, not start slots: the driver places them. A GPU
 whose counts change is cleared and re-created whole (every GPU and compute instance on
-it destroyed first), so a re-layout must not change a GPU that a pod staying in place
-uses: :func:`staying_pods` names them, and the defragmenter plans no such migration.
-The
+it destroyed first), so a pod staying on such a GPU would lose its instance under it:
+:func:`staying_pods` names them, and the defragmenter evicts and binds them again in
+place in the same plan. The
 per-GPU layouts (with slots) are kept in the plan for the scheduler's own
 bookkeeping and for review; after MIG Manager reports the node's new state,
 collect it again (NVML) rather than assume the slots.
