@@ -75,19 +75,23 @@ class _Interpolation:
         if count < 1:
             raise ValueError("quantiles of an empty series")
         virtual = (count - 1) * POINTS
-        previous = np.floor(virtual)
+        previous = np.floor(virtual).astype(np.intp)
         following = previous + 1
         last = virtual >= count - 1
-        previous[last] = -1
+        previous[last] = -1  # numpy's own indices: -1, a row's last element, at the end
         following[last] = -1
-        self.previous = previous.astype(np.intp)
-        self.following = following.astype(np.intp)
-        self.weight: FloatArray = np.asarray(virtual - self.previous, dtype=virtual.dtype)
+        self.weight: FloatArray = np.asarray(virtual - previous, dtype=virtual.dtype)
         self.upper = np.broadcast_to(self.weight >= 0.5, (len(GLOBAL_SERIES), QUANTILES))
+        # The same elements as positions in the flattened rows:
+        rows = np.arange(len(GLOBAL_SERIES))[:, None] * count
+        self.previous: IntArray = rows + np.where(last, count - 1, previous)
+        self.following: IntArray = rows + np.where(last, count - 1, following)
 
     def __call__(self, ordered: Float32Array) -> Float32Array:
-        """The quantiles of every row, concatenated, as float32."""
-        low, high = ordered[:, self.previous], ordered[:, self.following]
+        """The quantiles of every row (``ordered`` is C-contiguous), concatenated, as
+        float32."""
+        flat = ordered.ravel()
+        low, high = flat.take(self.previous), flat.take(self.following)
         step = high - low
         result: FloatArray = np.add(low, step * self.weight)
         np.subtract(high, step * (1 - self.weight), out=result, where=self.upper, casting="unsafe")
@@ -100,10 +104,12 @@ def global_raw(state: ClusterState) -> Float32Array:
     return _Interpolation(series.shape[1])(np.sort(series, axis=1))
 
 
-def _move(ordered: Float32Array, old: float, new: float) -> None:
-    """Replace one occurrence of ``old`` in the sorted ``ordered`` by ``new``, in place."""
-    at = int(np.searchsorted(ordered, old))
-    to = int(np.searchsorted(ordered, new))
+def _move(ordered: Float32Array, change: Float32Array) -> None:
+    """Replace one occurrence of ``change[0]`` in the sorted ``ordered`` by ``change[1]``,
+    in place (``change`` in ``ordered``'s dtype: numpy searches a Python float several
+    times slower)."""
+    at, to = ordered.searchsorted(change).tolist()
+    new = change[1]
     if to > at:
         ordered[at : to - 1] = ordered[at + 1 : to]
         ordered[to - 1] = new
@@ -169,11 +175,11 @@ class ClusterSummary:
         if columns.size == 0:
             return
         fresh = series_of(state, self._nodes[columns])
-        for row, (old_row, new_row) in enumerate(
-            zip(self._values[:, columns].tolist(), fresh.tolist(), strict=True)
-        ):
-            for old, new in zip(old_row, new_row, strict=True):
-                if old != new:
-                    _move(self._sorted[row], old, new)
-                    self._vector = None
-        self._values[:, columns] = fresh
+        old = self._values[:, columns]
+        rows, at = np.nonzero(old != fresh)
+        if rows.size:
+            changes = np.stack([old[rows, at], fresh[rows, at]], axis=1)
+            for row, change in zip(rows.tolist(), changes, strict=True):
+                _move(self._sorted[row], change)
+            self._values[:, columns] = fresh
+            self._vector = None

@@ -81,6 +81,9 @@ class Observation:
     global_raw: Float32Array
     nodes: IntArray
     """The node index of each real candidate, in rank order."""
+    positions: IntArray
+    """Each real candidate's position in the nodes it was drawn from (``among`` of
+    :func:`observe`; its node index when drawn from the whole cluster)."""
 
 
 def candidate_nodes(
@@ -89,20 +92,24 @@ def candidate_nodes(
     ranker: FgdPolicy,
     nodes: IntArray | None = None,
     scored: FloatArray | None = None,
-) -> tuple[IntArray, Float32Array]:
+) -> tuple[IntArray, Float32Array, IntArray]:
     """Feasible nodes (of ``nodes`` when given, else of the cluster) ranked best first
-    by FGD (its tie order), cut to MAX_CANDIDATES. ``scored``, when given, is FGD's
-    scores of ``nodes``, every one of which fits: the fit check and the scoring are
-    not done again."""
+    by FGD (its tie order), cut to MAX_CANDIDATES: their indices, FGD's scores and
+    their positions in ``nodes`` (their indices again when drawn from the cluster).
+    ``scored``, when given, is FGD's scores of ``nodes``, every one of which fits: the
+    fit check and the scoring are not done again."""
     if nodes is None:
         feasible = np.flatnonzero(fit_mask(state, request)).astype(np.int64)
+        positions = feasible
     elif scored is not None:
         feasible = np.asarray(nodes, dtype=np.int64)
+        positions = np.arange(feasible.size)
     else:
         nodes = np.asarray(nodes, dtype=np.int64)
-        feasible = nodes[fit_mask(state, request, nodes)]
+        positions = np.flatnonzero(fit_mask(state, request, nodes))
+        feasible = nodes[positions]
     if feasible.size == 0:
-        return feasible, np.zeros(0, dtype=np.float32)
+        return feasible, np.zeros(0, dtype=np.float32), positions
     scores = ranker.score(state, request, feasible) if scored is None else scored
     ties = ranker.tie_rank(state)[feasible]
     if feasible.size > MAX_CANDIDATES:
@@ -110,16 +117,16 @@ def candidate_nodes(
         # FGD's integers 0..100, so (101 − score, tie rank) packs into one key.
         key = (101 - scores.astype(np.int64)) * state.num_nodes + ties
         top = np.argpartition(key, MAX_CANDIDATES - 1)[:MAX_CANDIDATES]
-        feasible, scores, ties = feasible[top], scores[top], ties[top]
+        feasible, scores, ties, positions = feasible[top], scores[top], ties[top], positions[top]
     order = np.lexsort((ties, -scores))
-    return feasible[order], scores[order].astype(np.float32)
+    return feasible[order], scores[order].astype(np.float32), positions[order]
 
 
 def request_features(state: ClusterState, request: PodRequest) -> Float32Array:
     return np.array(
         [
-            request.cpu_milli / max(1, int(state.cpu_capacity_milli.max())),
-            request.memory_mib / max(1, int(state.memory_capacity_mib.max())),
+            request.cpu_milli / max(1, state.cpu_capacity_milli_max),
+            request.memory_mib / max(1, state.memory_capacity_mib_max),
             request.gpu_milli / GPU_MILLI_PER_GPU,
             request.num_gpu / 8.0,
             float(request.is_gpu_sharing),
@@ -141,7 +148,7 @@ def observe(
     (``scored``: see :func:`candidate_nodes`). The cluster's vector comes from
     ``summary`` when given (the same numbers, kept up to date across calls), else is
     computed afresh."""
-    nodes, scores = candidate_nodes(state, request, ranker, among, scored)
+    nodes, scores, positions = candidate_nodes(state, request, ranker, among, scored)
     table = np.zeros((MAX_CANDIDATES, len(CANDIDATE_FEATURES)), dtype=np.float32)
     mask = np.zeros(MAX_CANDIDATES, dtype=bool)
     count = nodes.size
@@ -152,25 +159,21 @@ def observe(
         whole_after = state.gpu_whole_free_count[nodes] - (
             0 if request.is_gpu_sharing else request.num_gpu
         )
-        table[:count] = np.column_stack(
-            [
-                scores / 100.0,
-                (scores - scores[0]) / 100.0,
-                np.arange(count) / MAX_CANDIDATES,
-                share(
-                    state.cpu_free_milli[nodes] - request.cpu_milli, state.cpu_capacity_milli[nodes]
-                ),
-                share(
-                    state.memory_free_mib[nodes] - request.memory_mib,
-                    state.memory_capacity_mib[nodes],
-                ),
-                share(gpu_after, gpu_capacity),
-                state.gpu_max_free_milli[nodes] / GPU_MILLI_PER_GPU,
-                share(np.maximum(whole_after, 0), gpus),
-                gpus / 8.0,
-                ((gpu_after == 0) & (gpus > 0)).astype(np.float32),
-            ]
+        rows = table[:count]  # column by column: each cast to float32 as a stack would be
+        rows[:, 0] = scores / 100.0
+        rows[:, 1] = (scores - scores[0]) / 100.0
+        rows[:, 2] = np.arange(count) / MAX_CANDIDATES
+        rows[:, 3] = share(
+            state.cpu_free_milli[nodes] - request.cpu_milli, state.cpu_capacity_milli[nodes]
         )
+        rows[:, 4] = share(
+            state.memory_free_mib[nodes] - request.memory_mib, state.memory_capacity_mib[nodes]
+        )
+        rows[:, 5] = share(gpu_after, gpu_capacity)
+        rows[:, 6] = state.gpu_max_free_milli[nodes] / GPU_MILLI_PER_GPU
+        rows[:, 7] = share(np.maximum(whole_after, 0), gpus)
+        rows[:, 8] = gpus / 8.0
+        rows[:, 9] = (gpu_after == 0) & (gpus > 0)
         mask[:count] = True
     return Observation(
         candidates=table,
@@ -178,4 +181,5 @@ def observe(
         request=request_features(state, request),
         global_raw=summary.of(state) if summary is not None else global_raw(state),
         nodes=nodes,
+        positions=positions,
     )

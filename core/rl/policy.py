@@ -72,16 +72,11 @@ def default_model() -> Path:
 class _Logits:
     observation: Observation
     scores: FloatArray
-    """One logit per candidate slot (padding included); finite on the real ones."""
-    order: IntArray
-    """The real candidates' slots, the network's preference first."""
+    """One logit per real candidate (the observation's first slots), all finite."""
+    preferred: int
+    """The network's first preference (the first of equals)."""
     choice: int
-    """The slot decided: ``order[0]``, or 0 (FGD's choice) within the margin."""
-
-    @property
-    def preferred(self) -> int:
-        """The network's first preference."""
-        return int(self.order[0])
+    """The candidate decided: ``preferred``, or 0 (FGD's choice) within the margin."""
 
     @property
     def fgd_kept(self) -> bool:
@@ -133,16 +128,16 @@ class PpoPolicy:
         observation = observe(state, request, self.fgd, among, self.summary, scored)
         if not observation.mask.any():
             return None
-        scores = self.actor.logits(
+        count = observation.nodes.size  # the real candidates fill the first slots
+        logits = self.actor.logits(
             observation.candidates, observation.mask, observation.request, observation.global_raw
-        ).astype(np.float64)
-        real = observation.mask
-        if not np.isfinite(scores[real]).all():
+        )
+        scores = logits[:count].astype(np.float64)
+        if not np.isfinite(scores).all():
             return "the model produced non-finite scores"
-        order = np.argsort(-np.where(real, scores, -np.inf), kind="stable")[: int(real.sum())]
-        preferred = int(order[0])
-        keep_fgd = preferred != 0 and real[0] and scores[preferred] - scores[0] < self.margin
-        return _Logits(observation, scores, order, 0 if keep_fgd else preferred)
+        preferred = int(np.argmax(scores))
+        keep_fgd = preferred != 0 and scores[preferred] - scores[0] < self.margin
+        return _Logits(observation, scores, preferred, 0 if keep_fgd else preferred)
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         outcome = self._logits(state, request)
@@ -151,11 +146,10 @@ class PpoPolicy:
         if outcome is None:
             return self.fgd.decide(state, request).model_copy(update={"policy": self.name})
         observation, scores, best = outcome.observation, outcome.scores, outcome.choice
-        real = observation.mask
         node = int(observation.nodes[best])
         explanation = (
             f"{state.node_names[node]} (FGD rank {best}) scored {scores[best]:.3g} "
-            f"under ppo, best of {int(real.sum())} candidate(s)"
+            f"under ppo, best of {scores.size} candidate(s)"
         )
         preferred = outcome.preferred
         if outcome.fgd_kept:
@@ -164,9 +158,10 @@ class PpoPolicy:
                 f"FGD's choice stands (ppo preferred another candidate by "
                 f"{scores[preferred] - scores[best]:.3g} < {self.margin:g} logits): " + explanation
             )
-        if real.sum() > 1:
+        if scores.size > 1:
             # The runner-up: the network's preference when FGD's choice stands.
-            second = preferred if outcome.fgd_kept else int(outcome.order[1])
+            order = np.argsort(-scores, kind="stable")
+            second = preferred if outcome.fgd_kept else int(order[1])
             difference = observation.candidates[best] - observation.candidates[second]
             top = np.argsort(-np.abs(difference))[:3]
             named = ", ".join(
@@ -182,7 +177,7 @@ class PpoPolicy:
             score=float(scores[best]),
             policy=self.name,
             explanation=explanation,
-            feasible_nodes=int(real.sum()),
+            feasible_nodes=scores.size,
         )
 
     def score_nodes(self, state: ClusterState, request: PodRequest, nodes: IntArray) -> FloatArray:
@@ -193,14 +188,10 @@ class PpoPolicy:
         outcome = self._logits(state, request, nodes, scores)
         if not isinstance(outcome, _Logits):
             return scores  # no model, or nothing fits: FGD ranks them all
-        real = outcome.observation.mask
         ranked = outcome.scores.copy()
         if outcome.fgd_kept:  # FGD's choice stands: it goes first
-            ranked[outcome.choice] = ranked[real].max() + 1.0
-        logits = ranked[real]
-        position = np.full(state.num_nodes, -1, dtype=np.int64)
-        position[nodes] = np.arange(nodes.size)
-        scores[position[outcome.observation.nodes]] = ABOVE_FGD + (logits - logits.min())
+            ranked[outcome.choice] = ranked.max() + 1.0
+        scores[outcome.observation.positions] = ABOVE_FGD + (ranked - ranked.min())
         return scores
 
     def placement_on(self, state: ClusterState, node: int, request: PodRequest) -> Placement:

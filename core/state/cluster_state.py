@@ -92,6 +92,9 @@ class ClusterState:
         ).astype(np.int64)
         self.gpu_capacity_milli_total = int(self.gpu_capacity_milli.sum())
         self.cpu_capacity_milli_total = int(self.cpu_capacity_milli.sum())
+        self.cpu_capacity_milli_max = int(self.cpu_capacity_milli.max())
+        self.memory_capacity_mib_max = int(self.memory_capacity_mib.max())
+        """The largest node's CPU and memory (capacities are fixed: read once)."""
 
         self.cpu_free_milli: IntArray = self.cpu_capacity_milli.copy()
         self.memory_free_mib: IntArray = self.memory_capacity_mib.copy()

@@ -196,6 +196,27 @@ def test_fgds_choice_stands_unless_the_network_prefers_another_by_the_margin() -
     assert never_fgd.deferred == 0  # type: ignore[attr-defined]
 
 
+def test_the_live_path_lifts_the_networks_choice_wherever_it_sits_among_the_names() -> None:
+    # kube-scheduler names the nodes from a rotating start (not in index order) and
+    # only some of them fit; the network's choice must score highest at its own place.
+    nodes = synthetic_cluster(300, seed=5)  # more feasible nodes than candidates
+    pods = synthetic_workload(600, seed=6)
+    policy = make_policy("ppo", PolicyContext(seed=9, workload=pods))
+    state = ClusterState(nodes)
+    checked = 0
+    for step, pod in enumerate(pods):
+        decision = policy.decide(state, pod)
+        if decision.placement is None:
+            continue
+        names = np.roll(np.arange(state.num_nodes), -37 * step)
+        feasible = names[state.feasible(pod, names)]
+        scores = policy.score_nodes(state, pod, feasible)
+        assert feasible[int(np.argmax(scores))] == decision.placement.node_index
+        state.allocate(pod, decision.placement)
+        checked += 1
+    assert checked > 400
+
+
 def test_the_shipped_model_matches_this_versions_schema() -> None:
     # Changing a feature without retraining the shipped model fails here, not in users' runs.
     load_network(default_model())
