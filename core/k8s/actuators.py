@@ -12,9 +12,11 @@ Bind       ``POST pods/{name}/binding`` through                        DONE; REF
            precondition, GPU annotations, retries); an evicted pod's   replacement yet),
            replacement found by :class:`LiveReplacements`; first,     bound elsewhere,
            ``GET pods/{name}``: the node checked against the pod's     the node ruled out
-           spec (:class:`LiveEligibility`), then the pod's              by its spec, its
-           ResourceClaims allocated and reserved (``PUT                 devices taken or
-           resourceclaims/{name}/status``)                             its claims not
+           spec and its MIG instance against the node's MIG state      by its spec, its
+           (:class:`LiveEligibility`), then the pod's ResourceClaims   MIG re-layout not
+           allocated and reserved (``PUT                               applied yet, its
+           resourceclaims/{name}/status``)                             devices taken or
+                                                                       its claims not
                                                                        satisfiable; FAILED
 Evict      ``POST pods/{name}/eviction`` (policy/v1 Eviction, UID       see :class:`LiveEvictor`
            precondition)
@@ -72,6 +74,7 @@ from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.extras_ledger import BoundPods, ledger_for
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
+from kubesage.core.k8s.mig_readiness import mig_wait
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
 from kubesage.core.k8s.schedulable import is_terminating, pod_key
 from kubesage.core.k8s.translate import pod_request
@@ -322,7 +325,9 @@ class LiveEligibility:
     """The node check of :class:`~kubesage.core.k8s.binding.BindActuator` on a live cluster
     (a :data:`~kubesage.core.k8s.binding.NodeCheck`): the pod as the API server has it now
     against its node as ``nodes`` (the ClusterSync's cache) has it, by the secondary
-    scheduler's node filters (:func:`~kubesage.core.k8s.binding.node_refusal`) and, when
+    scheduler's node filters (:func:`~kubesage.core.k8s.binding.node_refusal`), a MIG
+    instance the node cannot start yet (:func:`~kubesage.core.k8s.mig_readiness.mig_wait`:
+    MIG Manager still applying a re-layout) and, when
     ``nodes`` also keeps the bound pods (ClusterSync), its resources the core does not
     count, the node's pod count and host ports
     (:meth:`~kubesage.core.k8s.extras_ledger.ExtrasLedger.admit`, with the ledger the
@@ -350,7 +355,7 @@ class LiveEligibility:
         )
         if pod is None:
             return None
-        refusal = node_refusal(pod, node)
+        refusal = node_refusal(pod, node) or mig_wait(pod, node)
         if refusal is None and isinstance(self._nodes, BoundPods):
             refusal = ledger_for(self._nodes).admit(pod, target.node, node, self._nodes)
         return refusal

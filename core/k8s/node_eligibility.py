@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kubesage.core.arrays import BoolArray
+from kubesage.core.k8s.mig_readiness import mig_resources, mig_wait_for
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NODE_NAME_FIELD = "metadata.name"
@@ -124,7 +125,10 @@ def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 
 
 class EligibilityCache:
-    """Per-cycle masks of the nodes each pod may use, shared by pods with equal constraints."""
+    """Per-cycle masks of the nodes each pod may use, shared by pods with equal constraints:
+    the filters above and, for a pod that asks for a MIG instance by name, the nodes that
+    can start it now (:mod:`~kubesage.core.k8s.mig_readiness`: not mid-way through a MIG
+    re-layout)."""
 
     def __init__(self, nodes: Mapping[str, Mapping[str, Any]], node_names: Sequence[str]) -> None:
         self.node_names = node_names
@@ -134,15 +138,23 @@ class EligibilityCache:
 
     def eligible(self, pod: Mapping[str, Any]) -> BoolArray | None:
         spec = pod.get("spec") or {}
+        migs = mig_resources(pod)
         signature = json.dumps(
             [
                 spec.get("nodeSelector"),
                 (spec.get("affinity") or {}).get("nodeAffinity"),
                 spec.get("tolerations"),
+                migs,
             ],
             sort_keys=True,
         )
         if signature not in self._masks:
-            mask = np.array([node_fits_pod(pod, node) for node in self._nodes], dtype=bool)
+            mask = np.array(
+                [
+                    node_fits_pod(pod, node) and mig_wait_for(migs, node) is None
+                    for node in self._nodes
+                ],
+                dtype=bool,
+            )
             self._masks[signature] = None if bool(mask.all()) else mask
         return self._masks[signature]

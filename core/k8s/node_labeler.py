@@ -10,13 +10,17 @@ A MIG re-layout step (the ``nvidia.com/mig.config`` label alone):
 - elsewhere, when the step carries its mig-parted config, that config is merged into the
   ConfigMap MIG Manager reads (:mod:`~kubesage.core.k8s.mig_config_map`) before the
   label is set; without a ConfigMap to publish in, the step fails saying so, since
-  MIG Manager could not find the config the label would name.
+  MIG Manager could not find the config the label would name. When the label changes,
+  MIG Manager's report on the old config (``nvidia.com/mig.config.state``) is removed
+  with it, so that the ``success`` the loop's binds wait for
+  (:mod:`~kubesage.core.k8s.mig_readiness`) is MIG Manager's report on the new one.
 
 Any other labels are patched as they are (a None value removes the label).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import urllib3
@@ -74,6 +78,15 @@ class LiveNodeLabeler:
                     published = self._publish(action)
                 except MigConfigError as exc:
                     return Result(Outcome.FAILED, f"node/{action.node} not labelled: {exc}")
+            if labels[MIG_CONFIG_LABEL] is not None:
+                try:
+                    current = self._labels(action.node).get(MIG_CONFIG_LABEL)
+                except ApiException as exc:
+                    return api_result(exc, f"reading node {action.node}")
+                except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                    return Result(Outcome.FAILED, f"reading node {action.node}: {exc}")
+                if current != labels[MIG_CONFIG_LABEL]:  # the old config's report goes too
+                    labels[MIG_CONFIG_STATE_LABEL] = None
         try:
             self._core.patch_node(
                 action.node,
@@ -92,6 +105,16 @@ class LiveNodeLabeler:
             f"{key}={value}" if value is not None else f"{key}-" for key, value in labels.items()
         )
         return Result(Outcome.DONE, f"node/{action.node} labelled {shown}{published}")
+
+    def _labels(self, node: str) -> dict[str, str]:
+        answer = self._core.read_node(
+            node, _preload_content=False, _request_timeout=self.request_timeout_s
+        )
+        document = json.loads(answer.data)
+        labels = ((document if isinstance(document, dict) else {}).get("metadata") or {}).get(
+            "labels"
+        )
+        return labels if isinstance(labels, dict) else {}
 
     def _publish(self, action: LabelNode) -> str:
         """The step's mig-parted config merged where MIG Manager reads it; what to add

@@ -1,0 +1,175 @@
+"""The loop binds a pod's MIG instance only once its node can start it.
+
+A MIG re-layout labels its node with a mig-parted config; MIG Manager applies it and
+reports ``nvidia.com/mig.config.state``, and the device plugin then advertises the new
+instances. A bind before that is rejected by the kubelet at admission, so the loop's
+bind actuator refuses it (the plan is retried on a later tick), and the label step
+removes MIG Manager's report on the old config so that a stale ``success`` cannot let
+a bind through early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kubesage.core.k8s.actuators import live_actuators
+from kubesage.core.k8s.informer import ClusterSync
+from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from kubesage.core.k8s.mig_readiness import mig_wait
+from kubesage.core.k8s.node_eligibility import EligibilityCache
+from kubesage.core.k8s.node_labeler import LiveNodeLabeler
+from kubesage.core.k8s.translate import pod_request
+from kubesage.core.loop.actions import Bind, LabelNode, PodRef
+from kubesage.core.loop.reconciler import Outcome
+from kubesage.core.policy import PolicyContext, make_policy
+from tests.core.k8s import v1_container, v1_node, v1_pod
+from tests.fakes.apiserver import FakeApiServer, wait_until
+
+WHY = {"reconciler": "test", "explanation": "a test asked"}
+SCHEDULER = "kubesage"
+PROFILE = "nvidia.com/mig-3g.40gb"
+
+
+def mig_pod(name: str = "infer", resource: str = PROFILE) -> dict[str, Any]:
+    requests = {"cpu": "2", "memory": "4Gi", resource: "1"}
+    return v1_pod(name, containers=[v1_container(requests=requests)], scheduler_name=SCHEDULER)
+
+
+def mig_node(name: str = "mig-a", **labels: str) -> dict[str, Any]:
+    return v1_node(
+        name, gpus=1, product="NVIDIA-A100-SXM4-80GB", mig={"3g.40gb": 2}, extra_labels=labels
+    )
+
+
+def labelled(config: str | None, state: str | None) -> dict[str, str]:
+    labels = {MIG_CONFIG_LABEL: config} if config else {}
+    return labels | ({MIG_CONFIG_STATE_LABEL: state} if state else {})
+
+
+@pytest.mark.parametrize(
+    ("labels", "waits_for"),
+    [
+        (labelled("kubesage-aaaa1111", "pending"), "nvidia.com/mig.config.state=pending"),
+        (labelled("kubesage-aaaa1111", "failed"), "nvidia.com/mig.config.state=failed"),
+        (labelled("kubesage-aaaa1111", None), "no state reported yet"),
+        (labelled("kubesage-aaaa1111", "success"), None),
+        (labelled(None, None), None),  # not managed by MIG Manager: no gate
+    ],
+)
+def test_a_mig_pod_waits_until_mig_manager_applied_its_nodes_config(
+    labels: dict[str, str], waits_for: str | None
+) -> None:
+    reason = mig_wait(mig_pod(), mig_node(**labels))
+    if waits_for is None:
+        assert reason is None
+    else:
+        assert reason is not None and waits_for in reason
+        assert "MIG Manager has not applied node mig-a's MIG config kubesage-aaaa1111" in reason
+
+
+def test_a_mig_pod_waits_until_the_node_advertises_its_instance() -> None:
+    ready = labelled("kubesage-aaaa1111", "success")
+    reason = mig_wait(mig_pod(resource="nvidia.com/mig-1g.10gb"), mig_node(**ready))
+    assert reason is not None
+    assert "node mig-a does not advertise nvidia.com/mig-1g.10gb" in reason
+    # Pods without a MIG resource (whole GPUs, DRA claims) are not this gate's.
+    whole = v1_pod(containers=[v1_container(requests={"nvidia.com/gpu": "1"})])
+    assert mig_wait(whole, mig_node(**labelled("kubesage-aaaa1111", "pending"))) is None
+
+
+def test_the_secondary_scheduler_and_the_planners_leave_a_node_mid_relayout_alone() -> None:
+    # EligibilityCache is where the secondary scheduler and the live collector (which
+    # tells the loop's planners where each pending pod may go) read node filters from.
+    nodes = {
+        "mig-a": mig_node("mig-a", **labelled("kubesage-aaaa1111", "pending")),
+        "mig-b": mig_node("mig-b", **labelled("kubesage-bbbb2222", "success")),
+    }
+    cache = EligibilityCache(nodes, ["mig-a", "mig-b"])
+    mask = cache.eligible(mig_pod())
+    assert mask is not None and mask.tolist() == [False, True]
+    whole = v1_pod(containers=[v1_container(requests={"nvidia.com/gpu": "1"})])
+    assert cache.eligible(whole) is None  # every node: the gate is MIG instances' only
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.add_node(mig_node(**labelled("kubesage-aaaa1111", "pending")))
+        yield server
+
+
+@pytest.fixture
+def sync(fake: FakeApiServer) -> Iterator[ClusterSync]:
+    live = ClusterSync(fake.client(), backoff_s=0.02, max_backoff_s=0.1)
+    live.start()
+    try:
+        assert live.wait_until_ready(10)
+        yield live
+    finally:
+        live.stop()
+
+
+def test_the_loop_binds_a_mig_pod_once_mig_manager_reports_success(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    pod = fake.add_pod(mig_pod())
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 1, what="the pod seen")
+    request = pod_request(pod)
+    policy = make_policy("bestfit", PolicyContext())
+    with sync.locked() as (state, _):
+        placement = policy.decide(state, request).placement
+        free_before = state.mig_free_compute.copy()
+    assert placement is not None and placement.mig_start is not None
+    metadata = pod["metadata"]
+    bind = Bind(
+        pod=PodRef(metadata["namespace"], metadata["name"], metadata["uid"]),
+        request=request,
+        placement=placement,
+        **WHY,
+    )
+    actuator = live_actuators(fake.client(), sync, policy)[0]
+
+    refused = actuator.execute(bind)
+    assert refused.outcome is Outcome.REFUSED, refused.detail
+    assert "nvidia.com/mig.config.state=pending" in refused.detail
+    assert "nodeName" not in fake.pod("ml", "infer")["spec"]
+    with sync.locked() as (state, _):
+        assert (state.mig_free_compute == free_before).all()  # nothing assumed
+
+    def applied(node: dict[str, Any]) -> None:
+        node["metadata"]["labels"][MIG_CONFIG_STATE_LABEL] = "success"
+
+    fake.modify_node("mig-a", applied)
+    wait_until(
+        lambda: sync.nodes()["mig-a"]["metadata"]["labels"][MIG_CONFIG_STATE_LABEL] == "success",
+        what="the node's new state seen",
+    )
+    done = actuator.execute(bind)
+    assert done.outcome is Outcome.DONE, done.detail
+    assert fake.pod("ml", "infer")["spec"]["nodeName"] == "mig-a"
+
+
+def test_a_new_config_label_removes_mig_managers_report_on_the_old_one(
+    fake: FakeApiServer,
+) -> None:
+    def applied(node: dict[str, Any]) -> None:
+        node["metadata"]["labels"][MIG_CONFIG_STATE_LABEL] = "success"
+
+    fake.modify_node("mig-a", applied)
+    labeler = LiveNodeLabeler(fake.client())
+    # The stock config (no mig-parted to publish) keeps this test to the labels.
+    step = LabelNode(node="mig-a", labels={MIG_CONFIG_LABEL: "all-3g.40gb"}, **WHY)
+
+    result = labeler.execute(step)
+
+    assert result.outcome is Outcome.DONE, result.detail
+    labels = fake.node("mig-a")["metadata"]["labels"]
+    assert labels[MIG_CONFIG_LABEL] == "all-3g.40gb"
+    assert MIG_CONFIG_STATE_LABEL not in labels  # a success now is about the new config
+    # MIG Manager applies it and reports; the same step again changes nothing.
+    fake.modify_node("mig-a", applied)
+    assert labeler.execute(step).outcome is Outcome.DONE
+    assert fake.node("mig-a")["metadata"]["labels"][MIG_CONFIG_STATE_LABEL] == "success"
