@@ -2,13 +2,19 @@
 
 Shapes follow ``kubectl get pod -o json`` after API-server defaulting (uid,
 resourceVersion, terminationMessagePath, dnsPolicy, tolerations...), so tests see
-the real field set, not a minimal dictionary.
+the real field set, not a minimal dictionary. Also :func:`running_sync`, the
+informer over the fake API server, started and listed.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from kubesage.core.k8s.informer import ClusterSync
+from tests.fakes.apiserver import FakeApiServer
 
 
 def v1_node(
@@ -170,3 +176,15 @@ def v1_pod(
         "spec": spec,
         "status": {"phase": "Pending", "qosClass": "Burstable"},
     }
+
+
+@contextmanager
+def running_sync(fake: FakeApiServer) -> Iterator[ClusterSync]:
+    """A ClusterSync over ``fake`` (fast retries), listed and watching; stopped after."""
+    sync = ClusterSync(fake.client(), backoff_s=0.02, max_backoff_s=0.1)
+    sync.start()
+    try:
+        assert sync.wait_until_ready(10)
+        yield sync
+    finally:
+        sync.stop()

@@ -27,7 +27,7 @@ from kubesage.core.loop.reconciler import Actuator, Outcome
 from kubesage.core.loop.world import ClusterObservation
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.types import Placement
-from tests.core.k8s import v1_container, v1_node, v1_pod
+from tests.core.k8s import running_sync, v1_container, v1_node, v1_pod
 from tests.fakes.apiserver import FakeApiServer, wait_until
 
 WHY = {"reconciler": "test", "explanation": "a test asked"}
@@ -61,13 +61,8 @@ def fake() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 def sync(fake: FakeApiServer) -> Iterator[ClusterSync]:
-    live = ClusterSync(fake.client(), backoff_s=0.02, max_backoff_s=0.1)
-    live.start()
-    try:
-        assert live.wait_until_ready(10)
+    with running_sync(fake) as live:
         yield live
-    finally:
-        live.stop()
 
 
 def bind_to(sync: ClusterSync, pod: dict[str, Any], node: str) -> Bind:

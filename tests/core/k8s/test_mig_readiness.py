@@ -25,7 +25,7 @@ from kubesage.core.k8s.translate import pod_request
 from kubesage.core.loop.actions import Bind, LabelNode, PodRef
 from kubesage.core.loop.reconciler import Outcome
 from kubesage.core.policy import PolicyContext, make_policy
-from tests.core.k8s import v1_container, v1_node, v1_pod
+from tests.core.k8s import running_sync, v1_container, v1_node, v1_pod
 from tests.fakes.apiserver import FakeApiServer, wait_until
 
 WHY = {"reconciler": "test", "explanation": "a test asked"}
@@ -103,13 +103,8 @@ def fake() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 def sync(fake: FakeApiServer) -> Iterator[ClusterSync]:
-    live = ClusterSync(fake.client(), backoff_s=0.02, max_backoff_s=0.1)
-    live.start()
-    try:
-        assert live.wait_until_ready(10)
+    with running_sync(fake) as live:
         yield live
-    finally:
-        live.stop()
 
 
 def test_the_loop_binds_a_mig_pod_once_mig_manager_reports_success(
