@@ -12,7 +12,7 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.model_files import check_output, write_replacing
 from kubesage.core.paths import cache_dir as default_cache_dir
 from kubesage.core.traces import read_nodes, read_pods, write_pods
-from kubesage.core.traces.fetch import DATASETS, fetch_dataset
+from kubesage.core.traces.fetch import DATASETS, fetch_dataset, pinned
 from kubesage.core.traces.openb_variants import gpus_per_model, openb_variant, variant_statistics
 
 data_app = typer.Typer(
@@ -35,13 +35,15 @@ def fetch(
         typer.Option("--base-url", help="Fetch from this URL prefix instead (a mirror)."),
     ] = None,
 ) -> None:
-    """Download a data set's files into the cache and check their SHA-256 sums."""
+    """Download a data set's files into the cache and check their SHA-256 sums (genai:
+    all hours of the GenAI trace's per-pod metrics, as .csv.gz files; their sums are not
+    pinned, so the first download's are recorded and checked later)."""
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=stderr
     )
     tasks: dict[str, TaskID] = {}
 
-    def on_progress(name: str, done: int, total: int) -> None:
+    def on_progress(name: str, done: int, total: int | None) -> None:
         if name not in tasks:
             tasks[name] = progress.add_task(name, total=total)
         progress.update(tasks[name], completed=done)
@@ -51,7 +53,8 @@ def fetch(
             dataset, cache_dir=cache_dir, base_url=base_url, on_progress=on_progress
         )
     root = (cache_dir or default_cache_dir()) / dataset
-    stderr.print(f"{len(paths)} file(s) verified in {root}")
+    how = "verified" if pinned(dataset) else "checked against their first download"
+    stderr.print(f"{len(paths)} file(s) {how} in {root}")
     for path in paths:
         typer.echo(str(path))
 

@@ -6,6 +6,16 @@ bytes. A file already in the cache with the right SHA-256 is not fetched again; 
 download is written to a temporary file and renamed only after its checksum
 matches, so the cache never holds a partial or wrong file.
 
+``kubesage data fetch genai`` fetches the GenAI serving trace's per-pod metrics, all
+their hours (the project's tests use the first 16), from the same commit: one
+``<metric>.tar.gz`` each, whose CSV is kept as ``<metric>.csv.gz`` beside it
+(:mod:`~kubesage.core.traces.fetch_archives`), the form ``kubesage forecast … --data``
+reads. Their sizes and checksums were not known when this release was cut, so they are
+not pinned here: the commit pins their content, a download is capped at
+:data:`MAX_UNPINNED_BYTES`, and the SHA-256 of the first download is recorded beside
+it (``<file>.sha256``) and checked on later runs, which fetch again a file that no
+longer matches. A Git LFS pointer served instead of a file is a FetchError saying so.
+
 Every download attempt writes its own temporary file beside the target
 (``<file>.<pid>-<random>.part``), stops reading once more bytes than expected
 arrive, fsyncs, hashes the file as it is on disk and only then renames it over the
@@ -39,21 +49,33 @@ from tenacity import (
 
 from kubesage.core import paths
 from kubesage.core.errors import FetchError, InputError
+from kubesage.core.traces.fetch_archives import extract_csv, lfs_pointer
 
 CLUSTERDATA_COMMIT = "7a6c496"
-OPENB_BASE_URL = (
-    "https://raw.githubusercontent.com/alibaba/clusterdata/"
-    f"{CLUSTERDATA_COMMIT}/cluster-trace-gpu-v2023/csv/"
+CLUSTERDATA_URL = f"https://raw.githubusercontent.com/alibaba/clusterdata/{CLUSTERDATA_COMMIT}/"
+OPENB_BASE_URL = f"{CLUSTERDATA_URL}cluster-trace-gpu-v2023/csv/"
+GENAI_BASE_URL = f"{CLUSTERDATA_URL}cluster-trace-v2026-GenAI/"
+GENAI_METRICS = (
+    "pod_gpu_duty_cycle_anon",
+    "pod_gpu_memory_used_bytes_anon",
+    "pod_memory_util_anon",
+    "qps",
 )
+"""The GenAI trace's per-pod series the forecasters read (``../shared/data/genai``'s files)."""
+MAX_UNPINNED_BYTES = 8 << 30
+"""The most a file without a pinned size may take (8 GiB)."""
 
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One file of a data set: its name, expected size and SHA-256."""
+    """One file of a data set: its name, expected size and SHA-256 (None: not pinned, see
+    the module docstring), and for an archive the CSV member to keep (``extract``)."""
 
     name: str
-    size_bytes: int
-    sha256: str
+    size_bytes: int | None
+    sha256: str | None
+    extract: str | None = None
+    """A tar archive's CSV, kept as ``<extract>.gz`` beside it; what the fetch returns."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,14 @@ DATASETS: dict[str, Dataset] = {
             ),
         ),
     ),
+    "genai": Dataset(
+        name="genai",
+        base_url=GENAI_BASE_URL,
+        files=tuple(
+            RemoteFile(f"{metric}.tar.gz", None, None, extract=f"{metric}.csv")
+            for metric in GENAI_METRICS
+        ),
+    ),
 }
 
 SUPPORTED_SCHEMES = ("http", "https")
@@ -114,8 +144,11 @@ PART_SUFFIX = ".part"
 STALE_PART_SECONDS = 3600.0
 """A temporary file untouched this long belongs to a run that was killed."""
 
-ProgressCallback = Callable[[str, int, int], None]
-"""Called as ``(file_name, bytes_done, bytes_total)`` while downloading."""
+ProgressCallback = Callable[[str, int, int | None], None]
+"""Called as ``(file_name, bytes_done, bytes_total)`` while downloading (total None:
+not known before the download ends)."""
+SUM_SUFFIX = ".sha256"
+"""Beside a file without a pinned checksum: the SHA-256 of its first download."""
 
 
 def sha256_of(path: Path) -> str:
@@ -187,25 +220,54 @@ def fetch_dataset(
     owned = client is None
     http = client or httpx.Client(timeout=httpx.Timeout(30.0), follow_redirects=True)
     try:
-        return [
+        fetched = [
             _fetch_one(
                 http, url_base + remote.name, target / remote.name, remote, on_progress, attempts
             )
             for remote in dataset.files
+        ]
+        return [
+            extract_csv(path, remote.extract) if remote.extract else path
+            for path, remote in zip(fetched, dataset.files, strict=True)
         ]
     finally:
         if owned:
             http.close()
 
 
+def _recorded_sum(path: Path) -> Path:
+    return path.with_name(path.name + SUM_SUFFIX)
+
+
+def pinned(name: str) -> bool:
+    """Whether every file of data set ``name`` has a pinned checksum."""
+    return all(remote.sha256 is not None for remote in DATASETS[name].files)
+
+
 def _is_verified(path: Path, remote: RemoteFile) -> bool:
-    """Whether ``path`` already holds the right bytes (a read-only cache is fine)."""
+    """Whether ``path`` already holds the right bytes (a read-only cache is fine): the
+    pinned ones, or for a file without a pinned checksum those of its first download."""
     if not path.is_file():
         return False
     try:
+        if remote.sha256 is None:
+            recorded = _recorded_sum(path)
+            return recorded.is_file() and recorded.read_text().strip() == sha256_of(path)
         return path.stat().st_size == remote.size_bytes and sha256_of(path) == remote.sha256
     except OSError as exc:
         raise _cache_error("read the cached file", path, exc) from exc
+
+
+def _record_sum(path: Path, digest: str) -> None:
+    """Write ``digest`` beside ``path`` (a private temporary file renamed over it)."""
+    fd, part = _new_part(_recorded_sum(path))
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(digest + "\n")
+        os.replace(part, _recorded_sum(path))
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
 
 
 def _new_part(path: Path) -> tuple[int, Path]:
@@ -247,15 +309,21 @@ def _download_once(
         fd, part = _new_part(path)
     except OSError as exc:
         raise _cache_error("write to the cache folder", path.parent, exc) from exc
+    limit = remote.size_bytes if remote.size_bytes is not None else MAX_UNPINNED_BYTES
     try:
         done = 0
         with os.fdopen(fd, "wb") as out, http.stream("GET", url) as response:
             response.raise_for_status()
             for chunk in response.iter_bytes():
-                done += len(chunk)
-                if done > remote.size_bytes:
+                if done == 0 and lfs_pointer(chunk):
                     raise FetchError(
-                        f"{url}: the server sent more than the expected {remote.size_bytes} "
+                        f"{url}: the server sent a Git LFS pointer, not the file; fetch from "
+                        "a mirror that serves LFS content (--base-url)"
+                    )
+                done += len(chunk)
+                if done > limit:
+                    raise FetchError(
+                        f"{url}: the server sent more than the expected {limit} "
                         "bytes; stopped reading, nothing was written to the cache"
                     )
                 out.write(chunk)
@@ -265,13 +333,15 @@ def _download_once(
             os.fsync(out.fileno())
         # hash what is on disk, not what was received: the file is what the cache keeps
         actual = sha256_of(part)
-        if actual != remote.sha256:
+        if remote.sha256 is not None and actual != remote.sha256:
             raise FetchError(
                 f"{url}: checksum mismatch (got sha256 {actual}, "
                 f"expected {remote.sha256}); nothing was written to the cache"
             )
         # atomic: a concurrent run that finishes second replaces it with the same bytes
         os.replace(part, path)
+        if remote.sha256 is None:
+            _record_sum(path, actual)
     except BaseException:
         part.unlink(missing_ok=True)
         raise
@@ -287,7 +357,8 @@ def _fetch_one(
 ) -> Path:
     if _is_verified(path, remote):
         if on_progress:
-            on_progress(remote.name, remote.size_bytes, remote.size_bytes)
+            size = path.stat().st_size
+            on_progress(remote.name, size, size)
         return path
     made = 0
 

@@ -1,0 +1,173 @@
+"""``kubesage data fetch genai``: archives of one CSV each, without pinned checksums.
+
+The GenAI trace's per-pod metrics are published as ``<metric>.tar.gz``; the fetch keeps
+each one's CSV as ``<metric>.csv.gz`` beside it, records the first download's SHA-256
+and checks it later. Archives are built here (from the shared GenAI hours where they
+are present) and served on 127.0.0.1; nothing reaches beyond the loopback interface.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kubesage.core.errors import FetchError
+from kubesage.core.forecast.panel import read_panel
+from kubesage.core.traces import fetch as fetch_module
+from kubesage.core.traces.fetch import (
+    DATASETS,
+    GENAI_METRICS,
+    Dataset,
+    RemoteFile,
+    fetch_dataset,
+)
+from tests.builders import shared_data_dir
+from tests.core.traces.http_mirror import no_proxy, serving  # noqa: F401 (autouse fixture)
+
+NAME = "genai-test"
+DUTY = b"value,timestamp_anon,container_ip\n12.5,60,aa\n80,120,aa\n0,60,bb\n"
+
+
+def tarball(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class Mirror:
+    """Files by name on a loopback HTTP server, with a count of requests per name."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.requests: Counter[str] = Counter()
+        self.url = ""
+
+
+@pytest.fixture
+def mirror() -> Iterator[Mirror]:
+    state = Mirror()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            name = self.path.rsplit("/", 1)[-1]
+            state.requests[name] += 1
+            data = state.files.get(name)
+            if data is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        state.url = f"{url}/trace/"
+        yield state
+
+
+def register(monkeypatch: pytest.MonkeyPatch, mirror: Mirror, *metrics: str) -> None:
+    files = tuple(RemoteFile(f"{m}.tar.gz", None, None, extract=f"{m}.csv") for m in metrics)
+    datasets = {NAME: Dataset(name=NAME, base_url=mirror.url, files=files)}
+    monkeypatch.setattr(fetch_module, "DATASETS", datasets)
+
+
+def test_an_archives_csv_is_kept_gzipped_and_the_first_downloads_sum_checked_later(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror.files["duty.tar.gz"] = tarball({"export/duty.csv": DUTY, "README": b"notes"})
+    register(monkeypatch, mirror, "duty")
+
+    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+
+    assert path == tmp_path / NAME / "duty.csv.gz"
+    assert gzip.decompress(path.read_bytes()) == DUTY
+    recorded = (tmp_path / NAME / "duty.tar.gz.sha256").read_text().strip()
+    assert len(recorded) == 64
+    assert fetch_dataset(NAME, cache_dir=tmp_path) == [path]
+    assert mirror.requests["duty.tar.gz"] == 1  # the cached archive matched its record
+
+    archive = tmp_path / NAME / "duty.tar.gz"
+    archive.write_bytes(archive.read_bytes() + b"damage")
+    fetch_dataset(NAME, cache_dir=tmp_path)
+    assert mirror.requests["duty.tar.gz"] == 2  # no longer what was recorded: fetched again
+    assert gzip.decompress(path.read_bytes()) == DUTY
+
+
+def test_an_archive_whose_only_csv_has_another_name_gives_that_csv(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror.files["duty.tar.gz"] = tarball({"duty_anon_v2.csv": DUTY})
+    register(monkeypatch, mirror, "duty")
+    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    assert gzip.decompress(path.read_bytes()) == DUTY
+
+
+def test_an_archive_without_its_csv_is_an_error_naming_what_it_holds(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror.files["duty.tar.gz"] = tarball({"a.csv": DUTY, "b.csv": DUTY})
+    register(monkeypatch, mirror, "duty")
+    with pytest.raises(FetchError, match=r"expected one duty\.csv in the archive; it holds a\.csv"):
+        fetch_dataset(NAME, cache_dir=tmp_path)
+    assert not (tmp_path / NAME / "duty.csv.gz").exists()
+
+
+def test_a_file_that_is_not_an_archive_is_an_error(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror.files["duty.tar.gz"] = b"<html>rate limited</html>"
+    register(monkeypatch, mirror, "duty")
+    with pytest.raises(FetchError, match="not a readable tar archive"):
+        fetch_dataset(NAME, cache_dir=tmp_path)
+
+
+def test_a_git_lfs_pointer_is_named_as_such(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror.files["duty.tar.gz"] = (
+        b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 123456\n"
+    )
+    register(monkeypatch, mirror, "duty")
+    with pytest.raises(FetchError, match="Git LFS pointer"):
+        fetch_dataset(NAME, cache_dir=tmp_path)
+    assert not (tmp_path / NAME / "duty.tar.gz").exists()
+
+
+@pytest.mark.skipif(shared_data_dir() is None, reason="needs ../shared/data")
+def test_the_fetched_genai_metrics_read_as_the_shared_hours_do(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trace's archives hold the whole files; the shared hours stand in for them here.
+    shared = shared_data_dir()
+    assert shared is not None
+    genai = shared / "genai"
+    for metric in GENAI_METRICS:
+        csv = gzip.decompress((genai / f"{metric}.csv.gz").read_bytes())
+        mirror.files[f"{metric}.tar.gz"] = tarball({f"{metric}.csv": csv})
+    real = DATASETS["genai"]
+    monkeypatch.setattr(
+        fetch_module, "DATASETS", {"genai": Dataset("genai", mirror.url, real.files)}
+    )
+
+    paths = fetch_dataset("genai", cache_dir=tmp_path)
+
+    assert sorted(path.name for path in paths) == sorted(f"{m}.csv.gz" for m in GENAI_METRICS)
+    fetched, original = read_panel(tmp_path / "genai"), read_panel(genai)
+    assert fetched.entities == original.entities and fetched.metrics == original.metrics
+    np.testing.assert_array_equal(fetched.mask, original.mask)
+    np.testing.assert_array_equal(fetched.values[fetched.mask], original.values[original.mask])
