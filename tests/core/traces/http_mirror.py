@@ -1,5 +1,5 @@
-"""The fetch tests' local HTTP server (a handler class on an ephemeral port) and their
-loopback-only proxy settings."""
+"""The fetch tests' local HTTP server (a handler class on an ephemeral port), a quiet
+handler base that answers with bytes, and their loopback-only proxy settings."""
 
 from __future__ import annotations
 
@@ -36,3 +36,18 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A handler that logs nothing and answers a whole body with :meth:`send_bytes`."""
+
+    def send_bytes(self, data: bytes, content_type: str | None = None) -> None:
+        self.send_response(200)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass

@@ -10,7 +10,6 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,11 @@ from kubesage.core.errors import FetchError, InputError
 from kubesage.core.paths import cache_dir as default_cache_dir
 from kubesage.core.traces import fetch as fetch_module
 from kubesage.core.traces.fetch import Dataset, RemoteFile, fetch_dataset
-from tests.core.traces.http_mirror import no_proxy, serving  # noqa: F401 (autouse fixture)
+from tests.core.traces.http_mirror import (  # noqa: F401 (no_proxy: autouse fixture)
+    QuietHandler,
+    no_proxy,
+    serving,
+)
 
 FILES = {
     "alpha.csv": b"sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,0,\n",
@@ -50,8 +53,8 @@ def server(tmp_path: Path) -> Iterator[Server]:
         (root / name).write_bytes(data)
     state = Server(root=root)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if not self.path.startswith(PREFIX):
                 self.send_error(404)
                 return
@@ -65,15 +68,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
             if "/" in name or not path.is_file():
                 self.send_error(404)
                 return
-            data = path.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/csv")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+            self.send_bytes(path.read_bytes(), "text/csv")
 
     with serving(Handler) as url:
         state.url = f"{url}{PREFIX}"

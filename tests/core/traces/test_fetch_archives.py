@@ -13,7 +13,6 @@ import io
 import tarfile
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,11 @@ from kubesage.core.traces.fetch import (
     fetch_dataset,
 )
 from tests.builders import shared_data_dir
-from tests.core.traces.http_mirror import no_proxy, serving  # noqa: F401 (autouse fixture)
+from tests.core.traces.http_mirror import (  # noqa: F401 (no_proxy: autouse fixture)
+    QuietHandler,
+    no_proxy,
+    serving,
+)
 
 NAME = "genai-test"
 DUTY = b"value,timestamp_anon,container_ip\n12.5,60,aa\n80,120,aa\n0,60,bb\n"
@@ -59,21 +62,15 @@ class Mirror:
 def mirror() -> Iterator[Mirror]:
     state = Mirror()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             name = self.path.rsplit("/", 1)[-1]
             state.requests[name] += 1
             data = state.files.get(name)
             if data is None:
                 self.send_error(404)
                 return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+            self.send_bytes(data)
 
     with serving(Handler) as url:
         state.url = f"{url}/trace/"
