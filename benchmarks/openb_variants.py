@@ -1,8 +1,9 @@
 """The FGD paper's openb variants, generated: our FGD and BestFit beside the published
 figures, and the learned ppo policy beside FGD on workloads it may never have seen.
 
-The public trace ships five of the paper's 17 workloads; the other twelve exist only as
-published allocation ratios. ``core/traces/openb_variants.py`` generates every variant
+The shared data holds five of the paper's 17 workloads; the other twelve are in the
+public repository only (``kubesage data fetch openb-variants``, with ``--variants-dir``
+below). ``core/traces/openb_variants.py`` generates every variant
 from ``default`` (``gpuspec`` draws its GPU-model constraints from the shipped
 ``gpuspec20`` list when it is present). Two questions, one run:
 
@@ -17,6 +18,11 @@ from ``default`` (``gpuspec`` draws its GPU-model constraints from the shipped
 Allocation % at 130 % arrived, mean over ``--seeds`` (default 42–44), generator seed
 ``--generator-seed`` (default 0).
 
+``--variants-dir DIR`` runs the trace's own pod list of a variant wherever DIR holds
+``openb_pod_list_<variant>.csv`` (``kubesage data fetch openb-variants`` puts the
+public repository's ones in the cache), and generates the others; each variant's
+``source`` says which (``trace`` or ``generated``).
+
 ``--qualify RUNS`` adds a third question: **would qualifying ppo per workload keep it
 from losing?** Before the measured runs, ppo is qualified against FGD on each variant
 by replaying RUNS arrival orders of its own (``core/sim/qualification.py``, seeds from
@@ -25,7 +31,7 @@ qualified and FGD's where it did not, and ``qualification`` holds the verdict.
 
 JSON: ``{"variants": {"<name>": {"fgd", "bestfit", "ppo", "published_fgd",
 "published_bestfit", "fgd_minus_published", "bestfit_minus_published", "ppo_minus_fgd",
-"trained_on"}}, "mean": {the same figures over the variants}, "ppo_at_least_fgd",
+"trained_on", "source"}}, "mean": {the same figures over the variants}, "ppo_at_least_fgd",
 "model": {"file", "trained_on"}, "seeds", "generator_seed", "wall_s"}``; a policy left
 out with ``--policies`` is absent from each variant. With ``--qualify``, each variant
 also has ``ppo_qualified``, ``ppo_qualified_minus_fgd`` and ``qualification`` (the
@@ -36,7 +42,7 @@ the first 100 nodes, qualification on 2 orders (figures meaningless).
     python benchmarks/openb_variants.py [--variants cpu100,gpushare80,...] [--seeds 42-44]
                                         [--policies fgd,bestfit,ppo] [--model FILE]
                                         [--generator-seed 0] [--jobs N] [--format json]
-                                        [--qualify RUNS]
+                                        [--qualify RUNS] [--variants-dir DIR]
 """
 
 from __future__ import annotations
@@ -94,6 +100,11 @@ def main() -> int:
     )
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--variants", default=",".join(PUBLISHED_VARIANTS))
+    parser.add_argument(
+        "--variants-dir",
+        type=Path,
+        help="A folder of the trace's own variant pod lists, read instead of generating them.",
+    )
     parser.add_argument("--seeds", default="42-44")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--model", type=Path, default=default_model())
@@ -129,8 +140,15 @@ def main() -> int:
     seen = trained_on(args.model) if "ppo" in policies else []
     document: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
+    if args.variants_dir is not None and not args.variants_dir.is_dir():
+        parser.error(f"--variants-dir: {args.variants_dir} is not a directory")
     for name in [v for v in args.variants.split(",") if v]:
-        pods = openb_variant(base, name, seed=args.generator_seed, specs=specs, models=models)
+        own = args.variants_dir / f"openb_pod_list_{name}.csv" if args.variants_dir else None
+        if own is not None and own.is_file():
+            pods, source = read_pods(own), "trace"
+        else:
+            pods = openb_variant(base, name, seed=args.generator_seed, specs=specs, models=models)
+            source = "generated"
         runs = [
             RunSpec(p, s, model=args.model if p == "ppo" else None) for p in policies for s in seeds
         ]
@@ -158,9 +176,14 @@ def main() -> int:
                     flush=True,
                 )
             figures["trained_on"] = name in seen
+        figures["source"] = source
         document[name] = figures
     wall_s = round(time.perf_counter() - started, 1)
-    keys = [k for k in next(iter(document.values())) if k not in ("trained_on", "qualification")]
+    keys = [
+        k
+        for k in next(iter(document.values()))
+        if k not in ("trained_on", "qualification", "source")
+    ]
     mean = {
         k: round(statistics.fmean(v[k] for v in document.values() if v.get(k) is not None), 3)
         for k in keys
@@ -189,12 +212,21 @@ def main() -> int:
             )
         )
         return 0
-    print(f"GPU allocation at 130 % arrived (%), generated variants, mean over seeds {args.seeds}")
+    sources = sorted({v["source"] for v in document.values()})
+    print(
+        f"GPU allocation at 130 % arrived (%), {' and '.join(sources)} variants, mean over "
+        f"seeds {args.seeds}"
+    )
     if seen:
         print(f"model {args.model.name} was trained on: {', '.join(seen)}")
     columns = [k for k in keys if not k.startswith("published_")]
     rows: list[list[object]] = [
-        [name + (" (trained on)" if v.get("trained_on") else ""), *(v.get(k) for k in columns)]
+        [
+            name
+            + (" (trace's)" if v["source"] == "trace" else "")
+            + (" (trained on)" if v.get("trained_on") else ""),
+            *(v.get(k) for k in columns),
+        ]
         for name, v in document.items()
     ]
     rows.append(["mean", *(mean.get(k) for k in columns)])

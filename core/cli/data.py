@@ -35,9 +35,13 @@ def fetch(
         typer.Option("--base-url", help="Fetch from this URL prefix instead (a mirror)."),
     ] = None,
 ) -> None:
-    """Download a data set's files into the cache and check their SHA-256 sums (genai:
-    all hours of the GenAI trace's per-pod metrics, as .csv.gz files; their sums are not
-    pinned, so the first download's are recorded and checked later)."""
+    """Download a data set's files into the cache and check their SHA-256 sums.
+
+    openb: node lists, five pod lists. openb-variants: the other pod lists (FGD's variants).
+
+    genai: every hour of the GenAI trace's per-pod metrics, as .csv.gz files.
+
+    The last two are not pinned by checksum: the first download's sums are checked later."""
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=stderr
     )

@@ -6,15 +6,17 @@ bytes. A file already in the cache with the right SHA-256 is not fetched again; 
 download is written to a temporary file and renamed only after its checksum
 matches, so the cache never holds a partial or wrong file.
 
-``kubesage data fetch genai`` fetches the GenAI serving trace's per-pod metrics, all
-their hours (the project's tests use the first 16), from the same commit: one
-``<metric>.tar.gz`` each, whose CSV is kept as ``<metric>.csv.gz`` beside it
-(:mod:`~kubesage.core.traces.fetch_archives`), the form ``kubesage forecast … --data``
-reads. Their sizes and checksums were not known when this release was cut, so they are
-not pinned here: the commit pins their content, a download is capped at
-:data:`MAX_UNPINNED_BYTES`, and the SHA-256 of the first download is recorded beside
-it (``<file>.sha256``) and checked on later runs, which fetch again a file that no
-longer matches. A Git LFS pointer served instead of a file is a FetchError saying so.
+``kubesage data fetch openb-variants`` fetches the trace's other openb pod lists (the
+FGD paper's variants that ``openb`` leaves out). ``kubesage data fetch genai`` fetches
+the GenAI serving trace's per-pod metrics, all their hours (the project's tests use the
+first 16), from the same commit: one ``<metric>.tar.gz`` each, whose CSV is kept as
+``<metric>.csv.gz`` beside it (:mod:`~kubesage.core.traces.fetch_archives`), the form
+``kubesage forecast … --data`` reads. The sizes and checksums of these two sets were not
+known when this release was cut, so they are not pinned here: the commit pins their
+content, a download is capped at :data:`MAX_UNPINNED_BYTES`, and the SHA-256 of the
+first download is recorded beside it (``<file>.sha256``) and checked on later runs,
+which fetch again a file that no longer matches. A Git LFS pointer served instead of a
+file is a FetchError saying so.
 
 Every download attempt writes its own temporary file beside the target
 (``<file>.<pid>-<random>.part``), stops reading once more bytes than expected
@@ -62,6 +64,13 @@ GENAI_METRICS = (
     "qps",
 )
 """The GenAI trace's per-pod series the forecasters read (``../shared/data/genai``'s files)."""
+OPENB_OTHER_POD_LISTS = (
+    "cpu0", "cpu037", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
+    "gpushare20", "gpushare60", "gpushare80", "gpushare100",
+    "gpuspec05", "gpuspec10", "gpuspec25", "gpuspec33",
+    "multigpu30", "multigpu40", "multigpu50",
+)  # fmt: skip
+"""The trace's other openb pod lists (the FGD paper's variants beside the five above)."""
 MAX_UNPINNED_BYTES = 8 << 30
 """The most a file without a pinned size may take (8 GiB)."""
 
@@ -127,6 +136,13 @@ DATASETS: dict[str, Dataset] = {
                 271_530,
                 "d9ec6f6c74fb980cc0b81239470c6353fceea077ea9abd610003b604c7cc2b01",
             ),
+        ),
+    ),
+    "openb-variants": Dataset(
+        name="openb-variants",
+        base_url=OPENB_BASE_URL,
+        files=tuple(
+            RemoteFile(f"openb_pod_list_{name}.csv", None, None) for name in OPENB_OTHER_POD_LISTS
         ),
     ),
     "genai": Dataset(

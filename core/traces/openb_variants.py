@@ -1,9 +1,9 @@
 """openb workload variants generated from a base pod list.
 
 The FGD paper evaluates 17 openb workloads; four of them ship beside ``default`` in
-the public trace (and in this project's shared data), the other twelve only as
-published allocation ratios. Each variant stresses one thing, named by its kind and
-a percentage:
+this project's shared data (and ``kubesage data fetch openb``), the other twelve in the
+public repository only (``kubesage data fetch openb-variants``). Each variant stresses
+one thing, named by its kind and a percentage:
 
 - ``gpushare<N>``: GPU-sharing pods (one GPU, a share below 1,000 milli) request N %
   of the workload's GPU. The pods are drawn again from the base, as many as it has,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -167,6 +168,7 @@ def check_openb_variants(document: dict[str, Any]) -> None:
             assert key in entry, key
         assert entry["ppo_minus_fgd"] == pytest.approx(entry["ppo"] - entry["fgd"], abs=1e-3)
         assert isinstance(entry["trained_on"], bool)
+        assert entry["source"] == "generated"
         verdict = entry["qualification"]
         assert len(verdict["gains"]) == 2
         assert entry["ppo_qualified"] == entry[verdict["chosen"]]
@@ -529,6 +531,31 @@ def test_benchmark_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
     document = json.loads(lines[-1])
     assert isinstance(document, dict), lines[-1][:300]
     spec.check(document)
+
+
+def test_openb_variants_runs_the_traces_own_pod_list_where_given(tmp_path: Path) -> None:
+    """``--variants-dir``: a variant whose pod list is there is read, not generated."""
+    env = {**os.environ, **_require(("openb",)), "KUBESAGE_BENCH_TINY": "1"}
+    root = shared_data_dir()
+    assert root is not None
+    own = tmp_path / "variants"
+    own.mkdir()
+    # The tiny run's variant is gpushare60; any openb pod list stands in for the trace's.
+    stand_in = root / "openb" / "openb_pod_list_gpushare40.csv"
+    shutil.copy(stand_in, own / "openb_pod_list_gpushare60.csv")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS_DIR / "openb_variants.py"), "--policies", "fgd",
+         "--variants-dir", str(own), "--format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout.strip().splitlines()[-1])
+    assert document["variants"]["gpushare60"]["source"] == "trace"
 
 
 def test_extender_benchmark_serves_through_granian(tmp_path: Path) -> None:

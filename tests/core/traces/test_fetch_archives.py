@@ -1,4 +1,5 @@
-"""``kubesage data fetch genai``: archives of one CSV each, without pinned checksums.
+"""``kubesage data fetch genai`` and ``openb-variants``: files without pinned checksums,
+and archives of one CSV each.
 
 The GenAI trace's per-pod metrics are published as ``<metric>.tar.gz``; the fetch keeps
 each one's CSV as ``<metric>.csv.gz`` beside it, records the first download's SHA-256
@@ -103,6 +104,22 @@ def test_an_archives_csv_is_kept_gzipped_and_the_first_downloads_sum_checked_lat
     fetch_dataset(NAME, cache_dir=tmp_path)
     assert mirror.requests["duty.tar.gz"] == 2  # no longer what was recorded: fetched again
     assert gzip.decompress(path.read_bytes()) == DUTY
+
+
+def test_a_plain_file_without_a_pinned_sum_is_kept_as_fetched(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # openb-variants: the trace's other pod lists, CSVs as they are.
+    mirror.files["openb_pod_list_gpushare60.csv"] = DUTY
+    files = (RemoteFile("openb_pod_list_gpushare60.csv", None, None),)
+    monkeypatch.setattr(
+        fetch_module, "DATASETS", {NAME: Dataset(name=NAME, base_url=mirror.url, files=files)}
+    )
+    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    assert path.read_bytes() == DUTY
+    assert (tmp_path / NAME / "openb_pod_list_gpushare60.csv.sha256").is_file()
+    assert fetch_dataset(NAME, cache_dir=tmp_path) == [path]
+    assert mirror.requests["openb_pod_list_gpushare60.csv"] == 1
 
 
 def test_an_archive_whose_only_csv_has_another_name_gives_that_csv(
