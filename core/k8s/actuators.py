@@ -48,6 +48,7 @@ from typing import Any
 import urllib3
 
 from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.k8s.api_reads import read_pod
 from kubesage.core.k8s.api_results import DEFAULT_REQUEST_TIMEOUT_S, api_result, unexpected
 from kubesage.core.k8s.api_status import api_causes, api_message
 from kubesage.core.k8s.apiclient import (
@@ -65,18 +66,15 @@ from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.binding import (
     AssumingView,
     BindActuator,
-    BindTarget,
     NodeObjects,
     assume_and_bind,
-    node_refusal,
 )
 from kubesage.core.k8s.dra_binding import ClaimAllocator
-from kubesage.core.k8s.extras_ledger import BoundPods, ledger_for
+from kubesage.core.k8s.live_eligibility import LiveEligibility
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
-from kubesage.core.k8s.mig_readiness import mig_wait
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
-from kubesage.core.k8s.schedulable import is_terminating, pod_key
+from kubesage.core.k8s.schedulable import is_terminating
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (
     MERGE_PATCH,
@@ -301,7 +299,7 @@ class LiveReplacements:
                 self._taken.popitem(last=False)
 
     def _read(self, pod: PodRef) -> dict[str, Any] | None:
-        return _read_pod(self._core, pod, self.request_timeout_s)
+        return read_pod(self._core, pod, self.request_timeout_s)
 
     def _pending(self, namespace: str) -> list[dict[str, Any]]:
         try:
@@ -319,68 +317,6 @@ class LiveReplacements:
         except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as exc:
             raise DependencyError(f"listing pending pods of {namespace}: {exc}") from exc
         return [item for item in items if isinstance(item, dict) and item.get("metadata")]
-
-
-class LiveEligibility:
-    """The node check of :class:`~kubesage.core.k8s.binding.BindActuator` on a live cluster
-    (a :data:`~kubesage.core.k8s.binding.NodeCheck`): the pod as the API server has it now
-    against its node as ``nodes`` (the ClusterSync's cache) has it, by the secondary
-    scheduler's node filters (:func:`~kubesage.core.k8s.binding.node_refusal`), a MIG
-    instance the node cannot start yet (:func:`~kubesage.core.k8s.mig_readiness.mig_wait`:
-    MIG Manager still applying a re-layout) and, when
-    ``nodes`` also keeps the bound pods (ClusterSync), its resources the core does not
-    count, the node's pod count and host ports
-    (:meth:`~kubesage.core.k8s.extras_ledger.ExtrasLedger.admit`, with the ledger the
-    secondary scheduler shares). A pod that is gone, or a node the cache does not know,
-    passes: the bind path refuses those itself (the Binding's 404; no room in the state)."""
-
-    def __init__(
-        self,
-        api: ApiClient,
-        nodes: NodeObjects,
-        *,
-        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-    ) -> None:
-        # Any: called with _preload_content=False (raw JSON).
-        self._core: Any = CoreV1Api(api)
-        self._nodes = nodes
-        self.request_timeout_s = request_timeout_s
-
-    def __call__(self, target: BindTarget) -> str | None:
-        node = self._nodes.nodes().get(target.node)
-        if node is None:
-            return None
-        pod = _read_pod(
-            self._core, PodRef(target.namespace, target.name, target.uid), self.request_timeout_s
-        )
-        if pod is None:
-            return None
-        refusal = node_refusal(pod, node) or mig_wait(pod, node)
-        if refusal is None and isinstance(self._nodes, BoundPods):
-            refusal = ledger_for(self._nodes).admit(pod, target.node, node, self._nodes)
-        return refusal
-
-    def bind_failed(self, target: BindTarget) -> None:
-        """The pod's extras stop counting on its node at once (not after the ledger's
-        grace for a placement whose assumption never showed)."""
-        ledger_for(self._nodes).forget(pod_key(target.pod))
-
-
-def _read_pod(core: Any, pod: PodRef, timeout_s: float) -> dict[str, Any] | None:
-    """The pod as the API server has it; None when it is gone (DependencyError when the
-    API server cannot say)."""
-    try:
-        answer = core.read_namespaced_pod(
-            pod.name, pod.namespace, _preload_content=False, _request_timeout=timeout_s
-        )
-        document = json.loads(answer.data)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise DependencyError(f"reading pod {pod}: HTTP {exc.status}: {api_message(exc)}") from exc
-    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-        raise DependencyError(f"reading pod {pod}: {exc}") from exc
-    return document if isinstance(document, dict) else None
 
 
 def _age_order(pod: Mapping[str, Any]) -> tuple[str, str]:

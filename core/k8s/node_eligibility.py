@@ -126,11 +126,20 @@ def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 
 class EligibilityCache:
     """Per-cycle masks of the nodes each pod may use, shared by pods with equal constraints:
-    the filters above and, for a pod that asks for a MIG instance by name, the nodes that
-    can start it now (:mod:`~kubesage.core.k8s.mig_readiness`: not mid-way through a MIG
-    re-layout)."""
+    the filters above and, with ``binds_now`` (a scheduler that binds what it places at
+    once), for a pod that asks for a MIG instance by name, the nodes that can start it now
+    (:mod:`~kubesage.core.k8s.mig_readiness`: not mid-way through a MIG re-layout, the
+    instance advertised). Planners leave that out: a re-layout exists to create instances
+    a node does not advertise yet, and the bind path applies the gate."""
 
-    def __init__(self, nodes: Mapping[str, Mapping[str, Any]], node_names: Sequence[str]) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[str, Mapping[str, Any]],
+        node_names: Sequence[str],
+        *,
+        binds_now: bool = False,
+    ) -> None:
+        self.binds_now = binds_now
         self.node_names = node_names
         """The state's node list these masks index (a rebuild makes a new list)."""
         self._nodes = [nodes.get(name) or {} for name in node_names]
@@ -138,7 +147,7 @@ class EligibilityCache:
 
     def eligible(self, pod: Mapping[str, Any]) -> BoolArray | None:
         spec = pod.get("spec") or {}
-        migs = mig_resources(pod)
+        migs = mig_resources(pod) if self.binds_now else []
         signature = json.dumps(
             [
                 spec.get("nodeSelector"),

@@ -13,24 +13,27 @@ A MIG re-layout step (the ``nvidia.com/mig.config`` label alone):
   MIG Manager could not find the config the label would name. When the label changes,
   MIG Manager's report on the old config (``nvidia.com/mig.config.state``) is removed
   with it, so that the ``success`` the loop's binds wait for
-  (:mod:`~kubesage.core.k8s.mig_readiness`) is MIG Manager's report on the new one.
+  (:mod:`~kubesage.core.k8s.mig_readiness`) is MIG Manager's report on the new one; a
+  node whose MIG Manager is still applying another config (``pending``, ``rebooting``)
+  is not relabelled (refused: its report on that one would land after the removal).
 
 Any other labels are patched as they are (a None value removes the label).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import urllib3
 
 from kubesage.core.errors import KubesageError
+from kubesage.core.k8s.api_reads import read_node
 from kubesage.core.k8s.api_results import DEFAULT_REQUEST_TIMEOUT_S, api_result, unexpected
 from kubesage.core.k8s.apiclient import ApiClient, ApiException, CoreV1Api
 from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.mig_config_map import MigConfigError, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from kubesage.core.k8s.mig_readiness import BUSY_STATES
 from kubesage.core.k8s.workloads import MERGE_PATCH
 from kubesage.core.loop.actions import Action, ActionKind, LabelNode
 from kubesage.core.loop.reconciler import Outcome, Result
@@ -73,20 +76,27 @@ class LiveNodeLabeler:
                     f"node/{action.node} publishes partitionable MIG devices: the new layout "
                     f"is allocated through DRA with the pods' claims, not labelled {labels}",
                 )
+            if labels[MIG_CONFIG_LABEL] is not None:
+                try:
+                    node = read_node(self._core, action.node, self.request_timeout_s) or {}
+                except KubesageError as exc:
+                    return Result(Outcome.FAILED, str(exc))
+                current: dict[str, str] = (node.get("metadata") or {}).get("labels") or {}
+                config, state = current.get(MIG_CONFIG_LABEL), current.get(MIG_CONFIG_STATE_LABEL)
+                if config != labels[MIG_CONFIG_LABEL]:
+                    if state in BUSY_STATES:
+                        return Result(
+                            Outcome.REFUSED,
+                            f"node/{action.node}: MIG Manager is still applying config {config} "
+                            f"({MIG_CONFIG_STATE_LABEL}={state}); relabelling now would race "
+                            "it and its report",
+                        )
+                    labels[MIG_CONFIG_STATE_LABEL] = None  # the old config's report goes too
             if action.mig_parted is not None:
                 try:
                     published = self._publish(action)
                 except MigConfigError as exc:
                     return Result(Outcome.FAILED, f"node/{action.node} not labelled: {exc}")
-            if labels[MIG_CONFIG_LABEL] is not None:
-                try:
-                    current = self._labels(action.node).get(MIG_CONFIG_LABEL)
-                except ApiException as exc:
-                    return api_result(exc, f"reading node {action.node}")
-                except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                    return Result(Outcome.FAILED, f"reading node {action.node}: {exc}")
-                if current != labels[MIG_CONFIG_LABEL]:  # the old config's report goes too
-                    labels[MIG_CONFIG_STATE_LABEL] = None
         try:
             self._core.patch_node(
                 action.node,
@@ -105,16 +115,6 @@ class LiveNodeLabeler:
             f"{key}={value}" if value is not None else f"{key}-" for key, value in labels.items()
         )
         return Result(Outcome.DONE, f"node/{action.node} labelled {shown}{published}")
-
-    def _labels(self, node: str) -> dict[str, str]:
-        answer = self._core.read_node(
-            node, _preload_content=False, _request_timeout=self.request_timeout_s
-        )
-        document = json.loads(answer.data)
-        labels = ((document if isinstance(document, dict) else {}).get("metadata") or {}).get(
-            "labels"
-        )
-        return labels if isinstance(labels, dict) else {}
 
     def _publish(self, action: LabelNode) -> str:
         """The step's mig-parted config merged where MIG Manager reads it; what to add

@@ -352,7 +352,7 @@ class SecondaryScheduler:
             or extras.node_names is not node_names
         ):
             nodes = self.sync.nodes()
-            masks = self._masks = EligibilityCache(nodes, node_names)
+            masks = self._masks = EligibilityCache(nodes, node_names, binds_now=True)
             extras = self._extras = self._ledger.use(
                 nodes, node_names, self.sync.bound_pods(), self.sync.placement_of
             )

@@ -51,7 +51,12 @@ from tenacity import (
 
 from kubesage.core import paths
 from kubesage.core.errors import FetchError, InputError
-from kubesage.core.traces.fetch_archives import extract_csv, lfs_pointer
+from kubesage.core.traces.fetch_archives import (
+    ArchiveError,
+    extract_csv,
+    extracted_path,
+    lfs_pointer,
+)
 
 CLUSTERDATA_COMMIT = "7a6c496"
 CLUSTERDATA_URL = f"https://raw.githubusercontent.com/alibaba/clusterdata/{CLUSTERDATA_COMMIT}/"
@@ -243,12 +248,31 @@ def fetch_dataset(
             for remote in dataset.files
         ]
         return [
-            extract_csv(path, remote.extract) if remote.extract else path
+            _extracted(path, remote.extract) if remote.extract else path
             for path, remote in zip(fetched, dataset.files, strict=True)
         ]
     finally:
         if owned:
             http.close()
+
+
+def _extracted(archive: Path, member: str) -> Path:
+    """The archive's CSV beside it (:func:`extract_csv`). An archive that is not one, or
+    lacks the CSV, is removed with its recorded sum, so the next run downloads it again
+    rather than trusting a first download that was never the archive."""
+    try:
+        recorded = _recorded_sum(archive).read_text().strip()
+    except OSError as exc:
+        raise _cache_error("read the recorded sum of", archive, exc) from exc
+    try:
+        return extract_csv(archive, member, recorded)
+    except ArchiveError as exc:
+        archive.unlink(missing_ok=True)
+        _recorded_sum(archive).unlink(missing_ok=True)
+        again = "removed from the cache, the next fetch downloads it again"
+        raise FetchError(f"{exc}; {again}") from exc
+    finally:
+        _remove_stale_parts(extracted_path(archive, member))
 
 
 def _recorded_sum(path: Path) -> Path:
@@ -347,6 +371,8 @@ def _download_once(
                     on_progress(remote.name, done, remote.size_bytes)
             out.flush()
             os.fsync(out.fileno())
+        if on_progress and remote.size_bytes is None:
+            on_progress(remote.name, done, done)  # the total is known now
         # hash what is on disk, not what was received: the file is what the cache keeps
         actual = sha256_of(part)
         if remote.sha256 is not None and actual != remote.sha256:

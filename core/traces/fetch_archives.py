@@ -3,9 +3,11 @@ gzip-compressed beside it.
 
 Alibaba's GenAI serving trace publishes each metric as ``<metric>.tar.gz`` holding one
 CSV; the project's readers take ``<metric>.csv.gz``. :func:`extract_csv` writes that
-file from the archive (the member named ``<metric>.csv``, or the archive's only CSV),
-through a private temporary file renamed at the end, so a killed run leaves no partial
-file behind. It runs again whenever the archive is newer than the CSV it made.
+file from the archive (the member named ``<metric>.csv``, or the archive's only CSV)
+through a private temporary file, fsynced and renamed at the end, and then records
+which archive it came from (``<metric>.csv.gz.source``: the archive's SHA-256). It is
+written again whenever that record does not name the archive's bytes, so neither a file
+from a killed run nor one placed there by hand passes for the archive's CSV.
 
 A Git LFS pointer served in place of a file (a text file of three lines beginning
 ``version https://git-lfs``) is recognised by :func:`lfs_pointer` so that the download
@@ -24,6 +26,11 @@ from pathlib import Path, PurePosixPath
 
 from kubesage.core.errors import FetchError
 
+
+class ArchiveError(FetchError):
+    """The archive itself is wrong: not a readable tar, or without the CSV."""
+
+
 LFS_POINTER_START = b"version https://git-lfs"
 """How a Git LFS pointer file begins."""
 
@@ -38,15 +45,22 @@ def extracted_path(archive: Path, member: str) -> Path:
     return archive.with_name(f"{member}.gz")
 
 
-def extract_csv(archive: Path, member: str) -> Path:
-    """The CSV ``member`` of the tar ``archive`` as ``<member>.gz`` beside it (see the module
-    docstring); FetchError when the archive cannot be read or holds no such CSV."""
+def _source_record(target: Path) -> Path:
+    return target.with_name(target.name + ".source")
+
+
+def extract_csv(archive: Path, member: str, archive_sha256: str) -> Path:
+    """The CSV ``member`` of the tar ``archive`` (whose SHA-256 is ``archive_sha256``) as
+    ``<member>.gz`` beside it (see the module docstring); FetchError when the archive
+    cannot be read or holds no such CSV (:class:`ArchiveError`), or the CSV cannot be
+    written."""
     target = extracted_path(archive, member)
+    record = _source_record(target)
     try:
-        if target.is_file() and target.stat().st_mtime >= archive.stat().st_mtime:
+        if target.is_file() and record.is_file() and record.read_text().strip() == archive_sha256:
             return target
     except OSError as exc:
-        raise FetchError(f"cannot read {target}: {exc.strerror or exc}") from exc
+        raise FetchError(f"cannot read {record}: {exc.strerror or exc}") from exc
     part = target.with_name(f"{target.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -54,13 +68,19 @@ def extract_csv(archive: Path, member: str) -> Path:
             reader = tar.extractfile(source)
             if reader is None:  # pragma: no cover - _member returns regular files only
                 raise FetchError(f"{archive}: {source.name} is not a regular file")
-            with reader, gzip.open(part, "wb", compresslevel=6) as out:
-                shutil.copyfileobj(reader, out, 1 << 20)
+            with reader, part.open("wb") as raw:
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
+                    shutil.copyfileobj(reader, out, 1 << 20)
+                raw.flush()
+                os.fsync(raw.fileno())
         os.replace(part, target)
+        record.write_text(archive_sha256 + "\n")
     except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise FetchError(f"{archive}: not a readable tar archive ({exc})") from exc
-    except OSError as exc:
-        raise FetchError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        detail = " ".join(str(exc).split())  # tarfile's reasons span lines
+        raise ArchiveError(f"{archive}: not a readable tar archive ({detail})") from exc
+    except OSError as exc:  # reading the archive or writing the CSV
+        reason = exc.strerror or str(exc)
+        raise FetchError(f"extracting {member} from {archive} to {target}: {reason}") from exc
     finally:
         part.unlink(missing_ok=True)
     return target
@@ -76,4 +96,4 @@ def _member(tar: tarfile.TarFile, archive: Path, member: str) -> tarfile.TarInfo
     if not named and len(csvs) == 1:
         return csvs[0]
     found = ", ".join(info.name for info in files[:10]) or "no files"
-    raise FetchError(f"{archive}: expected one {member} in the archive; it holds {found}")
+    raise ArchiveError(f"{archive}: expected one {member} in the archive; it holds {found}")

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from kubesage.core.k8s.actuators import live_actuators
+from kubesage.core.k8s.binding import BindTarget
 from kubesage.core.k8s.informer import ClusterSync
+from kubesage.core.k8s.live_eligibility import LiveEligibility
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from kubesage.core.k8s.mig_readiness import mig_wait
 from kubesage.core.k8s.node_eligibility import EligibilityCache
@@ -53,9 +55,13 @@ def labelled(config: str | None, state: str | None) -> dict[str, str]:
     ("labels", "waits_for"),
     [
         (labelled("kubesage-aaaa1111", "pending"), "nvidia.com/mig.config.state=pending"),
-        (labelled("kubesage-aaaa1111", "failed"), "nvidia.com/mig.config.state=failed"),
+        (labelled("kubesage-aaaa1111", "rebooting"), "nvidia.com/mig.config.state=rebooting"),
+        # kubesage removed the old report when it set its config: MIG Manager's is awaited.
         (labelled("kubesage-aaaa1111", None), "no state reported yet"),
+        (labelled("all-3g.40gb", "pending"), "nvidia.com/mig.config.state=pending"),
         (labelled("kubesage-aaaa1111", "success"), None),
+        # An operator's config and no report at all: no MIG Manager runs there.
+        (labelled("all-3g.40gb", None), None),
         (labelled(None, None), None),  # not managed by MIG Manager: no gate
     ],
 )
@@ -67,7 +73,17 @@ def test_a_mig_pod_waits_until_mig_manager_applied_its_nodes_config(
         assert reason is None
     else:
         assert reason is not None and waits_for in reason
-        assert "MIG Manager has not applied node mig-a's MIG config kubesage-aaaa1111" in reason
+        assert "MIG Manager has not applied node mig-a's MIG config" in reason
+        assert "retried on a later tick" in reason
+
+
+def test_a_failed_config_says_how_to_relabel_not_that_it_is_retried() -> None:
+    # MIG Manager applies a config again only when the label changes.
+    reason = mig_wait(mig_pod(), mig_node(**labelled("kubesage-aaaa1111", "failed")))
+    assert reason is not None
+    assert "MIG Manager failed to apply node mig-a's MIG config kubesage-aaaa1111" in reason
+    assert "kubectl label node mig-a nvidia.com/mig.config-" in reason
+    assert "retried on a later tick" not in reason
 
 
 def test_a_mig_pod_waits_until_the_node_advertises_its_instance() -> None:
@@ -80,18 +96,24 @@ def test_a_mig_pod_waits_until_the_node_advertises_its_instance() -> None:
     assert mig_wait(whole, mig_node(**labelled("kubesage-aaaa1111", "pending"))) is None
 
 
-def test_the_secondary_scheduler_and_the_planners_leave_a_node_mid_relayout_alone() -> None:
-    # EligibilityCache is where the secondary scheduler and the live collector (which
-    # tells the loop's planners where each pending pod may go) read node filters from.
+def test_the_secondary_scheduler_leaves_a_node_mid_relayout_alone_the_planners_do_not() -> None:
+    # EligibilityCache is where the secondary scheduler (which binds what it places) and
+    # the live collector (which tells the loop's planners where each pending pod may go)
+    # read node filters from. A planner may re-lay out a node to create the instance.
     nodes = {
         "mig-a": mig_node("mig-a", **labelled("kubesage-aaaa1111", "pending")),
         "mig-b": mig_node("mig-b", **labelled("kubesage-bbbb2222", "success")),
     }
-    cache = EligibilityCache(nodes, ["mig-a", "mig-b"])
-    mask = cache.eligible(mig_pod())
+    binds = EligibilityCache(nodes, ["mig-a", "mig-b"], binds_now=True)
+    mask = binds.eligible(mig_pod())
     assert mask is not None and mask.tolist() == [False, True]
+    unadvertised = binds.eligible(mig_pod(resource="nvidia.com/mig-1g.10gb"))
+    assert unadvertised is not None and not unadvertised.any()
     whole = v1_pod(containers=[v1_container(requests={"nvidia.com/gpu": "1"})])
-    assert cache.eligible(whole) is None  # every node: the gate is MIG instances' only
+    assert binds.eligible(whole) is None  # every node: the gate is MIG instances' only
+    plans = EligibilityCache(nodes, ["mig-a", "mig-b"])
+    assert plans.eligible(mig_pod()) is None
+    assert plans.eligible(mig_pod(resource="nvidia.com/mig-1g.10gb")) is None
 
 
 @pytest.fixture
@@ -168,3 +190,41 @@ def test_a_new_config_label_removes_mig_managers_report_on_the_old_one(
     fake.modify_node("mig-a", applied)
     assert labeler.execute(step).outcome is Outcome.DONE
     assert fake.node("mig-a")["metadata"]["labels"][MIG_CONFIG_STATE_LABEL] == "success"
+
+
+class StaleNodes:
+    """A node cache that has not seen the loop's own label yet (NodeObjects)."""
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        self._node = node
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {"mig-a": self._node}
+
+
+def test_the_bind_check_reads_the_node_from_the_api_server_not_a_stale_cache(
+    fake: FakeApiServer,
+) -> None:
+    # A plan labels its node and binds to it in the same tick: the cache may still show
+    # the old config's success while the API server already has the new label.
+    pod = fake.add_pod(mig_pod())
+    stale = mig_node(**labelled("all-3g.40gb", "success"))
+    check = LiveEligibility(fake.client(), StaleNodes(stale))
+    target = BindTarget(
+        pod["metadata"]["namespace"], "infer", pod["metadata"]["uid"], "mig-a", pod_request(pod)
+    )
+    reason = check(target)
+    assert reason is not None and "nvidia.com/mig.config.state=pending" in reason
+
+
+def test_a_node_whose_mig_manager_is_busy_is_not_relabelled(fake: FakeApiServer) -> None:
+    # The fixture's node is applying kubesage-aaaa1111 (pending): relabelling it now, its
+    # report on that config could land after the removal and pass for the new one's.
+    labeler = LiveNodeLabeler(fake.client())
+    step = LabelNode(node="mig-a", labels={MIG_CONFIG_LABEL: "all-3g.40gb"}, **WHY)
+    refused = labeler.execute(step)
+    assert refused.outcome is Outcome.REFUSED, refused.detail
+    assert "MIG Manager is still applying config kubesage-aaaa1111" in refused.detail
+    labels = fake.node("mig-a")["metadata"]["labels"]
+    assert labels[MIG_CONFIG_LABEL] == "kubesage-aaaa1111"
+    assert labels[MIG_CONFIG_STATE_LABEL] == "pending"

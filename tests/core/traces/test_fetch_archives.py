@@ -78,6 +78,11 @@ def mirror() -> Iterator[Mirror]:
         yield state
 
 
+def cached(cache: Path) -> list[str]:
+    folder = cache / NAME
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
 def register(monkeypatch: pytest.MonkeyPatch, mirror: Mirror, *metrics: str) -> None:
     files = tuple(RemoteFile(f"{m}.tar.gz", None, None, extract=f"{m}.csv") for m in metrics)
     datasets = {NAME: Dataset(name=NAME, base_url=mirror.url, files=files)}
@@ -141,13 +146,33 @@ def test_an_archive_without_its_csv_is_an_error_naming_what_it_holds(
     assert not (tmp_path / NAME / "duty.csv.gz").exists()
 
 
-def test_a_file_that_is_not_an_archive_is_an_error(
+def test_a_download_that_is_not_an_archive_is_not_trusted_next_time(
     tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mirror.files["duty.tar.gz"] = b"<html>rate limited</html>"
+    mirror.files["duty.tar.gz"] = b"<html>rate limited</html>"  # served with a 200
     register(monkeypatch, mirror, "duty")
-    with pytest.raises(FetchError, match="not a readable tar archive"):
+    with pytest.raises(FetchError, match=r"not a readable tar archive.*downloads it again"):
         fetch_dataset(NAME, cache_dir=tmp_path)
+    assert cached(tmp_path) == []  # neither the page nor a record of its sum stays
+    mirror.files["duty.tar.gz"] = tarball({"duty.csv": DUTY})  # the mirror recovers
+    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    assert gzip.decompress(path.read_bytes()) == DUTY
+    assert mirror.requests["duty.tar.gz"] == 2
+
+
+def test_a_csv_the_archive_did_not_write_is_written_again(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file left by a killed run, or copied there by hand, is newer than the archive
+    # but is not what the archive holds.
+    mirror.files["duty.tar.gz"] = tarball({"duty.csv": DUTY})
+    register(monkeypatch, mirror, "duty")
+    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    (tmp_path / NAME / "duty.csv.gz.source").unlink()
+    path.write_bytes(gzip.compress(b"value,timestamp_anon,container_ip\n"))
+    assert fetch_dataset(NAME, cache_dir=tmp_path) == [path]
+    assert gzip.decompress(path.read_bytes()) == DUTY
+    assert mirror.requests["duty.tar.gz"] == 1  # the archive itself was fine
 
 
 def test_a_git_lfs_pointer_is_named_as_such(
