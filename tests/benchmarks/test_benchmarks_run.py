@@ -533,6 +533,24 @@ def test_benchmark_runs_at_tiny_size(name: str, tmp_path: Path) -> None:
     spec.check(document)
 
 
+def run_json(
+    tmp_path: Path, script: str, *arguments: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run a benchmark with ``--format json`` in ``tmp_path``; its last line, parsed."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS_DIR / script), *arguments, "--format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    document: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return document
+
+
 def test_openb_variants_runs_the_traces_own_pod_list_where_given(tmp_path: Path) -> None:
     """``--variants-dir``: a variant whose pod list is there is read, not generated."""
     env = {**os.environ, **_require(("openb",)), "KUBESAGE_BENCH_TINY": "1"}
@@ -543,35 +561,16 @@ def test_openb_variants_runs_the_traces_own_pod_list_where_given(tmp_path: Path)
     # The tiny run's variant is gpushare60; any openb pod list stands in for the trace's.
     stand_in = root / "openb" / "openb_pod_list_gpushare40.csv"
     shutil.copy(stand_in, own / "openb_pod_list_gpushare60.csv")
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS_DIR / "openb_variants.py"), "--policies", "fgd",
-         "--variants-dir", str(own), "--format", "json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout.strip().splitlines()[-1])
+    document = run_json(
+        tmp_path, "openb_variants.py", "--policies", "fgd", "--variants-dir", str(own), env=env
+    )
     assert document["variants"]["gpushare60"]["source"] == "trace"
 
 
 def test_extender_benchmark_serves_through_granian(tmp_path: Path) -> None:
     """``--server granian``: the same App behind granian answers every request the
     benchmark's client sends (a non-200 ends the run) and the JSON says which server."""
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS_DIR / "extender.py"), "--tiny", "--server", "granian",
-         "--format", "json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout.strip().splitlines()[-1])
+    document = run_json(tmp_path, "extender.py", "--tiny", "--server", "granian")
     check_extender(document)
     assert document["server"] == "granian"
     assert all(mode["pods"] > 0 for modes in document["nodes"].values() for mode in modes.values())

@@ -89,6 +89,16 @@ def register(monkeypatch: pytest.MonkeyPatch, mirror: Mirror, *metrics: str) -> 
     monkeypatch.setattr(fetch_module, "DATASETS", datasets)
 
 
+def fetched_duty(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch, members: dict[str, bytes]
+) -> Path:
+    """``duty.tar.gz`` holding ``members``, served, registered and fetched: its CSV."""
+    mirror.files["duty.tar.gz"] = tarball(members)
+    register(monkeypatch, mirror, "duty")
+    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    return path
+
+
 def test_an_archives_csv_is_kept_gzipped_and_the_first_downloads_sum_checked_later(
     tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,9 +140,7 @@ def test_a_plain_file_without_a_pinned_sum_is_kept_as_fetched(
 def test_an_archive_whose_only_csv_has_another_name_gives_that_csv(
     tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mirror.files["duty.tar.gz"] = tarball({"duty_anon_v2.csv": DUTY})
-    register(monkeypatch, mirror, "duty")
-    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    path = fetched_duty(tmp_path, mirror, monkeypatch, {"duty_anon_v2.csv": DUTY})
     assert gzip.decompress(path.read_bytes()) == DUTY
 
 
@@ -165,9 +173,7 @@ def test_a_csv_the_archive_did_not_write_is_written_again(
 ) -> None:
     # A file left by a killed run, or copied there by hand, is newer than the archive
     # but is not what the archive holds.
-    mirror.files["duty.tar.gz"] = tarball({"duty.csv": DUTY})
-    register(monkeypatch, mirror, "duty")
-    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    path = fetched_duty(tmp_path, mirror, monkeypatch, {"duty.csv": DUTY})
     (tmp_path / NAME / "duty.csv.gz.source").unlink()
     path.write_bytes(gzip.compress(b"value,timestamp_anon,container_ip\n"))
     assert fetch_dataset(NAME, cache_dir=tmp_path) == [path]
