@@ -267,9 +267,12 @@ def _extracted(archive: Path, member: str) -> Path:
     try:
         return extract_csv(archive, member, recorded)
     except ArchiveError as exc:
-        archive.unlink(missing_ok=True)
-        _recorded_sum(archive).unlink(missing_ok=True)
-        again = "removed from the cache, the next fetch downloads it again"
+        try:
+            archive.unlink(missing_ok=True)
+            _recorded_sum(archive).unlink(missing_ok=True)
+            again = "removed from the cache, the next fetch downloads it again"
+        except OSError as removal:
+            again = f"remove it from the cache ({removal.strerror or removal}) to fetch it again"
         raise FetchError(f"{exc}; {again}") from exc
     finally:
         _remove_stale_parts(extracted_path(archive, member))
