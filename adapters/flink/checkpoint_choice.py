@@ -1,6 +1,7 @@
 """Where a newly submitted Flink job's checkpoints go: its interval and phase beside the
-jobs already running (:func:`choose_checkpointing`), and where a job Flink checkpoints
-itself really checkpoints now (:func:`landed_phase`)."""
+jobs already running (:func:`choose_checkpointing`), and what a registered job's
+checkpoints really look like now (:func:`landed_checkpoints`: where a job Flink
+checkpoints itself lands, how long and how large each job's checkpoints are)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kubesage.adapters.flink.checkpoint_history import DEFAULT_DURATION_MS, completed_entries
+from kubesage.adapters.flink.checkpoint_history import (
+    DEFAULT_DURATION_MS,
+    completed_entries,
+    observed_profile,
+)
 from kubesage.adapters.flink.checkpoint_settings import driven_conf, submit_time_conf
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError
@@ -106,13 +111,26 @@ def choose_checkpointing(
     )
 
 
-def landed_phase(client: FlinkClient, run: RunRecord) -> int | None:
-    """Where a job Flink checkpoints itself really checkpoints now: its latest completed
-    checkpoint's trigger time mod its interval. Every (re)start — a failover, an in-place
-    rescale — draws Flink's first-checkpoint delay again, so the phase recorded at
-    submit time goes stale. None for a driven job (its phase is the plan's) or when the
-    history has none."""
-    if run.driven or not run.checkpoint_interval_ms:
+@dataclass(frozen=True)
+class LandedCheckpoints:
+    """A registered job's checkpoints as its history shows them now."""
+
+    phase_ms: int | None
+    """Where a job Flink checkpoints itself lands: its latest completed checkpoint's
+    trigger time mod its interval (None for a driven job: its phase is the plan's)."""
+    duration_ms: int
+    """The longest completed checkpoint in the history (as the stagger plans with)."""
+    size_bytes: int
+    """The median bytes a completed checkpoint wrote."""
+
+
+def landed_checkpoints(client: FlinkClient, run: RunRecord) -> LandedCheckpoints | None:
+    """What ``run``'s completed checkpoints show now, or None when its history has none
+    (or cannot be read). Every (re)start of a job Flink checkpoints — a failover, an
+    in-place rescale — draws Flink's first-checkpoint delay again, so the phase recorded
+    at submit time goes stale; and a job's checkpoints grow or shrink with its state, so
+    the duration recorded at submit time (the previous run's, or none) does too."""
+    if not run.checkpoint_interval_ms:
         return None
     try:
         entries = completed_entries(client.checkpoints(run.job_id))
@@ -121,4 +139,8 @@ def landed_phase(client: FlinkClient, run: RunRecord) -> int | None:
         return None
     if not entries:
         return None
-    return max(e.trigger_timestamp_ms for e in entries) % run.checkpoint_interval_ms
+    profile = observed_profile(run.job_id, run.checkpoint_interval_ms, entries)
+    phase = None
+    if not run.driven:
+        phase = max(e.trigger_timestamp_ms for e in entries) % run.checkpoint_interval_ms
+    return LandedCheckpoints(phase, profile.duration_ms, profile.size_bytes)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_phase
+from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_checkpoints
 from kubesage.adapters.flink.checkpoint_settings import (
     periodic_interval_ms,
 )
@@ -310,7 +310,8 @@ def submit(
 def _refresh(
     client: FlinkClient, registry: JobRegistry, jobmanager: str, reasons: list[str]
 ) -> list[RunRecord]:
-    """Update registered runs' final parallelism; the registered runs still RUNNING."""
+    """Update registered runs' final parallelism and what their checkpoint history shows
+    (:func:`landed_checkpoints`); the registered runs still RUNNING."""
     try:
         states = {job.job_id: job.state for job in client.jobs()}
     except FlinkError as exc:
@@ -328,9 +329,16 @@ def _refresh(
         final = max((v.parallelism for v in detail.vertices), default=None)
         if final is not None and final != run.final_parallelism:
             run = registry.update(run.job_id, final_parallelism=final) or run
-        landed = landed_phase(client, run)
-        if landed is not None and landed != run.phase_ms:
-            run = registry.update(run.job_id, phase_ms=landed) or run
+        landed = landed_checkpoints(client, run)
+        if landed is not None:
+            changes: dict[str, object] = {
+                "checkpoint_duration_ms": landed.duration_ms,
+                "checkpoint_size_bytes": landed.size_bytes,
+            }
+            if landed.phase_ms is not None:
+                changes["phase_ms"] = landed.phase_ms
+            if any(getattr(run, name) != value for name, value in changes.items()):
+                run = registry.update(run.job_id, **changes) or run
         if states[run.job_id] == "RUNNING":
             running.append(run)
     return running

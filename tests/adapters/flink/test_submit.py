@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_phase
+from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_checkpoints
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.adapters.flink.submit import (
@@ -339,13 +339,58 @@ def test_submit_options_before_the_separator_are_kubesages() -> None:
     assert "No such option: --taskmanager-gpu" in result.output
 
 
-def test_the_phase_of_a_job_flink_checkpoints_is_read_where_it_landed(
+def test_a_jobs_checkpoints_are_read_where_they_landed(
     replay_client: Callable[..., FlinkClient],
 ) -> None:
     # Every (re)start draws Flink's first-checkpoint delay again: the phase recorded at
-    # submit time goes stale, so it is read from the history (latest trigger mod T).
+    # submit time goes stale, so it is read from the history (latest trigger mod T);
+    # the duration and size, recorded at submit time from the previous run (or not at
+    # all), are read from it too: the longest completed checkpoint, the median size.
     client = replay_client("checkpoints")
     flink_paced = run(JOB, checkpoint_interval_ms=10_000, phase_ms=0, driven=False)
-    assert landed_phase(client, flink_paced) == 1796005385102 % 10_000 == 5_102
-    assert landed_phase(client, flink_paced.model_copy(update={"driven": True})) is None
-    assert landed_phase(replay_client(), flink_paced) is None  # no history: 404
+    landed = landed_checkpoints(client, flink_paced)
+    assert landed is not None
+    assert landed.phase_ms == 1796005385102 % 10_000 == 5_102
+    assert (landed.duration_ms, landed.size_bytes) == (318, 38_715)
+    driven = landed_checkpoints(client, flink_paced.model_copy(update={"driven": True}))
+    assert driven is not None and driven.phase_ms is None  # the plan's phase stands
+    assert driven.duration_ms == 318
+    assert landed_checkpoints(replay_client(), flink_paced) is None  # no history: 404
+    no_interval = flink_paced.model_copy(update={"checkpoint_interval_ms": None})
+    assert landed_checkpoints(client, no_interval) is None
+
+
+def test_submit_plans_beside_what_running_jobs_checkpoints_measure(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    # A running job Flink checkpoints itself, registered without a measured duration
+    # (its first run): submit reads its history and plans the new job beside its real
+    # checkpoints, and the registry keeps the measurement for the job's next run.
+    flink_home = tmp_path / "flink"
+    (flink_home / "bin").mkdir(parents=True)
+    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+    new_job = "0" * 32
+
+    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        out = f"Job has been submitted with JobID {new_job}\n"
+        return subprocess.CompletedProcess(list(command), 0, out, "")
+
+    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
+    registry.add(run(JOB, job_key="clicks", checkpoint_interval_ms=10_000, phase_ms=0))
+    submit(
+        request(
+            name="enrich", checkpoint_interval_ms=10_000, flink_home=flink_home, wait_running_s=0
+        ),
+        registry,
+        runner=flink,
+        client_factory=lambda url: replay_client("jobs_overview", "job_running", "checkpoints"),
+    )
+    running = registry.find(JOB)
+    assert running is not None
+    assert (running.phase_ms, running.checkpoint_duration_ms) == (5_102, 318)
+    assert running.checkpoint_size_bytes == 38_715
+    planned = registry.find(new_job)
+    assert planned is not None and planned.phase_ms is not None
+    # Not inside the running job's measured checkpoints, [5102, 5420) mod 10 s.
+    assert not 5_102 - 1_000 < planned.phase_ms < 5_102 + 318
+    assert any("beside 1 running job(s)" in reason for reason in planned.reasons)
