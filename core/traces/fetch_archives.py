@@ -3,8 +3,9 @@ gzip-compressed beside it.
 
 Alibaba's GenAI serving trace publishes each metric as ``<metric>.tar.gz`` holding one
 CSV; the project's readers take ``<metric>.csv.gz``. :func:`extract_csv` writes that
-file from the archive (the member named ``<metric>.csv``, or the archive's only CSV)
-through a private temporary file, fsynced and renamed at the end, and then records
+file from the archive (the member named ``<metric>.csv``, written as the one pass over
+the compressed stream reaches it; else the archive's only CSV) through a private
+temporary file, fsynced and renamed at the end, and then records
 which archive it came from (``<metric>.csv.gz.source``: the archive's SHA-256). It is
 written again whenever that record does not name the archive's bytes, so neither a file
 from a killed run nor one placed there by hand passes for the archive's CSV.
@@ -63,16 +64,27 @@ def extract_csv(archive: Path, member: str, archive_sha256: str) -> Path:
         raise FetchError(f"cannot read {record}: {exc.strerror or exc}") from exc
     part = target.with_name(f"{target.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
     try:
+        # One pass over the compressed stream: the named member is written as it is
+        # reached. Only an archive without it, whose only CSV must be found first, is
+        # read twice.
         with tarfile.open(archive, "r:*") as tar:
-            source = _member(tar, archive, member)
-            reader = tar.extractfile(source)
-            if reader is None:  # pragma: no cover - _member returns regular files only
-                raise FetchError(f"{archive}: {source.name} is not a regular file")
-            with reader, part.open("wb") as raw:
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
-                    shutil.copyfileobj(reader, out, 1 << 20)
-                raw.flush()
-                os.fsync(raw.fileno())
+            files: list[tarfile.TarInfo] = []
+            written = None
+            for info in tar:
+                if not info.isfile():
+                    continue
+                files.append(info)
+                if PurePosixPath(info.name).name == member:
+                    if written is not None:
+                        raise ArchiveError(
+                            f"{archive}: expected one {member} in the archive; it holds "
+                            f"{written.name} and {info.name}"
+                        )
+                    _write_gzip(tar, info, part)
+                    written = info
+        if written is None:
+            with tarfile.open(archive, "r:*") as tar:
+                _write_gzip(tar, _only_csv(files, archive, member), part)
         os.replace(part, target)
         record.write_text(archive_sha256 + "\n")
     except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
@@ -86,14 +98,22 @@ def extract_csv(archive: Path, member: str, archive_sha256: str) -> Path:
     return target
 
 
-def _member(tar: tarfile.TarFile, archive: Path, member: str) -> tarfile.TarInfo:
-    """The archive's regular file named ``member`` (in any folder), else its only CSV."""
-    files = [info for info in tar.getmembers() if info.isfile()]
-    named = [info for info in files if PurePosixPath(info.name).name == member]
-    if len(named) == 1:
-        return named[0]
+def _write_gzip(tar: tarfile.TarFile, info: tarfile.TarInfo, part: Path) -> None:
+    """``info``'s bytes, gzip-compressed, to ``part`` (fsynced)."""
+    reader = tar.extractfile(info)
+    if reader is None:  # pragma: no cover - only regular files are passed
+        raise FetchError(f"{tar.name}: {info.name} is not a regular file")
+    with reader, part.open("wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
+            shutil.copyfileobj(reader, out, 1 << 20)
+        raw.flush()
+        os.fsync(raw.fileno())
+
+
+def _only_csv(files: list[tarfile.TarInfo], archive: Path, member: str) -> tarfile.TarInfo:
+    """The archive's only CSV, for an archive without ``member``."""
     csvs = [info for info in files if info.name.endswith(".csv")]
-    if not named and len(csvs) == 1:
+    if len(csvs) == 1:
         return csvs[0]
     found = ", ".join(info.name for info in files[:10]) or "no files"
     raise ArchiveError(f"{archive}: expected one {member} in the archive; it holds {found}")

@@ -154,6 +154,17 @@ def test_an_archive_without_its_csv_is_an_error_naming_what_it_holds(
     assert not (tmp_path / NAME / "duty.csv.gz").exists()
 
 
+def test_an_archive_with_two_of_its_csv_is_an_error_naming_both(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror.files["duty.tar.gz"] = tarball({"v1/duty.csv": DUTY, "v2/duty.csv": DUTY})
+    register(monkeypatch, mirror, "duty")
+    with pytest.raises(FetchError, match=r"one duty\.csv .* holds v1/duty\.csv and v2/duty\.csv"):
+        fetch_dataset(NAME, cache_dir=tmp_path)
+    assert not (tmp_path / NAME / "duty.csv.gz").exists()
+    assert not list((tmp_path / NAME).glob("*.part"))
+
+
 def test_a_download_that_is_not_an_archive_is_not_trusted_next_time(
     tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
 ) -> None:
