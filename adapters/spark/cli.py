@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from kubesage.adapters.spark.app_kind import OVERHEAD_FACTOR, AppKind, app_kind_of
 from kubesage.adapters.spark.cluster_room import live_room
 from kubesage.adapters.spark.conf import (
     SparkSettings,
@@ -108,7 +109,16 @@ SchedulerName = Annotated[
     typer.Option(
         "--scheduler-name",
         help="Have the executors name this scheduler (kubesage's secondary scheduler, e.g. "
-        "kubesage): the control loop then binds them together (Spark 3.3+).",
+        "kubesage): the control loop then binds them together (Spark 3.0+).",
+    ),
+]
+AppKindOption = Annotated[
+    AppKind | None,
+    typer.Option(
+        "--app-kind",
+        help="jvm, python or r: sizes the executors' memory overhead as Spark does (10 % "
+        "for jvm, 40 % for PySpark and SparkR). Default: submit reads it from the "
+        "application's file (.py, .R); conf assumes jvm.",
     ),
 ]
 CLAIM_TEMPLATE_FILE = "gpu-claim-template.yaml"
@@ -131,6 +141,7 @@ def plan(
     scheduler_name: str | None = None,
     kubeconfig: Path | None = None,
     context: str | None = None,
+    app_kind: AppKind = AppKind.jvm,
 ) -> SparkSettings:
     """Place, write conf + templates + plan into ``out``, print the reasons. With a
     ``kubeconfig`` (or a ``context``), on that cluster's room now."""
@@ -170,7 +181,7 @@ def plan(
     else:
         profile = DEFAULT_PROFILE
     local = rack_locality(drtg, parse_locality(input_locality))
-    pods = executor_pod_shape(shape)  # what each executor pod asks of a node
+    pods = executor_pod_shape(shape, app_kind)  # what each executor pod asks of a node
     try:
         ours = place_executors(drtg, state, pods, profile, local, max_node_share=max_node_share)
         spread = spread_placement(drtg, state, pods, profile, local)
@@ -188,6 +199,7 @@ def plan(
         devices=devices,
         scheduler_name=scheduler_name,
         input_locality=input_locality,
+        app_kind=app_kind,
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "executor-template.yaml").write_text(yaml.safe_dump(settings.executor_template))
@@ -205,6 +217,8 @@ def plan(
     )
     lines = [
         *live_notes,
+        f"memory overhead {settings.conf['spark.executor.memoryOverhead']} per executor: "
+        f"Spark's {OVERHEAD_FACTOR[app_kind]:.0%} for a {app_kind.value} application",
         *ours.reasons,
         f"expected cross-rack bytes: {ours.estimate.cross_rack_bytes:,.0f} "
         f"(default spread: {spread.estimate.cross_rack_bytes:,.0f}, ratio {ratio:.2f})",
@@ -239,6 +253,7 @@ def conf(
     scheduler_name: SchedulerName = None,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
+    app_kind: AppKindOption = None,
 ) -> None:
     """Place the executors and write spark-defaults.conf, pod templates and plan.txt
     (and, for GPU executors through DRA, gpu-claim-template.yaml)."""
@@ -258,6 +273,7 @@ def conf(
         scheduler_name,
         kubeconfig,
         context,
+        app_kind or AppKind.jvm,
     )
     typer.echo(shlex.join(settings.submit_args()))  # pasted into a shell as it is
 
@@ -300,6 +316,7 @@ def submit(
     scheduler_name: SchedulerName = None,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
+    app_kind: AppKindOption = None,
 ) -> None:
     """Run spark-submit with the placement's conf before your own arguments (after `--`)."""
     if not ctx.args:
@@ -320,6 +337,7 @@ def submit(
         scheduler_name,
         kubeconfig,
         context,
+        app_kind or app_kind_of(ctx.args),
     )
     # Yours come last, so an explicit --conf of yours wins.
     command = [find_spark_submit(), *settings.submit_args(), *ctx.args]

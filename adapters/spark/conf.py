@@ -5,7 +5,8 @@ enforced by the Kubernetes scheduler through the executors' pod template:
 
 - a required node affinity to the chosen racks' nodes, and a preferred affinity
   weighted by each rack's share. Racks are named by their nodes (``matchFields`` on
-  ``metadata.name``), never by a rack label value: a discovered topology names a rack
+  ``metadata.name``, one term or preference per node: the API server takes one value
+  in such a requirement), never by a rack label value: a discovered topology names a rack
   without a label ``<node>-rack`` and one whose label value recurs in two zones
   ``<zone>/<value>``, names no node carries (and ``/`` is not allowed in a label
   value), so a label expression would leave every executor pending;
@@ -48,12 +49,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubesage.adapters.spark.app_kind import AppKind, executor_overhead_mib
 from kubesage.adapters.spark.job_hints import INPUT_LOCALITY_ANNOTATION
 from kubesage.adapters.spark.placement import ExecutorShape, SparkPlacement
 from kubesage.core.dra.api import GPU_DEVICE_CLASS
 from kubesage.core.dra.claims import DeviceMode, claim_pod_spec, claim_template
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.node_eligibility import node_name_term
+from kubesage.core.k8s.node_eligibility import node_name_term, node_name_terms
 from kubesage.core.k8s.v1_models import check_label_key
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from kubesage.core.topology.discovery import DEFAULT_RACK_LABEL, ZONE_LABEL
@@ -63,7 +65,6 @@ GROUP_LABEL = "kubesage.io/spark-group"
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 LOCAL_DIR_MOUNT = "/spark-local"
-MIN_OVERHEAD_MIB = 384
 GPU_VENDOR = "nvidia.com"
 """Spark's ``resource.gpu.vendor``: with it Spark asks Kubernetes for ``nvidia.com/gpu``."""
 GPU_DISCOVERY_SCRIPT = "/opt/spark/examples/src/main/scripts/getGpusResources.sh"
@@ -87,8 +88,17 @@ def executor_memory_mib(text: str) -> int:
         raise InputError(f"--memory {text!r} is not a JVM memory size like 4g or 4096m")
     number, unit = match.group(1), (match.group(2) or "m").lower()[0]
     if "." in number:
-        whole = math.ceil(float(number) * _BYTES_PER_UNIT[unit] / (1 << 20))
-        raise InputError(f"--memory {text!r}: Spark reads whole numbers; write {whole}m")
+        whole = max(
+            MIN_EXECUTOR_MEMORY_MIB, math.ceil(float(number) * _BYTES_PER_UNIT[unit] / (1 << 20))
+        )
+        raise InputError(
+            f"--memory {text!r}: Spark reads whole numbers; write {whole}m"
+            + (
+                f" (its minimum is {MIN_EXECUTOR_MEMORY_MIB} MiB)"
+                if whole == MIN_EXECUTOR_MEMORY_MIB
+                else ""
+            )
+        )
     mib = int(number) * _BYTES_PER_UNIT[unit] // (1 << 20)
     if mib < MIN_EXECUTOR_MEMORY_MIB:
         raise InputError(
@@ -118,17 +128,11 @@ class SparkSettings:
         return "".join(f"{key} {value}\n" for key, value in self.conf.items())
 
 
-def executor_overhead_mib(memory_mib: int) -> int:
-    """``spark.executor.memoryOverhead`` for ``memory_mib`` of executor memory, as Spark
-    sizes it by default (a tenth, at least 384 MiB)."""
-    return max(MIN_OVERHEAD_MIB, memory_mib // 10)
-
-
-def executor_pod_shape(shape: ExecutorShape) -> ExecutorShape:
-    """``shape`` as each executor pod asks Kubernetes for it: its memory with the
-    overhead (what must fit on a node)."""
+def executor_pod_shape(shape: ExecutorShape, kind: AppKind = AppKind.jvm) -> ExecutorShape:
+    """``shape`` as each executor pod of a ``kind`` application asks Kubernetes for it:
+    its memory with the overhead (what must fit on a node)."""
     return dataclasses.replace(
-        shape, memory_mib=shape.memory_mib + executor_overhead_mib(shape.memory_mib)
+        shape, memory_mib=shape.memory_mib + executor_overhead_mib(shape.memory_mib, kind)
     )
 
 
@@ -145,13 +149,20 @@ def _in(key: str, values: list[str]) -> dict[str, Any]:
     return {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}
 
 
-def _on_nodes(drtg: DRTG, racks: list[str]) -> dict[str, Any]:
-    """A node selector term for the nodes of ``racks``, by node name."""
+def _rack_nodes(drtg: DRTG, racks: list[str]) -> list[str]:
+    """The names of the nodes in ``racks``."""
     chosen = [drtg.rack_names.index(rack) for rack in racks]
-    nodes = [
+    return [
         name for name, rack in zip(drtg.node_names, drtg.node_rack, strict=True) if rack in chosen
     ]
-    return node_name_term(nodes)
+
+
+def _prefer_rack(drtg: DRTG, rack: str, weight: int) -> list[dict[str, Any]]:
+    """Preferred scheduling terms giving each node of ``rack`` ``weight`` (a node
+    matches only its own term, so it scores the rack's weight)."""
+    return [
+        {"weight": weight, "preference": node_name_term(node)} for node in _rack_nodes(drtg, [rack])
+    ]
 
 
 def spark_settings(
@@ -166,12 +177,16 @@ def spark_settings(
     devices: DeviceMode = DeviceMode.device_plugin,
     scheduler_name: str | None = None,
     input_locality: str | None = None,
+    app_kind: AppKind = AppKind.jvm,
 ) -> SparkSettings:
     """Conf and pod templates for ``placement`` (templates written under ``template_dir``);
     GPU executors ask for ``gpus_per_executor`` GPUs in the ``devices`` form. With
     ``scheduler_name`` the executors name that scheduler (kubesage's secondary
     scheduler: the control loop's ``spark-placement`` then binds them), and
-    ``input_locality`` goes on each executor as the annotation that reconciler reads."""
+    ``input_locality`` goes on each executor as the annotation that reconciler reads.
+    The executors' memory overhead is what Spark gives an ``app_kind`` application
+    (:mod:`~kubesage.adapters.spark.app_kind`), written out so that the pods are the
+    size the placement planned."""
     if gpus_per_executor < 0:
         raise InputError(f"--executor-gpus must be ≥ 0, got {gpus_per_executor}")
     check_label_key(rack_label, "--rack-label")
@@ -186,14 +201,14 @@ def spark_settings(
     executor_affinity: dict[str, Any] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [_on_nodes(drtg, racks)]
+                "nodeSelectorTerms": node_name_terms(_rack_nodes(drtg, racks))
             },
             "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": max(1, round(100 * per_rack[rack] / shape.executors)),
-                    "preference": _on_nodes(drtg, [rack]),
-                }
+                term
                 for rack in racks
+                for term in _prefer_rack(
+                    drtg, rack, max(1, round(100 * per_rack[rack] / shape.executors))
+                )
             ],
         },
         "podAffinity": {
@@ -211,7 +226,7 @@ def spark_settings(
     driver_affinity = {
         "nodeAffinity": {
             "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "preference": _on_nodes(drtg, [racks[0]])},
+                *_prefer_rack(drtg, racks[0], 100),
                 {"weight": 50, "preference": _in(ZONE_LABEL, zones)},
             ]
         }
@@ -233,7 +248,7 @@ def spark_settings(
         }
     validate_manifests([executor, driver, *claims], DRA_KUBERNETES_VERSION)
 
-    overhead = executor_overhead_mib(shape.memory_mib)
+    overhead = executor_overhead_mib(shape.memory_mib, app_kind)
     conf = {
         "spark.executor.instances": str(shape.executors),
         "spark.executor.cores": str(shape.cores),

@@ -34,9 +34,16 @@ def parse_locality(text: str | None, source: str = "--input-locality") -> dict[s
         try:
             if not sep:
                 raise ValueError
-            hints[name.strip()] = float(value)
+            fraction = float(value)
         except ValueError:
             raise InputError(
                 f"{source} item '{item}' is not name=fraction (e.g. rack-a1=0.6)"
             ) from None
+        name = name.strip()
+        if name in hints:
+            raise InputError(
+                f"{source} names {name!r} twice ({hints[name]:g} and {fraction:g}): give "
+                "each rack or zone once"
+            )
+        hints[name] = fraction
     return hints

@@ -135,7 +135,7 @@ class ClaimWrite:
 
 
 def _node_selector(node: str) -> Obj:
-    return {"nodeSelectorTerms": [node_name_term([node])]}
+    return {"nodeSelectorTerms": [node_name_term(node)]}
 
 
 def _allows_node(claim: Mapping[str, Any], node: str) -> bool:

@@ -20,10 +20,21 @@ NODE_NAME_FIELD = "metadata.name"
 """The one field node affinity's ``matchFields`` may name."""
 
 
-def node_name_term(names: Sequence[str]) -> dict[str, Any]:
-    """A node selector term that matches these nodes by name (``matchFields`` on
-    ``metadata.name``: a node's ``kubernetes.io/hostname`` label may differ from it)."""
-    return {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": list(names)}]}
+def node_name_term(name: str) -> dict[str, Any]:
+    """A node selector term that matches one node by name (``matchFields`` on
+    ``metadata.name``: a node's ``kubernetes.io/hostname`` label may differ from it).
+
+    The API server accepts exactly one value in a ``matchFields`` requirement
+    (:func:`~kubesage.core.k8s.validation.node_field_selector_problems`), so several
+    nodes are several terms: ORed in required affinity (:func:`node_name_terms`), one
+    preference each in preferred affinity."""
+    return {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": [name]}]}
+
+
+def node_name_terms(names: Sequence[str]) -> list[dict[str, Any]]:
+    """Node selector terms that together match these nodes by name (a required
+    affinity's ``nodeSelectorTerms``: any one term matching suffices)."""
+    return [node_name_term(name) for name in names]
 
 
 def on_nodes(names: Sequence[str]) -> dict[str, Any]:
@@ -31,7 +42,7 @@ def on_nodes(names: Sequence[str]) -> dict[str, Any]:
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [node_name_term(names)]
+                "nodeSelectorTerms": node_name_terms(names)
             }
         }
     }

@@ -40,10 +40,12 @@ def members(drtg: DRTG, rack: str) -> list[str]:
     return [name for name, r in zip(drtg.node_names, drtg.node_rack, strict=True) if r == index]
 
 
-def by_name(term: dict[str, Any]) -> list[str]:
+def by_name(term: dict[str, Any]) -> str:
+    """The one node a term matches (the API server takes one value per matchFields)."""
     (field,) = term["matchFields"]
     assert (field["key"], field["operator"]) == ("metadata.name", "In")
-    return list(field["values"])
+    (name,) = field["values"]
+    return str(name)
 
 
 def test_one_rack_is_required_by_its_nodes_names_and_templates_validate() -> None:
@@ -63,7 +65,7 @@ def test_one_rack_is_required_by_its_nodes_names_and_templates_validate() -> Non
     validate_manifests([settings.executor_template, settings.driver_template])
     affinity = settings.executor_template["spec"]["affinity"]
     required = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert by_name(required["nodeSelectorTerms"][0]) == members(drtg, rack)
+    assert [by_name(term) for term in required["nodeSelectorTerms"]] == members(drtg, rack)
     group = settings.executor_template["metadata"]["labels"][GROUP_LABEL]
     term = affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == {GROUP_LABEL: group}
@@ -81,14 +83,18 @@ def test_several_racks_get_weighted_preferences_and_no_selector() -> None:
     preferred = settings.executor_template["spec"]["affinity"]["nodeAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"
     ]
-    weights = {tuple(by_name(p["preference"])): p["weight"] for p in preferred}
-    assert weights == {
-        tuple(members(drtg, "za-r0")): 67,
-        tuple(members(drtg, "za-r1")): 33,
-    }
+    weights = {by_name(p["preference"]): p["weight"] for p in preferred}
+    assert len(weights) == len(preferred)  # one preference per node
+    assert weights == dict.fromkeys(members(drtg, "za-r0"), 67) | dict.fromkeys(
+        members(drtg, "za-r1"), 33
+    )
     driver = settings.driver_template["spec"]["affinity"]["nodeAffinity"]
-    first = driver["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
-    assert by_name(first) == members(drtg, "za-r0")
+    by_node = [
+        (by_name(p["preference"]), p["weight"])
+        for p in driver["preferredDuringSchedulingIgnoredDuringExecution"]
+        if "matchFields" in p["preference"]
+    ]
+    assert by_node == [(name, 100) for name in members(drtg, "za-r0")]
     assert np.isfinite(placement.estimate.cross_rack_bytes)
 
 
@@ -215,9 +221,9 @@ def test_racks_a_discovered_topology_names_without_a_label_still_select_their_no
     settings = spark_settings(drtg, placement, shape, template_dir="/t")
     validate_manifests([settings.executor_template, settings.driver_template])
     affinity = settings.executor_template["spec"]["affinity"]["nodeAffinity"]
-    (required,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     chosen = {drtg.node_names[n] for n in placement.nodes}
-    assert chosen <= set(by_name(required))
+    assert chosen <= {by_name(term) for term in required}
 
 
 def test_executors_are_placed_by_what_their_pods_ask_overhead_included(tmp_path: Path) -> None:

@@ -38,6 +38,13 @@ def test_conf_writes_conf_templates_and_plan(spark_event_log: Path, tmp_path: Pa
     plan = (out / "plan.txt").read_text()
     assert "16 executor(s) in rack-" in plan and "default spread" in plan
     assert "event log:" in done.stderr
+    assert "memory overhead 819m per executor: Spark's 10% for a jvm application" in plan
+    python = kubesage(
+        "conf", "--executors", "16", "--cores", "4", "--memory", "8192",
+        "--app-kind", "python", "--out", str(tmp_path / "python"),
+    )  # fmt: skip
+    assert python.returncode == 0, python.stderr
+    assert " --conf spark.executor.memoryOverhead=3276m " in f" {python.stdout} "
 
 
 @pytest.mark.slow
@@ -53,6 +60,8 @@ def test_submit_runs_spark_with_the_conf_and_the_log_reads_back(tmp_path: Path) 
     app = read_event_log(only_log(logs))
     assert app.shuffle_edges() and app.failed_tasks == 0
     assert app.name == "kubesage-tpch-like"
+    # A PySpark job: Spark's 40 % overhead, read from the application's file.
+    assert "40% for a python application" in (tmp_path / "conf" / "plan.txt").read_text()
 
 
 def test_bad_options_are_named(tmp_path: Path) -> None:

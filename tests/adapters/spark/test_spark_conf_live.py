@@ -33,7 +33,8 @@ def executor_nodes(out: Path) -> list[str]:
     required = template["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]
-    return list(required["nodeSelectorTerms"][0]["matchFields"][0]["values"])
+    # One term per node: the API server takes one value per matchFields requirement.
+    return [term["matchFields"][0]["values"][0] for term in required["nodeSelectorTerms"]]
 
 
 def test_conf_plans_on_the_room_the_cluster_has_now(tmp_path: Path) -> None:

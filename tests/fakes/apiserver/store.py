@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.fakes import dra
 from tests.fakes.apiserver.coordination import lease_problems
+from tests.fakes.apiserver.pod_validation import pod_spec_problems
 from tests.fakes.apiserver.resources import (
     CONFIG_MAPS,
     DEVICE_CLASSES,
@@ -221,9 +222,14 @@ class ObjectStore:
         self, resource: Resource, new: Obj, old: Obj | None, subresource: str | None = None
     ) -> None:
         """The registry's defaulting and validation of ``resource.k8s.io`` writes (in
-        place) and of Leases; 422 ``Invalid`` with the problems."""
+        place), of Leases and of pods' node affinity; 422 ``Invalid`` with the problems."""
         if resource is LEASES:
             problems = lease_problems(new)
+        elif resource is PODS:
+            problems = pod_spec_problems(new.get("spec") or {}, "spec")
+        elif resource is JOBS:
+            template = ((new.get("spec") or {}).get("template") or {}).get("spec") or {}
+            problems = pod_spec_problems(template, "spec.template.spec")
         elif resource is RESOURCE_SLICES:
             problems = dra.slice_problems(new, old)
         elif resource is DEVICE_CLASSES:
@@ -243,7 +249,7 @@ class ObjectStore:
         listed = "; ".join(str(p) for p in problems)
         raise ApiError(
             422,
-            f'{resource.kind}.{resource.group} "{name}" is invalid: '
+            f'{resource.kind}{"." + resource.group if resource.group else ""} "{name}" is invalid: '
             + (f"[{listed}]" if len(problems) > 1 else listed),
             "Invalid",
             name=name,
