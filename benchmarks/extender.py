@@ -196,7 +196,7 @@ def server_seconds(text: str) -> dict[str, tuple[float, float]]:
     totals: dict[str, list[float]] = {}
     for line in text.splitlines():
         for suffix, slot in (("_sum", 0), ("_count", 1)):
-            prefix = f'kubesage_request_duration_seconds{suffix}{{endpoint="'
+            prefix = f'kubesage_request_duration_seconds{suffix}{{handler="'
             if line.startswith(prefix):
                 endpoint = line[len(prefix) :].split('"', 1)[0]
                 totals.setdefault(endpoint, [0.0, 0.0])[slot] = float(line.rsplit(" ", 1)[1])

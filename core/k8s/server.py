@@ -292,7 +292,7 @@ def _error_body(message: str) -> bytes:
 
 def run_after(work: Callable[[], None]) -> None:
     """Run a reply's :attr:`Reply.after` work; an exception is logged and counted
-    (``kubesage_errors_total{endpoint="http",kind="after"}``), never raised."""
+    (``kubesage_errors_total{component="http",kind="after"}``), never raised."""
     try:
         work()
     except Exception:

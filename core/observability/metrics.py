@@ -38,8 +38,8 @@ DECISIONS = Counter(
 )
 LATENCY = Histogram(
     "kubesage_request_duration_seconds",
-    "Time to answer one request, by endpoint.",
-    ["endpoint"],
+    "Time to answer one request, by handler (filter, prioritize, bind, mutate...).",
+    ["handler"],
     buckets=LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )

@@ -173,7 +173,7 @@ def test_the_prometheus_rule_carries_the_same_groups() -> None:
 def test_the_name_reader_finds_metrics_and_nothing_else() -> None:
     expr = (
         "histogram_quantile(0.99, sum by (endpoint, le) ("
-        'rate(kubesage_request_duration_seconds_bucket{job=~"$job", endpoint=~"filter|bind"}'
+        'rate(kubesage_request_duration_seconds_bucket{job=~"$job", handler=~"filter|bind"}'
         "[$__rate_interval]))) > 0.05 and on (job) "
         "max without (instance) (kubesage_leader) < 1 or vector(0)"
     )

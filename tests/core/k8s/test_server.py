@@ -97,7 +97,7 @@ def test_healthz_and_metrics(client: TestClient) -> None:
     assert exposition.headers["content-type"].startswith("text/plain")
     text = exposition.text
     assert 'kubesage_decisions_total{outcome="feasible",verb="filter"}' in text
-    assert 'kubesage_request_duration_seconds_bucket{endpoint="filter"' in text
+    assert 'kubesage_request_duration_seconds_bucket{handler="filter"' in text
 
 
 def test_healthz_is_503_while_the_state_is_not_ready() -> None:
