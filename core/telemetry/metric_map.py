@@ -11,12 +11,15 @@ Column naming (stable, used by the features and by saved PCA models): a metric g
 ``<source>.<metric>`` when it has one aggregate and no per-device slots; otherwise one
 column per aggregate, ``<source>.<metric>.<aggregate>``, followed by one per device
 slot, ``<source>.<metric>.<device_label><i>`` for ``i < max_devices`` (the first
-device label when there are several).
+device label when there are several). Where that label is an index (``gpu``), slot
+``i`` is device ``i`` — empty when it reports nothing — so readers may take it as
+GPU ``i``; device names fill the slots in their natural order.
 
 MIG: dcgm-exporter sends one series per GPU instance, all with the GPU's ``gpu`` label
 and told apart by ``GPU_I_ID`` (``GPU_I_PROFILE`` names the profile). A metric whose
 ``device_label`` is the list ``[gpu, GPU_I_ID]`` keys its devices by both labels, so
-every instance is a device of its own (summed by ``sum``, one per-device slot each);
+every instance is a device of its own (summed by ``sum``; a GPU's instances share
+its slot, combined by the metric's first aggregate);
 a series without ``GPU_I_ID`` (a GPU not in MIG mode) is keyed by ``gpu`` alone.
 Series that carry the same values of every device label are one device seen twice
 (e.g. by two scrape jobs) and are averaged.

@@ -172,11 +172,9 @@ def reduce_series(
             continue
         node = metric.node.node_of(raw)
         devices = by_node.setdefault(node, {})
-        device = (
-            tuple(labels.get(name, "") for name in spec.device_labels)
-            if spec.device_labels
-            else (str(len(devices)),)
-        )
+        # Without a device label a metric is one value per node: its several series
+        # there are that value seen several times (two scrape jobs), not several devices.
+        device = tuple(labels.get(name, "") for name in spec.device_labels)
         if device in devices:  # one device seen twice (e.g. by two scrape jobs): average
             earlier = devices[device]
             both = np.isfinite(earlier) & np.isfinite(values)
@@ -193,29 +191,52 @@ def reduce_series(
             total.labels_seen |= lost.labels_seen
     out = {}
     for node, devices in by_node.items():
-        ordered = [devices[key] for key in sorted(devices, key=_device_key)]
-        stack = np.stack(ordered)  # (devices, steps)
-        observed = np.isfinite(stack)
-        count = observed.sum(axis=0)
-        any_seen = count > 0
-        reduced = []
-        for aggregate in spec.aggregate:
-            if aggregate == "sum":
-                value = np.where(observed, stack, 0.0).sum(axis=0)
-            elif aggregate == "mean":
-                value = np.where(observed, stack, 0.0).sum(axis=0) / np.maximum(count, 1)
-            elif aggregate == "max":
-                value = np.where(observed, stack, -np.inf).max(axis=0)
-            else:
-                value = np.where(observed, stack, np.inf).min(axis=0)
-            reduced.append(np.where(any_seen, value, np.nan))
+        keys = sorted(devices, key=_device_key)
+        stack = np.stack([devices[key] for key in keys])  # (devices, steps)
+        reduced = [_aggregate(stack, aggregate) for aggregate in spec.aggregate]
         slots = np.full((spec.max_devices, steps), np.nan)
-        kept = min(spec.max_devices, len(ordered))
-        slots[:kept] = stack[:kept]
-        if len(ordered) > spec.max_devices > 0:
-            LOG.debug("%s on %s: %d devices, kept %d", metric.name, node, len(ordered), kept)
+        for slot, rows in _slot_rows(keys, spec.max_devices).items():
+            slots[slot] = _aggregate(stack[rows], spec.aggregate[0])
+        if len(keys) > spec.max_devices > 0:
+            LOG.debug(
+                "%s on %s: %d devices, %d slots", metric.name, node, len(keys), spec.max_devices
+            )
         out[node] = np.concatenate([np.stack(reduced), slots], axis=0).T
     return out
+
+
+def _aggregate(stack: FloatArray, aggregate: str) -> FloatArray:
+    """``stack``'s ``(devices, steps)`` reduced over devices by ``aggregate``, over the
+    observed values only (NaN where no device was observed)."""
+    observed = np.isfinite(stack)
+    count = observed.sum(axis=0)
+    if aggregate == "sum":
+        value = np.where(observed, stack, 0.0).sum(axis=0)
+    elif aggregate == "mean":
+        value = np.where(observed, stack, 0.0).sum(axis=0) / np.maximum(count, 1)
+    elif aggregate == "max":
+        value = np.where(observed, stack, -np.inf).max(axis=0)
+    else:
+        value = np.where(observed, stack, np.inf).min(axis=0)
+    result: FloatArray = np.where(count > 0, value, np.nan)
+    return result
+
+
+def _slot_rows(keys: Sequence[tuple[str, ...]], max_devices: int) -> dict[int, list[int]]:
+    """Which devices (rows of the sorted ``keys``) fill each per-device slot.
+
+    Where every device's first label is an index (dcgm-exporter's ``gpu``), slot ``i``
+    is device ``i`` itself — a GPU that reports nothing leaves its slot empty instead of
+    shifting the later GPUs into it — and a GPU's MIG instances (the same first label)
+    share its slot, combined by the metric's first aggregate. Otherwise (names, not
+    indices) the devices fill the slots in their natural order."""
+    if keys and all(key and key[0].isdigit() for key in keys):
+        by_index: dict[int, list[int]] = {}
+        for row, key in enumerate(keys):
+            if int(key[0]) < max_devices:
+                by_index.setdefault(int(key[0]), []).append(row)
+        return by_index
+    return {row: [row] for row in range(min(max_devices, len(keys)))}
 
 
 def _labels(item: Any, where: str) -> Mapping[str, str]:
@@ -358,9 +379,15 @@ class PrometheusCollector:
             raise PrometheusUnavailableError(
                 f"{self.url}: {http_error_text(self.url, str(exc))} (query {_short(query)})"
             ) from exc
-        except (OSError, ValueError) as exc:  # requests' errors are OSErrors; bad JSON: ValueError
+        except json.JSONDecodeError as exc:  # answered, but not JSON (a proxy's page)
+            # requests' JSONDecodeError is an OSError too: caught before the OSErrors.
             raise PrometheusUnavailableError(
-                f"{self.url}: unreachable ({type(exc).__name__}: {exc})"
+                f"{self.url}: query {_short(query)}: the reply is not a Prometheus API "
+                f"response (not JSON: {exc})"
+            ) from exc
+        except (OSError, ValueError) as exc:  # requests' errors are OSErrors
+            raise PrometheusUnavailableError(
+                f"{self.url}: unreachable ({type(exc).__name__}: {exc}; query {_short(query)})"
             ) from exc
         except (KeyError, TypeError, IndexError) as exc:  # the client reads body["data"]["result"]
             raise PrometheusUnavailableError(

@@ -18,7 +18,7 @@ from kubesage.core.observability.metrics import REGISTRY
 from kubesage.core.perception import Collector
 from kubesage.core.telemetry.dcgm_exporter import DcgmReplayExporter, GpuModel
 from kubesage.core.telemetry.features import MetricHistory
-from kubesage.core.telemetry.metric_map import MetricMap, MetricMapSpec
+from kubesage.core.telemetry.metric_map import MappedMetric, MetricMap, MetricMapSpec
 from kubesage.core.telemetry.prometheus import (
     MAX_POINTS_PER_SERIES,
     PrometheusCollector,
@@ -209,7 +209,7 @@ def test_a_query_prometheus_rejects_is_a_failure_not_a_crash(
     assert collector.failures == 1
 
 
-def test_series_reduce_to_aggregates_and_naturally_ordered_device_slots() -> None:
+def dcgm_metric(device_label: str | list[str], aggregate: list[str], slots: int) -> MappedMetric:
     spec = MetricMapSpec.model_validate(
         {
             "sources": {
@@ -219,9 +219,9 @@ def test_series_reduce_to_aggregates_and_naturally_ordered_device_slots() -> Non
                         "util": {
                             "query": "DCGM_FI_DEV_GPU_UTIL",
                             "unit": "percent",
-                            "device_label": "gpu",
-                            "aggregate": ["mean", "max"],
-                            "max_devices": 2,
+                            "device_label": device_label,
+                            "aggregate": aggregate,
+                            "max_devices": slots,
                         }
                     },
                 }
@@ -229,22 +229,75 @@ def test_series_reduce_to_aggregates_and_naturally_ordered_device_slots() -> Non
         }
     )
     [metric] = MetricMap(spec).metrics
+    return metric
 
-    def series(gpu: str, value: float) -> tuple[dict[str, str], np.ndarray]:
-        return {"Hostname": "a.example", "gpu": gpu}, np.array([value])
 
+def one_step(labels: dict[str, str], value: float) -> tuple[dict[str, str], np.ndarray]:
+    return {"Hostname": "a.example", **labels}, np.array([value])
+
+
+def test_series_reduce_to_aggregates_and_slots_by_gpu_index() -> None:
+    metric = dcgm_metric("gpu", ["mean", "max"], 3)
     reduced = reduce_series(
         metric,
         [
-            series("10", 40.0),
-            series("2", 20.0),
-            series("2", 30.0),  # a second scrape job: averaged with the first
-            series("0", float("nan")),
+            one_step({"gpu": "10"}, 40.0),
+            one_step({"gpu": "2"}, 20.0),
+            one_step({"gpu": "2"}, 30.0),  # a second scrape job: averaged with the first
+            one_step({"gpu": "0"}, float("nan")),
             ({"gpu": "1"}, np.array([99.0])),  # no node label: dropped
         ],
         1,
     )
     assert list(reduced) == ["a"]  # relabelled: the ".example" suffix is gone
-    mean, top, slot0, slot1 = reduced["a"][0]
+    mean, top, slot0, slot1, slot2 = reduced["a"][0]
     assert mean == pytest.approx((25.0 + 40.0) / 2) and top == 40.0
-    assert np.isnan(slot0) and slot1 == 25.0  # gpu 0, then gpu 2; gpu 10 truncated
+    # Slot i is GPU i: GPU 1 reported nothing here, so its slot stays empty rather than
+    # GPU 2 moving into it; GPU 10 has no slot of its own.
+    assert np.isnan(slot0) and np.isnan(slot1) and slot2 == 25.0
+
+
+def test_a_per_node_metric_scraped_twice_is_averaged_not_added() -> None:
+    spec = MetricMapSpec.model_validate(
+        {
+            "sources": {
+                "node_exporter": {
+                    "node": {"label": "instance"},
+                    "metrics": {"load1": {"query": "node_load1", "unit": "tasks"}},
+                }
+            }
+        }
+    )
+    [metric] = MetricMap(spec).metrics
+    reduced = reduce_series(
+        metric,
+        [
+            ({"instance": "a", "job": "node-exporter"}, np.array([2.0, np.nan])),
+            ({"instance": "a", "job": "kubernetes-nodes"}, np.array([4.0, 5.0])),
+        ],
+        2,
+    )
+    assert reduced["a"][:, 0].tolist() == [3.0, 5.0]
+
+
+def test_a_gpus_mig_instances_share_its_slot_and_names_fill_slots_in_order() -> None:
+    metric = dcgm_metric(["gpu", "GPU_I_ID"], ["sum", "max"], 2)
+    reduced = reduce_series(
+        metric,
+        [
+            one_step({"gpu": "0", "GPU_I_ID": "1"}, 10.0),
+            one_step({"gpu": "0", "GPU_I_ID": "2"}, 5.0),
+            one_step({"gpu": "1"}, 95.0),  # GPU 1 is not in MIG mode
+        ],
+        1,
+    )
+    total, top, gpu0, gpu1 = reduced["a"][0]
+    assert (total, top) == (110.0, 95.0)
+    assert (gpu0, gpu1) == (15.0, 95.0)  # GPU 0's two instances, by the first aggregate
+    named = dcgm_metric("device", ["max"], 2)
+    reduced = reduce_series(
+        named,
+        [one_step({"device": "nvme1"}, 2.0), one_step({"device": "nvme0"}, 1.0)],
+        1,
+    )
+    assert list(reduced["a"][0]) == [2.0, 1.0, 2.0]  # not indices: natural order

@@ -34,8 +34,8 @@ def mig_reply(path: str, params: Mapping[str, str]) -> Reply:
     """gpu-node-0: 2 A100s in MIG mode, two 3g.40gb instances each; every instance uses
     10000 MiB; the whole-GPU power reading is repeated on each instance's series."""
     query = params.get("query", "")
-    if not query.startswith("DCGM_FI_"):
-        return empty(path, params)
+    if not query.startswith("DCGM_FI_") or 'GPU_I_ID=""' in query:
+        return empty(path, params)  # every series here has a GPU_I_ID
     value = {"DCGM_FI_DEV_FB_USED": "10000", "DCGM_FI_DEV_POWER_USAGE": "200"}.get(query, "30")
     return vector(
         [
@@ -70,7 +70,10 @@ def test_mig_instances_of_one_gpu_are_devices_of_their_own() -> None:
     assert data.nodes == ("gpu-node-0",)
     assert data.column("dcgm.fb_used_mib.sum")[0] == 40_000  # 4 instances, not 2 averaged
     slots = [data.column(f"dcgm.fb_used_mib.gpu{i}")[0] for i in range(8)]
-    assert slots[:4] == [10_000] * 4 and np.isnan(slots[4:]).all()
+    assert slots[:2] == [20_000] * 2 and np.isnan(slots[2:]).all()  # slot i is GPU i
+    # DCGM does not measure utilisation per instance: missing, not a false 0.
+    assert np.isnan(data.column("dcgm.gpu_util_percent.mean")[0])
+    assert data.column("dcgm.gr_engine_active.max")[0] == 30
     # a whole-GPU reading copied onto each instance is counted once per GPU
     assert data.column("dcgm.power_usage_watts")[0] == 400
 
@@ -81,6 +84,7 @@ def test_mig_instances_of_one_gpu_are_devices_of_their_own() -> None:
         {"status": "error", "errorType": "bad_data", "error": "x"},  # a 200 with no data
         [],  # a 200 whose body is a list (a proxy's)
         {"status": "success", "data": None},
+        b"<html><body>Sign in to continue</body></html>",  # a proxy's login page
     ],
 )
 def test_a_200_reply_without_data_result_is_a_failure_with_the_fallback(body: object) -> None:
