@@ -24,7 +24,9 @@ series is not a failure: its columns are NaN, and the features flag them as miss
 ``history`` has no fallback; it raises :class:`PrometheusUnavailableError`. It splits
 a long range into several queries, so that none exceeds Prometheus's 11,000 points per
 series nor asks for more than ``max_samples_per_query`` samples (a first short query
-counts the series).
+counts the series; each later one is sized by the most series seen so far, and one that
+Prometheus still refuses as too many samples, because series appeared, is asked again
+in halves).
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ MAX_SAMPLES_PER_QUERY = 5_000_000
 ``--query.max-samples`` (50 million), which a long history of a large cluster's per-GPU
 series would exceed in one query."""
 PROBE_POINTS = 60
+TOO_MANY_SAMPLES = "too many samples"
+"""In Prometheus's refusal of a query over ``--query.max-samples`` ("query processing
+would load too many samples into memory in query execution")."""
 """Points of a history's first range query, before the series count is known."""
 
 
@@ -420,6 +425,7 @@ class PrometheusCollector:
         merged: dict[tuple[tuple[str, str], ...], Series] = {}
         probe = min(PROBE_POINTS, self.max_samples_per_query)
         first, points = 0, chunk_points(step_s, probe, len(times))
+        most_series = 1
         while first < len(times):
             last = min(first + points, len(times)) - 1
             fetch = partial(
@@ -429,7 +435,18 @@ class PrometheusCollector:
                 end_time=datetime.fromtimestamp(float(times[last]), tz=UTC),
                 step=f"{step_s:g}",
             )
-            result = self._call(query, fetch)
+            try:
+                result = self._call(query, fetch)
+            except PrometheusUnavailableError as exc:
+                # More series appeared than the chunk was sized for (an exporter
+                # deployed part-way through the range): Prometheus refuses the samples.
+                # Halve the chunk and ask again, down to what one query must hold.
+                smaller = chunk_points(step_s, points // 2, len(times))
+                if TOO_MANY_SAMPLES not in str(exc) or smaller >= points:
+                    raise
+                LOG.info("%s: %d points refused as too many samples; %d", query, points, smaller)
+                points = smaller
+                continue
             for item in result:
                 labels = _labels(item, query)
                 key = tuple(sorted(labels.items()))
@@ -437,8 +454,8 @@ class PrometheusCollector:
                     merged[key] = (labels, np.full(len(times), np.nan))
                 self._fill(merged[key][1], item, query, times, step_s)
             first = last + 1
-            per_series = self.max_samples_per_query // max(len(result), 1)
-            points = chunk_points(step_s, per_series, len(times))
+            most_series = max(most_series, len(result))  # series seldom disappear for good
+            points = chunk_points(step_s, self.max_samples_per_query // most_series, len(times))
         return list(merged.values())
 
     def _fill(

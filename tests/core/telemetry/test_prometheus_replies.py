@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from kubesage.core.observability.metrics import REGISTRY
-from kubesage.core.telemetry.metric_map import load_metric_map
+from kubesage.core.telemetry.metric_map import MetricMap, MetricMapSpec, load_metric_map
 from kubesage.core.telemetry.prometheus import PrometheusCollector, PrometheusUnavailableError
-from tests.core.telemetry.fake_prometheus import Reply, empty, fake_prometheus, vector
+from tests.core.telemetry.fake_prometheus import Reply, empty, fake_prometheus, matrix, vector
 
 
 def dcgm_labels(gpu: int, metric: str, **extra: str) -> dict[str, str]:
@@ -174,3 +174,47 @@ def test_series_without_the_node_label_are_counted_with_the_labels_they_had() ->
     line = collector.dropped["dcgm"].describe()
     assert line.startswith(f"dcgm: {2 * dcgm_metrics} series had no 'Hostname' label")
     assert "hostname" in line and "UUID" in line and "__name__" not in line
+
+
+def test_series_that_appear_part_way_through_a_history_are_read_in_halved_chunks() -> None:
+    # 40 GPUs' series appear 100 s into a 600 s history (an exporter deployed then).
+    # The first chunks see none and grow; Prometheus, like a real one past
+    # --query.max-samples, refuses a chunk of too many samples: it is asked again in
+    # halves, and every later chunk is sized for the 40 series.
+    appear, limit, asked = 1_000_100.0, 2_000, []
+
+    def handler(path: str, params: Mapping[str, str]) -> Reply:
+        if path != "/api/v1/query_range":
+            return empty(path, params)
+        start, end, step = (float(params[k]) for k in ("start", "end", "step"))
+        times = np.arange(start, end + step / 2, step)
+        shown = times[times >= appear]
+        asked.append(len(times))
+        if len(shown) * 40 > limit:
+            return 422, {
+                "status": "error",
+                "errorType": "execution",
+                "error": "query processing would load too many samples into memory in "
+                "query execution",
+            }
+        gpus = range(40) if len(shown) else range(0)  # a series without points is left out
+        return matrix([({"Hostname": "n", "gpu": str(g)}, [(t, "1") for t in shown]) for g in gpus])
+
+    spec = {
+        "sources": {
+            "dcgm": {
+                "node": {"label": "Hostname"},
+                "metrics": {"fb": {"query": "DCGM_FI_DEV_FB_USED", "unit": "mib",
+                                   "device_label": "gpu", "aggregate": ["sum"]}},
+            }
+        }
+    }  # fmt: skip
+    metric_map = MetricMap(MetricMapSpec.model_validate(spec))
+    with fake_prometheus(handler) as url:
+        collector = PrometheusCollector(url, metric_map, max_samples_per_query=400)
+        history = collector.history(1_000_000.0, 1_000_600.0, 1.0)
+        collector.close()
+    total = history.values[:, 0, 0]
+    assert np.isnan(total[:100]).all() and (total[100:] == 40).all()
+    assert max(asked) <= 400 and asked[0] == 60  # the probe, then never over our limit
+    assert all(points <= 10 for points in asked[-5:])  # 400 samples / 40 series
