@@ -44,6 +44,7 @@ from kubesage.adapters.flink.rest_models import (
     ParallelismBounds,
     ResourceRequirement,
     SavepointTrigger,
+    VertexDetail,
 )
 from kubesage.core.errors import InputError
 from kubesage.core.field_errors import first_problem
@@ -168,6 +169,10 @@ class FlinkClient:
     def job(self, job_id: str) -> JobDetail:
         """State, vertices (parallelism, max parallelism) and plan edges of one job."""
         return self._get_model(JobDetail, f"/jobs/{job_id}")
+
+    def vertex(self, job_id: str, vertex_id: str) -> VertexDetail:
+        """One vertex's subtasks, each with its cumulative busy and backpressured time."""
+        return self._get_model(VertexDetail, f"/jobs/{job_id}/vertices/{vertex_id}")
 
     def backpressure(self, job_id: str, vertex_id: str) -> BackPressure:
         return self._get_model(BackPressure, f"/jobs/{job_id}/vertices/{vertex_id}/backpressure")

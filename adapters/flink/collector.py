@@ -35,12 +35,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PENDING_SUFFIX = "pendingRecords"
-COUNTERS = (
-    "numRecordsIn",
-    "numRecordsOut",
-    "accumulateBusyTimeMs",
-    "accumulateBackPressuredTimeMs",
-)
+COUNTERS = ("numRecordsIn", "numRecordsOut")
+"""Summed over subtasks (``…/subtasks/metrics``): a sum's change is the sum of changes."""
+BUSY, BACKPRESSURED = "accumulateBusyTimeMs", "accumulateBackPressuredTimeMs"
+"""Per subtask (``GET /jobs/<id>/vertices/<vid>``), kept as ``<name>#<subtask>``: the
+busiest subtask *now* is the largest of the subtasks' own rates, which the change of
+the largest cumulative total is not (that is the rate of whichever subtask has been
+busiest since the start)."""
 METERS = ("numRecordsInPerSecond", "numRecordsOutPerSecond", "busyTimeMsPerSecond")
 
 
@@ -48,15 +49,17 @@ METERS = ("numRecordsInPerSecond", "numRecordsOutPerSecond", "busyTimeMsPerSecon
 class _Sample:
     time_s: float
     counters: dict[str, dict[str, float]]
-    """vertex id → counter → value (records summed, busy/backpressure max over subtasks)."""
+    """vertex id → counter → value (records summed over subtasks; busy and backpressured
+    time per subtask, as ``<name>#<subtask>``)."""
 
 
 class ObservationCollector:
     """Measures ``Observation`` s through the REST client, from Flink's counters.
 
     Rates come from the difference of cumulative counters (``numRecordsIn``/``Out``
-    summed over subtasks, ``accumulateBusyTimeMs`` max over subtasks) between the oldest
-    sample inside ``window_s`` that has the counter and now: they follow a rescale
+    summed over subtasks; ``accumulateBusyTimeMs`` and ``accumulateBackPressuredTimeMs``
+    per subtask, the vertex's the largest subtask's rate) between the oldest sample
+    inside ``window_s`` that has the counter and now: they follow a rescale
     within seconds, where Flink's own ``…PerSecond`` meters average over 60 s. A
     restart of the job empties the window. Without those counters (an older Flink) the
     meters are used; a value Flink reports as NaN (not measured) is no reading.
@@ -146,12 +149,12 @@ class ObservationCollector:
             self.job_id, vertex_id, [*COUNTERS, *METERS, *pending]
         )
         values: dict[str, float] = {}
-        for name in ("numRecordsIn", "numRecordsOut"):
+        for name in COUNTERS:
             if name in metrics:
                 values[name] = metrics[name].sum
-        for name in ("accumulateBusyTimeMs", "accumulateBackPressuredTimeMs"):
-            if name in metrics:
-                values[name] = metrics[name].max
+        for subtask in self.client.vertex(self.job_id, vertex_id).subtasks:
+            values[f"{BUSY}#{subtask.subtask}"] = subtask.metrics.busy_ms
+            values[f"{BACKPRESSURED}#{subtask.subtask}"] = subtask.metrics.backpressured_ms
         if pending and all(name in metrics for name in pending):
             values[PENDING_SUFFIX] = sum(metrics[name].sum for name in pending)
         # NaN is Flink's "not measured" (a legacy source's busy time): not a reading.
@@ -196,11 +199,20 @@ class ObservationCollector:
         def rate(name: str) -> float | None:
             return self._rate(vertex_id, name, now_values.get(name), now)
 
+        def busiest(name: str) -> float | None:
+            """The largest of the subtasks' own rates of ``name`` (None: none measured)."""
+            rates = [
+                value
+                for key in now_values
+                if key.startswith(f"{name}#") and (value := rate(key)) is not None
+            ]
+            return max(rates, default=None)
+
         def meter(name: str) -> float | None:
             value = meters.get(vertex_id, {}).get(name, math.nan)
             return None if math.isnan(value) else value
 
-        busy = rate("accumulateBusyTimeMs")
+        busy = busiest(BUSY)
         records_in = rate("numRecordsIn")
         records_out = rate("numRecordsOut")
         pending = now_values.get(PENDING_SUFFIX)
@@ -220,7 +232,7 @@ class ObservationCollector:
             if records_out is not None
             else meter("numRecordsOutPerSecond"),
             busy_ms_per_s=min(busy, 1000.0) if busy is not None else meter("busyTimeMsPerSecond"),
-            backpressured_ms_per_s=rate("accumulateBackPressuredTimeMs"),
+            backpressured_ms_per_s=busiest(BACKPRESSURED),
             pending_records=pending,
             pending_growth_per_s=growth,
             forecast_records_per_s=forecast,

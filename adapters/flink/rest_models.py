@@ -136,6 +136,30 @@ class BackPressure(FlinkModel):
     subtasks: tuple[SubtaskBackPressure, ...] = ()
 
 
+class SubtaskTimes(FlinkModel):
+    """A subtask's cumulative times (its ``metrics`` in ``GET /jobs/<id>/vertices/<vid>``):
+    Flink's ``accumulateBusyTimeMs`` and ``accumulateBackPressuredTimeMs`` of that
+    subtask, in ms; NaN where Flink does not measure it (it sends ``"NaN"``)."""
+
+    busy_ms: float = Field(float("nan"), alias="accumulated-busy-time")
+    backpressured_ms: float = Field(float("nan"), alias="accumulated-backpressured-time")
+
+
+class VertexSubtask(FlinkModel):
+    subtask: int
+    status: str = ""
+    metrics: SubtaskTimes = Field(default_factory=SubtaskTimes)
+
+
+class VertexDetail(FlinkModel):
+    """``GET /jobs/<id>/vertices/<vid>``: the vertex's subtasks, each with its own
+    cumulative times (where ``…/subtasks/metrics`` gives only aggregates over them)."""
+
+    id: str
+    parallelism: int = 0
+    subtasks: tuple[VertexSubtask, ...] = ()
+
+
 class AggregatedMetric(FlinkModel):
     """One entry of ``GET …/subtasks/metrics?get=…``: the metric over all subtasks."""
 

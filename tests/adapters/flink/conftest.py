@@ -64,6 +64,39 @@ def path_of(name: str) -> str:
     return str(recorded(name)["path"]).split("?", 1)[0]
 
 
+def one_subtask_times(name: str, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """The recorded vertex reply ``name`` as a one-subtask vertex whose cumulative times
+    are the aggregated ``metrics`` reply's (for one subtask the max over subtasks is that
+    subtask's own value): what the vertex endpoint answers beside that metrics reply."""
+    entry = json.loads(json.dumps(recorded(name)))
+    by_id = {metric["id"]: metric for metric in metrics}
+    subtask = entry["body"]["subtasks"][0]
+    for key, metric in (
+        ("accumulated-busy-time", "accumulateBusyTimeMs"),
+        ("accumulated-backpressured-time", "accumulateBackPressuredTimeMs"),
+    ):
+        subtask["metrics"][key] = by_id[metric]["max"] if metric in by_id else "NaN"
+    entry["body"]["subtasks"] = [subtask]
+    entry["body"]["parallelism"] = 1
+    return dict(entry)
+
+
+def vertex_times(name: str, factor: float = 1.0, **busy_ms: float | str) -> dict[str, Any]:
+    """The recorded vertex reply ``name`` with every subtask's cumulative times scaled by
+    ``factor`` (a later sample of the same run), or set: ``busy_ms`` maps ``s<subtask>``
+    to that subtask's accumulated busy time (``"NaN"`` as Flink sends what it does not
+    measure)."""
+    entry = json.loads(json.dumps(recorded(name)))
+    for subtask in entry["body"]["subtasks"]:
+        metrics = subtask["metrics"]
+        for key in ("accumulated-busy-time", "accumulated-backpressured-time"):
+            if isinstance(metrics.get(key), int | float):
+                metrics[key] = metrics[key] * factor
+        if f"s{subtask['subtask']}" in busy_ms:
+            metrics["accumulated-busy-time"] = busy_ms[f"s{subtask['subtask']}"]
+    return dict(entry)
+
+
 @pytest.fixture
 def replay_client() -> Callable[..., FlinkClient]:
     """Builds a FlinkClient over recorded replies (no backoff sleeps)."""

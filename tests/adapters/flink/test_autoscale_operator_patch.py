@@ -33,7 +33,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.k8s.apiclient import CustomObjectsApi
 from tests.fakes.apiserver import FLINK_DEPLOYMENTS, FakeApiServer
 
-from .conftest import recorded
+from .conftest import one_subtask_times, recorded
 
 JOB_BODY = recorded("job_running")["body"]
 JOB = JOB_BODY["jid"]
@@ -91,6 +91,10 @@ class FakeJobManager:
             if "get" not in request.url.params:
                 return httpx.Response(200, json=recorded("metric_names_source")["body"])
             return httpx.Response(200, json=self._metrics(path.split("/")[4]))
+        if request.method == "GET" and path.startswith(f"/jobs/{JOB}/vertices/"):
+            vertex = path.split("/")[4]
+            name = METRICS[vertex].replace("metrics_", "vertex_")
+            return httpx.Response(200, json=one_subtask_times(name, self._metrics(vertex))["body"])
         # Anything else — a REST rescale above all — is not what these tests expect.
         return httpx.Response(404, json=recorded("job_not_found")["body"])
 

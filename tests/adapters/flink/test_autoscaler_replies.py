@@ -32,7 +32,7 @@ from .autoscaler_support import (
     observe,
     pipeline,
 )
-from .conftest import recorded
+from .conftest import recorded, vertex_times
 
 
 def scaled(name: str, factor: float) -> dict[str, object]:
@@ -70,6 +70,14 @@ def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkC
                 recorded("metrics_sink"),
                 scaled("metrics_sink", 1.5),
             ],
+            **{
+                f"GET {base}/{vertex}": [vertex_times(name), vertex_times(name, 1.5)]
+                for vertex, name in (
+                    (source, "vertex_source"),
+                    (slow, "vertex_slow"),
+                    (sink, "vertex_sink"),
+                )
+            },
         },
     )
     collector = ObservationCollector(client, jid, clock=lambda: next(clock))
@@ -83,6 +91,47 @@ def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkC
     assert observed.inputs == (source,)
     source_view = next(v for v in second.vertices if v.vertex_id == source)
     assert source_view.pending_records is not None and source_view.pending_growth_per_s is not None
+
+
+def test_busy_time_is_the_busiest_subtasks_own_rate_not_the_largest_totals(
+    replay_client: Callable[..., FlinkClient],
+) -> None:
+    # Subtask 0 was busy for an hour and is idle now; subtask 1 is saturated now. The
+    # largest cumulative total (subtask 0's) did not move: read as the vertex's, it
+    # would say the vertex is idle and head for a scale-down.
+    job = recorded("job_running")["body"]
+    jid = job["jid"]
+    source, slow, sink = (v["id"] for v in job["vertices"])
+    base = f"/jobs/{jid}/vertices"
+    clock = iter([1000.0, 1010.0])
+    client = replay_client(
+        "job_running",
+        "overview",
+        **{
+            f"GET {base}/{vertex}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                recorded(metrics),
+                scaled(metrics, 1.5),
+            ]
+            for vertex, metrics in (
+                (source, "metrics_source"),
+                (slow, "metrics_slow"),
+                (sink, "metrics_sink"),
+            )
+        },
+        **{
+            f"GET {base}/{source}": vertex_times("vertex_source"),
+            f"GET {base}/{slow}": [
+                vertex_times("vertex_slow", s0=3_600_000.0, s1=0.0),
+                vertex_times("vertex_slow", s0=3_600_000.0, s1=8_000.0),
+            ],
+            f"GET {base}/{sink}": vertex_times("vertex_sink"),
+        },
+    )
+    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    collector.collect()
+    observed = collector.collect().vertex(slow)
+    assert observed.busy_ms_per_s == pytest.approx(800.0)  # subtask 1: 8 s in 10 s
 
 
 def test_a_source_reporting_nan_busy_time_still_lets_the_job_decide(
@@ -131,6 +180,11 @@ def test_a_source_reporting_nan_busy_time_still_lets_the_job_decide(
                 scaled("metrics_sink", 1.5),
                 scaled("metrics_sink", 2.0),
             ],
+            f"GET {base}/{source}": vertex_times("vertex_source", s0="NaN"),
+            **{
+                f"GET {base}/{vertex}": [vertex_times(name, f) for f in (1.0, 1.5, 2.0)]
+                for vertex, name in ((slow, "vertex_slow"), (sink, "vertex_sink"))
+            },
         },
     )
     collector = ObservationCollector(client, jid, clock=lambda: next(clock))

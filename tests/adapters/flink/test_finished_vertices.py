@@ -17,7 +17,7 @@ from kubesage.adapters.flink.observation import VertexObservation
 from kubesage.adapters.flink.rescale import rescale_in_place
 
 from .autoscaler_support import observe, proposal, reasons_of
-from .conftest import recorded
+from .conftest import recorded, vertex_times
 
 SETTINGS = AutoscalerSettings(stable_observations=1)
 
@@ -104,6 +104,8 @@ def test_the_collector_measures_the_running_vertices_beside_a_finished_one(
             f"GET /jobs/{jid}": _with_finished_source(job),
             f"GET {base}/{slow}/subtasks/metrics": twice("metrics_slow"),
             f"GET {base}/{sink}/subtasks/metrics": twice("metrics_sink"),
+            f"GET {base}/{slow}": [vertex_times("vertex_slow"), vertex_times("vertex_slow", 1.5)],
+            f"GET {base}/{sink}": [vertex_times("vertex_sink"), vertex_times("vertex_sink", 1.5)],
         },
     )
     collector = ObservationCollector(client, jid, clock=lambda: next(clock))

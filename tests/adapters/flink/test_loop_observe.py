@@ -52,6 +52,8 @@ def jobmanager(job_id: str, *, state: str = "RUNNING") -> httpx.MockTransport:
     for vertex, metrics in VERTICES.items():
         path = f"/jobs/{job_id}/vertices/{vertex}/subtasks/metrics"
         routes[("GET", path)] = [reply("metric_names_source", job_id), reply(metrics, job_id)]
+        details = reply(metrics.replace("metrics_", "vertex_"), job_id)
+        routes[("GET", f"/jobs/{job_id}/vertices/{vertex}")] = details
     assert path_of("job_running") == f"/jobs/{RECORDED_JOB}"
     return replay(routes)
 

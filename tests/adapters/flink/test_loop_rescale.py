@@ -27,7 +27,7 @@ from kubesage.core.loop.actions import Evict as EvictAction
 from kubesage.core.loop.reconciler import Actuator, Outcome
 from kubesage.core.loop.settings import ReconcilerContext
 
-from .conftest import recorded
+from .conftest import one_subtask_times, recorded
 
 JOB = "fdb4749fec8f525bb194110b606c1048"
 SLOW = "59fa767824610e31f4a11d6125e09bf4"
@@ -200,6 +200,13 @@ def test_flink_autoscale_rescales_through_the_loop_step_and_actuator(
                     recorded("metric_names_source"),
                     recorded(name),
                     scaled(name, 1.5),
+                ]
+                for vertex, name in metrics.items()
+            },
+            **{
+                f"GET /jobs/{JOB}/vertices/{vertex}": [
+                    one_subtask_times(name.replace("metrics_", "vertex_"), reply["body"])
+                    for reply in (recorded(name), scaled(name, 1.5))
                 ]
                 for vertex, name in metrics.items()
             },
