@@ -392,7 +392,7 @@ def _clamp(
     if clamped != ideal:
         reasons.append(f"{ideal} clamped to [{settings.min_parallelism}, {upper}]")
     if vertex.hash_input and vertex.max_parallelism > 0:
-        aligned = _divisor_at_least(clamped, vertex.max_parallelism)
+        aligned = _divisor_at_least(clamped, vertex.max_parallelism, upper)
         if aligned != clamped:
             reasons.append(
                 f"{clamped} raised to {aligned}, a divisor of max parallelism "
@@ -460,9 +460,10 @@ def _keep(
     )
 
 
-def _divisor_at_least(parallelism: int, max_parallelism: int) -> int:
-    """The smallest divisor of ``max_parallelism`` ≥ ``parallelism`` (up to half of it)."""
-    for candidate in range(parallelism, max_parallelism // 2 + 1):
+def _divisor_at_least(parallelism: int, max_parallelism: int, upper: int) -> int:
+    """The smallest divisor of ``max_parallelism`` ≥ ``parallelism`` and ≤ ``upper`` (the
+    clamp's bound), up to half of ``max_parallelism``; ``parallelism`` when none is."""
+    for candidate in range(parallelism, min(upper, max_parallelism // 2) + 1):
         if max_parallelism % candidate == 0:
             return candidate
     return parallelism

@@ -52,6 +52,11 @@ class AutoscalerSettings:
             raise ConfigError("must be ≥ 0", field="min_window_s")
         if self.min_parallelism < 1:
             raise ConfigError("must be ≥ 1", field="min_parallelism")
+        if self.max_parallelism is not None and self.max_parallelism < self.min_parallelism:
+            raise ConfigError(
+                f"must be ≥ min_parallelism ({self.min_parallelism}), got {self.max_parallelism}",
+                field="max_parallelism",
+            )
         if self.catch_up_s <= 0:
             raise ConfigError("must be > 0", field="catch_up_s")
         if self.saturated_step <= 1.0:

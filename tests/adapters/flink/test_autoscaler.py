@@ -88,6 +88,17 @@ def test_clamped_to_max_parallelism() -> None:
     assert slow_of(decision) == 4
 
 
+def test_key_group_alignment_stays_within_the_clamp() -> None:
+    # ceil(1000 / 20 / 0.8) = 63, clamped to 10; the next divisor of 32 from 10 is 16,
+    # over the bound: the clamped value stands (uneven key groups, not too many subtasks).
+    settings = replace(SETTINGS, max_parallelism=10)
+    vertices = pipeline(
+        rate=1000.0, capacity=20.0, hash_input=True, max_parallelism=32, pending=0.0
+    )
+    decision = Autoscaler(settings).decide(observe(vertices))
+    assert slow_of(decision) == 10
+
+
 @pytest.mark.parametrize(
     ("observation", "reason"),
     [
@@ -238,6 +249,7 @@ def test_forecast_scales_ahead_of_observed_rate() -> None:
         ("stable_observations", 0),
         ("min_parallelism", 0),
         ("saturated_step", 1.0),
+        ("max_parallelism", 0),
     ],
 )
 def test_bad_settings_name_the_field(field: str, value: float) -> None:
