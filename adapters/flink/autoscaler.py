@@ -127,7 +127,9 @@ def decide(
     """The scaling decision for ``observation`` and the memory for the next call.
 
     Pure: the same observation, memory and settings always give the same answer, and
-    ``memory`` itself is never changed. A skipped observation leaves the memory as it was.
+    ``memory`` itself is never changed. A skipped observation (nothing measured) makes
+    the memory forget its pending proposals, as a vertex held for a missing metric does:
+    the stability rule and the scale-down delay count observations back to back.
     """
     memory = memory or GuardRailMemory()
     settings = settings or AutoscalerSettings()
@@ -135,7 +137,9 @@ def decide(
     if skip:
         kept = tuple(_keep(v, skip) for v in observation.vertices)
         skipped = ScalingDecision(observation.job_id, observation.time_s, "skip", kept, (skip,))
-        return skipped, memory
+        return skipped, GuardRailMemory(
+            {vertex_id: _forget(vertex) for vertex_id, vertex in memory.vertices.items()}
+        )
     demand = job_demand(observation, settings.catch_up_s)
     remembered = dict(memory.vertices)
     decisions = []
@@ -275,14 +279,18 @@ def _vertex(
         return _keep(vertex, "FINISHED: its input has ended; keeps its parallelism"), None
     if settings.excludes(vertex):
         return _keep(vertex, "excluded from scaling", target=target), None
+    # A vertex held for want of a measurement forgets its pending proposals: the
+    # stability rule and the scale-down delay count observations back to back, and a
+    # gap in them is not a proposal kept.
+    unmeasured = _forget(memory)
     missing = _missing(vertex)
     if missing:
         role = "source held" if vertex.is_source else "held"
         return _keep(
             vertex, f"{' and '.join(missing)} not reported: {role}", *demand.notes, target=target
-        ), None
+        ), unmeasured
     if target is None:
-        return _keep(vertex, "demand unknown: held", *demand.notes, target=target), None
+        return _keep(vertex, "demand unknown: held", *demand.notes, target=target), unmeasured
     assert vertex.busy_ms_per_s is not None
     rate = vertex.records_out_per_s if vertex.is_source else vertex.records_in_per_s
     assert rate is not None
@@ -297,11 +305,11 @@ def _vertex(
                 f"busy {busy_ms:.0f} ms/s but no records counted in the window{owed}: held",
                 *demand.notes,
                 target=target,
-            ), None
+            ), unmeasured
         if target > 0.0:
             return _keep(
                 vertex, f"no records processed in the window{owed}", *demand.notes, target=target
-            ), None
+            ), unmeasured
         true_rate, utilisation = None, 0.0
         reasons.append(f"idle: no records in the window and no demand (busy {busy_ms:.0f} ms/s)")
         ideal = _clamp(vertex, settings.min_parallelism, reasons, settings)
@@ -458,6 +466,11 @@ def _keep(
         None,
         (reason, *notes),
     )
+
+
+def _forget(memory: VertexMemory) -> VertexMemory:
+    """``memory`` without its pending proposals (the last rescale is kept)."""
+    return replace(memory, ideals=(), scale_down_since_s=None)
 
 
 def _divisor_at_least(parallelism: int, max_parallelism: int, upper: int) -> int:

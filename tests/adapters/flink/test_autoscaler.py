@@ -193,6 +193,22 @@ def test_scale_down_is_delayed() -> None:
     assert autoscaler.decide(observe(quiet, time_s=401.0)).changes == {SLOW: 1}
 
 
+def test_a_gap_in_measurements_restarts_the_scale_down_delay() -> None:
+    # Proposed at 100 s, then the slow vertex's busy time is missing for minutes: one
+    # fresh observation after the gap is a new proposal, not 400 s of one.
+    autoscaler = Autoscaler(replace(SETTINGS, scale_down_delay_s=300.0))
+    quiet = pipeline(rate=10.0, slow_parallelism=4, pending=0.0)
+    unmeasured = tuple(replace(v, busy_ms_per_s=None) if v.vertex_id == SLOW else v for v in quiet)
+    autoscaler.decide(observe(quiet, time_s=100.0))
+    for time_s in (110.0, 300.0, 495.0):
+        held = autoscaler.decide(observe(unmeasured, time_s=time_s))
+        assert held.changes == {}
+    after = autoscaler.decide(observe(quiet, time_s=505.0))
+    assert after.changes == {}
+    assert any("proposed for 0 s" in r for v in after.vertices for r in v.reasons)
+    assert autoscaler.decide(observe(quiet, time_s=806.0)).changes == {SLOW: 1}
+
+
 def test_no_oscillation_after_a_rescale() -> None:
     settings = replace(SETTINGS, scale_down_delay_s=0.0, oscillation_window_s=600.0)
     autoscaler = Autoscaler(settings)
