@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PENDING_SUFFIX = "pendingRecords"
+REPORTER_OUT = "backlogReporter.numRecordsOut"
+"""Sample key: the records out of the operators that report a backlog, summed."""
 COUNTERS = ("numRecordsIn", "numRecordsOut")
 """Summed over subtasks (``…/subtasks/metrics``): a sum's change is the sum of changes."""
 BUSY, BACKPRESSURED = "accumulateBusyTimeMs", "accumulateBackPressuredTimeMs"
@@ -87,6 +89,9 @@ class ObservationCollector:
         self._samples: list[_Sample] = []
         self._running_since_ms = -1
         self._pending_names: dict[str, list[str]] = {}
+        self._reporter_out_names: dict[str, list[str]] = {}
+        """Per vertex: ``<operator>.numRecordsOut`` of each operator that reports a
+        backlog (``<operator>.pendingRecords``), in the backlog's units."""
         self._demand_history: dict[str, list[tuple[float, float]]] = {}
         self._settled = False
 
@@ -144,9 +149,14 @@ class ObservationCollector:
             # Looked up until found: user gauges appear only after their first report.
             names = self.client.metric_names(self.job_id, vertex_id)
             self._pending_names[vertex_id] = [n for n in names if n.endswith(PENDING_SUFFIX)]
+            reporters = [n.removesuffix(PENDING_SUFFIX) for n in self._pending_names[vertex_id]]
+            outs = [f"{prefix}numRecordsOut" for prefix in reporters if prefix.endswith(".")]
+            complete = len(outs) == len(reporters) and set(outs) <= set(names)
+            self._reporter_out_names[vertex_id] = outs if complete else []
         pending = self._pending_names.get(vertex_id, [])
+        reporter_outs = self._reporter_out_names.get(vertex_id, [])
         metrics = self.client.subtask_metrics(
-            self.job_id, vertex_id, [*COUNTERS, *METERS, *pending]
+            self.job_id, vertex_id, [*COUNTERS, *METERS, *pending, *reporter_outs]
         )
         values: dict[str, float] = {}
         for name in COUNTERS:
@@ -157,6 +167,8 @@ class ObservationCollector:
             values[f"{BACKPRESSURED}#{subtask.subtask}"] = subtask.metrics.backpressured_ms
         if pending and all(name in metrics for name in pending):
             values[PENDING_SUFFIX] = sum(metrics[name].sum for name in pending)
+        if reporter_outs and all(name in metrics for name in reporter_outs):
+            values[REPORTER_OUT] = sum(metrics[name].sum for name in reporter_outs)
         # NaN is Flink's "not measured" (a legacy source's busy time): not a reading.
         values = {name: value for name, value in values.items() if math.isfinite(value)}
         meter_values = {
@@ -219,9 +231,14 @@ class ObservationCollector:
         growth = None
         if pending is not None:
             growth = self._rate(vertex_id, PENDING_SUFFIX, pending, now, counter=False)
+        read = rate(REPORTER_OUT)
+        # Records out per backlog record: the chain after the reporting operator may
+        # filter or split (unknown while that operator emits nothing: taken as 1).
+        per_pending = records_out / read if records_out is not None and read else None
         forecast = None
         if not edges or pending is not None:
-            demand = (records_out or 0.0) + (growth or 0.0)
+            scale = per_pending if per_pending is not None else 1.0
+            demand = (records_out or 0.0) + (growth or 0.0) * scale
             forecast = self._forecast(vertex_id, demand, now if self._settled else None)
         return replace(
             base,
@@ -235,6 +252,7 @@ class ObservationCollector:
             backpressured_ms_per_s=busiest(BACKPRESSURED),
             pending_records=pending,
             pending_growth_per_s=growth,
+            output_per_pending=per_pending,
             forecast_records_per_s=forecast,
         )
 

@@ -114,9 +114,10 @@ def keeping_up(vertex: VertexObservation, output: float) -> bool:
     nor exceeds :data:`KEPT_UP_S` of output: its demand may be taken from a forecast
     below what the trailing window measured (the measurement lags a decline by half a
     window). Without a backlog metric, or while one builds, what was measured stands."""
-    if vertex.pending_records is None or vertex.pending_growth_per_s is None:
+    pending, growth = vertex.backlog_as_output
+    if pending is None or growth is None:
         return False
-    return vertex.pending_growth_per_s <= 0.0 and vertex.pending_records <= output * KEPT_UP_S
+    return growth <= 0.0 and pending <= output * KEPT_UP_S
 
 
 def is_saturated(vertex: VertexObservation) -> bool:
@@ -170,7 +171,8 @@ def _source(
     if output is None:
         notes.append("records out not reported: demand unknown")
         return VertexDemand(None, None, notes=tuple(notes))
-    demand = output + (vertex.pending_growth_per_s or 0.0)
+    pending, growth = vertex.backlog_as_output  # in the output's records
+    demand = output + (growth or 0.0)
     forecast = vertex.forecast_records_per_s
     if forecast is not None and forecast > demand:
         demand = forecast  # load coming: ahead of the measured window
@@ -180,7 +182,7 @@ def _source(
             "building: load falling faster than the measured window shows"
         )
         demand = forecast
-    backlog = max(vertex.pending_records or 0.0, 0.0)
+    backlog = max(pending or 0.0, 0.0)
     target_out = max(demand, 0.0) + backlog / catch_up_s
     lower_bound = vertex.is_source and is_saturated(vertex)
     held = vertex.is_source and held_back(vertex)

@@ -57,12 +57,26 @@ class VertexObservation:
     pending_records: float | None = None
     """Backlog a source reports (sum of its ``*pendingRecords`` gauges)."""
     pending_growth_per_s: float | None = None
+    output_per_pending: float | None = None
+    """The vertex's records out per record of its backlog: its task's ``numRecordsOut``
+    over the rate of the operator that reports the backlog (that operator's own
+    ``numRecordsOut``, in the backlog's units). A chain that filters or splits after its
+    source emits fewer or more records than it reads; None when unknown (taken as 1)."""
     forecast_records_per_s: float | None = None
     """A forecaster's prediction of this source's demand over the next steps."""
 
     @property
     def is_source(self) -> bool:
         return not self.inputs
+
+    @property
+    def backlog_as_output(self) -> tuple[float | None, float | None]:
+        """The backlog and its growth per second in records of the vertex's output (what
+        its consumers will receive for them): see :attr:`output_per_pending`."""
+        scale = self.output_per_pending if self.output_per_pending is not None else 1.0
+        pending = None if self.pending_records is None else self.pending_records * scale
+        growth = None if self.pending_growth_per_s is None else self.pending_growth_per_s * scale
+        return pending, growth
 
     @property
     def finished(self) -> bool:

@@ -14,12 +14,13 @@ from kubesage.adapters.flink.autoscaler import (
     GuardRailMemory,
     decide,
 )
-from kubesage.adapters.flink.observation import Observation
+from kubesage.adapters.flink.observation import Observation, VertexObservation
 from kubesage.adapters.flink.slot_sharing import GroupNeed, share_slots
 from kubesage.core.errors import ConfigError
 
 from .autoscaler_support import (
     SETTINGS,
+    SINK,
     SLOW,
     SOURCE,
     observe,
@@ -86,6 +87,25 @@ def test_clamped_to_max_parallelism() -> None:
         observe(pipeline(rate=400.0, capacity=20.0, pending=0.0))
     )
     assert slow_of(decision) == 4
+
+
+def test_a_sources_backlog_counts_in_the_records_its_chain_emits() -> None:
+    # Kafka source chained into a filter that keeps 10 %: the source reads 1000 rec/s
+    # and the task emits 100; the backlog (Kafka records) grows by 1000 rec/s. Demand in
+    # the task's output is 100 + 1000 × 0.1: each vertex needs 2 subtasks at busy 500,
+    # not 7 for a demand of 1100 counted in two units at once.
+    source = VertexObservation(
+        SOURCE, "Source: kafka -> filter", 1, 128,
+        records_in_per_s=0.0, records_out_per_s=100.0, busy_ms_per_s=500.0,
+        pending_records=10_000.0, pending_growth_per_s=1000.0, output_per_pending=0.1,
+    )  # fmt: skip
+    sink = VertexObservation(
+        SINK, "sink", 1, 128, inputs=(SOURCE,),
+        records_in_per_s=100.0, records_out_per_s=0.0, busy_ms_per_s=500.0,
+    )  # fmt: skip
+    decision = Autoscaler(SETTINGS).decide(observe((source, sink)))
+    assert decision.changes == {SOURCE: 2, SINK: 2}
+    assert source.backlog_as_output == (1_000.0, 100.0)
 
 
 def test_key_group_alignment_stays_within_the_clamp() -> None:

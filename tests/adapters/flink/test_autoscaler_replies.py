@@ -134,6 +134,63 @@ def test_busy_time_is_the_busiest_subtasks_own_rate_not_the_largest_totals(
     assert observed.busy_ms_per_s == pytest.approx(800.0)  # subtask 1: 8 s in 10 s
 
 
+def test_a_sources_backlog_is_converted_to_its_chains_output_records(
+    replay_client: Callable[..., FlinkClient],
+) -> None:
+    # The sample's source chain reports its backlog from `pace` (pace.pendingRecords);
+    # pace's own numRecordsOut is in the backlog's records. Here pace emits twice what
+    # the task does (a filter after it in the chain): each backlog record is half an
+    # output record.
+    job = recorded("job_running")["body"]
+    jid = job["jid"]
+    source, slow, sink = (v["id"] for v in job["vertices"])
+    base = f"/jobs/{jid}/vertices"
+
+    def with_reporter(factor: float) -> dict[str, object]:
+        entry = scaled("metrics_source", factor)
+        body = list(entry["body"])  # type: ignore[call-overload]
+        out = next(m for m in body if m["id"] == "numRecordsOut")
+        body.append({**out, "id": "pace.numRecordsOut", "sum": out["sum"] * 2})
+        return {**entry, "body": body}
+
+    clock = iter([1000.0, 1010.0])
+    client = replay_client(
+        "job_running",
+        "overview",
+        **{
+            f"GET {base}/{source}/subtasks/metrics": [
+                recorded("metric_names_source"),
+                with_reporter(1.0),
+                with_reporter(1.5),
+            ],
+            **{
+                f"GET {base}/{vertex}/subtasks/metrics": [
+                    recorded("metric_names_source"),
+                    recorded(name),
+                    scaled(name, 1.5),
+                ]
+                for vertex, name in ((slow, "metrics_slow"), (sink, "metrics_sink"))
+            },
+            **{
+                f"GET {base}/{vertex}": vertex_times(name)
+                for vertex, name in (
+                    (source, "vertex_source"),
+                    (slow, "vertex_slow"),
+                    (sink, "vertex_sink"),
+                )
+            },
+        },
+    )
+    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    collector.collect()
+    view = collector.collect().vertex(source)
+    assert view.output_per_pending == pytest.approx(0.5)
+    assert view.pending_records is not None and view.pending_growth_per_s is not None
+    pending, growth = view.backlog_as_output
+    assert pending == pytest.approx(view.pending_records / 2)
+    assert growth == pytest.approx(view.pending_growth_per_s / 2)
+
+
 def test_a_source_reporting_nan_busy_time_still_lets_the_job_decide(
     replay_client: Callable[..., FlinkClient],
 ) -> None:
