@@ -104,7 +104,7 @@ def job_demand(observation: Observation, catch_up_s: float) -> JobDemand:
                 if held_back(vertex):
                     held.append(vertex.name)
         else:
-            demand = _downstream(vertex, demands)
+            demand = _downstream(vertex, demands, share=_edge_share(vertex, observation))
         demands[vertex_id] = demand
     return JobDemand(demands, tuple(saturated), tuple(held))
 
@@ -212,18 +212,41 @@ def _source(
     )
 
 
+def _edge_share(vertex: VertexObservation, observation: Observation) -> float:
+    """The share of its one input's output that ``vertex`` receives, where that input
+    feeds several vertices (a split or side outputs: each gets part; the same stream to
+    two consumers, or a broadcast: each gets all, or more): its records in over the
+    input's records out, as measured. 1 for a vertex with several inputs (their shares
+    cannot be told apart), a sole consumer, or when either rate is unknown."""
+    if len(vertex.inputs) != 1:
+        return 1.0
+    (producer_id,) = vertex.inputs
+    consumers = [v for v in observation.vertices if producer_id in v.inputs]
+    producer = next((v for v in observation.vertices if v.vertex_id == producer_id), None)
+    if producer is None or len(consumers) < 2:
+        return 1.0
+    produced, received = producer.records_out_per_s, vertex.records_in_per_s
+    if not produced or received is None:
+        return 1.0
+    return received / produced
+
+
 def _downstream(
     vertex: VertexObservation,
     upstream: Mapping[str, VertexDemand],
     *,
     unknown: str = "upstream demand unknown",
+    share: float = 1.0,
 ) -> VertexDemand:
-    """A non-source vertex's demand; ``unknown`` says why its inputs' targets are not used."""
+    """A non-source vertex's demand; ``unknown`` says why its inputs' targets are not used;
+    ``share``: of its one input's target it receives (:func:`_edge_share`)."""
     notes: list[str] = []
     inputs = [upstream.get(i, VertexDemand(None, None)) for i in vertex.inputs]
     lower_bound = any(d.bounds_consumers for d in inputs)
     if inputs and all(d.target_out is not None for d in inputs):
-        target_in: float | None = sum(d.target_out or 0.0 for d in inputs)
+        target_in: float | None = sum(d.target_out or 0.0 for d in inputs) * share
+        if share != 1.0:
+            notes.append(f"receives {share:.2f} of its input's output (a shared producer)")
     else:
         target_in = vertex.records_in_per_s
         notes.append(

@@ -108,6 +108,32 @@ def test_a_sources_backlog_counts_in_the_records_its_chain_emits() -> None:
     assert source.backlog_as_output == (1_000.0, 100.0)
 
 
+def test_consumers_of_a_split_stream_each_get_their_share_of_the_target() -> None:
+    # The source emits 100 rec/s split 50/50 between A and B (side outputs), each at
+    # busy 500 ms/s with one subtask: each needs its 50, not the whole 100.
+    source = VertexObservation(
+        SOURCE, "Source", 1, 128, records_in_per_s=0.0, records_out_per_s=100.0,
+        busy_ms_per_s=200.0, pending_records=0.0, pending_growth_per_s=0.0,
+    )  # fmt: skip
+    split = tuple(
+        VertexObservation(
+            name,
+            name,
+            1,
+            128,
+            inputs=(SOURCE,),
+            records_in_per_s=50.0,
+            records_out_per_s=50.0,
+            busy_ms_per_s=500.0,
+        )
+        for name in ("A", "B")
+    )
+    decision = Autoscaler(SETTINGS).decide(observe((source, *split)))
+    assert decision.changes == {}
+    targets = {v.vertex_id: v.target_records_per_s for v in decision.vertices}
+    assert targets["A"] == pytest.approx(50.0) and targets["B"] == pytest.approx(50.0)
+
+
 def test_key_group_alignment_stays_within_the_clamp() -> None:
     # ceil(1000 / 20 / 0.8) = 63, clamped to 10; the next divisor of 32 from 10 is 16,
     # over the bound: the clamped value stands (uneven key groups, not too many subtasks).
