@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PENDING_SUFFIX = "pendingRecords"
+ACCOUNTED = "accountedMs"
+"""Sample key: the longest running time a subtask of the vertex accounts for (ms)."""
 REPORTER_OUT = "backlogReporter.numRecordsOut"
 """Sample key: the records out of the operators that report a backlog, summed."""
 COUNTERS = ("numRecordsIn", "numRecordsOut")
@@ -53,6 +55,17 @@ class _Sample:
     counters: dict[str, dict[str, float]]
     """vertex id → counter → value (records summed over subtasks; busy and backpressured
     time per subtask, as ``<name>#<subtask>``)."""
+    store_s: float | None
+    """The metric store's own clock: the longest running time a subtask of a non-source
+    vertex accounts for (busy + idle + backpressured, ``SubtaskTimes.accounted_ms``), in
+    seconds. Every counter of a sample was fetched with it, so rates are taken over it;
+    None where no such subtask splits its time (a job of one source chain).
+    """
+    seen: dict[str, dict[str, float]]
+    """vertex id → counter → when its value was first seen (≤ ``time_s``): the value
+    Flink's metric store holds changes only when the store refreshes (every
+    ``metrics.fetcher.update-interval``, 10 s by default), so it is timed by its first
+    appearance, not by every later read of it."""
 
 
 class ObservationCollector:
@@ -108,6 +121,7 @@ class ObservationCollector:
         running = job.state == "RUNNING" and all(v.status in SETTLED_STATUSES for v in job.vertices)
         counters: dict[str, dict[str, float]] = {}
         meters: dict[str, dict[str, float]] = {}
+        inputs = job.inputs()
         if running:
             for vertex in job.vertices:
                 if vertex.status != FINISHED:
@@ -116,7 +130,16 @@ class ObservationCollector:
             # vertices never report some counters (a legacy source's busy time): each
             # rate is taken from the oldest sample that has its counter (``_rate``).
             if any(counters.values()):
-                self._samples.append(_Sample(now, counters))
+                # A non-source subtask accounts for all its running time (it waits on
+                # its input, idle); a source's may not (its own thread does the work).
+                clocks = [
+                    values[ACCOUNTED] / 1000.0
+                    for vertex_id, values in counters.items()
+                    if ACCOUNTED in values and inputs[vertex_id]
+                ]
+                store_s = max(clocks) if clocks else None
+                seen = self._first_seen(counters, now)
+                self._samples.append(_Sample(now, counters, store_s, seen))
             horizon = now - self.window_s
             while len(self._samples) > 2 and self._samples[1].time_s <= horizon:
                 self._samples.pop(0)
@@ -128,7 +151,6 @@ class ObservationCollector:
         self._settled = first is not None and (
             first.time_s - job.running_since_ms / 1000.0 >= self.window_s
         )
-        inputs = job.inputs()
         vertices = tuple(
             self._vertex(vertex, inputs[vertex.id], counters, meters, window, now)
             for vertex in job.vertices
@@ -162,9 +184,14 @@ class ObservationCollector:
         for name in COUNTERS:
             if name in metrics:
                 values[name] = metrics[name].sum
+        accounted = []
         for subtask in self.client.vertex(self.job_id, vertex_id).subtasks:
             values[f"{BUSY}#{subtask.subtask}"] = subtask.metrics.busy_ms
             values[f"{BACKPRESSURED}#{subtask.subtask}"] = subtask.metrics.backpressured_ms
+            if math.isfinite(subtask.metrics.accounted_ms):
+                accounted.append(subtask.metrics.accounted_ms)
+        if accounted:
+            values[ACCOUNTED] = max(accounted)
         if pending and all(name in metrics for name in pending):
             values[PENDING_SUFFIX] = sum(metrics[name].sum for name in pending)
         if reporter_outs and all(name in metrics for name in reporter_outs):
@@ -256,6 +283,24 @@ class ObservationCollector:
             forecast_records_per_s=forecast,
         )
 
+    def _first_seen(
+        self, counters: Mapping[str, Mapping[str, float]], now: float
+    ) -> dict[str, dict[str, float]]:
+        """When each of ``counters`` was first seen: as in the last sample where that
+        sample read the same value, else now."""
+        last = self._samples[-1] if self._samples else None
+        seen: dict[str, dict[str, float]] = {}
+        for vertex_id, values in counters.items():
+            before = last.counters.get(vertex_id, {}) if last else {}
+            before_seen = last.seen.get(vertex_id, {}) if last else {}
+            seen[vertex_id] = {
+                name: before_seen[name]
+                if before.get(name) == value and name in before_seen
+                else now
+                for name, value in values.items()
+            }
+        return seen
+
     def _rate(
         self,
         vertex_id: str,
@@ -266,15 +311,29 @@ class ObservationCollector:
         counter: bool = True,
     ) -> float | None:
         """Per-second change of ``name`` since the oldest sample in the window that has
-        it (None: not reported now, or by no earlier sample). A counter never goes back
-        (a reset reads as 0); a gauge such as a backlog may."""
+        it (None: not reported now, by no earlier sample, or all of them from one store
+        refresh), over the metric store's clock (:attr:`_Sample.store_s`), else over the
+        time between the two values' first appearances (:attr:`_Sample.seen`). A counter
+        never goes back (a reset reads as 0); a gauge such as a backlog may."""
         if now_value is None:
             return None
+        latest = self._samples[-1] if self._samples else None
+        now_seen = (latest.seen.get(vertex_id, {}) if latest else {}).get(name, now_s)
         for sample in self._samples:
             before = sample.counters.get(vertex_id, {}).get(name)
-            if before is not None and now_s > sample.time_s:
-                change = now_value - before
-                return (max(change, 0.0) if counter else change) / (now_s - sample.time_s)
+            if before is None or now_s <= sample.time_s:
+                continue
+            change = now_value - before
+            if counter:
+                change = max(change, 0.0)
+            if latest is not None and latest.store_s is not None and sample.store_s is not None:
+                # Over the store's own clock: exact, however the polls fall.
+                spent = latest.store_s - sample.store_s
+                return change / spent if spent > 0 else None  # one refresh: no rate yet
+            if change == 0.0:
+                return 0.0  # unchanged over the whole window
+            spent = now_seen - sample.seen.get(vertex_id, {}).get(name, sample.time_s)
+            return change / (spent if spent > 0 else now_s - sample.time_s)
         return None
 
     def _forecast(self, vertex_id: str, demand: float, time_s: float | None = -1.0) -> float | None:

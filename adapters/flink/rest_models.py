@@ -143,6 +143,14 @@ class SubtaskTimes(FlinkModel):
 
     busy_ms: float = Field(float("nan"), alias="accumulated-busy-time")
     backpressured_ms: float = Field(float("nan"), alias="accumulated-backpressured-time")
+    idle_ms: float = Field(float("nan"), alias="accumulated-idle-time")
+
+    @property
+    def accounted_ms(self) -> float:
+        """Busy + idle + backpressured: the subtask's running time as of the metric
+        store's last refresh (NaN where Flink does not split a subtask's time: a
+        legacy source)."""
+        return self.busy_ms + self.idle_ms + self.backpressured_ms
 
 
 class VertexSubtask(FlinkModel):

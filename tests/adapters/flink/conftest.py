@@ -81,19 +81,25 @@ def one_subtask_times(name: str, metrics: list[dict[str, Any]]) -> dict[str, Any
     return dict(entry)
 
 
-def vertex_times(name: str, factor: float = 1.0, **busy_ms: float | str) -> dict[str, Any]:
-    """The recorded vertex reply ``name`` with every subtask's cumulative times scaled by
-    ``factor`` (a later sample of the same run), or set: ``busy_ms`` maps ``s<subtask>``
-    to that subtask's accumulated busy time (``"NaN"`` as Flink sends what it does not
-    measure)."""
+def vertex_times(name: str, advance_s: float = 0.0, **busy_ms: float | str) -> dict[str, Any]:
+    """The recorded vertex reply ``name`` ``advance_s`` seconds later: every subtask
+    accounts for that much more running time (busy + idle + backpressured), busy keeping
+    its recorded share of it, except where ``busy_ms`` sets ``s<subtask>``'s accumulated
+    busy time (``"NaN"`` as Flink sends what it does not measure); idle takes the rest."""
     entry = json.loads(json.dumps(recorded(name)))
     for subtask in entry["body"]["subtasks"]:
         metrics = subtask["metrics"]
-        for key in ("accumulated-busy-time", "accumulated-backpressured-time"):
-            if isinstance(metrics.get(key), int | float):
-                metrics[key] = metrics[key] * factor
-        if f"s{subtask['subtask']}" in busy_ms:
-            metrics["accumulated-busy-time"] = busy_ms[f"s{subtask['subtask']}"]
+        busy, idle = metrics["accumulated-busy-time"], metrics["accumulated-idle-time"]
+        pressured = metrics["accumulated-backpressured-time"]
+        total = busy + idle + pressured
+        later = total + 1000.0 * advance_s
+        given = busy_ms.get(f"s{subtask['subtask']}")
+        if given == "NaN":
+            metrics["accumulated-busy-time"] = "NaN"
+            continue
+        new_busy = float(given) if given is not None else busy * later / total
+        metrics["accumulated-busy-time"] = new_busy
+        metrics["accumulated-idle-time"] = later - new_busy - pressured
     return dict(entry)
 
 

@@ -71,7 +71,7 @@ def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkC
                 scaled("metrics_sink", 1.5),
             ],
             **{
-                f"GET {base}/{vertex}": [vertex_times(name), vertex_times(name, 1.5)]
+                f"GET {base}/{vertex}": [vertex_times(name), vertex_times(name, 10.0)]
                 for vertex, name in (
                     (source, "vertex_source"),
                     (slow, "vertex_slow"),
@@ -96,7 +96,7 @@ def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkC
 def test_busy_time_is_the_busiest_subtasks_own_rate_not_the_largest_totals(
     replay_client: Callable[..., FlinkClient],
 ) -> None:
-    # Subtask 0 was busy for an hour and is idle now; subtask 1 is saturated now. The
+    # Subtask 0 was busy for 20 s and is idle now; subtask 1 is busy 800 ms/s now. The
     # largest cumulative total (subtask 0's) did not move: read as the vertex's, it
     # would say the vertex is idle and head for a scale-down.
     job = recorded("job_running")["body"]
@@ -122,10 +122,10 @@ def test_busy_time_is_the_busiest_subtasks_own_rate_not_the_largest_totals(
         **{
             f"GET {base}/{source}": vertex_times("vertex_source"),
             f"GET {base}/{slow}": [
-                vertex_times("vertex_slow", s0=3_600_000.0, s1=0.0),
-                vertex_times("vertex_slow", s0=3_600_000.0, s1=8_000.0),
+                vertex_times("vertex_slow", s0=20_000.0, s1=0.0),
+                vertex_times("vertex_slow", 10.0, s0=20_000.0, s1=8_000.0),
             ],
-            f"GET {base}/{sink}": vertex_times("vertex_sink"),
+            f"GET {base}/{sink}": [vertex_times("vertex_sink"), vertex_times("vertex_sink", 10.0)],
         },
     )
     collector = ObservationCollector(client, jid, clock=lambda: next(clock))
@@ -172,7 +172,7 @@ def test_a_sources_backlog_is_converted_to_its_chains_output_records(
                 for vertex, name in ((slow, "metrics_slow"), (sink, "metrics_sink"))
             },
             **{
-                f"GET {base}/{vertex}": vertex_times(name)
+                f"GET {base}/{vertex}": [vertex_times(name), vertex_times(name, 10.0)]
                 for vertex, name in (
                     (source, "vertex_source"),
                     (slow, "vertex_slow"),
@@ -239,7 +239,7 @@ def test_a_source_reporting_nan_busy_time_still_lets_the_job_decide(
             ],
             f"GET {base}/{source}": vertex_times("vertex_source", s0="NaN"),
             **{
-                f"GET {base}/{vertex}": [vertex_times(name, f) for f in (1.0, 1.5, 2.0)]
+                f"GET {base}/{vertex}": [vertex_times(name, a) for a in (0.0, 10.0, 20.0)]
                 for vertex, name in ((slow, "vertex_slow"), (sink, "vertex_sink"))
             },
         },

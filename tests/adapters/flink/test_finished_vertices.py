@@ -104,8 +104,8 @@ def test_the_collector_measures_the_running_vertices_beside_a_finished_one(
             f"GET /jobs/{jid}": _with_finished_source(job),
             f"GET {base}/{slow}/subtasks/metrics": twice("metrics_slow"),
             f"GET {base}/{sink}/subtasks/metrics": twice("metrics_sink"),
-            f"GET {base}/{slow}": [vertex_times("vertex_slow"), vertex_times("vertex_slow", 1.5)],
-            f"GET {base}/{sink}": [vertex_times("vertex_sink"), vertex_times("vertex_sink", 1.5)],
+            f"GET {base}/{slow}": [vertex_times("vertex_slow"), vertex_times("vertex_slow", 10.0)],
+            f"GET {base}/{sink}": [vertex_times("vertex_sink"), vertex_times("vertex_sink", 10.0)],
         },
     )
     collector = ObservationCollector(client, jid, clock=lambda: next(clock))
