@@ -197,7 +197,7 @@ def _skip_reason(observation: Observation, settings: AutoscalerSettings) -> str 
     active = [v for v in observation.vertices if not v.finished]
     if not active:
         return "every vertex is FINISHED: nothing left to scale"
-    since = observation.time_s - observation.running_since_s
+    since = observation.since_restart_s
     if since < settings.settle_s:
         return f"job (re)started {since:.0f} s ago; metrics count after {settings.settle_s:.0f} s"
     if observation.window_s <= 0:
@@ -207,7 +207,7 @@ def _skip_reason(observation: Observation, settings: AutoscalerSettings) -> str 
             f"measurement window {observation.window_s:.0f} s; decisions need "
             f"{settings.min_window_s:.0f} s"
         )
-    window_start = observation.time_s - observation.window_s - observation.running_since_s
+    window_start = observation.since_restart_s - observation.window_s
     if window_start < settings.settle_s:
         return (
             f"the measurement window starts {window_start:.0f} s after the (re)start; "

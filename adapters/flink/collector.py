@@ -143,14 +143,19 @@ class ObservationCollector:
             horizon = now - self.window_s
             while len(self._samples) > 2 and self._samples[1].time_s <= horizon:
                 self._samples.pop(0)
+        # How long ago the (re)start was, by the JobManager's own clock (its "now"): a
+        # skew between its clock and this host's must not shift the settle rules.
+        running_for_s = None
+        restarted_s = job.running_since_ms / 1000.0  # on this host's clock, below
+        if job.now_ms > 0:
+            running_for_s = max(job.now_ms - job.running_since_ms, 0) / 1000.0
+            restarted_s = now - running_for_s
         first = self._samples[0] if len(self._samples) > 1 else None
         window = now - first.time_s if first is not None else 0.0
         # Demand joins a forecaster's history only from a window that starts a full
         # window after the (re)start: before that the new subtasks warm up (their Python
         # workers start, a backlog drains) and what is measured is not demand.
-        self._settled = first is not None and (
-            first.time_s - job.running_since_ms / 1000.0 >= self.window_s
-        )
+        self._settled = first is not None and first.time_s - restarted_s >= self.window_s
         vertices = tuple(
             self._vertex(vertex, inputs[vertex.id], counters, meters, window, now)
             for vertex in job.vertices
@@ -164,6 +169,7 @@ class ObservationCollector:
             vertices=vertices,
             slots_total=overview.slots_total,
             slots_free=overview.slots_available,
+            running_for_s=running_for_s,
         )
 
     def _read(self, vertex_id: str) -> tuple[dict[str, float], dict[str, float]]:

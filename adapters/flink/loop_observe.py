@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 
 COLLECTOR_NAME = "flink"
 """The collector's name: its snapshot is ``view.snapshots["flink"]``."""
-FINISHED_STATES = frozenset({"FINISHED", "CANCELED", "FAILED", "SUSPENDED"})
-"""Job states Flink never leaves: the job's window is dropped."""
+FINISHED_STATES = frozenset({"FINISHED", "CANCELED", "FAILED"})
+"""Job states Flink never leaves (globally terminal): the job's window and demand history
+are dropped. SUSPENDED is not one: the JobManager lost leadership and an HA failover
+resumes the job, so it is kept, reported as not RUNNING, like RESTARTING."""
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,17 @@ class Observation:
     vertices: tuple[VertexObservation, ...]
     slots_total: int
     slots_free: int
+    running_for_s: float | None = None
+    """How long the job has been RUNNING by the JobManager's own clock (its ``now``
+    minus ``running_since``); None when the reply has no ``now``."""
+
+    @property
+    def since_restart_s(self) -> float:
+        """Seconds since the last (re)start: by the JobManager's clock where known, so
+        that a skew between its clock and this host's does not move the settle rules."""
+        if self.running_for_s is not None:
+            return self.running_for_s
+        return self.time_s - self.running_since_s
 
     def vertex(self, name: str) -> VertexObservation:
         """The vertex with this name or id (FlinkNotFound naming the job when none has)."""

@@ -134,6 +134,15 @@ def test_consumers_of_a_split_stream_each_get_their_share_of_the_target() -> Non
     assert targets["A"] == pytest.approx(50.0) and targets["B"] == pytest.approx(50.0)
 
 
+def test_settling_is_timed_by_the_jobmanagers_clock() -> None:
+    # This host's clock runs 10 minutes ahead of the JobManager's: by it the restart
+    # was long ago, by the JobManager's own "now" it was 5 s ago.
+    skewed = replace(observe(pipeline(pending=0.0), time_s=700.0), running_for_s=5.0)
+    decision = Autoscaler(SETTINGS).decide(skewed)
+    assert decision.action == "skip"
+    assert decision.reasons == ("job (re)started 5 s ago; metrics count after 20 s",)
+
+
 def test_key_group_alignment_stays_within_the_clamp() -> None:
     # ceil(1000 / 20 / 0.8) = 63, clamped to 10; the next divisor of 32 from 10 is 16,
     # over the bound: the clamped value stands (uneven key groups, not too many subtasks).

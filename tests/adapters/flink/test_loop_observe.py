@@ -200,3 +200,19 @@ def test_a_job_its_jobmanager_does_not_know_is_not_running(tmp_path: Path) -> No
     data = RegisteredJobsCollector(registry, JobManagers(a=jobmanager(JOB_A))).collect().data
     assert data.jobs == ()
     assert [p.reason for p in data.not_running] == ["unknown to its JobManager (expired or lost)"]
+
+
+def test_a_suspended_job_is_not_running_but_keeps_its_measurements(tmp_path: Path) -> None:
+    # SUSPENDED: its JobManager lost leadership; an HA failover resumes the job. Unlike
+    # CANCELED it is not dropped: back to RUNNING, its window goes on at once.
+    registry = register(tmp_path / "flink-jobs.yaml", (JOB_A, "clicks", JM_A))
+    running = jobmanager(JOB_A)
+    managers = JobManagers(a=running)
+    collector = RegisteredJobsCollector(registry, managers, clock=ticks())
+    assert collector.collect().data.jobs[0].observation.window_s == 0
+    managers.transports[JM_A] = jobmanager(JOB_A, state="SUSPENDED")
+    data = collector.collect().data
+    assert data.jobs == ()
+    assert [(p.job_id, p.reason) for p in data.not_running] == [(JOB_A, "SUSPENDED, not RUNNING")]
+    managers.transports[JM_A] = running  # the new leader: the same job, RUNNING
+    assert collector.collect().data.jobs[0].observation.window_s > 0
