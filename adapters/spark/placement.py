@@ -96,7 +96,9 @@ def _room(
     """Each node's room for ``executors`` more of the application's executors, its
     ``running`` ones (their nodes) counting against the balance limit; and that limit."""
     if not 0 < max_node_share <= 1:
-        raise InputError(f"max_node_share must be within (0, 1], got {max_node_share}")
+        raise InputError(
+            f"the max node share (--max-node-share) must be within (0, 1], got {max_node_share}"
+        )
     per_node = max(1, math.floor(max_node_share * (executors + len(running))))
     already = np.bincount(np.asarray(running, dtype=np.int64), minlength=state.num_nodes)
     room = np.minimum(node_room(state, shape), (per_node - already).clip(0))
@@ -215,7 +217,12 @@ def _reasons(
         )
     lines.append(f"trade-off: {tradeoff}")
     spread_input = 1 - float(local[[drtg.rack_names.index(r) for r in per_rack]].sum())
-    if placement.estimate.cross_rack_input_bytes and spread_input > 0:
+    if placement.estimate.cross_rack_input_bytes and not local.any():
+        lines.append(
+            "input: where it lies was not given (--input-locality), so its reads count as "
+            "remote to every rack, for this placement and the default spread alike"
+        )
+    elif placement.estimate.cross_rack_input_bytes and spread_input > 0:
         lines.append(
             f"trade-off: {spread_input:.0%} of the input lies outside the chosen racks "
             "and is read across uplinks"
@@ -223,7 +230,7 @@ def _reasons(
     used = len(set(placement.nodes))
     lines.append(
         f"balance: {used} node(s), at most {per_node} executor(s) each "
-        "(raise max_node_share to pack tighter, lower it to spread the risk)"
+        "(raise --max-node-share to pack tighter, lower it to spread the risk)"
     )
     return lines
 

@@ -45,6 +45,10 @@ def test_conf_writes_conf_templates_and_plan(spark_event_log: Path, tmp_path: Pa
     )  # fmt: skip
     assert python.returncode == 0, python.stderr
     assert " --conf spark.executor.memoryOverhead=3276m " in f" {python.stdout} "
+    # No event log and no --input-locality: the input's place is unknown, and said so.
+    unknown = (tmp_path / "python" / "plan.txt").read_text()
+    assert "input: where it lies was not given (--input-locality)" in unknown
+    assert "lies outside the chosen racks" not in unknown
 
 
 @pytest.mark.slow
