@@ -102,7 +102,7 @@ def _write_gzip(tar: tarfile.TarFile, info: tarfile.TarInfo, part: Path) -> None
     """``info``'s bytes, gzip-compressed, to ``part`` (fsynced)."""
     reader = tar.extractfile(info)
     if reader is None:  # pragma: no cover - only regular files are passed
-        raise FetchError(f"{tar.name}: {info.name} is not a regular file")
+        raise FetchError(f"{info.name} is not a regular file")
     with reader, part.open("wb") as raw:
         with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as out:
             shutil.copyfileobj(reader, out, 1 << 20)
