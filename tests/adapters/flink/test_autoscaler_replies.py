@@ -44,52 +44,48 @@ def scaled(name: str, factor: float) -> dict[str, object]:
     return {**entry, "body": body}
 
 
-def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkClient]) -> None:
-    job = recorded("job_running")["body"]
-    jid = job["jid"]
-    source, slow, sink = (v["id"] for v in job["vertices"])
-    base = f"/jobs/{jid}/vertices"
+JOB = recorded("job_running")["body"]
+SOURCE_ID, SLOW_ID, SINK_ID = (v["id"] for v in JOB["vertices"])
+NAMES = {SOURCE_ID: "source", SLOW_ID: "slow", SINK_ID: "sink"}
 
+
+def two_samples(
+    replay_client: Callable[..., FlinkClient], **replies: list[dict[str, object]]
+) -> ObservationCollector:
+    """A collector over the recorded sample job, polled 10 s apart: each vertex's
+    metrics scaled by 1.5 and its subtasks' times 10 s on between the two polls, except
+    the replies given (``"<metrics|vertex>_<source|slow|sink>"``: the two replies)."""
+    base = f"/jobs/{JOB['jid']}/vertices"
+    routes: dict[str, list[dict[str, object]]] = {}
+    for vertex, name in NAMES.items():
+        metrics = replies.get(f"metrics_{name}") or [
+            recorded(f"metrics_{name}"),
+            scaled(f"metrics_{name}", 1.5),
+        ]
+        routes[f"GET {base}/{vertex}/subtasks/metrics"] = [
+            recorded("metric_names_source"),
+            *metrics,
+        ]
+        routes[f"GET {base}/{vertex}"] = replies.get(f"vertex_{name}") or [
+            vertex_times(f"vertex_{name}"),
+            vertex_times(f"vertex_{name}", 10.0),
+        ]
     clock = iter([1000.0, 1010.0])
-    client = replay_client(
-        "job_running",
-        "overview",
-        **{
-            f"GET {base}/{source}/subtasks/metrics": [
-                recorded("metric_names_source"),
-                recorded("metrics_source"),
-                scaled("metrics_source", 1.5),
-            ],
-            f"GET {base}/{slow}/subtasks/metrics": [
-                recorded("metric_names_source"),
-                recorded("metrics_slow"),
-                scaled("metrics_slow", 1.5),
-            ],
-            f"GET {base}/{sink}/subtasks/metrics": [
-                recorded("metric_names_source"),
-                recorded("metrics_sink"),
-                scaled("metrics_sink", 1.5),
-            ],
-            **{
-                f"GET {base}/{vertex}": [vertex_times(name), vertex_times(name, 10.0)]
-                for vertex, name in (
-                    (source, "vertex_source"),
-                    (slow, "vertex_slow"),
-                    (sink, "vertex_sink"),
-                )
-            },
-        },
-    )
-    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    client = replay_client("job_running", "overview", **routes)
+    return ObservationCollector(client, JOB["jid"], clock=lambda: next(clock))
+
+
+def test_collector_reads_rates_from_counters(replay_client: Callable[..., FlinkClient]) -> None:
+    collector = two_samples(replay_client)
     first = collector.collect()
     assert first.window_s == 0.0
     second = collector.collect()
     assert second.window_s == pytest.approx(10.0)
     slow_values = {m["id"]: m for m in recorded("metrics_slow")["body"]}
-    observed = next(v for v in second.vertices if v.vertex_id == slow)
+    observed = second.vertex(SLOW_ID)
     assert observed.records_in_per_s == pytest.approx(slow_values["numRecordsIn"]["sum"] * 0.5 / 10)
-    assert observed.inputs == (source,)
-    source_view = next(v for v in second.vertices if v.vertex_id == source)
+    assert observed.inputs == (SOURCE_ID,)
+    source_view = second.vertex(SOURCE_ID)
     assert source_view.pending_records is not None and source_view.pending_growth_per_s is not None
 
 
@@ -99,38 +95,15 @@ def test_busy_time_is_the_busiest_subtasks_own_rate_not_the_largest_totals(
     # Subtask 0 was busy for 20 s and is idle now; subtask 1 is busy 800 ms/s now. The
     # largest cumulative total (subtask 0's) did not move: read as the vertex's, it
     # would say the vertex is idle and head for a scale-down.
-    job = recorded("job_running")["body"]
-    jid = job["jid"]
-    source, slow, sink = (v["id"] for v in job["vertices"])
-    base = f"/jobs/{jid}/vertices"
-    clock = iter([1000.0, 1010.0])
-    client = replay_client(
-        "job_running",
-        "overview",
-        **{
-            f"GET {base}/{vertex}/subtasks/metrics": [
-                recorded("metric_names_source"),
-                recorded(metrics),
-                scaled(metrics, 1.5),
-            ]
-            for vertex, metrics in (
-                (source, "metrics_source"),
-                (slow, "metrics_slow"),
-                (sink, "metrics_sink"),
-            )
-        },
-        **{
-            f"GET {base}/{source}": vertex_times("vertex_source"),
-            f"GET {base}/{slow}": [
-                vertex_times("vertex_slow", s0=20_000.0, s1=0.0),
-                vertex_times("vertex_slow", 10.0, s0=20_000.0, s1=8_000.0),
-            ],
-            f"GET {base}/{sink}": [vertex_times("vertex_sink"), vertex_times("vertex_sink", 10.0)],
-        },
+    collector = two_samples(
+        replay_client,
+        vertex_slow=[
+            vertex_times("vertex_slow", s0=20_000.0, s1=0.0),
+            vertex_times("vertex_slow", 10.0, s0=20_000.0, s1=8_000.0),
+        ],
     )
-    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
     collector.collect()
-    observed = collector.collect().vertex(slow)
+    observed = collector.collect().vertex(SLOW_ID)
     assert observed.busy_ms_per_s == pytest.approx(800.0)  # subtask 1: 8 s in 10 s
 
 
@@ -141,11 +114,6 @@ def test_a_sources_backlog_is_converted_to_its_chains_output_records(
     # pace's own numRecordsOut is in the backlog's records. Here pace emits twice what
     # the task does (a filter after it in the chain): each backlog record is half an
     # output record.
-    job = recorded("job_running")["body"]
-    jid = job["jid"]
-    source, slow, sink = (v["id"] for v in job["vertices"])
-    base = f"/jobs/{jid}/vertices"
-
     def with_reporter(factor: float) -> dict[str, object]:
         entry = scaled("metrics_source", factor)
         body = list(entry["body"])  # type: ignore[call-overload]
@@ -153,37 +121,9 @@ def test_a_sources_backlog_is_converted_to_its_chains_output_records(
         body.append({**out, "id": "pace.numRecordsOut", "sum": out["sum"] * 2})
         return {**entry, "body": body}
 
-    clock = iter([1000.0, 1010.0])
-    client = replay_client(
-        "job_running",
-        "overview",
-        **{
-            f"GET {base}/{source}/subtasks/metrics": [
-                recorded("metric_names_source"),
-                with_reporter(1.0),
-                with_reporter(1.5),
-            ],
-            **{
-                f"GET {base}/{vertex}/subtasks/metrics": [
-                    recorded("metric_names_source"),
-                    recorded(name),
-                    scaled(name, 1.5),
-                ]
-                for vertex, name in ((slow, "metrics_slow"), (sink, "metrics_sink"))
-            },
-            **{
-                f"GET {base}/{vertex}": [vertex_times(name), vertex_times(name, 10.0)]
-                for vertex, name in (
-                    (source, "vertex_source"),
-                    (slow, "vertex_slow"),
-                    (sink, "vertex_sink"),
-                )
-            },
-        },
-    )
-    collector = ObservationCollector(client, jid, clock=lambda: next(clock))
+    collector = two_samples(replay_client, metrics_source=[with_reporter(1.0), with_reporter(1.5)])
     collector.collect()
-    view = collector.collect().vertex(source)
+    view = collector.collect().vertex(SOURCE_ID)
     assert view.output_per_pending == pytest.approx(0.5)
     assert view.pending_records is not None and view.pending_growth_per_s is not None
     pending, growth = view.backlog_as_output

@@ -49,6 +49,14 @@ def run(job_id: str, **kwargs: object) -> RunRecord:
     return RunRecord.model_validate(fields | kwargs)
 
 
+def fake_flink_home(tmp_path: Path) -> Path:
+    """A Flink home whose ``bin/flink`` exists (the runner is replaced, never run)."""
+    home = tmp_path / "flink"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "flink").write_text("#!/bin/sh\n")
+    return home
+
+
 @pytest.mark.parametrize(
     ("args", "name", "key"),
     [
@@ -208,9 +216,7 @@ def test_registry_rejects_unknown_keys_naming_file_and_field(tmp_path: Path) -> 
 def test_submit_runs_flink_and_registers_the_job(
     tmp_path: Path, replay_client: Callable[..., FlinkClient]
 ) -> None:
-    flink_home = tmp_path / "flink"
-    (flink_home / "bin").mkdir(parents=True)
-    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+    flink_home = fake_flink_home(tmp_path)
     commands: list[list[str]] = []
 
     def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -241,9 +247,7 @@ def test_submit_runs_flink_and_registers_the_job(
 def test_a_failing_flink_run_is_an_error_with_its_output(
     tmp_path: Path, replay_client: Callable[..., FlinkClient]
 ) -> None:
-    flink_home = tmp_path / "flink"
-    (flink_home / "bin").mkdir(parents=True)
-    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+    flink_home = fake_flink_home(tmp_path)
 
     def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(list(command), 1, "", "Could not connect to jm")
@@ -277,9 +281,7 @@ def test_taskmanager_gpus_through_the_device_plugin_set_the_config_key(tmp_path:
 def test_taskmanager_gpus_through_dra_claim_in_the_pod_template(
     tmp_path: Path, replay_client: Callable[..., FlinkClient]
 ) -> None:
-    flink_home = tmp_path / "flink"
-    (flink_home / "bin").mkdir(parents=True)
-    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+    flink_home = fake_flink_home(tmp_path)
     commands: list[list[str]] = []
 
     def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -366,9 +368,7 @@ def test_submit_plans_beside_what_running_jobs_checkpoints_measure(
     # A running job Flink checkpoints itself, registered without a measured duration
     # (its first run): submit reads its history and plans the new job beside its real
     # checkpoints, and the registry keeps the measurement for the job's next run.
-    flink_home = tmp_path / "flink"
-    (flink_home / "bin").mkdir(parents=True)
-    (flink_home / "bin" / "flink").write_text("#!/bin/sh\n")
+    flink_home = fake_flink_home(tmp_path)
     new_job = "0" * 32
 
     def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -144,22 +144,23 @@ def test_an_archive_whose_only_csv_has_another_name_gives_that_csv(
     assert gzip.decompress(path.read_bytes()) == DUTY
 
 
-def test_an_archive_without_its_csv_is_an_error_naming_what_it_holds(
-    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        (("a.csv", "b.csv"), r"expected one duty\.csv in the archive; it holds a\.csv"),
+        (("v1/duty.csv", "v2/duty.csv"), r"one duty\.csv .* holds v1/duty\.csv and v2/duty\.csv"),
+    ],
+)
+def test_an_archive_without_exactly_one_csv_is_an_error_naming_what_it_holds(
+    tmp_path: Path,
+    mirror: Mirror,
+    monkeypatch: pytest.MonkeyPatch,
+    members: tuple[str, ...],
+    message: str,
 ) -> None:
-    mirror.files["duty.tar.gz"] = tarball({"a.csv": DUTY, "b.csv": DUTY})
+    mirror.files["duty.tar.gz"] = tarball(dict.fromkeys(members, DUTY))
     register(monkeypatch, mirror, "duty")
-    with pytest.raises(FetchError, match=r"expected one duty\.csv in the archive; it holds a\.csv"):
-        fetch_dataset(NAME, cache_dir=tmp_path)
-    assert not (tmp_path / NAME / "duty.csv.gz").exists()
-
-
-def test_an_archive_with_two_of_its_csv_is_an_error_naming_both(
-    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    mirror.files["duty.tar.gz"] = tarball({"v1/duty.csv": DUTY, "v2/duty.csv": DUTY})
-    register(monkeypatch, mirror, "duty")
-    with pytest.raises(FetchError, match=r"one duty\.csv .* holds v1/duty\.csv and v2/duty\.csv"):
+    with pytest.raises(FetchError, match=message):
         fetch_dataset(NAME, cache_dir=tmp_path)
     assert not (tmp_path / NAME / "duty.csv.gz").exists()
     assert not list((tmp_path / NAME).glob("*.part"))
