@@ -310,7 +310,11 @@ class Defragmenter:
         shape = request.mig
         assert shape is not None
         for gpu in range(int(state.gpu_count[node])):
-            here = [(p, pl) for p, pl in pods if pl.gpu_indices[0] == gpu]
+            # CPU-only pods (a device plugin's, an exporter's) hold no GPU; a pod that
+            # holds this GPU whole or shares it leaves no room for a MIG instance.
+            here = [(p, pl) for p, pl in pods if gpu in pl.gpu_indices]
+            if any(p.mig is None for p, _ in here):
+                continue
             for start in shape.starts:
                 want = ((1 << shape.memory_slices) - 1) << start
                 evicted = [(p, pl) for p, pl in here if _slice_mask(p, pl) & want]

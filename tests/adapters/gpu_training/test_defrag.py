@@ -141,6 +141,20 @@ def test_a_7g_request_moves_the_cheapest_instance_and_plans_the_relayout() -> No
     assert state.feasible(big).tolist() == [True, False]
 
 
+def test_a_cpu_only_pod_on_a_mig_node_is_no_instance_and_stays() -> None:
+    # Every GPU node runs CPU-only pods (the device plugin's, an exporter's): they hold
+    # no GPU, so the plan is the one without them, and they do not move.
+    state, running = mig_cluster([("be", "1g.10gb", "BE", 0, 6), ("ls", "1g.10gb", "LS", 1, 0)])
+    exporter = PodRequest(name="exporter", cpu_milli=100, memory_mib=64, num_gpu=0, gpu_milli=0)
+    placement = state.placement(0, [], exporter)
+    state.allocate(exporter, placement)
+    running["exporter"] = (exporter, placement)
+    big = mig_request("big", H100, "7g.80gb")
+    policy = make_policy("fgd", PolicyContext(workload=[big, running["be"][0]]))
+    moves = Defragmenter(policy).plan(state, running, big)
+    assert moves is not None and [name for name, _ in moves] == ["be"]
+
+
 def test_a_4g_request_can_be_served_by_a_relayout_on_the_same_gpu() -> None:
     # One GPU, a 1g at slot 0 (where 4g.40gb must start): moving it to a free slot
     # of the same GPU is enough.
