@@ -27,8 +27,9 @@ all on a membership change), so one the detector proposes is made only when the 
 is expected to outlast ``2 · restart_cost_s · max / (max − min)``: the median length of
 the job's past validation and idle phases, or, before one has ended, the time the
 current one has lasted (an annotation is taken at its word). Samples taken while a
-scale is under way — until the replicas show and ``restart_cost_s`` after it was asked —
-are not phases (a restart's idle GPUs would read as one), and are dropped. A scale is
+scale is under way — until the replicas show and ``restart_cost_s`` after it was asked,
+at most ``settle_s`` — are not phases (a restart's idle GPUs would read as one), and are
+dropped. A scale is
 a :class:`~kubesage.core.loop.actions.Scale` of the owner (a Job's
 parallelism, a PyTorchJob's elastic worker replicas), the only step of a plan whose id
 counts the job's scale changes — so scaling to the minimum a second time, later, is a
@@ -144,13 +145,18 @@ class ElasticReconciler:
         return Reconciled(actions=actions, memory={"jobs": memory}, notes=notes)
 
     def _restarting(self, job: _Job, entry: Mapping[str, Any], now_s: float) -> bool:
-        """A scale of ours is under way: asked, and its replicas not shown yet or shown
-        less than ``restart_cost_s`` after the ask."""
+        """A scale of ours is under way: asked less than ``restart_cost_s`` ago, or its
+        replicas not shown yet but asked less than ``settle_s`` ago. A scale whose
+        replicas never show (failed or refused) is over at ``settle_s``: the job's phases
+        are read again, and the ask is repeated."""
         asked = entry.get("asked_s")
         if asked is None:
             return False
+        since = now_s - float(asked)
         shown = len(job.pods) == entry.get("replicas")
-        return not shown or now_s < float(asked) + self.settings.restart_cost_s
+        return since < self.settings.restart_cost_s or (
+            not shown and since < self.settings.settle_s
+        )
 
     def _not_worth_it(
         self, job: _Job, entry: Mapping[str, Any], phase: Phase, source: str, now_s: float

@@ -113,6 +113,17 @@ def test_the_ask_is_not_repeated_while_the_controller_settles() -> None:
     assert [t for t, _, _ in asked] == [3]
 
 
+def test_a_scale_that_never_shows_is_asked_again_after_settle_s() -> None:
+    series = [90, 90, 30, 30] + [30] * 40  # validation for 200 s
+    workers = [4] * len(series)  # the scale failed: the job keeps its 4 pods
+    asked = scales(replay(series, workers))
+    # Asked at tick 3; its replicas never show, so settle_s (60 s, 12 ticks) on the job's
+    # phase is read again (one fresh sample: tick 16) and the same ask repeated (the
+    # same plan: no new scale change).
+    assert [t for t, _, _ in asked][:2] == [3, 16]
+    assert len({plan for _, _, plan in asked}) == 1
+
+
 def test_a_second_validation_phase_is_a_new_plan() -> None:
     series = [90, 30, 30, 90, 90, 30, 30]
     workers = [4, 4, 4, 2, 2, 4, 4]
