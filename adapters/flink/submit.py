@@ -148,7 +148,7 @@ def user_parallelism(flink_args: Sequence[str]) -> int | None:
             value = following
         elif arg.startswith(("-p=", "--parallelism=")):
             value = arg.split("=", 1)[1]
-        elif arg.startswith("-p") and arg[2:].isdigit():  # commons-cli's attached form
+        elif arg.startswith("-p") and arg[2:].isdecimal():  # commons-cli's attached form
             value = arg[2:]
         elif arg.startswith("-D" + _DEFAULT_PARALLELISM):
             value = arg.removeprefix("-D" + _DEFAULT_PARALLELISM)

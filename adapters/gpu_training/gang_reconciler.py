@@ -111,7 +111,7 @@ def _member_order(pod: PodInfo) -> tuple[int, int, str]:
     index = pod.labels.get(REPLICA_INDEX_LABEL, "")
     return (
         0 if replica_type == "master" else 1,
-        int(index) if index.isdigit() else 0,
+        int(index) if index.isdecimal() else 0,
         str(pod.ref),
     )
 

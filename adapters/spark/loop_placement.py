@@ -109,7 +109,7 @@ def places(pod: PodInfo) -> bool:
 
 def _executor_order(pod: PodInfo) -> tuple[int, str]:
     number = pod.labels.get(EXECUTOR_ID_LABEL, "")
-    return (int(number) if number.isdigit() else 0, str(pod.ref))
+    return (int(number) if number.isdecimal() else 0, str(pod.ref))
 
 
 @dataclass(frozen=True)
@@ -347,7 +347,7 @@ def _in_order(groups: Mapping[GroupKey, Sequence[PodInfo]]) -> list[GroupKey]:
     def order(key: GroupKey) -> tuple[str, str, int, int, int, str]:
         cpu = max(member.request.cpu_milli for member in groups[key])
         memory = max(member.request.memory_mib for member in groups[key])
-        profile = int(key[2]) if key[2].isdigit() else -1
+        profile = int(key[2]) if key[2].isdecimal() else -1
         return key[0], key[1], -cpu, -memory, profile, key[2]
 
     return sorted(groups, key=order)

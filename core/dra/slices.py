@@ -277,13 +277,13 @@ class _DeviceReader:
         held = [
             int(key.removeprefix(api.MEMORY_SLICE_CAPACITY))
             for key in self.device.capacity
-            if key.removeprefix(api.MEMORY_SLICE_CAPACITY).isdigit()
+            if key.removeprefix(api.MEMORY_SLICE_CAPACITY).isdecimal()
         ]
         for consumption in self.device.consumes_counters:
             held += [
                 int(key.removeprefix(api.MEMORY_SLICE_COUNTER))
                 for key in consumption.counters
-                if key.removeprefix(api.MEMORY_SLICE_COUNTER).isdigit()
+                if key.removeprefix(api.MEMORY_SLICE_COUNTER).isdecimal()
             ]
         if not held:
             return None, None

@@ -39,7 +39,7 @@ def retry_after_s(exc: ApiException) -> float | None:
     """Seconds the API server asked to wait (``Retry-After`` header in seconds, else the
     Status' ``details.retryAfterSeconds``); None when it did not say."""
     header = (exc.headers or {}).get("Retry-After")
-    if header is not None and str(header).strip().isdigit():
+    if header is not None and str(header).strip().isdecimal():
         return float(str(header).strip())
     details = api_status(exc).get("details")
     seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None

@@ -147,7 +147,7 @@ class _Evaluator:
         token = self.take()
         if token[0] in "\"'":
             return bytes(token[1:-1], "utf-8").decode("unicode_escape")
-        if token.lstrip("-").isdigit():
+        if token.lstrip("-").isdecimal():
             return int(token)
         if token in ("true", "false"):
             return token == "true"

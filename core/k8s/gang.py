@@ -113,7 +113,7 @@ def gang_of(pod: Mapping[str, Any]) -> GangSpec:
     found_min = _first((annotations, labels), MIN_AVAILABLE_KEYS)
     if found_min is not None:
         key, text = found_min
-        if not text.strip().isdigit() or not 1 <= int(text) <= MAX_MIN_AVAILABLE:
+        if not text.strip().isdecimal() or not 1 <= int(text) <= MAX_MIN_AVAILABLE:
             raise GangAnnotationError(
                 f"{where}: annotation {key}={text[:40]!r} is not a whole number in "
                 f"1..{MAX_MIN_AVAILABLE}"

@@ -134,7 +134,7 @@ def parse_quantity(text: object, path: str = "quantity") -> Decimal:
             return value * _BINARY_SUFFIXES[suffix]
         if suffix in _DECIMAL_SUFFIXES:
             return value * _DECIMAL_SUFFIXES[suffix]
-        if suffix[:1] in ("e", "E") and suffix[1:].lstrip("+-").isdigit():
+        if suffix[:1] in ("e", "E") and suffix[1:].lstrip("+-").isdecimal():
             exponent = int(suffix[1:])
             if abs(exponent) > 30:
                 raise TranslateError(f"quantity {text!r} is out of range", path=path)

@@ -169,7 +169,7 @@ def _check_reachable(address: str) -> None:
     ``ray.init`` keeps retrying an address nobody answers for minutes. Other forms
     (``auto``) are Ray's to resolve."""
     host, colon, port = address.removeprefix("ray://").rpartition(":")
-    if not colon or not port.isdigit():
+    if not colon or not port.isdecimal():
         return
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):

@@ -145,7 +145,7 @@ class DroppedSeries:
 
 def _natural(value: str) -> tuple[int, int, str]:
     """Order labels naturally: ``gpu="2"`` before ``gpu="10"``, names after numbers."""
-    return (0, int(value), "") if value.isdigit() else (1, 0, value)
+    return (0, int(value), "") if value.isdecimal() else (1, 0, value)
 
 
 def _device_key(device: tuple[str, ...]) -> tuple[tuple[int, int, str], ...]:
@@ -235,7 +235,7 @@ def _slot_rows(keys: Sequence[tuple[str, ...]], max_devices: int) -> dict[int, l
     shifting the later GPUs into it — and a GPU's MIG instances (the same first label)
     share its slot, combined by the metric's first aggregate. Otherwise (names, not
     indices) the devices fill the slots in their natural order."""
-    if keys and all(key and key[0].isdigit() for key in keys):
+    if keys and all(key and key[0].isdecimal() for key in keys):
         by_index: dict[int, list[int]] = {}
         for row, key in enumerate(keys):
             if int(key[0]) < max_devices:

@@ -83,6 +83,9 @@ def test_an_empty_gang_name_names_no_gang() -> None:
     [
         ({"kubesage.io/gang": "g", "kubesage.io/gang-min-available": "0"}, "min-available"),
         ({"kubesage.io/gang": "g", "kubesage.io/gang-min-available": "two"}, "whole number"),
+        # A digit to str.isdigit, not to int(): a named error, not a ValueError that
+        # would end the scheduler's cycle.
+        ({"kubesage.io/gang": "g", "kubesage.io/gang-min-available": "²"}, "whole number"),
         ({"kubesage.io/gang": "g", "kubesage.io/gang-waiting-time": "soon"}, "not a duration"),
         ({"kubesage.io/gang": "g", "kubesage.io/gang-waiting-time": "-5"}, "must be positive"),
     ],
