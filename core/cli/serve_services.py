@@ -248,9 +248,14 @@ def _secondary(
 
     def on_start() -> None:
         term_stop = threading.Event()
-        thread = threading.Thread(
-            target=scheduler.run, args=(term_stop,), name="secondary-scheduler", daemon=True
-        )
+        previous = term.get("thread")  # the last term's, when it outlived its stop
+
+        def schedule() -> None:
+            if previous is not None:
+                previous.join()  # one scheduler at a time: its bind in flight ends first
+            scheduler.run(term_stop)
+
+        thread = threading.Thread(target=schedule, name="secondary-scheduler", daemon=True)
         term.update(stop=term_stop, thread=thread)
         thread.start()
         if control is not None:
@@ -263,7 +268,9 @@ def _secondary(
         if "loop" in term:
             term.pop("loop")()  # returns once the loop's tick in flight has ended
         if "thread" in term:
-            term.pop("thread").join(10.0)
+            term["thread"].join(10.0)  # a bind in flight (retries included) may outlast it
+            if not term["thread"].is_alive():
+                term.pop("thread")
         log_event(log, logging.INFO, "stopped_leading", scheduler_name=scheduler_name)
 
     thread = threading.Thread(

@@ -50,14 +50,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
-
-import urllib3
 
 from kubesage.core.errors import CapacityError, DependencyError, InputError
 from kubesage.core.k8s import apiclient as k8s_client
-from kubesage.core.k8s.apiclient import ApiException
 from kubesage.core.k8s.binder import Binder, placement_annotations
 from kubesage.core.k8s.dra_allocation import AllocationRefusedError
 from kubesage.core.k8s.dra_binding import ClaimAllocator
@@ -68,6 +64,7 @@ from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_ke
 from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.node_extras import ExtrasMember, NodeExtras, place_with_extras
 from kubesage.core.k8s.schedulable import is_terminating
+from kubesage.core.k8s.scheduling_events import SchedulingEvents, pod_name
 from kubesage.core.k8s.translate import TranslateError
 from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.observability import metrics
@@ -103,19 +100,6 @@ class _Wait:
     since: float
 
 
-@dataclass
-class _Reported:
-    """The last ``FailedScheduling`` event posted about one pod."""
-
-    at: float
-    message: str
-
-
-def _name(pod: Mapping[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
-
-
 class SecondaryScheduler:
     """Schedules the pods that name ``scheduler_name`` (see the module docstring)."""
 
@@ -149,18 +133,17 @@ class SecondaryScheduler:
         self._clock = clock
         self._defer = defer
         self._waits: dict[str, _Wait] = {}
-        self._reported: dict[str, _Reported] = {}
-        """Pod key → its last FailedScheduling event (pending pods only)."""
-        self._reported_bad: dict[str, str] = {}
+        self.events = SchedulingEvents(self._core, scheduler_name, self.identity)
         self._masks: EligibilityCache | None = None
         self._extras: NodeExtras | None = None
         """What the pods on each node use of the resources the core does not count, and
         their host ports (:mod:`kubesage.core.k8s.node_extras`), for one cycle."""
         self._ledger = ledger_for(sync)
+        self._stop: threading.Event | None = None
+        """``run``'s stop signal: set once the Lease is lost (binds check it too)."""
         self.cycles = 0
         self.binds = 0
         self.bind_failures = 0
-        self.event_failures = 0
         self.errors = 0
 
     # -- loop -----------------------------------------------------------------------------
@@ -168,6 +151,7 @@ class SecondaryScheduler:
     def run(self, stop: threading.Event) -> None:
         """Schedule until ``stop`` is set (run it only while leading)."""
         log.info("secondary scheduler %s started", self.scheduler_name)
+        self._stop = stop
         while not stop.is_set():
             generation = self.sync.generation
             if self.sync.ready:
@@ -183,6 +167,7 @@ class SecondaryScheduler:
             while not stop.is_set() and time.monotonic() < deadline:
                 if self.sync.wait_for_change(generation, min(0.2, self.interval_s)) != generation:
                     break
+        self._stop = None
         log.info("secondary scheduler %s stopped", self.scheduler_name)
 
     def schedule_once(self) -> CycleReport:
@@ -221,24 +206,22 @@ class SecondaryScheduler:
         gangs: dict[str, list[_Member]] = defaultdict(list)
         pending = self.sync.pending_pods(self.scheduler_name)
         keys = {pod_key(pod) for pod in pending}
-        for records in (self._reported, self._reported_bad):
-            for key in records.keys() - keys:  # forget pods bound, deleted or assumed
-                del records[key]
+        self.events.keep_only(keys)
         for pod in pending:
             try:
                 gang = gang_of(pod)
                 request = self.sync.request_of(pod)  # with its claims' GPUs, from the cache
             except ClaimsPendingError as exc:  # the resourceclaim controller is on it
-                report.waiting[_name(pod)] = str(exc)
+                report.waiting[pod_name(pod)] = str(exc)
                 continue
             except (GangAnnotationError, TranslateError) as exc:
-                report.failed[_name(pod)] = str(exc)
-                self._report_bad(pod, str(exc))
+                report.failed[pod_name(pod)] = str(exc)
+                self.events.bad(pod, str(exc))
                 continue
             unsupported = unsupported_constraints(pod)
             if unsupported:  # never bound: it stays pending, outside its gang
-                report.failed[_name(pod)] = not_implemented(unsupported)
-                self._warn([pod], not_implemented(unsupported), now, gang.waiting_time_s)
+                report.failed[pod_name(pod)] = not_implemented(unsupported)
+                self.events.warn([pod], not_implemented(unsupported), now, gang.waiting_time_s)
                 continue
             gangs[gang.key].append(_Member(pod, gang, request))
 
@@ -279,10 +262,10 @@ class SecondaryScheduler:
             report.waiting[key] = reason
             if now - wait.since >= waiting_s:
                 message = f"{reason} after {waiting_s:.0f}s; waiting again"
-                self._warn([m.pod for m in members], message, now, waiting_s)
+                self.events.warn([m.pod for m in members], message, now, waiting_s)
                 wait.since = now
             return
-        members = sorted(members, key=lambda m: _name(m.pod))
+        members = sorted(members, key=lambda m: pod_name(m.pod))
         groups = [members] if bound < minimum else [[m] for m in members]
         for group in groups:
             need = max(1, minimum - bound) if len(groups) == 1 else 1
@@ -291,7 +274,7 @@ class SecondaryScheduler:
                 report.waiting[key] = reason
                 metrics.DECISIONS.labels("schedule", "no_fit").inc()
                 message = f"0/{len(group)} placed: {reason}"
-                self._warn([m.pod for m in group], message, now, waiting_s)
+                self.events.warn([m.pod for m in group], message, now, waiting_s)
                 continue
             self._bind(placed, report, now)
         if key not in report.waiting:
@@ -362,22 +345,30 @@ class SecondaryScheduler:
         self, placed: list[tuple[_Member, Placement]], report: CycleReport, now: float
     ) -> None:
         for index, (member, placement) in enumerate(placed):
+            if self._stop is not None and self._stop.is_set():
+                # The Lease is lost (another replica may schedule now): bind no more.
+                self._give_back(placed[index:])
+                report.waiting[pod_name(member.pod)] = "not bound: this replica stopped leading"
+                return
             try:
                 self._bind_one(member, placement, report, now)
             except BaseException:
                 # Nothing will finish these binds, and an assumption whose bind never
                 # finished never expires on its own: give their room back.
-                for rest, _ in placed[index:]:
-                    self.sync.forget(rest.pod)
-                    self._ledger.unplaced(rest.pod)
+                self._give_back(placed[index:])
                 raise
+
+    def _give_back(self, placed: Sequence[tuple[_Member, Placement]]) -> None:
+        for member, _ in placed:
+            self.sync.forget(member.pod)
+            self._ledger.unplaced(member.pod)
 
     def _bind_one(
         self, member: _Member, placement: Placement, report: CycleReport, now: float
     ) -> None:
         """Bind one assumed member: its claims' devices, then the Binding."""
         metadata = member.pod["metadata"]
-        name = _name(member.pod)
+        name = pod_name(member.pod)
         namespace, uid = metadata.get("namespace") or "default", str(metadata.get("uid") or "")
         allocated = None
         try:
@@ -411,78 +402,16 @@ class SecondaryScheduler:
             report.failed[name] = str(exc)
             log.warning("binding %s failed: %s", name, exc)
             message = f"binding failed: {exc}"
-            self._warn([member.pod], message, now, member.gang.waiting_time_s)
+            self.events.warn([member.pod], message, now, member.gang.waiting_time_s)
             return
         self.sync.finish_binding(member.pod)  # its assumption's TTL starts now
         self.binds += 1
         metrics.BINDS.labels("bound").inc()
         metrics.DECISIONS.labels("schedule", "bound").inc()
         report.bound[name] = placement.node
-        self._event(
+        self.events.post(
             member.pod,
             "Normal",
             "Scheduled",
             f"Successfully assigned {name} to {placement.node}",
         )
-
-    # -- events ------------------------------------------------------------------------------------
-
-    def _report_bad(self, pod: Obj, message: str) -> None:
-        key = pod_key(pod)
-        version = str(pod["metadata"].get("resourceVersion") or "")
-        if self._reported_bad.get(key) == version:
-            return
-        self._reported_bad[key] = version
-        log.warning("cannot schedule %s: %s", _name(pod), message)
-        self._event(pod, "Warning", "FailedScheduling", message)
-
-    def _warn(self, pods: Sequence[Obj], message: str, now: float, every_s: float) -> None:
-        """A ``FailedScheduling`` event about each pod, unless its last one said the same
-        less than ``every_s`` ago."""
-        for pod in pods:
-            key = pod_key(pod)
-            last = self._reported.get(key)
-            if last is not None and last.message == message and now - last.at < every_s:
-                continue
-            log.info("%s: %s", _name(pod), message)
-            self._reported[key] = _Reported(now, message)
-            self._event(pod, "Warning", "FailedScheduling", message)
-
-    def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
-        """Post a core/v1 Event about ``pod`` (failures are logged and counted only)."""
-        metadata = pod.get("metadata") or {}
-        namespace = metadata.get("namespace") or "default"
-        now = datetime.now(UTC)
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{metadata.get('name')}.{time.time_ns():x}",
-                "namespace": namespace,
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": metadata.get("name"),
-                "namespace": namespace,
-                "uid": metadata.get("uid"),
-                "resourceVersion": metadata.get("resourceVersion"),
-            },
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": self.scheduler_name},
-            "reportingComponent": self.scheduler_name,
-            "reportingInstance": self.identity,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self._core.create_namespaced_event(
-                namespace, body, _preload_content=False, _request_timeout=5
-            ).read()  # read through: the connection returns to the pool
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            self.event_failures += 1
-            log.warning("posting event %s for %s failed: %s", reason, _name(pod), exc)

@@ -258,6 +258,30 @@ def test_a_failed_member_bind_is_forgotten_and_retried(harness: Harness) -> None
     assert list(report.bound) == ["ml/m1"]
 
 
+def test_no_bind_after_the_lease_is_lost_mid_cycle(harness: Harness) -> None:
+    # The stop signal (the Lease lost) comes while a gang is being bound: the member
+    # bound stays bound, the rest are given back unbound, and the run ends.
+    for i in range(2):
+        harness.add(f"m{i}", annotations=gang("duo", 2))
+    harness.seen(2)
+    stop = threading.Event()
+    binder = harness.scheduler.binder
+    real_bind = binder.bind
+
+    def bind_then_lose_the_lease(*args: Any, **kwargs: Any) -> Any:
+        done = real_bind(*args, **kwargs)
+        stop.set()
+        return done
+
+    binder.bind = bind_then_lose_the_lease  # type: ignore[method-assign]
+    harness.scheduler.run(stop)
+    assert [harness.node_of(f"m{i}") is not None for i in range(2)] == [True, False]
+    wait_until(lambda: len(harness.sync.bound_pods()) == 1, what="m0 bound")
+    binder.bind = real_bind  # type: ignore[method-assign]
+    # Given back: the next leader's cycle binds m1 (the gang's minimum met with m0).
+    assert list(harness.scheduler.schedule_once().bound) == ["ml/m1"]
+
+
 def test_bad_annotations_are_reported_once_and_skipped(harness: Harness) -> None:
     harness.add("odd", annotations={"kubesage.io/gang": "g", "kubesage.io/gang-min-available": "x"})
     harness.add("fine")

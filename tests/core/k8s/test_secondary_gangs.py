@@ -105,12 +105,12 @@ def test_the_event_record_forgets_pods_no_longer_pending(one_node: Harness) -> N
     cluster.seen(2)
     cluster.scheduler.schedule_once()
     assert len(cluster.events("FailedScheduling")) == 2
-    assert len(cluster.scheduler._reported) == 2  # white box: the per-pod record
+    assert cluster.scheduler.events.remembered == 2  # the per-pod record
     for i in range(2):
         cluster.fake.delete_pod("ml", f"w{i}")
     cluster.seen(0)
     cluster.scheduler.schedule_once()
-    assert cluster.scheduler._reported == {}
+    assert cluster.scheduler.events.remembered == 0
 
 
 def test_an_unexpected_bind_error_gives_every_unbound_members_room_back(
