@@ -9,9 +9,10 @@ the live DRTG (``view.topology``: its links' available bandwidth already reflect
 observed utilisation) with the GPUs that are free in ``view.state`` on nodes of an
 allowed model, not in MIG mode, with the CPU and memory a member needs. The planner's
 ring keeps each node's GPUs consecutive; the ring is cut into ``k``-GPU pieces in
-rank order, member ``i`` (members ordered by Kubeflow's replica type and index, else
-by name: the master first) taking piece ``i`` — its GPUs listed in ring order, which is
-the order the bind records them in.
+rank order, member ``i`` (members ordered as their launcher numbers them: the master
+first, then Kubeflow's replica index, JobSet's job index and an Indexed Job's
+completion index, else by name with numbers read as numbers) taking piece ``i`` — its
+GPUs listed in ring order, which is the order the bind records them in.
 
 Only nodes every member may use count (:attr:`~kubesage.core.loop.view.PodInfo.eligible_nodes`:
 cordons, taints against the members' tolerations, ``nodeSelector``, required node
@@ -42,6 +43,7 @@ kube-scheduler's are never bound by the loop.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
@@ -77,6 +79,10 @@ BIND_CARRIES_ANNOTATIONS = "annotations" in {f.name for f in dataclasses.fields(
 patched onto the members first."""
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+"""A JobSet pod's child Job, by index."""
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+"""An Indexed Job pod's index (its ``JOB_COMPLETION_INDEX``)."""
 
 
 @dataclass(frozen=True)
@@ -106,13 +112,26 @@ def _mixed(requests: Sequence[PodRequest]) -> str | None:
     return None
 
 
-def _member_order(pod: PodInfo) -> tuple[int, int, str]:
+def _member_order(pod: PodInfo) -> tuple[object, ...]:
+    """Rank order: the master first, then the indices a launcher numbers its pods by
+    (absent ones first), then the name with its numbers read as numbers."""
     replica_type = pod.labels.get(REPLICA_TYPE_LABEL, "").lower()
-    index = pod.labels.get(REPLICA_INDEX_LABEL, "")
+
+    def index(label: str) -> int:
+        value = pod.labels.get(label, "")
+        return int(value) if value.isdecimal() else -1
+
+    name = tuple(
+        (0, int(part), "") if part.isdecimal() else (1, 0, part)
+        for part in re.split(r"(\d+)", str(pod.ref))
+        if part
+    )
     return (
         0 if replica_type == "master" else 1,
-        int(index) if index.isdecimal() else 0,
-        str(pod.ref),
+        index(REPLICA_INDEX_LABEL),
+        index(JOB_INDEX_LABEL),
+        index(COMPLETION_INDEX_LABEL),
+        name,
     )
 
 

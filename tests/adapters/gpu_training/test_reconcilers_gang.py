@@ -95,6 +95,31 @@ def test_a_16_gpu_gang_gets_two_whole_nodes_of_one_rack_with_rank_annotations(dr
     assert drtg.ring_bus_bandwidth(ring(drtg, plan)) == pytest.approx(idle.bus_bandwidth_gbps)
 
 
+def test_indexed_job_members_take_their_completion_index_as_rank(drtg: DRTG) -> None:
+    # An Indexed Job's pods are <job>-<index>-<suffix>: by name "train-10-…" sorts
+    # before "train-2-…"; their rank is JOB_COMPLETION_INDEX, carried by a label.
+    annotations = {"kubesage.io/gang": "train", "kubesage.io/gang-min-available": "12"}
+    gang = [
+        info(
+            request(f"train-{i}-{suffix}", gpus=1, cpu=1_000, memory=1_024),
+            annotations=annotations,
+            labels={"batch.kubernetes.io/job-completion-index": str(i)},
+        )
+        for i, suffix in zip(range(12), "qwertyuiopas", strict=True)
+    ]
+    state = ClusterState(drtg.node_specs())
+    plan = the_plan(GangReconciler().reconcile(view(state, gang, topology=drtg)))
+    by_pod = {
+        str(step.pod): dict(getattr(step, "annotations", {})).get(GANG_RANK_ANNOTATION)
+        for step in plan.steps
+        if isinstance(step, Bind)
+    }
+    assert by_pod == {
+        f"default/train-{i}-{suffix}": str(i)
+        for i, suffix in zip(range(12), "qwertyuiopas", strict=True)
+    }
+
+
 def test_sixteen_one_gpu_members_fill_two_nodes_in_ring_order(drtg: DRTG) -> None:
     state = ClusterState(drtg.node_specs())
     plan = the_plan(GangReconciler().reconcile(view(state, members(16, 1), topology=drtg)))
