@@ -74,6 +74,8 @@ class MigShape(_Frozen):
     compute_slices: Annotated[int, Field(ge=1, le=MIG_COMPUTE_SLICES)]
     starts: tuple[int, ...]
     """Allowed start memory slices."""
+    media_engines: bool = False
+    """The instance takes the GPU's media engines (a ``+me`` profile): one per GPU."""
 
     @model_validator(mode="after")
     def _fits(self) -> MigShape:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.mig_names import mig_resource_name
+from kubesage.core.k8s.mig_names import MEDIA_SUFFIX, mig_resource_name
 from kubesage.core.types import MigShape, PodRequest
 
 MEMORY_SLICES = 8
@@ -230,6 +230,7 @@ def mig_shape(gpu_model: str, profile: str) -> MigShape:
         memory_slices=entry.memory_slices,
         compute_slices=entry.compute_slices,
         starts=entry.starts,
+        media_engines=entry.name.endswith(MEDIA_SUFFIX),
     )
 
 

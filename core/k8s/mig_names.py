@@ -69,5 +69,9 @@ def mig_shape(profile: str, path: str = "mig profile") -> MigShape:
         profile.removesuffix(MEDIA_SUFFIX), _MIG_GEOMETRY[compute]
     )
     return MigShape(
-        profile=profile, memory_slices=memory_slices, compute_slices=compute, starts=starts
+        profile=profile,
+        memory_slices=memory_slices,
+        compute_slices=compute,
+        starts=starts,
+        media_engines=profile.endswith(MEDIA_SUFFIX),
     )

@@ -56,6 +56,7 @@ class ClusterState:
         "gpu_pod_kinds",
         "mig_free_slices",
         "mig_free_compute",
+        "mig_free_media",
     )
     """The arrays that allocate and release change (everything else is fixed capacity)."""
 
@@ -119,6 +120,8 @@ class ClusterState:
         """Bit s set: memory slice s of that GPU is free (MIG GPUs only)."""
         self.mig_free_compute: IntArray = np.where(mig_gpu, MIG_COMPUTE_SLICES, 0)
         """Free compute slices per MIG GPU."""
+        self.mig_free_media: IntArray = np.where(mig_gpu, 1, 0)
+        """1 where a MIG GPU's media engines are free for a ``+me`` instance."""
         self.mig_instances: dict[int, frozenset[tuple[int, str, int]]] = {
             i: frozenset(n.mig_instances)
             for i, n in enumerate(nodes)
@@ -134,7 +137,7 @@ class ClusterState:
         """Shared with copies: equal (lineage, node stamp) means equal node state."""
         self.node_version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         """Per-node stamp, renewed on every change, for caches that recompute changed nodes only."""
-        self._cordoned: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._cordoned: dict[tuple[int, int], tuple[int, int, int, int]] = {}
         """Free milli, MIG slices and MIG compute hidden by :meth:`cordon_gpu`."""
         for array in (
             self.node_mig_enabled,
@@ -195,6 +198,9 @@ class ClusterState:
         slots: BoolArray = ((free[:, :, None] & masks) == masks) & (
             compute[:, :, None] >= shape.compute_slices
         )
+        if shape.media_engines:
+            media = self.mig_free_media if nodes is None else self.mig_free_media[nodes]
+            slots &= media[:, :, None] > 0
         if self.mig_instances:
             published = self._published_slots(shape)
             slots &= published if nodes is None else published[nodes]
@@ -247,6 +253,11 @@ class ClusterState:
         if request.mig is not None:
             gpu = placement.gpu_indices[0]
             mask = self._mig_mask(request, placement)
+            if request.mig.media_engines and self.mig_free_media[node, gpu] < 1:
+                raise CapacityError(
+                    f"{request.name}: {request.mig.profile} needs the media engines of GPU "
+                    f"{gpu} on {placement.node}, which another instance holds (one per GPU)"
+                )
             if (self.mig_free_slices[node, gpu] & mask) != mask or (
                 self.mig_free_compute[node, gpu] < request.mig.compute_slices
             ):
@@ -332,6 +343,7 @@ class ClusterState:
             mask = self._mig_mask(request, placement)
             self.mig_free_slices[node, gpu] += sign * mask  # the bits are all clear or all set
             self.mig_free_compute[node, gpu] += sign * request.mig.compute_slices
+            self.mig_free_media[node, gpu] += sign * int(request.mig.media_engines)
         if request.num_gpu:
             self.gpu_pod_count[node, gpu_pod_kind(request)] -= sign
             self.gpu_pod_kinds[node] = int(np.count_nonzero(self.gpu_pod_count[node]))
@@ -359,11 +371,13 @@ class ClusterState:
             int(self.gpu_free_milli[node, gpu]),
             int(self.mig_free_slices[node, gpu]),
             int(self.mig_free_compute[node, gpu]),
+            int(self.mig_free_media[node, gpu]),
         )
         self.gpu_free_milli_total -= int(self.gpu_free_milli[node, gpu])
         self.gpu_free_milli[node, gpu] = 0
         self.mig_free_slices[node, gpu] = 0
         self.mig_free_compute[node, gpu] = 0
+        self.mig_free_media[node, gpu] = 0
         self._refresh_gpu_totals(node)
 
     def uncordon_gpu(self, node: int, gpu: int) -> None:
@@ -371,11 +385,12 @@ class ClusterState:
         saved = self._cordoned.pop((node, gpu), None)
         if saved is None:
             raise InputError(f"GPU {gpu} of {self.node_names[node]} is not cordoned")
-        milli, slices, compute = saved
+        milli, slices, compute, media = saved
         self.gpu_free_milli[node, gpu] = milli
         self.gpu_free_milli_total += milli
         self.mig_free_slices[node, gpu] = slices
         self.mig_free_compute[node, gpu] = compute
+        self.mig_free_media[node, gpu] = media
         self._refresh_gpu_totals(node)
 
     # -- copies --------------------------------------------------------------------------

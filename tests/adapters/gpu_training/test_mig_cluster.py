@@ -70,6 +70,21 @@ def test_slots_are_taken_and_given_back_exactly() -> None:
         state.release(half, state.placement(0, [0], half, mig_start=4))
 
 
+def test_one_media_engine_instance_per_gpu() -> None:
+    # A GPU has one set of media engines: a second 1g.10gb+me does not fit beside the
+    # first (there is room for its slices), a plain 1g.10gb does; released, it fits.
+    state = ClusterState([mig_node("n", gpus=2)])
+    first = mig_request("first", H100, "1g.10gb+me")
+    place(state, first, 0, 0, 0)
+    second = mig_request("second", H100, "1g.10gb+me")
+    assert state.mig_slots(second.mig)[0].any(axis=1).tolist() == [False, True]  # type: ignore[arg-type]
+    with pytest.raises(CapacityError, match="media engines of GPU 0 on n"):
+        place(state, second, 0, 0, 1)
+    place(state, mig_request("plain", H100, "1g.10gb"), 0, 0, 1)
+    state.release(first, state.placement(0, [0], first, mig_start=0))
+    place(state, second, 0, 0, 0)
+
+
 def test_small_instances_fill_used_gpus_before_breaking_empty_ones() -> None:
     state = ClusterState([mig_node("n", gpus=2)])
     place(state, mig_request("a", H100, "3g.40gb"), 0, 1, 0)  # GPU 1: slices 0-3 used
