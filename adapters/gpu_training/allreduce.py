@@ -2,9 +2,11 @@
 
 A ring AllReduce runs at the speed of its slowest hop, so a placement's quality is
 the ring's bus bandwidth: nccl-tests' ``busbw = algbw · 2(n−1)/n``, which for a ring is
-its slowest hop (from the DRTG). The placement is all-or-nothing and prefers, in order: the highest
-ring bus bandwidth, the fewest nodes and racks, and then the tightest fit (nodes
-whose free GPUs it uses up, so whole free nodes stay whole for the next big job).
+its slowest hop (from the DRTG). The placement is all-or-nothing and prefers, in order:
+the highest ring bus bandwidth, the fewest nodes and racks, and then the tightest fit
+(nodes whose free GPUs it uses up, so whole free nodes stay whole for the next big
+job); a node that holds the whole gang is compared with the best rings across nodes,
+not taken on sight.
 
 Inside a node, the best ring order is the Hamiltonian cycle with the widest
 slowest hop, found exactly by a bitmask search for rings of at most
@@ -211,6 +213,7 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
         for node in range(drtg.num_nodes)
     }
     single = [node for node, free in free_by_node.items() if len(free) >= count]
+    one_node = None
     if single:
         scored = []
         for node in single:
@@ -219,7 +222,7 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
             scored.append((busbw, -len(free_by_node[node]), node, local))
         busbw, _, node, local = max(scored, key=lambda item: (item[0], item[1], -item[2]))
         ranks = tuple(int(drtg.node_gpus(node)[g]) for g in local)
-        return GangPlacement(
+        one_node = GangPlacement(
             ranks=ranks,
             bus_bandwidth_gbps=busbw,
             nodes=(drtg.node_names[node],),
@@ -229,7 +232,14 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
                 f"{len(free_by_node[node]) - count} of its free GPUs left"
             ),
         )
-    return _place_across_nodes(drtg, free_by_node, count)
+        if count == 1:
+            return one_node
+    # A node that holds the whole gang is not always the fastest ring: a slow one (PCIe)
+    # can lose to several fast ones, whose ring crosses a faster network.
+    candidates = [p for p in (one_node, _place_across_nodes(drtg, free_by_node, count)) if p]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (p.bus_bandwidth_gbps, -len(p.nodes), -p.racks))
 
 
 def _place_across_nodes(

@@ -110,6 +110,38 @@ def test_single_node_jobs_stay_on_one_node_and_pack_tightly() -> None:
     assert "0 of its free GPUs left" in placement.explanation
 
 
+def test_a_whole_slow_node_loses_to_two_fast_ones() -> None:
+    # A 4-GPU PCIe node holds the whole gang, but a ring over two NVSwitch nodes with
+    # two free GPUs each crosses a 400 Gb/s NIC per GPU and is faster: it wins.
+    templates = {
+        "pcie": {"gpu_model": "L40S", "gpus": 4, "sockets": 2, "gpus_per_switch": 1,
+                 "pcie_generation": 4, "nic_gbps_per_switch": 100,
+                 "nvlink": {"topology": "none"}},
+        "hgx": {"gpu_model": "H100-80GB", "gpus": 8, "sockets": 2, "gpus_per_switch": 1,
+                "pcie_generation": 5, "nic_gbps_per_switch": 400,
+                "nvlink": {"topology": "nvswitch", "generation": 4, "links_per_gpu": 18}},
+    }  # fmt: skip
+    racks = [
+        {"name": "r0", "zone": "z", "uplink_gbps": 3200, "template": "pcie", "nodes": 1},
+        {"name": "r1", "zone": "z", "uplink_gbps": 3200, "template": "hgx", "nodes": 2},
+    ]
+    document = {"node_templates": templates, "zones": [{"name": "z", "uplink_gbps": 12800}]}
+    spec = parse_config(
+        {"apiVersion": "kubesage.io/v1alpha1", "kind": TOPOLOGY_KIND,
+         "spec": {**document, "racks": racks}},
+        TopologySpec, kind=TOPOLOGY_KIND,
+    )  # fmt: skip
+    drtg = DRTG(spec)
+    free = np.zeros(drtg.num_gpus, dtype=bool)
+    free[[0, 1, 2, 3, 4, 5, 12, 13]] = True  # the PCIe node whole, two GPUs of each HGX
+    placed = place_gang(drtg, free, 4)
+    assert placed is not None
+    assert placed.nodes == ("r1-node-00", "r1-node-01")
+    best = exhaustive_best(drtg, free, 4)
+    assert placed.bus_bandwidth_gbps == pytest.approx(best)
+    assert placed.bus_bandwidth_gbps > drtg.ring_bus_bandwidth([0, 1, 2, 3])
+
+
 def test_all_or_nothing_and_bad_input() -> None:
     drtg = small_cluster("pairs")
     free = np.zeros(drtg.num_gpus, dtype=bool)
