@@ -88,6 +88,13 @@ def launch(
     if mig is not None:
         if gpus != 1:
             raise InputError("a MIG job runs on one MIG slice: use --gpus 1 with --mig")
+        if target == "torchrun":
+            # A torchrun line selects GPUs by index (CUDA_VISIBLE_DEVICES): it cannot name
+            # a MIG instance, whose UUID exists only once MIG Manager has made it.
+            raise InputError(
+                "--mig needs --target kubernetes (the device plugin hands the pod its MIG "
+                "instance); --target torchrun selects whole GPUs only"
+            )
         free &= _has_profile(drtg, mig, topology.name)
     placement = place_gang(drtg, free, gpus)
     if placement is None:

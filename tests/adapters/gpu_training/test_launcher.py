@@ -127,6 +127,10 @@ def test_cli_launch_dry_run_explains_and_prints_valid_yaml() -> None:
         (["--gpus", "4"], "give the training command after --"),
         (["--gpus", "2", "--mig", "3g.40gb", "--", "t"], "--gpus 1 with --mig"),
         (["--gpus", "1", "--mig", "9g.90gb", "--", "t"], "no MIG profile '9g.90gb'"),
+        (
+            ["--gpus", "1", "--mig", "3g.40gb", "--target", "torchrun", "--", "t"],
+            "--mig needs --target kubernetes",
+        ),
         (["--gpus", "4096", "--", "t"], "do not fit"),
     ],
 )
