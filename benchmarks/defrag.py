@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 from _common import format_table, parse_args, run_main, trace_dir
 
-from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter
+from kubesage.adapters.gpu_training.compaction import Compactor
+from kubesage.adapters.gpu_training.defrag import Defragmenter
 from kubesage.adapters.gpu_training.mig_workload import mig_cluster, mig_workload
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.sim.compression import compress_to_peak_load

@@ -34,7 +34,7 @@ pod once it fits: no pod is lost, and the migration is finished rather than undo
 The plans of one tick evict at most :attr:`DefragSettings.eviction_budget` pods in
 all (0: nothing is planned, and a note says which pods wait). With budget left and no
 migration planned, background compaction
-(:class:`~kubesage.adapters.gpu_training.defrag.Compactor`) runs when fewer than
+(:class:`~kubesage.adapters.gpu_training.compaction.Compactor`) runs when fewer than
 ``compact_free_share`` of the GPUs are empty, at most once per ``compact_interval_s``
 (kept in the reconciler's memory), each move a plan of its own.
 """
@@ -45,8 +45,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesage.adapters.gpu_training.compaction import Compactor
 from kubesage.adapters.gpu_training.defrag import (
-    Compactor,
     Defragmenter,
     move_cost,
     only_fragmentation,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kubesage.adapters.gpu_training.defrag import Compactor, Defragmenter, compact
+from kubesage.adapters.gpu_training.compaction import Compactor, compact
+from kubesage.adapters.gpu_training.defrag import Defragmenter
 from kubesage.adapters.gpu_training.mig import mig_request
 from kubesage.adapters.gpu_training.relayout import relayout_plans
 from kubesage.core.policy import PolicyContext, make_policy

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from kubesage.adapters.gpu_training.defrag import Defragmenter, compact, move_cost
+from kubesage.adapters.gpu_training.compaction import compact
+from kubesage.adapters.gpu_training.defrag import Defragmenter, move_cost
 from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
 from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.core.loop.actions import Bind, Evict, ObjectRef, Plan

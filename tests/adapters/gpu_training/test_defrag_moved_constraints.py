@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from kubesage.adapters.gpu_training.defrag import compact
+from kubesage.adapters.gpu_training.compaction import compact
 from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
 from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.core.loop.actions import Bind, Evict, ObjectRef, Plan
