@@ -37,12 +37,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubesage.core.loop.actions import Action, ActionKind, Plan
-from kubesage.core.loop.audit import AuditLog, AuditRecord, note_of, record_of
-from kubesage.core.loop.budgets import Budgets, TickBudget
+from kubesage.core.loop.audit import AuditLog
+from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.clock import Clock
 from kubesage.core.loop.data_age import CurrentSince
 from kubesage.core.loop.ledger import PlanLedger
@@ -57,6 +56,7 @@ from kubesage.core.loop.reconciler import (
 )
 from kubesage.core.loop.report import CollectorStatus, TickReport
 from kubesage.core.loop.settings import DEFAULT_MAX_DATA_AGE_S, DEFAULT_TICK_S
+from kubesage.core.loop.tick_context import TickContext
 from kubesage.core.loop.view import PodInfo
 from kubesage.core.loop.world import WorldModel
 from kubesage.core.observability import metrics
@@ -69,27 +69,8 @@ LOOP = "loop"
 """The reconciler name on the loop's own audit notes (the forecaster in use)."""
 _STOPS_A_PLAN = frozenset({Outcome.FAILED, Outcome.REFUSED})
 _STOPPING = "not executed: the loop is stopping (leadership lost, or shutting down)"
-_LOGGED = ("tick", "reconciler", "action", "target", "outcome", "detail")
-"""The fields of an audit record the ``loop_action`` log event carries."""
 _STOP_WAIT_S = 10.0
 """How often a stopper waiting for the tick in flight says it still waits."""
-
-
-@dataclass
-class _Tick:
-    """What one tick carries from gate to gate."""
-
-    number: int
-    now_s: float
-    stale_reason: str | None
-    budget: TickBudget
-    stop: threading.Event | None = None
-    records: list[AuditRecord] = field(default_factory=list)
-
-    @property
-    def stopping(self) -> bool:
-        """The loop was told to stop (leadership lost): no action starts any more."""
-        return self.stop is not None and self.stop.is_set()
 
 
 class ControlLoop:
@@ -171,8 +152,16 @@ class ControlLoop:
             age, stale_reason = self._age(snapshots, now)
             if stale_reason is not None:
                 metrics.LOOP_STALE_TICKS.inc()
-            context = _Tick(self.ticks, now, stale_reason, self.budgets.start_tick(), stop)
-            self._note(context, LOOP, (f"forecaster: {self._forecaster_words()}",))
+            context = TickContext(
+                self.ticks,
+                now,
+                stale_reason,
+                self.budgets.start_tick(),
+                self.audit,
+                self._last_notes,
+                stop,
+            )
+            context.note(LOOP, (f"forecaster: {self._forecaster_words()}",))
             errors: dict[str, str] = {}
             notes: dict[str, tuple[str, ...]] = {}
             if not self.world.ready:
@@ -180,7 +169,7 @@ class ControlLoop:
             else:
                 for reconciler, answer in self._reconcile(context, snapshots, errors):
                     notes[reconciler.name] = tuple(answer.notes)
-                    self._note(context, reconciler.name, answer.notes)
+                    context.note(reconciler.name, answer.notes)
                     for item in answer.actions:
                         if isinstance(item, Plan):
                             self._plan(item, context)
@@ -254,7 +243,7 @@ class ControlLoop:
 
     def _reconcile(
         self,
-        context: _Tick,
+        context: TickContext,
         snapshots: Mapping[str, Snapshot[Any]],
         errors: dict[str, str],
     ) -> Iterable[tuple[Reconciler, Reconciled]]:
@@ -279,71 +268,71 @@ class ControlLoop:
                 log.exception("reconciler %s failed", name)
                 metrics.LOOP_RECONCILER_ERRORS.labels(name).inc()
                 errors[name] = f"{type(exc).__name__}: {exc}"
-                self._note(context, name, (f"raised {errors[name]}",), outcome="failed")
+                context.note(name, (f"raised {errors[name]}",), outcome="failed")
                 continue
             self._memory[name] = answer.memory
             yield reconciler, answer
 
     # -- acting -----------------------------------------------------------------------
 
-    def _lone(self, action: Action, context: _Tick) -> None:
+    def _lone(self, action: Action, context: TickContext) -> None:
         """One action outside a plan, through the gates."""
         if context.stopping:
-            self._record(context, action, Outcome.STOPPED, _STOPPING)
+            context.record(action, Outcome.STOPPED, _STOPPING)
             return
         if self._done(action.key, context):
-            self._record(context, action, Outcome.ALREADY_DONE, "the audit log records it done")
+            context.record(action, Outcome.ALREADY_DONE, "the audit log records it done")
             return
         if context.stale_reason is not None:
-            self._record(context, action, Outcome.STALE, context.stale_reason)
+            context.record(action, Outcome.STALE, context.stale_reason)
             return
         refusal = context.budget.refusal([action.kind])
         if refusal is not None:
-            self._record(context, action, Outcome.OVER_BUDGET, refusal)
+            context.record(action, Outcome.OVER_BUDGET, refusal)
             return
         if self.dry_run:
             context.budget.spend(action.kind)
-            self._record(context, action, Outcome.DRY_RUN, "dry run: nothing executed")
+            context.record(action, Outcome.DRY_RUN, "dry run: nothing executed")
             return
         result = self._act(action, context)
-        self._record(context, action, result.outcome, result.detail)
+        context.record(action, result.outcome, result.detail)
 
-    def _plan(self, plan: Plan, context: _Tick) -> None:
+    def _plan(self, plan: Plan, context: TickContext) -> None:
         """A plan: reserve, run the steps in order, stop at a failure, release."""
         if context.stopping:
-            self._record(context, plan, Outcome.STOPPED, _STOPPING)
+            context.record(plan, Outcome.STOPPED, _STOPPING)
             return
         todo = [step for step in plan.steps if not self._done(step.key, context)]
         # Done only while every step is still the last done on its target (not by its
         # id); one whose end was not recorded (the leader died) runs through its steps.
         if plan.steps and not todo and self._done(plan.key, context):
             detail = "the audit log records it and every step done, each the last on its target"
-            self._record(context, plan, Outcome.ALREADY_DONE, detail)
+            context.record(plan, Outcome.ALREADY_DONE, detail)
             return
         if context.stale_reason is not None:
-            self._record(context, plan, Outcome.STALE, context.stale_reason)
+            context.record(plan, Outcome.STALE, context.stale_reason)
             return
         refusal = context.budget.refusal(step.kind for step in todo)
         if refusal is not None:
-            self._record(context, plan, Outcome.OVER_BUDGET, refusal)
+            context.record(plan, Outcome.OVER_BUDGET, refusal)
             return
         if self.dry_run:
             for step in plan.steps:
                 if self._done(step.key, context):
-                    self._record(context, step, Outcome.ALREADY_DONE, "done before", plan=plan.id)
+                    context.record(step, Outcome.ALREADY_DONE, "done before", plan=plan.id)
                 else:
                     context.budget.spend(step.kind)
-                    self._record(context, step, Outcome.DRY_RUN, "dry run", plan=plan.id)
-            self._record(context, plan, Outcome.DRY_RUN, "dry run: nothing executed")
+                    context.record(step, Outcome.DRY_RUN, "dry run", plan=plan.id)
+            context.record(plan, Outcome.DRY_RUN, "dry run: nothing executed")
             return
         state = self.world.state
         if state is None:
-            self._record(context, plan, Outcome.REFUSED, "no cluster state to reserve in")
+            context.record(plan, Outcome.REFUSED, "no cluster state to reserve in")
             return
         ledger = PlanLedger(state, self.world.pods, plan)
         impossible = ledger.check()
         if impossible is not None:
-            self._record(context, plan, Outcome.REFUSED, f"{impossible}; the plan was not started")
+            context.record(plan, Outcome.REFUSED, f"{impossible}; the plan was not started")
             return
         ledger.reserve_free()
         failed: str | None = None
@@ -352,7 +341,7 @@ class ControlLoop:
         try:
             for number, step in enumerate(plan.steps, 1):
                 if self._done(step.key, context):
-                    self._record(context, step, Outcome.ALREADY_DONE, "done before", plan=plan.id)
+                    context.record(step, Outcome.ALREADY_DONE, "done before", plan=plan.id)
                     ledger.done(step)
                     continue
                 where = f"step {number}/{len(plan.steps)} ({step.kind} {step.target})"
@@ -364,7 +353,7 @@ class ControlLoop:
                     break
                 ledger.before(step)
                 result = self._act(step, context)
-                self._record(context, step, result.outcome, result.detail, plan=plan.id)
+                context.record(step, result.outcome, result.detail, plan=plan.id)
                 if result.outcome in _STOPS_A_PLAN:
                     failed = f"{where} {result.outcome}: {result.detail or 'no detail'}"
                     break
@@ -373,12 +362,12 @@ class ControlLoop:
         finally:
             ledger.release()
         if failed is None:
-            self._record(context, plan, Outcome.DONE, f"{len(plan.steps)} steps done")
+            context.record(plan, Outcome.DONE, f"{len(plan.steps)} steps done")
         else:
             before = f"; done before it: {', '.join(done_steps)}" if done_steps else ""
-            self._record(context, plan, outcome, f"{failed}{before}; reservations released")
+            context.record(plan, outcome, f"{failed}{before}; reservations released")
 
-    def _act(self, action: Action, context: _Tick) -> Result:
+    def _act(self, action: Action, context: TickContext) -> Result:
         """Execute through the kind's actuator; spend the budget unless refused."""
         actuator = self._actuators.get(action.kind)
         if actuator is None:
@@ -392,42 +381,11 @@ class ControlLoop:
             context.budget.spend(action.kind)
         return result
 
-    def _done(self, key: str, context: _Tick) -> bool:
+    def _done(self, key: str, context: TickContext) -> bool:
         """The audit log records ``key`` done (by this loop or an earlier leader)."""
         return self.audit.is_done(key, context.now_s)
 
     # -- records ----------------------------------------------------------------------
-
-    def _record(
-        self,
-        context: _Tick,
-        item: Action | Plan,
-        outcome: Outcome,
-        detail: str,
-        *,
-        plan: str | None = None,
-    ) -> None:
-        record = record_of(context.number, context.now_s, item, outcome, detail, plan=plan)
-        self._append(context, record)
-        metrics.LOOP_ACTIONS.labels(item.reconciler, record.action, record.outcome).inc()
-
-    def _note(
-        self, context: _Tick, reconciler: str, notes: Sequence[str], *, outcome: str = "noted"
-    ) -> None:
-        """Audit a reconciler's notes when they change (not the same words every tick)."""
-        words = tuple(notes)
-        if not words or self._last_notes.get(reconciler) == words:
-            return
-        self._last_notes[reconciler] = words
-        for note in words:
-            self._append(context, note_of(context.number, context.now_s, reconciler, note, outcome))
-
-    def _append(self, context: _Tick, record: AuditRecord) -> None:
-        context.records.append(record)
-        self.audit.append(record)
-        if record.action != "note":
-            fields = {name: getattr(record, name) for name in _LOGGED}
-            log_event(log, logging.INFO, "loop_action", **fields)
 
     def _forecaster_words(self) -> str:
         panel = self.world.forecasts

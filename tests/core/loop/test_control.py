@@ -291,6 +291,18 @@ def test_a_reconciler_that_raises_does_not_stop_the_loop() -> None:
     assert len(notes) == 1 and notes[0].outcome == "failed"  # audited once, not per tick
 
 
+def test_notes_are_audited_when_they_change_and_again_when_they_come_back() -> None:
+    placer = Scripted("placer", lambda view: [], notes=("pod x fits nowhere",))
+    loop, clock, _ = make_loop([placer])
+    said = []
+    for notes in (("pod x fits nowhere",), ("pod x fits nowhere",), (), ("pod x fits nowhere",)):
+        placer.notes = notes
+        said.append([r.explanation for r in loop.tick().records if r.reconciler == "placer"])
+        clock.advance(5.0)
+    # Once, not again while it holds; a tick without it, then the same words again.
+    assert said == [["pod x fits nowhere"], [], [], ["pod x fits nowhere"]]
+
+
 def test_a_collector_failing_before_its_first_snapshot_is_counted_and_skipped() -> None:
     wants = Scripted("elastic", lambda view: [scale(2)])
     clock = SimulatedClock(0.0)
