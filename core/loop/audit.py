@@ -43,7 +43,7 @@ from pathlib import Path
 from stat import S_IMODE
 from typing import IO, Any
 
-from kubesage.core.loop.actions import Action, Plan
+from kubesage.core.loop.actions import Action, ActionKind, Plan
 from kubesage.core.loop.reconciler import Outcome
 from kubesage.core.observability import metrics
 
@@ -226,19 +226,32 @@ class AuditLog:
 
     # -- memory -----------------------------------------------------------------------
 
-    def _remember(self, record: AuditRecord) -> None:
+    def _remember(self, record: AuditRecord, *, read_back: bool = False) -> None:
+        """Take ``record`` into memory. One appended now is the newest on its target,
+        whatever its time says (a clock stepped back, another replica's clock); one
+        read back from the file does not replace a record remembered with a later time
+        (one kept in memory only, when the volume was full)."""
         self._recent.append(record)
         self._newest = max(self._newest, record.time)
         if record.outcome != Outcome.DONE or not record.key:
             return  # notes have no key
         slot = f"{record.action}:{record.target}"
         last = self._last_done.get(slot)
-        if last is not None and last[1] > record.time:
+        if read_back and last is not None and last[1] > record.time:
             return  # read back after a newer record on the same target
         if last is not None and self._slot.get(last[0]) == slot:
             del self._slot[last[0]]  # no longer the last on its target: never done again
         self._last_done[slot] = (record.key, record.time)
         self._slot[record.key] = slot
+        if record.action == ActionKind.EVICT:
+            # An evicted pod is bound no more: a bind of it (to the same place, the
+            # same key) must run again, not count as done (an embedded or simulated
+            # cluster gives the evicted pod back pending under the same name and UID).
+            bind_slot = f"{ActionKind.BIND}:{record.target}"
+            bound = self._last_done.get(bind_slot)
+            if bound is not None and not (read_back and bound[1] > record.time):
+                del self._last_done[bind_slot]
+                self._slot.pop(bound[0], None)
         if len(self._last_done) >= self._prune_at:
             self._prune()
 
@@ -265,7 +278,7 @@ class AuditLog:
         window: deque[tuple[float, int]] = deque()
         tail: deque[int] = deque(maxlen=KEEP)
         for record, size in _read(path):
-            self._remember(record)
+            self._remember(record, read_back=True)
             window.append((record.time, size))
             tail.append(size)
             while window and window[0][0] < self._newest - self.remember_s:
@@ -314,6 +327,12 @@ class AuditLog:
         self._file = path.open("a", encoding="utf-8")
         opened = os.fstat(self._file.fileno())
         self._opened = _ident(opened)
+        if opened.st_size and not self._torn:
+            # A line another process left torn (killed mid-write, its disk full):
+            # the next record starts on a line of its own, not glued to it.
+            with path.open("rb") as file:
+                file.seek(-1, os.SEEK_END)
+                self._torn = file.read(1) != b"\n"
         if stat is None:
             self._seen = (*_ident(opened), opened.st_size)
 

@@ -146,3 +146,37 @@ def test_a_writer_follows_the_file_another_replica_compacted(tmp_path: Path) -> 
     assert len(path.read_text().splitlines()) == KEEP
     leader.append(done(2000))  # lands in the compacted file, not the replaced one
     assert json.loads(path.read_text().splitlines()[-1])["tick"] == 2000
+
+
+def test_an_evicted_pods_bind_is_done_again(tmp_path: Path) -> None:
+    # Bound, then evicted (a plan that rolled back after its eviction): the same bind,
+    # the same key, must run again, not count as done for 15 minutes.
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    audit.append(done(1, target="default/p", action="bind"))
+    assert audit.is_done(f"{1:016x}")
+    audit.append(done(2, target="default/p", action="evict"))
+    assert not audit.is_done(f"{1:016x}") and audit.is_done(f"{2:016x}")
+    # As read back by the next leader too.
+    assert not AuditLog(tmp_path / "audit.jsonl").is_done(f"{1:016x}")
+
+
+def test_the_last_record_appended_is_the_last_done_whatever_its_clock(tmp_path: Path) -> None:
+    # Scaled to 4 at t=1000, then to 2 by a clock stepped back (t=995): the job is at 2.
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    target = "PyTorchJob/default/train"
+    audit.append(done(1000, target=target, action="scale"))
+    audit.append(done(995, target=target, action="scale"))
+    assert audit.is_done(f"{995:016x}") and not audit.is_done(f"{1000:016x}")
+
+
+def test_a_line_an_earlier_process_left_torn_takes_no_later_record_with_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_records(path, 2)
+    with path.open("a", encoding="utf-8") as file:
+        file.write('{"tick": 3, "time": 3.0, "reco')  # killed mid-write
+    AuditLog(path).append(done(4, target="default/pod-1", action="evict"))
+    again = AuditLog(path)
+    assert again.is_done(f"{4:016x}")  # not glued to the torn line and lost
+    assert again.is_done(f"{0:016x}")
