@@ -251,10 +251,10 @@ class ControlLoop:
             if context.stopping:
                 return  # its actions could not be executed: do not ask
             name = reconciler.name
-            # The data-age gate looks at what this reconciler reads (set for its actions).
-            age, context.stale_reason = self._age(
-                self._read_by(reconciler, snapshots), context.now_s
-            )
+            # The data-age gate looks at what this reconciler reads (set for its actions),
+            # as old as it is now: earlier reconcilers' actions may have taken a while.
+            context.reading = self._read_by(reconciler, snapshots)
+            age, context.stale_reason = self._age(context.reading, self.clock.now())
             view = self.world.view(
                 tick=context.number,
                 now_s=context.now_s,
@@ -283,8 +283,9 @@ class ControlLoop:
         if self._done(action.key, context):
             context.record(action, Outcome.ALREADY_DONE, "the audit log records it done")
             return
-        if context.stale_reason is not None:
-            context.record(action, Outcome.STALE, context.stale_reason)
+        stale = self._stale(context)
+        if stale is not None:
+            context.record(action, Outcome.STALE, stale)
             return
         refusal = context.budget.refusal([action.kind])
         if refusal is not None:
@@ -309,8 +310,9 @@ class ControlLoop:
             detail = "the audit log records it and every step done, each the last on its target"
             context.record(plan, Outcome.ALREADY_DONE, detail)
             return
-        if context.stale_reason is not None:
-            context.record(plan, Outcome.STALE, context.stale_reason)
+        stale = self._stale(context)
+        if stale is not None:
+            context.record(plan, Outcome.STALE, stale)
             return
         refusal = context.budget.refusal(step.kind for step in todo)
         if refusal is not None:
@@ -381,6 +383,14 @@ class ControlLoop:
             context.budget.spend(action.kind)
         return result
 
+    def _stale(self, context: TickContext) -> str | None:
+        """Why the data the current reconciler decided from is too old to act on now
+        (None: it is not): the age is taken when the action would start, not when the
+        tick began, since earlier actions (API calls of up to 10 s each) take time."""
+        if context.stale_reason is not None:
+            return context.stale_reason
+        return self._age(context.reading, self.clock.now())[1]
+
     def _done(self, key: str, context: TickContext) -> bool:
         """The audit log records ``key`` done (by this loop or an earlier leader)."""
         return self.audit.is_done(key, context.now_s)
@@ -407,6 +417,8 @@ class ControlLoop:
             next_at += self.tick_s
             now = self.clock.now()
             next_at = max(next_at, now)  # a slow tick skips the missed ones
+            if next_at - now > self.tick_s:  # the clock stepped back: not a longer wait
+                next_at = now + self.tick_s
             if self.clock.sleep(next_at - now, stop):
                 break
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kubesage.core.loop.actions import Action, Plan
 from kubesage.core.loop.audit import AuditLog, AuditRecord, note_of, record_of
@@ -18,6 +19,7 @@ from kubesage.core.loop.budgets import TickBudget
 from kubesage.core.loop.reconciler import Outcome
 from kubesage.core.observability import metrics
 from kubesage.core.observability.logging import log_event
+from kubesage.core.perception import Snapshot
 
 log = logging.getLogger("kubesage.core.loop.control")  # the loop's events keep its name
 
@@ -39,6 +41,8 @@ class TickContext:
     """Each reconciler's notes as last audited (the loop's, kept across ticks)."""
     stop: threading.Event | None = None
     records: list[AuditRecord] = field(default_factory=list)
+    reading: Mapping[str, Snapshot[Any]] = field(default_factory=dict)
+    """The snapshots the reconciler whose actions run now decided from."""
 
     @property
     def stopping(self) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubesage.core.loop.actions import ActionKind, Bind, Plan, PodRef, Reservation
+from kubesage.core.loop.actions import Action, ActionKind, Bind, Plan, PodRef, Reservation
 from kubesage.core.loop.audit import AuditLog, AuditRecord
 from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.clock import SimulatedClock
@@ -289,6 +289,58 @@ def test_a_reconciler_that_raises_does_not_stop_the_loop() -> None:
     assert metrics.LOOP_RECONCILER_ERRORS.labels("broken")._value.get() == errors + 2
     notes = [r for r in loop.audit.recent() if r.reconciler == "broken"]
     assert len(notes) == 1 and notes[0].outcome == "failed"  # audited once, not per tick
+
+
+def test_the_data_age_gate_looks_at_the_clock_when_an_action_would_start() -> None:
+    # Each of ten Scale calls hangs for its 10 s timeout: by the time the next
+    # reconciler's eviction would run, the snapshot (taken at the tick's start) is 100 s
+    # old, over the 60 s allowed. Ages were taken at the tick's start before.
+    clock = SimulatedClock(1000.0)
+
+    @dataclass
+    class Hanging:
+        kinds = frozenset(ActionKind)
+
+        def execute(self, action: object) -> Result:
+            clock.advance(10.0)
+            return Result(Outcome.FAILED, "timed out")
+
+    elastic = Scripted("elastic", lambda view: [scale(n) for n in range(2, 12)])
+    defrag = Scripted("defrag", lambda view: [evict("victim")])
+    loop, _, _ = make_loop([elastic, defrag], Hanging(), clock=clock, max_data_age_s=60.0)
+    report = loop.tick()
+    outcome = {(a, o) for a, _, o in outcomes(report.records)}
+    assert ("scale", "failed") in outcome and ("scale", "stale") in outcome
+    assert ("evict", "stale") in outcome and ("evict", "failed") not in outcome
+
+
+def test_a_clock_stepped_back_during_a_tick_does_not_stretch_the_wait() -> None:
+    # The wall clock steps back an hour while a tick runs (NTP, a resumed VM): the loop
+    # waits one tick_s for the next tick, not an hour and tick_s.
+    class SteppedBack(SimulatedClock):
+        def __init__(self) -> None:
+            super().__init__(10_000.0)
+            self.step_s = 0.0
+            self.waits: list[float] = []
+
+        def now(self) -> float:
+            return super().now() + self.step_s
+
+        def sleep(self, seconds: float, stop: threading.Event) -> bool:
+            self.waits.append(seconds)
+            stop.set()
+            return True
+
+    clock = SteppedBack()
+
+    def step_back(view: object) -> list[Action]:
+        clock.step_s = -3600.0
+        return []
+
+    stepping = Scripted("elastic", step_back)
+    loop, _, _ = make_loop([stepping], clock=clock, tick_s=5.0)
+    loop.run(threading.Event())
+    assert clock.waits == [5.0]
 
 
 def test_notes_are_audited_when_they_change_and_again_when_they_come_back() -> None:
