@@ -50,7 +50,7 @@ import urllib3
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.k8s.api_reads import read_pod
 from kubesage.core.k8s.api_results import DEFAULT_REQUEST_TIMEOUT_S, api_result, unexpected
-from kubesage.core.k8s.api_status import api_causes, api_message
+from kubesage.core.k8s.api_status import api_causes, api_message, has_cause, retry_after_s
 from kubesage.core.k8s.apiclient import (
     ApiClient,
     ApiException,
@@ -107,20 +107,25 @@ _NOT_SHAPE = frozenset({"name", "creation_time_s", "deletion_time_s"})
 """PodRequest fields that differ between a pod and its controller's replacement."""
 
 
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
+"""The cause an eviction refused by a PodDisruptionBudget carries (``policy/v1``)."""
+
+
 class LiveEvictor:
     """Evict through the Eviction subresource, so PodDisruptionBudgets apply.
 
     - 200/201: DONE (the API server deletes the pod gracefully; its controller
       re-creates it and the loop re-places the new one).
-    - 429 TooManyRequests: REFUSED with the API's message — a PodDisruptionBudget
-      allows no disruption now (or its controller has not caught up). Not an error.
+    - 429 TooManyRequests with a ``DisruptionBudget`` cause: REFUSED with the API's
+      message — a PodDisruptionBudget allows no disruption now (or its controller has
+      not caught up). Not an error. A 429 without that cause is throttling (API
+      Priority and Fairness): FAILED, with the ``Retry-After`` the API server asked for.
     - 404 NotFound: DONE. The eviction's purpose — the pod no longer holds its node's
       resources — is already met (deleted, or evicted by an earlier attempt whose
       answer was lost); a plan may go on to use the capacity. The detail says so.
     - 409 Conflict (the UID precondition: the name now belongs to a new pod): REFUSED;
       the pod the reconciler decided on is gone and the new one was not its choice.
-    - Anything else (a pod under two PDBs answers 500, throttling, no connection):
-      FAILED.
+    - Anything else (a pod under two PDBs answers 500, no connection): FAILED.
     """
 
     def __init__(
@@ -157,9 +162,13 @@ class LiveEvictor:
             ).read()
         except ApiException as exc:
             message = api_message(exc)
-            if exc.status == 429:
+            if exc.status == 429 and has_cause(exc, DISRUPTION_BUDGET_CAUSE):
                 reasons = "; ".join([message, *api_causes(exc)])
                 return Result(Outcome.REFUSED, f"eviction of pod {pod} refused: {reasons}")
+            if exc.status == 429:  # throttled (API Priority and Fairness), not refused
+                wait = retry_after_s(exc)
+                later = f"; the API server asks to retry after {wait:g} s" if wait else ""
+                return Result(Outcome.FAILED, f"evicting pod {pod}: throttled: {message}{later}")
             if exc.status == 404:
                 return Result(Outcome.DONE, f"pod {pod} is already gone: {message}")
             if exc.status == 409:

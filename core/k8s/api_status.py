@@ -28,6 +28,14 @@ def api_message(exc: ApiException) -> str:
     return str(api_status(exc).get("message") or exc.reason or exc.status)
 
 
+def has_cause(exc: ApiException, reason: str) -> bool:
+    """Whether the Status's ``details.causes`` hold one of type ``reason`` (a
+    ``StatusCause``'s type is its JSON ``reason``)."""
+    details = api_status(exc).get("details") or {}
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return any(isinstance(c, dict) and c.get("reason") == reason for c in causes or [])
+
+
 def api_causes(exc: ApiException) -> list[str]:
     """The messages of the Status's ``details.causes``."""
     details = api_status(exc).get("details") or {}

@@ -111,6 +111,19 @@ def test_eviction_a_budget_forbids_is_refused_and_the_pod_stays(
     assert post.path == "/api/v1/namespaces/ml/pods/web-0/eviction"
 
 
+def test_a_throttled_eviction_is_a_failure_not_a_budget_refusal(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    # A 429 without a DisruptionBudget cause is the API server throttling (API Priority
+    # and Fairness): an error a later tick retries, with the wait it asked for.
+    fake.add_pod(running("web-0"))
+    fake.fail("POST", r"/pods/web-0/eviction$", 429, message="Too many requests", retry_after_s=3)
+    outcome, detail = evict(api, "web-0")
+    assert outcome is Outcome.FAILED
+    assert "throttled: Too many requests" in detail and "retry after 3 s" in detail
+    assert fake.pod("ml", "web-0")["metadata"]["name"] == "web-0"
+
+
 def test_second_eviction_meets_the_spent_budget(fake: FakeApiServer, api: ApiClient) -> None:
     for name in ("web-0", "web-1", "web-2"):
         fake.add_pod(running(name))
