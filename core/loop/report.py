@@ -41,7 +41,8 @@ class TickReport:
     duration_s: float
     data_age_s: float
     stale: bool
-    """The data was older than the loop's maximum: nothing was executed."""
+    """Some snapshot was older than the loop's maximum: the actions of the reconcilers
+    that read it were not executed (those reading only fresh sources were)."""
     forecaster: str
     collectors: tuple[CollectorStatus, ...] = ()
     reconcilers: tuple[str, ...] = ()
