@@ -69,10 +69,10 @@ MAX_SAMPLES_PER_QUERY = 5_000_000
 ``--query.max-samples`` (50 million), which a long history of a large cluster's per-GPU
 series would exceed in one query."""
 PROBE_POINTS = 60
+"""Points of a history's first range query, before the series count is known."""
 TOO_MANY_SAMPLES = "too many samples"
 """In Prometheus's refusal of a query over ``--query.max-samples`` ("query processing
 would load too many samples into memory in query execution")."""
-"""Points of a history's first range query, before the series count is known."""
 
 
 def chunk_points(step_s: float, wanted: int, total: int) -> int:
