@@ -9,7 +9,9 @@ One rule for every command that trains something and writes it to ``--out``
 - :func:`write_replacing` writes to a temporary file beside the target and moves it
   over the target with :func:`os.replace`, so a failed write leaves the old file (or
   none) in place, never half a model; a failure is a :class:`DependencyError` naming
-  the path and the cause.
+  the path and the cause. The file keeps the replaced file's permissions, or gets
+  those of any new file (the umask's), not the 0600 safetensors writes with: a
+  model trained by one user is served by another (``serve --forecast-model``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +47,16 @@ def check_output(path: Path, option: str = "--out") -> None:
         raise InputError(f"{option} {path}: no permission to write in {folder}")
 
 
+def _mode_for(target: Path, temporary: Path) -> int:
+    """The permissions the written model gets: the replaced file's, or for a new file
+    those any file created here gets (0666 less the umask, read off ``temporary``,
+    created empty for it)."""
+    if target.exists():
+        return stat.S_IMODE(target.stat().st_mode)
+    os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    return stat.S_IMODE(temporary.stat().st_mode)
+
+
 def write_replacing(path: Path, write: Callable[[Path], object]) -> Path:
     """Call ``write`` on a temporary file beside ``path``, then move it onto ``path``.
 
@@ -53,7 +66,9 @@ def write_replacing(path: Path, write: Callable[[Path], object]) -> Path:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        mode = _mode_for(target, temporary)
         write(temporary)
+        os.chmod(temporary, mode)  # safetensors writes 0600: unreadable to a server's user
         os.replace(temporary, target)
     except (OSError, SafetensorError) as exc:
         raise DependencyError(f"could not write {path} ({exc}); {path} was not changed") from exc

@@ -4,6 +4,8 @@ checked before any work, written to a temporary file and moved over the target, 
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,7 +24,7 @@ from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.model_files import check_output, write_replacing
 from kubesage.core.rl.network import PlacementNetwork
-from kubesage.core.rl.persistence import load_network
+from kubesage.core.rl.persistence import load_network, save_network
 from kubesage.core.rl.training import WorkerError
 from kubesage.core.telemetry.features import FeatureBuilder, MetricHistory
 from kubesage.core.telemetry.metric_map import load_metric_map
@@ -75,6 +77,25 @@ def test_write_replacing_keeps_the_old_file_when_writing_fails(tmp_path: Path) -
     assert out.read_bytes() == OLD and [p.name for p in tmp_path.iterdir()] == [out.name]
     write_replacing(out, lambda path: path.write_bytes(b"new"))
     assert out.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_a_written_model_is_readable_as_any_new_file_or_keeps_the_replaced_files_mode(
+    tmp_path: Path,
+) -> None:
+    # safetensors writes its file 0600; `serve` often runs as another user than `train`.
+    out = tmp_path / "model.safetensors"
+    network = PlacementNetwork()
+    previous = os.umask(0o022)
+    try:
+        write_replacing(out, lambda path: save_network(network, path))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    out.chmod(0o640)
+    write_replacing(out, lambda path: save_network(network, path))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    load_network(out)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
 
 
 @pytest.mark.parametrize("where", ["directory", "under a file"])
