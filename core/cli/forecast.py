@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,13 +45,17 @@ def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:
         try:
             timestamp = float(train_until)
         except ValueError:
+            timestamp = math.nan
+        if not math.isfinite(timestamp):
             raise InputError(
                 f"--train-until '{train_until}' is neither a timestamp nor +DURATION (e.g. +12h)"
-            ) from None
+            )
+    span = (panel.steps - 1) * panel.step_s
+    end = panel.start_s + span
     step = panel.step_of(timestamp)
-    if not 0 < step < panel.steps:
-        span = (panel.steps - 1) * panel.step_s
-        end = panel.start_s + span
+    # Past the last step's time the last step may hold only samples from before the
+    # cut-off: nothing would be tested.
+    if not 0 < step < panel.steps or timestamp > end:
         raise InputError(
             f"--train-until {text} ({timestamp:.0f}) leaves no steps on one side: the data "
             f"spans {format_duration(span)}, from {panel.start_s:.0f} to {end:.0f}"
@@ -210,7 +215,11 @@ def train_command(
             ),
         )
     if forecaster.fallback_reason:
-        stderr.print(f"[yellow]warning:[/] {forecaster.fallback_reason}")
+        raise InputError(
+            f"{out} not written: {forecaster.fallback_reason} — such a model would only "
+            "repeat the last value; train on more history (an earlier start or a later "
+            "--train-until, --range with --prometheus) or a shorter --history/--horizon"
+        )
     if forecaster.training_note:
         stderr.print(forecaster.training_note)
     assert forecaster.graph is not None
@@ -230,8 +239,12 @@ def train_command(
             f"the history ({upper.calibration.residuals} residuals at least per metric and "
             f"step); peak offsets {peaks}"
         )
-        if upper.note and upper.note != forecaster.fallback_reason:
-            stderr.print(f"[yellow]warning:[/] {upper.note}")
+        if upper.note:
+            raise InputError(
+                f"{out} not written: {upper.note} — its upper quantile would be the point "
+                "forecast; train on more history so the last "
+                f"{upper.calibration_fraction:.0%} holds windows to calibrate on"
+            )
     fitted = upper or forecaster
     path = write_replacing(
         out,
@@ -345,6 +358,7 @@ def eval_command(
                 quantiles=levels,
                 config=config,
                 progress=status.update,
+                train_until_label=timestamp,
             )
         else:
             result = evaluate(

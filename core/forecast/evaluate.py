@@ -38,7 +38,7 @@ from kubesage.core.forecast.forecaster import (
     make_forecaster,
 )
 from kubesage.core.forecast.graph import correlation_graph
-from kubesage.core.forecast.metrics import burst_cells, mean_of, scores
+from kubesage.core.forecast.metrics import burst_cells, mean_of, scores, undefined_wape
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.quantile import check_quantile
 from kubesage.core.forecast.quantile_eval import fit_upper, score_upper
@@ -156,6 +156,17 @@ def evaluate(
             )
             for h, per_quantile in scored.items():
                 results[name][h]["quantiles"] = per_quantile
+    undefined = {
+        h: undefined_wape(truth[:, h - 1], truth_mask[:, h - 1], panel.metrics)
+        for h in horizons
+        if h <= end - until_step
+    }
+    for metric in sorted({m for names in undefined.values() for m in names}):
+        at = ", ".join(str(h) for h, names in undefined.items() if metric in names)
+        notes[f"wape {metric}"] = (
+            f"no non-zero {metric} in the test steps (h={at}): its WAPE is undefined (null) "
+            f"and the headline WAPE there averages the other metrics"
+        )
     for steps_ahead in horizons:
         if steps_ahead > end - until_step:
             notes[f"h={steps_ahead}"] = (

@@ -18,7 +18,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from kubesage.core.arrays import FloatArray
+from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import (
     ABLATION_NAMES,
@@ -86,6 +86,19 @@ class Forecaster(Protocol):
         ...
 
 
+def observed_windows(panel: MetricPanel, origins: IntArray, history: int, horizon: int) -> int:
+    """How many of the windows at ``origins`` hold at least one observed input cell and
+    one observed target cell: what a model can learn from (a grid that starts at a stray
+    early row, or a cut-off right after an outage, has windows with neither)."""
+    if origins.size == 0:
+        return 0
+    observed = panel.mask.any(axis=(1, 2)).astype(np.int64)
+    seen = np.concatenate([[0], np.cumsum(observed)])  # seen[k]: observed steps before k
+    inputs = seen[origins] - seen[origins - history]
+    targets = seen[np.minimum(origins + horizon, panel.steps)] - seen[origins]
+    return int(np.count_nonzero((inputs > 0) & (targets > 0)))
+
+
 @dataclass
 class WindowedForecaster:
     """Common state: normalisation, window sizes, and the training/test windows."""
@@ -111,6 +124,15 @@ class WindowedForecaster:
                 f"cold start: {until_step} steps of history give {max(origins.size, 0)} training "
                 f"windows, need {needed} (history {self.history}, horizon {self.horizon}); "
                 "using last_value"
+            )
+            return None
+        usable = observed_windows(panel, origins, self.history, self.horizon)
+        if usable < needed:
+            self.fallback_reason = (
+                f"cold start: of the {origins.size} training windows before step {until_step}, "
+                f"{usable} hold an observed input and an observed target, need {needed} "
+                f"(history {self.history}, horizon {self.horizon}: no entity reported in most "
+                "of the training steps); using last_value"
             )
             return None
         self.fallback_reason = ""

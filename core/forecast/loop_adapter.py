@@ -47,7 +47,7 @@ import numpy as np
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import Forecast, NeuralForecaster
 from kubesage.core.forecast.panel import MetricPanel
-from kubesage.core.forecast.quantile import QuantileForecaster
+from kubesage.core.forecast.quantile import MIN_RESIDUALS, QuantileForecaster
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +207,18 @@ def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
     forecaster, header = load_panel_forecaster(path)
     point = forecaster.point if isinstance(forecaster, QuantileForecaster) else forecaster
     assert isinstance(point, NeuralForecaster)  # what a model file holds
+    if point.fallback_reason:  # written before `forecast train` refused such models
+        raise InputError(
+            f"{path} was saved from a cold start ({point.fallback_reason}): it would only "
+            "repeat the last value; train it again on more history"
+        )
+    calibration = forecaster.calibration if isinstance(forecaster, QuantileForecaster) else None
+    if calibration is not None and calibration.residuals < MIN_RESIDUALS:
+        raise InputError(
+            f"{path}: its q={calibration.quantile:g} calibration rests on "
+            f"{calibration.residuals} residual(s), need {MIN_RESIDUALS}: its upper quantile "
+            "would be the point forecast; train it again on more history"
+        )
     step_s = header.get("step_s")
     if step_s is None:
         log.warning(

@@ -22,6 +22,8 @@ Burst: a target cell whose truth jumped from the step before by more than
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kubesage.core.arrays import BoolArray, FloatArray
@@ -78,3 +80,30 @@ def burst_cells(normalised: FloatArray, mask: BoolArray) -> BoolArray:
 def mean_of(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return float(np.mean(present)) if present else None
+
+
+def undefined_wape(truth: FloatArray, mask: BoolArray, metrics: Sequence[str]) -> list[str]:
+    """The ``metrics`` (last axis of ``truth``) whose cells under ``mask`` hold no non-zero
+    truth: their WAPE is undefined (0 / 0), so a headline over metrics leaves them out."""
+    return [
+        metric for m, metric in enumerate(metrics) if not np.any(truth[..., m][mask[..., m]] != 0)
+    ]
+
+
+def headlines_from_per_metric(document: object) -> None:
+    """Set, in place, every headline figure beside a ``per_metric`` table (a horizon's
+    ``wape``, ``smape``, …; a quantile's ``wql``, ``coverage``) to the mean over metrics
+    of that table, wherever one is nested in ``document``. After a mean over rolling
+    blocks this makes the headline the mean of each metric's own mean over the blocks
+    where it is defined, rather than a mean of headlines over different metric sets."""
+    if not isinstance(document, dict):
+        return
+    per_metric = document.get("per_metric")
+    if isinstance(per_metric, dict):
+        rows = [row for row in per_metric.values() if isinstance(row, dict)]
+        for key, value in document.items():
+            headline = key != "per_metric" and (value is None or isinstance(value, float | int))
+            if headline and rows and all(key in row for row in rows):
+                document[key] = mean_of([row[key] for row in rows])
+    for value in document.values():
+        headlines_from_per_metric(value)

@@ -205,7 +205,7 @@ def read_panel(
     index = {entity: i for i, entity in enumerate(entities)}
     used = {m: [k for k, r in enumerate(per_metric[m]) if r[0] in index] for m in metrics}
     stamps = {m: np.array([per_metric[m][k][1] for k in used[m]]) for m in metrics}
-    step = grid_step({m: per_metric[m] for m in dense})
+    step = grid_step({m: [per_metric[m][k] for k in used[m]] for m in dense})  # entities used
     first = min(float(t.min()) for t in stamps.values() if t.size)
     start = grid_start(first, step, np.concatenate([stamps[m] for m in dense]))
     end = max(float(t.max()) for t in stamps.values() if t.size)

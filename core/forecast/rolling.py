@@ -8,8 +8,12 @@ it), exactly as :func:`kubesage.core.forecast.evaluate.evaluate` does for one
 cut-off. A quiet or busy test period then cannot decide the verdict alone.
 
 The document keeps the single-cut-off keys: ``models`` (and ``ablations``) hold
-the mean over blocks of every figure (burst ``cells`` are summed), and
-``blocks`` lists each block's own document with its cut-off and end.
+the mean over blocks of every figure (burst ``cells`` are summed; a figure null in a
+block is left out of its mean), and ``blocks`` lists each block's own document with its
+cut-off and end. A headline figure (a horizon's ``wape``, a quantile's ``wql``) is then
+the mean over metrics of those per-metric means, as in one block: a metric whose WAPE
+is undefined in one block (no non-zero truth there) still counts through the others,
+instead of the mean mixing headlines over different metrics.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 from kubesage.core.errors import InputError
 from kubesage.core.forecast import DEFAULT_HISTORY, MODEL_NAMES
 from kubesage.core.forecast.evaluate import Evaluation, Progress, evaluate
-from kubesage.core.forecast.metrics import mean_of
+from kubesage.core.forecast.metrics import headlines_from_per_metric, mean_of
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.training import TrainConfig
 
@@ -60,8 +64,11 @@ def rolling_evaluate(
     config: TrainConfig | None = None,
     history: int = DEFAULT_HISTORY,
     progress: Progress | None = None,
+    train_until_label: float | None = None,
 ) -> Evaluation:
-    """Evaluate at every cut-off of :func:`blocks_after`; the mean goes in ``models``."""
+    """Evaluate at every cut-off of :func:`blocks_after`; the mean goes in ``models``
+    (``train_until_label``: the first cut-off as asked for, reported as ``train_until``
+    instead of its grid step's time, as :func:`evaluate` does)."""
     plan = blocks_after(first_cut_off, panel.steps, blocks, min_steps=max(horizons, default=1))
     evaluations: list[Evaluation] = []
     block_documents: list[dict[str, object]] = []
@@ -82,6 +89,7 @@ def rolling_evaluate(
             config=config,
             history=history,
             progress=tell,
+            train_until_label=train_until_label if k == 1 else None,
         )
         evaluations.append(evaluation)
         block_documents.append(
@@ -109,6 +117,8 @@ def rolling_evaluate(
     }
     if ablations:
         document["ablations"] = mean_over([d["ablations"] for d in block_documents])
+    for key in ("models", "ablations"):
+        headlines_from_per_metric(document.get(key))
     if notes:
         document["notes"] = notes
     document["blocks"] = block_documents

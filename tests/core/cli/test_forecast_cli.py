@@ -176,9 +176,42 @@ def test_train_with_a_quantile_saves_the_model_and_its_calibration(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
+    ("steps", "args", "message"),
+    [
+        # 60 steps: 22 windows of 24 + 15 steps, where 31 are needed.
+        (60, [], "not written: cold start: 60 steps of history give 22 training windows"),
+        # 100 steps: the point model trains on 80; the last 20 give 6 origins × 3 pods.
+        (100, ["--quantile", "0.9"], "not written: uncalibrated: 6 calibration window(s)"),
+    ],
+)
+def test_train_writes_no_model_that_would_only_repeat_the_last_value(
+    tmp_path: Path, steps: int, args: list[str], message: str
+) -> None:
+    data = write_synthetic_metrics(tmp_path / "data", entities=3, steps=steps)
+    out = tmp_path / "m.safetensors"
+    result = CliRunner().invoke(
+        forecast_app,
+        [
+            "train",
+            "--data",
+            str(data),
+            *("--model", "lstm", "--epochs", "1", "--out", str(out)),
+            *args,
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not out.exists() and not list(tmp_path.glob(".m.safetensors*"))
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--train-until", "soon"], "neither a timestamp nor +DURATION"),
+        (["--train-until", "nan"], "'nan' is neither a timestamp nor +DURATION"),
+        (["--train-until", "-inf"], "'-inf' is neither a timestamp nor +DURATION"),
+        # The data's last step is at 3h9m3s: a cut-off after it would test nothing.
+        (["--train-until", "+3h9m10s"], "leaves no steps on one side: the data spans 3h9m3s"),
         (["--train-until", "+12y"], "not a duration"),
         (
             ["--train-until", "+100h"],

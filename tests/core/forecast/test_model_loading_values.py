@@ -139,3 +139,14 @@ def test_the_good_file_forecasts_and_a_step_that_is_a_boolean_is_refused(
     path = variant(good, tmp_path, header=lambda h: h.update(step_s=True))
     with pytest.raises(InputError, match="step_s True is not a positive number"):
         load_loop_forecaster(path, 1.0)
+
+
+def test_the_loops_loader_refuses_a_model_saved_from_a_cold_start(
+    good: Path, tmp_path: Path
+) -> None:
+    # `forecast train` now refuses to write one; a file from before still loads as a
+    # model, but the loop would read the last value under the name "stgcn".
+    reason = "cold start: 40 steps of history give 12 training windows, need 21"
+    path = variant(good, tmp_path, header=lambda h: h.update(fallback_reason=reason))
+    with pytest.raises(InputError, match=r"bad\.safetensors was saved from a cold start \(cold"):
+        load_loop_forecaster(path, STEP_S)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,28 @@ def test_cold_start_falls_back_to_last_value_and_says_so(panel: MetricPanel) -> 
     assert np.array_equal(forecast.values, last_value.predict(panel.head(60), 5).values)
     short = forecaster.predict(panel.head(10), 5)
     assert short.model == "last_value" and "10 steps of history" in short.note
+
+
+def test_windows_with_nothing_observed_do_not_count_as_training_windows(
+    panel: MetricPanel,
+) -> None:
+    # One stray sample at step 0, then nothing until step 101: a grid that starts at a
+    # stray early row, or a cut-off right after an outage. 82 window origins before
+    # step 110, but only 4 hold an observed input and target: too few to learn from.
+    quiet = panel.head(110)
+    mask = quiet.mask.copy()
+    mask[1:101] = False
+    quiet = replace(quiet, mask=mask, values=np.where(mask, quiet.values, 0.0))
+    for name in ("linear", "linear_lad", "lstm"):
+        forecaster = make_forecaster(name, config=TINY, horizon=5)
+        forecaster.fit(quiet, 110)
+        assert "4 hold an observed input and an observed target, need 21" in (
+            forecaster.fallback_reason
+        ), name
+        assert forecaster.predict(quiet, 5).model == "last_value"
+    trained = make_forecaster("linear", horizon=5)
+    trained.fit(panel, 110)  # the same steps, observed: trains
+    assert not trained.fallback_reason
 
 
 def test_refitting_rebuilds_the_graph_from_the_new_training_window(panel: MetricPanel) -> None:

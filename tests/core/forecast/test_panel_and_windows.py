@@ -292,6 +292,18 @@ def test_the_grid_spans_only_the_entities_used(tmp_path: Path) -> None:
     assert (panel.entities, panel.start_s, panel.steps) == (("a",), 1000.0, 2)
 
 
+def test_the_grid_step_is_the_entities_used_own(tmp_path: Path) -> None:
+    # "c" reports memory only, every 10 s and far more often than "a" (every 60 s): it
+    # is left out, so its cadence must not set the grid's step either.
+    a_rows = "".join(f"1,{t},a\n" for t in range(0, 600, 60))
+    c_rows = "".join(f"5,{t},c\n" for t in range(0, 600, 10))
+    write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n" + a_rows)
+    write(tmp_path, "pod_mem_anon.csv", "value,timestamp_anon,container_ip\n" + a_rows + c_rows)
+    panel = read_panel(tmp_path)
+    assert (panel.entities, panel.step_s, panel.steps) == (("a",), 60.0, 10)
+    assert panel.mask.all()
+
+
 def test_a_long_stretch_without_any_entity_is_said(tmp_path: Path) -> None:
     rows = "".join(f"1,{t},a\n" for t in range(0, 200, 10)) + "1,2000,a\n"
     write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n" + rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +174,34 @@ def test_what_did_not_go_as_asked_is_in_the_documents_notes(panel: MetricPanel) 
     assert result.notes == notes  # the CLI prints the same as warnings
     rolled = rolling_evaluate(panel, 120, 2, horizons=(1, 4), models=FAST_MODELS)
     assert "notes" not in rolled.document  # nothing to say
+
+
+def test_a_metric_without_non_zero_truth_in_a_block_still_counts_through_the_others(
+    panel: MetricPanel,
+) -> None:
+    # No request in the second block (a quiet hour): the request rate's WAPE is 0 / 0
+    # there. The mean's headline is each metric's own mean over the blocks where it is
+    # defined, averaged over metrics — not a mean of a 4-metric and a 3-metric headline.
+    qps = panel.metrics.index("qps")
+    values = panel.values.copy()
+    values[170:, :, qps] = 0.0
+    quiet = replace(panel, values=values)
+    result = rolling_evaluate(quiet, 120, 2, horizons=(1,), models=("last_value",))
+    document = result.document
+    blocks, notes = document["blocks"], document["notes"]
+    assert isinstance(blocks, list) and isinstance(notes, dict)
+    assert blocks[1]["models"]["last_value"]["1"]["per_metric"]["qps"]["wape"] is None
+    assert notes["wape qps (block 2)"] == (
+        "no non-zero qps in the test steps (h=1): its WAPE is undefined (null) and the "
+        "headline WAPE there averages the other metrics"
+    )
+    assert "wape qps (block 1)" not in notes
+    mean = document["models"]["last_value"]["1"]
+    per_metric = [mean["per_metric"][m]["wape"] for m in panel.metrics]
+    assert (
+        mean["per_metric"]["qps"]["wape"]
+        == blocks[0]["models"]["last_value"]["1"]["per_metric"]["qps"]["wape"]
+    )
+    assert mean["wape"] == pytest.approx(np.mean(per_metric))
+    headlines = [b["models"]["last_value"]["1"]["wape"] for b in blocks]
+    assert mean["wape"] != pytest.approx(np.mean(headlines))  # what it was before
