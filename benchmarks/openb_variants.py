@@ -19,9 +19,11 @@ Allocation % at 130 % arrived, mean over ``--seeds`` (default 42–44), generato
 ``--generator-seed`` (default 0).
 
 ``--variants-dir DIR`` runs the trace's own pod list of a variant wherever DIR holds
-``openb_pod_list_<variant>.csv`` (``kubesage data fetch openb-variants`` puts the
-public repository's ones in the cache), and generates the others; each variant's
-``source`` says which (``trace`` or ``generated``).
+``openb_pod_list_<variant>.csv`` or ``.csv.gz`` (``kubesage data fetch openb-variants``
+puts the public repository's ones in the cache), and generates the others; each
+variant's ``source`` says which (``trace`` or ``generated``). Seven of the trace's lists
+(``cpu0``, ``gpushare20``, …) have no published figure: their ``published_*`` and
+``*_minus_published`` are null, and each mean is over the variants that have the figure.
 
 ``--qualify RUNS`` adds a third question: **would qualifying ppo per workload keep it
 from losing?** Before the measured runs, ppo is qualified against FGD on each variant
@@ -143,8 +145,16 @@ def main() -> int:
     if args.variants_dir is not None and not args.variants_dir.is_dir():
         parser.error(f"--variants-dir: {args.variants_dir} is not a directory")
     for name in [v for v in args.variants.split(",") if v]:
-        own = args.variants_dir / f"openb_pod_list_{name}.csv" if args.variants_dir else None
-        if own is not None and own.is_file():
+        own = next(
+            (
+                args.variants_dir / f"openb_pod_list_{name}{suffix}"
+                for suffix in (".csv", ".csv.gz")
+                if args.variants_dir
+                and (args.variants_dir / f"openb_pod_list_{name}{suffix}").is_file()
+            ),
+            None,
+        )
+        if own is not None:
             pods, source = read_pods(own), "trace"
         else:
             pods = openb_variant(base, name, seed=args.generator_seed, specs=specs, models=models)
@@ -158,8 +168,10 @@ def main() -> int:
         for policy in PUBLISHED_POLICIES:
             paper = reference.get((name, PUBLISHED_NAMES[policy]), (None, None))[1]
             figures[f"published_{policy}"] = paper
-            if policy in figures and paper is not None:
-                figures[f"{policy}_minus_published"] = round(figures[policy] - paper, 3)
+            if policy in figures:  # null where the paper has no figure for the variant
+                figures[f"{policy}_minus_published"] = (
+                    None if paper is None else round(figures[policy] - paper, 3)
+                )
         if "ppo" in figures and "fgd" in figures:
             figures["ppo_minus_fgd"] = round(figures["ppo"] - figures["fgd"], 3)
             if args.qualify:
@@ -179,9 +191,9 @@ def main() -> int:
         figures["source"] = source
         document[name] = figures
     wall_s = round(time.perf_counter() - started, 1)
-    keys = [
+    keys = [  # every variant's keys, in order of first appearance
         k
-        for k in next(iter(document.values()))
+        for k in dict.fromkeys(k for figures in document.values() for k in figures)
         if k not in ("trained_on", "qualification", "source")
     ]
     mean = {

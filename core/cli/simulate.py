@@ -30,7 +30,8 @@ from kubesage.core.sim.settings import (
     parse_seeds,
 )
 from kubesage.core.sim.summary import json_document, missing_points, summary_table
-from kubesage.core.traces.openb import models_no_node_has, read_nodes, read_pods
+from kubesage.core.state.unplaceable import never_fit
+from kubesage.core.traces.openb import read_nodes, read_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 from kubesage.core.types import GPU_MILLI_PER_GPU, NodeSpec, PodRequest
 
@@ -80,10 +81,11 @@ def load_inputs(
             f"synthetic openb-like workload ({workload.synthetic.pods} pods, "
             f"seed {workload.synthetic.seed})"
         )
-    for spec, count in models_no_node_has(nodes, pods).items():
+    for why, count in never_fit(nodes, pods).items():
         stderr.print(
-            f"[yellow]warning:[/] {count} pod(s) of {workload_text} ask for GPU model(s) "
-            f"'{spec}', which no node of the {cluster_text} has: they can never be placed"
+            f"[yellow]warning:[/] {count} pod(s) of {workload_text} can never be placed on "
+            f"the {cluster_text}, not even empty (nearest miss: {why}); they still count as "
+            "arrived work"
         )
     return nodes, pods, f"{cluster_text}; {workload_text}"
 

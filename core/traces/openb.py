@@ -175,6 +175,8 @@ def read_pods(path: Path | str) -> list[PodRequest]:
             )
         seen[name] = line
         spec = row.get("gpu_spec", "")
+        if spec.strip().lower() == "nan":  # an empty cell as pandas writes it: no constraint
+            spec = ""
         # dict.fromkeys keeps order and drops repeats such as "V100M16|V100M32|V100M32".
         models = tuple(dict.fromkeys(m.strip() for m in spec.split("|") if m.strip()))
         try:
@@ -232,16 +234,3 @@ def _time(seconds: float | None) -> str:
     if seconds is None:
         return ""
     return str(int(seconds)) if float(seconds).is_integer() else repr(seconds)
-
-
-def models_no_node_has(nodes: Sequence[NodeSpec], pods: Sequence[PodRequest]) -> dict[str, int]:
-    """Pods constrained to GPU models of which no node has one, by their ``gpu_spec``
-    (models joined with ``|``): they can never be placed on this cluster. Matching is
-    exact, as placement's is, so a case mismatch (``t4`` against ``T4``) is listed too."""
-    present = {node.gpu_model for node in nodes if node.gpu_model}
-    unplaceable: dict[str, int] = {}
-    for pod in pods:
-        if pod.gpu_models and present.isdisjoint(pod.gpu_models):
-            spec = "|".join(pod.gpu_models)
-            unplaceable[spec] = unplaceable.get(spec, 0) + 1
-    return unplaceable

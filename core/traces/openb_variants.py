@@ -22,7 +22,7 @@ one thing, named by its kind and a percentage:
   (``models``).
 - ``cpu<NNN>``: CPU-only pods are NNN / 10 % of the pods (``cpu050``: 5 %): the base's
   GPU pods, and its CPU-only pods drawn to that count (without replacement while the
-  base has enough).
+  base has enough); ``cpu0``, as the trace names it, has none.
 
 Drawn pods keep every field of the pod they copy and get fresh unique names
 (``<kind><N>-pod-<i>``). The same base, variant name and seed give the same list.
@@ -54,7 +54,7 @@ PUBLISHED_VARIANTS = (
 )  # fmt: skip
 """The FGD paper's variants of ``default`` (its published results cover all of them)."""
 
-_NAME = re.compile(r"^(?:(gpushare|multigpu|gpuspec)(\d{1,3})|(cpu)(\d{3}))$")
+_NAME = re.compile(r"^(?:(gpushare|multigpu|gpuspec)(\d{1,3})|(cpu)(0|\d{3}))$")
 
 
 @dataclass(frozen=True)
@@ -67,17 +67,19 @@ class Variant:
 
 
 def parse_variant(name: str) -> Variant:
-    """``gpushare60`` → (gpushare, 0.60); ``cpu050`` → (cpu, 0.05). InputError if not one."""
+    """``gpushare60`` → (gpushare, 0.60); ``cpu050`` → (cpu, 0.05); ``cpu0`` (the trace's
+    name for no CPU-only pods) → (cpu, 0). InputError if not one."""
     match = _NAME.match(name.strip())
     if match is None:
         raise InputError(
             f"openb variant {name!r}: expected one of {', '.join(KINDS)} followed by a "
             "percentage (gpushare60, multigpu30, gpuspec25; cpu takes three digits, tenths "
-            "of a percent: cpu050 is 5 % CPU-only pods)"
+            "of a percent: cpu050 is 5 % CPU-only pods, cpu0 none)"
         )
     kind, digits = match.group(1) or match.group(3), match.group(2) or match.group(4)
     share = int(digits) / (1000 if kind == "cpu" else 100)
-    if not 0 < share <= 1 or (kind in ("multigpu", "gpuspec", "cpu") and share >= 1):
+    lowest_ok = kind == "cpu" and share == 0  # cpu0: the GPU pods alone
+    if not (0 < share <= 1 or lowest_ok) or (kind in ("multigpu", "gpuspec", "cpu") and share >= 1):
         raise InputError(f"openb variant {name!r}: {share:.0%} is out of range for {kind}")
     return Variant(name=name.strip(), kind=kind, share=share)
 

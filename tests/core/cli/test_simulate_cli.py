@@ -107,6 +107,7 @@ def test_openb_csv_inputs_and_table_output(tmp_path: Path) -> None:
     (tmp_path / "pods.csv").write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
         + "".join(f"p{i},4000,8192,1,{[250, 500, 1000][i % 3]}\n" for i in range(60))
+        + "wide0,4000,8192,16,1000\nwide1,4000,8192,16,1000\n"  # no node has 16 GPUs
     )
     done = kubesage(
         "simulate",
@@ -127,6 +128,12 @@ def test_openb_csv_inputs_and_table_output(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "fgd" in done.stdout and "gpupacking" in done.stdout and "alloc@130" in done.stdout
     assert (tmp_path / "out" / "index.html").is_file()
+    said = " ".join(done.stderr.split())
+    assert "warning: 2 pod(s) of pods from " in said and "pods.csv can never be placed" in said
+    assert (
+        "nodes.csv, not even empty (nearest miss: fewer than 16 GPUs on the node); they still "
+        "count as arrived work"
+    ) in said
 
 
 @pytest.mark.parametrize(

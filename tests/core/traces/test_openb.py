@@ -1,5 +1,6 @@
 """Readers for the openb trace CSV files: good input and every kind of malformed input
-(each must name the file, the 1-based line and the field); the real shared files are
+(each must name the file, the 1-based line and the field), and the pods of a list no node
+of a cluster could ever hold; the real shared files are
 read in test_openb_shared_data.py."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kubesage.core.errors import InputError, TraceFormatError
+from kubesage.core.state.unplaceable import never_fit
 from kubesage.core.traces import read_nodes, read_pods
-from kubesage.core.traces.openb import models_no_node_has
 from kubesage.core.types import NodeSpec, PodRequest
 
 POD_HEADER = (
@@ -136,6 +137,8 @@ def test_read_pods_columns_in_any_order_blank_lines_crlf_and_float_integers(
         ("B|A|B|A", ("B", "A")),
         ("A||B", ("A", "B")),
         (" A | B ", ("A", "B")),
+        ("nan", ()),  # the trace's README: nan, as pandas writes an empty cell, is no constraint
+        ("NaN", ()),
     ],
 )
 def test_gpu_spec_models(tmp_path: Path, spec: str, models: tuple[str, ...]) -> None:
@@ -497,16 +500,25 @@ def test_a_file_that_is_not_what_its_name_says_is_named(
     assert str(info.value).startswith(f"{path}: ")
 
 
-def test_pods_asking_for_a_model_no_node_has_are_counted_by_spec(tmp_path: Path) -> None:
-    nodes = read_nodes(write(tmp_path, "nodes.csv", NODE_HEADER + "\nn0,64000,262144,2,T4\n"))
+def test_pods_no_node_could_ever_hold_are_counted_by_why(tmp_path: Path) -> None:
+    nodes = read_nodes(
+        write(tmp_path, "nodes.csv", NODE_HEADER + "\nn0,64000,262144,2,T4\nc0,96000,4096,0,\n")
+    )
     pods = read_pods(
         write(
             tmp_path,
             "pods.csv",
             POD_HEADER + "\np0,1000,1024,1,1000,T4|V100M16,,,,,\np1,1000,1024,1,1000,t4,,,,,\n"
             "p2,1000,1024,1,1000,H100|A100,,,,,\np3,1000,1024,1,1000,t4,,,,,\n"
-            "p4,1000,1024,1,1000,,,,,,\n",
+            "p4,1000,1024,1,1000,,,,,,\np5,1000,1024,4,1000,,,,,,\n"
+            "p6,128000,1024,0,0,,,,,,\np7,1000,1024,0,0,H100,,,,,\n",
         )
     )
-    # p0 may use the T4; the match is exact, as placement's is, so "t4" is no T4.
-    assert models_no_node_has(nodes, pods) == {"t4": 2, "H100|A100": 1}
+    # p0 may use the T4; the match is exact, as placement's is, so "t4" is no T4; no
+    # node has 4 GPUs (p5) or 128 cores (p6); a CPU-only pod's spec constrains nothing (p7).
+    assert never_fit(nodes, pods) == {
+        "no GPU of an allowed model (t4)": 2,
+        "no GPU of an allowed model (H100, A100)": 1,
+        "fewer than 4 GPUs on the node": 1,
+        "allocatable CPU is below the pod's 128000m": 1,
+    }

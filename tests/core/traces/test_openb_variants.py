@@ -33,7 +33,8 @@ def base() -> list[PodRequest]:
     ("name", "kind", "share"),
     [("gpushare60", "gpushare", 0.6), ("gpushare100", "gpushare", 1.0),
      ("multigpu30", "multigpu", 0.3), ("gpuspec25", "gpuspec", 0.25),
-     ("cpu050", "cpu", 0.05), ("cpu250", "cpu", 0.25), ("multigpu5", "multigpu", 0.05)],
+     ("cpu050", "cpu", 0.05), ("cpu250", "cpu", 0.25), ("multigpu5", "multigpu", 0.05),
+     ("cpu0", "cpu", 0.0), ("cpu000", "cpu", 0.0)],
 )  # fmt: skip
 def test_parse_variant(name: str, kind: str, share: float) -> None:
     variant = parse_variant(name)
@@ -67,6 +68,12 @@ def test_each_published_variant_sets_its_share(base: list[PodRequest], name: str
         assert Counter(p.num_gpu for p in pods if p.num_gpu) == Counter(
             p.num_gpu for p in base if p.num_gpu
         )
+
+
+def test_cpu0_as_the_trace_names_it_is_the_gpu_pods_alone(base: list[PodRequest]) -> None:
+    pods = openb_variant(base, "cpu0", seed=1)
+    assert variant_statistics(pods)["cpu"] == 0.0
+    assert Counter(p.num_gpu for p in pods) == Counter(p.num_gpu for p in base if p.num_gpu)
 
 
 def test_same_seed_same_list_other_seed_other_list(base: list[PodRequest]) -> None:
