@@ -29,10 +29,14 @@ _MIG_GEOMETRY: dict[int, tuple[int, tuple[int, ...]]] = {
     7: (8, (0,)),
 }
 _MIG_BY_NAME: dict[str, tuple[int, tuple[int, ...]]] = {
-    # 1g profiles with two memory slices (A100/H100-80GB, H100-94GB/96GB, H200, B200).
+    # 1g profiles with two memory slices, at most 4 per GPU (A100/H100-80GB 1g.20gb,
+    # H100-94GB/96GB 1g.24gb, H200 1g.35gb, GH200-144GB 1g.36gb, B200 1g.45gb, GB200
+    # 1g.47gb: NVIDIA's MIG User Guide tables and its default mig-parted config).
     # A100-40GB's 1g.10gb is also two slices, but on 80 GB GPUs 1g.10gb is the one-slice
     # profile, which is what this module assumes.
-    **dict.fromkeys(("1g.20gb", "1g.24gb", "1g.35gb", "1g.45gb"), (2, (0, 2, 4, 6))),
+    **dict.fromkeys(
+        ("1g.20gb", "1g.24gb", "1g.35gb", "1g.36gb", "1g.45gb", "1g.47gb"), (2, (0, 2, 4, 6))
+    ),
     # A30: four memory and four compute slices, each memory slice two of the eight here
     # (names no other GPU uses): at most 4 × 1g.6gb, 2 × 2g.12gb or 1 × 4g.24gb.
     "1g.6gb": (2, (0, 2, 4, 6)),
@@ -75,3 +79,15 @@ def mig_shape(profile: str, path: str = "mig profile") -> MigShape:
         starts=starts,
         media_engines=profile.endswith(MEDIA_SUFFIX),
     )
+
+
+def max_per_gpu(shape: MigShape) -> int:
+    """How many instances of ``shape`` one GPU holds at most (its start slots taken in
+    order, each after the last one's slices; one for a ``+me`` profile)."""
+    if shape.media_engines:
+        return 1
+    count, free_from = 0, 0
+    for start in sorted(shape.starts):
+        if start >= free_from:
+            count, free_from = count + 1, start + shape.memory_slices
+    return count

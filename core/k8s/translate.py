@@ -45,7 +45,7 @@ from kubesage.core.field_errors import first_problem
 # Re-exported: what translating a pod raises, and the MIG names it reads, are imported
 # from here by every reader of pods.
 from kubesage.core.k8s.mig_names import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
-from kubesage.core.k8s.mig_names import mig_profile_of
+from kubesage.core.k8s.mig_names import max_per_gpu, mig_profile_of
 from kubesage.core.k8s.mig_names import mig_shape as mig_shape
 from kubesage.core.k8s.translate_errors import TranslateError as TranslateError
 from kubesage.core.k8s.translate_errors import UnfittablePodError as UnfittablePodError
@@ -389,13 +389,18 @@ def pod_request(pod: Mapping[str, Any]) -> PodRequest:
 
 
 def _mig_gpu_count(allocatable: Mapping[str, Decimal], path: str) -> int:
-    """Physical GPUs behind a node's MIG instances, when GFD does not label the count."""
-    slices = 0
+    """Physical GPUs behind a node's MIG instances, when GFD does not label the count: the
+    fewest that could hold them — their memory slices, and each profile's instances at
+    its most per GPU (56 × ``1g.10gb``: 7 a GPU, so 8 GPUs, where their 56 slices alone
+    would say 7). A lower bound: GPUs with free slices, or empty ones, are not seen."""
+    slices, gpus = 0, 0
     for key, value in allocatable.items():
         if key.startswith(MIG_RESOURCE_PREFIX):
             shape = mig_shape(mig_profile_of(key), f"{path}.{key}")
-            slices += _whole_count(value, f"{path}.{key}") * shape.memory_slices
-    return math.ceil(slices / MIG_MEMORY_SLICES)
+            count = _whole_count(value, f"{path}.{key}")
+            slices += count * shape.memory_slices
+            gpus = max(gpus, math.ceil(count / max_per_gpu(shape)))
+    return max(gpus, math.ceil(slices / MIG_MEMORY_SLICES))
 
 
 def node_spec(node: Mapping[str, Any], *, rack_label: str = DEFAULT_RACK_LABEL) -> NodeSpec:

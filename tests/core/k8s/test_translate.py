@@ -119,6 +119,10 @@ def test_gpu_sharing_annotation_and_model_selector() -> None:
         ("3g.40gb", 4, 3, (0, 4)),
         ("4g.71gb", 4, 4, (0,)),
         ("7g.141gb", 8, 7, (0,)),
+        # GH200-144GB's and GB200's two-slice 1g profiles (at most 4 per GPU).
+        ("1g.36gb", 2, 1, (0, 2, 4, 6)),
+        ("1g.47gb", 2, 1, (0, 2, 4, 6)),
+        ("1g.18gb", 1, 1, (0, 1, 2, 3, 4, 5, 6)),
         # A30: 4 memory slices, each two of the core's eight (at most 4 × 1g.6gb).
         ("1g.6gb", 2, 1, (0, 2, 4, 6)),
         ("1g.6gb+me", 2, 1, (0, 2, 4, 6)),
@@ -298,6 +302,24 @@ def test_bad_nodes_raise_with_the_field_path(change: dict[str, Any], match: str)
     node["status"].update(change)
     with pytest.raises(TranslateError, match=match):
         node_spec(node)
+
+
+@pytest.mark.parametrize(
+    ("mig", "gpus"),
+    [
+        ({"1g.10gb": 56}, 8),  # all-1g.10gb: 7 a GPU, 56 slices would say 7
+        ({"2g.20gb": 24}, 8),  # all-2g.20gb: 3 a GPU, 48 slices would say 6
+        ({"1g.10gb": 16, "2g.20gb": 8, "3g.40gb": 8}, 8),  # all-balanced: the slices
+        ({"3g.40gb": 16}, 8),
+        ({"1g.10gb+me": 3, "1g.10gb": 2}, 3),  # one media-engine instance a GPU
+    ],
+)
+def test_without_gfds_gpu_count_a_mig_node_has_at_least_the_gpus_its_instances_need(
+    mig: dict[str, int], gpus: int
+) -> None:
+    node = v1_node("mig-h100", gpus=8, product="NVIDIA-H100-80GB-HBM3", mig=mig)
+    del node["metadata"]["labels"]["nvidia.com/gpu.count"]
+    assert node_spec(node).gpu_count == gpus
 
 
 def test_a_node_under_the_mig_single_strategy_is_refused_not_read_as_56_gpus() -> None:
