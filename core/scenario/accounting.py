@@ -196,13 +196,16 @@ class Accounting:
         for pod in cluster.pods.values():
             self._note_pod(pod)
         arrived_pods = sum(len(a.pods) for a in self.arrivals.values())
+        # The waits and the in-time share are the scheduler's on what arrived during the
+        # run: work already running at 0 (the warm start) is the state it starts from.
+        new = [a for a in self.arrivals.values() if a.running_since_s is None]
         waits = []
-        for arrival in self.arrivals.values():
+        for arrival in new:
             for index in range(len(arrival.pods)):
                 name = f"mixed/{arrival.id}-{index}"
                 bound = self.first_bound.get(name)
                 waits.append((bound if bound is not None else end_s) - arrival.time_s)
-        large = [a for a in self.arrivals.values() if a.kind == WorkKind.LARGE]
+        large = [a for a in new if a.kind == WorkKind.LARGE]
         on_time = 0
         for arrival in large:
             bound = self.first_bound.get(f"mixed/{arrival.id}-0")
@@ -227,7 +230,7 @@ class Accounting:
             "training_start_wait_mean_s": _mean(
                 [
                     self.job_started.get(arrival.id, end_s) - arrival.time_s
-                    for arrival in self.arrivals.values()
+                    for arrival in new
                     if arrival.kind == WorkKind.TRAINING
                 ]
             ),

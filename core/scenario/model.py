@@ -79,6 +79,9 @@ class Arrival:
     """Inference: the index of the utilisation profile it replays."""
     training: TrainingSpec | None = None
     """Training: the job's model, gang and phases."""
+    running_since_s: float | None = None
+    """Warm start: when work already running at 0 started (a negative time); it is
+    placed before the first tick, the same way for every variant. None for the rest."""
 
 
 @dataclass(frozen=True)

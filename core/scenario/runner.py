@@ -5,7 +5,9 @@ Every ``tick_s`` of simulated time:
 
 1. work that is done leaves (an inference pod or large task ``duration_s`` after it was
    first bound, a training job ``duration_s`` after all its members first ran);
-2. the arrivals since the last tick come in, pending;
+2. the arrivals since the last tick come in, pending (work already running at 0 — the
+   warm start — is placed before the first tick, the same way for every variant:
+   :func:`start_at_steady_state`);
 3. **the scheduler** tries every pending pod, oldest first, as kube-scheduler's queue
    does with the extender (new arrivals and earlier pods that did not fit alike): each
    pod with the variant's policy (``k8s-default``: kube-scheduler's default scoring;
@@ -47,6 +49,7 @@ from kubesage.core.scenario.sim_cluster import (
     SimPod,
 )
 from kubesage.core.topology.graph import DRTG
+from kubesage.core.types import PodRequest
 
 ABLATIONS = {
     "kubesage-no-defrag": "gpu-defrag",
@@ -100,6 +103,30 @@ def place_now(cluster: SimCluster, pods: Sequence[SimPod], policy: Policy) -> bo
     for pod, placement in zip(pods, placements, strict=True):
         cluster.bind(pod, placement)
     return True
+
+
+def start_at_steady_state(
+    cluster: SimCluster,
+    accounting: Accounting,
+    running: Sequence[Arrival],
+    policy_name: str,
+    seed: int,
+    typical: Sequence[PodRequest],
+) -> None:
+    """Place the work already running at time 0 (the warm start) before the first tick,
+    the same way for every variant: oldest first, a training job's members all or none,
+    by ``policy_name`` (the policy ``kubesage serve`` uses) under ``seed``. Every variant
+    then starts from the same cluster; before, each variant's scheduler placed this work
+    at the first tick in its own order (the baselines' gangs first, the loop's gangs
+    after the single pods), which on small or overloaded clusters decided the run.
+    Work that does not fit stays pending for the variant's own scheduler."""
+    if not running:
+        return
+    policy = make_policy(policy_name, PolicyContext(seed=seed, workload=tuple(typical)))
+    for arrival in sorted(running, key=lambda a: (a.running_since_s or 0.0, a.id)):
+        pods = cluster.submit(arrival)
+        accounting.arrived(arrival)
+        place_now(cluster, pods, policy)
 
 
 def _groups(pods: Sequence[SimPod], gangs_to_loop: bool) -> list[list[SimPod]]:
@@ -163,7 +190,11 @@ def run_variant(
     gangs_to_loop = any(r.name == "gpu-gang" for r in loop_reconcilers)
     accounting = Accounting(cluster, drtg, settings.tick_s)
     end_s = settings.hours * 3600.0
-    queue = sorted(arrivals, key=lambda a: (a.time_s, a.id))
+    running = [a for a in arrivals if a.running_since_s is not None]
+    start_at_steady_state(cluster, accounting, running, settings.policy, seed, typical)
+    queue = sorted(
+        (a for a in arrivals if a.running_since_s is None), key=lambda a: (a.time_s, a.id)
+    )
     next_arrival = 0
     ticks = max(1, round(end_s / settings.tick_s))
     for tick in range(1, ticks + 1):

@@ -419,6 +419,7 @@ def _started(arrival: Arrival, time_s: float, elapsed_s: float) -> Arrival:
         duration_s=arrival.duration_s - elapsed_s,
         pods=pods,
         training=training,
+        running_since_s=-elapsed_s,
     )
 
 
