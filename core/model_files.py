@@ -4,7 +4,8 @@ One rule for every command that trains something and writes it to ``--out``
 (``train ppo``, ``forecast train``, ``telemetry fit-pca``):
 
 - :func:`check_output` runs before any work starts and refuses a path that is a
-  directory, or whose folder cannot be written (the nearest folder that exists must be
+  directory, or whose folder cannot be written (:func:`check_output_dir`: the same for
+  a folder a report is written in) (the nearest folder that exists must be
   a writable directory; missing folders below it are created when the file is saved).
 - :func:`write_replacing` writes to a temporary file beside the target and moves it
   over the target with :func:`os.replace`, so a failed write leaves the old file (or
@@ -41,6 +42,18 @@ def check_output(path: Path, option: str = "--out") -> None:
     if path.is_dir():
         raise InputError(f"{option} {path} is a directory, not a file to write")
     folder = _existing_folder(path)
+    if not folder.is_dir():
+        raise InputError(f"{option} {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: no permission to write in {folder}")
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """Refuse, before the work, a folder of outputs (a report's) that could not be
+    written: a file in its place, or a nearest existing folder that is not writable."""
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path} is a file, not a folder to write the report in")
+    folder = path if path.is_dir() else _existing_folder(path)
     if not folder.is_dir():
         raise InputError(f"{option} {path}: {folder} is not a directory")
     if not os.access(folder, os.W_OK | os.X_OK):

@@ -24,6 +24,7 @@ from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.tables import print_table
 from kubesage.core.errors import InputError
 from kubesage.core.report.scenario_html import write_scenario_report
+from kubesage.core.scenario.cluster import MAX_GPU_NODES
 from kubesage.core.scenario.profiles import load_profiles
 from kubesage.core.scenario.result import (
     FIGURE_LABELS,
@@ -33,6 +34,7 @@ from kubesage.core.scenario.result import (
     VariantRun,
     document,
     mean_figures,
+    sweep_figures,
 )
 from kubesage.core.scenario.sweep import run_scenario, sweep
 
@@ -54,8 +56,11 @@ def parse_variants(text: str | None) -> list[str]:
 
 def check_settings(settings: ScenarioSettings) -> None:
     """Clear errors for options out of range."""
-    if settings.gpu_nodes < 1:
-        raise InputError(f"--gpu-nodes must be at least 1, got {settings.gpu_nodes}")
+    if not 1 <= settings.gpu_nodes <= MAX_GPU_NODES:
+        raise InputError(
+            f"--gpu-nodes must be a whole number from 1 to {MAX_GPU_NODES}, "
+            f"got {settings.gpu_nodes}"
+        )
     if not settings.hours > 0 or not math.isfinite(settings.hours):
         raise InputError(f"--hours must be a positive number, got {settings.hours}")
     if not 0.0 < settings.load <= 1.5:
@@ -110,6 +115,11 @@ def run_scenario_command(
                 settings, seeds, variants, jobs=jobs, ray_address=ray_address, on_result=advance
             )
     result = document(settings, seeds, runs)
+    scenario = result["scenario"]
+    if isinstance(scenario, dict):  # where the inference profiles came from, said
+        scenario["profiles"] = profiles.source
+    if by_load is not None:
+        result["sweep"] = sweep_figures(settings, seeds, by_load)
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(result, separators=(",", ":")))
     else:

@@ -17,9 +17,10 @@ from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_c
 from kubesage.core.cli.tables import print_table
 from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.errors import ConfigError, InputError
+from kubesage.core.model_files import check_output_dir
 from kubesage.core.policy.registry import DEFAULT_POLICIES, POLICIES
 from kubesage.core.report.html import write_report
-from kubesage.core.scenario.profiles import default_data_dir
+from kubesage.core.scenario.profiles import default_data_dir, trace_files
 from kubesage.core.scenario.result import ScenarioSettings
 from kubesage.core.sim.protocol import check_gpu_capacity
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
@@ -198,6 +199,15 @@ def simulate(
                 "--jobs, --ray-address, --format and the report options, not the packing "
                 "options (--nodes, --pods, --policy, --tune, --mode, --config, --model)"
             )
+        if data_dir is not None and trace_files(data_dir) is None:
+            raise InputError(
+                f"--data-dir {data_dir}: no genai/ folder with the GenAI trace's GPU duty-cycle "
+                "and GPU memory files (pod_gpu_duty_cycle_anon.csv[.gz], "
+                "pod_gpu_memory_used_bytes_anon.csv[.gz]); leave --data-dir out for the "
+                "synthetic profiles"
+            )
+        if not no_report:
+            check_output_dir(report_dir or DEFAULT_SCENARIO_REPORT_DIR, "--report-dir")
         traces = data_dir or default_data_dir()
         run_scenario_command(
             ScenarioSettings(
@@ -242,6 +252,8 @@ def simulate(
         report_dir=report_dir,
         model=model,
     )
+    if not no_report:
+        check_output_dir(settings.report_dir, "--report-dir")
     node_specs, pod_specs, described = load_inputs(settings, base)
     specs = [
         RunSpec(

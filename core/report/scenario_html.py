@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -31,6 +30,7 @@ from kubesage.core.scenario.result import (
     document,
     mean_figures,
     summed_actions,
+    sweep_figures,
 )
 
 HEADLINE = (
@@ -132,21 +132,6 @@ def _time_charts(runs: Mapping[str, Sequence[VariantRun]]) -> list[str]:
     return charts
 
 
-def _sweep_figures(
-    settings: ScenarioSettings,
-    seeds: Sequence[int],
-    sweep: Mapping[float, Mapping[str, Sequence[VariantRun]]],
-) -> list[dict[str, object]]:
-    """``results.json``'s ``sweep``: every load's variants as ``document`` gives them."""
-    return [
-        {
-            "load": load,
-            "variants": document(replace(settings, load=load), seeds, sweep[load])["variants"],
-        }
-        for load in sorted(sweep)
-    ]
-
-
 def _sweep_charts(sweep: Mapping[float, Mapping[str, Sequence[VariantRun]]]) -> list[str]:
     """Each headline figure against the offered load, one line per variant."""
     loads = sorted(sweep)
@@ -236,6 +221,6 @@ def write_scenario_report(
     result = document(settings, seeds, runs)
     result["description"] = description
     if sweep:
-        result["sweep"] = _sweep_figures(settings, seeds, sweep)
+        result["sweep"] = sweep_figures(settings, seeds, sweep)
     (directory / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     return html_path

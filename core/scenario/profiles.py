@@ -107,7 +107,7 @@ def default_data_dir() -> Path | None:
 def load_profiles(data_dir: Path | None, *, seed: int = 0) -> UtilisationProfiles:
     """The GenAI trace's profiles from ``<data_dir>/genai``; synthetic ones (drawn with
     ``seed``) when ``data_dir`` is None or holds no duty-cycle and memory files."""
-    files = _trace_files(data_dir)
+    files = trace_files(data_dir)
     if files is None:
         return synthetic_profiles(seed)
     # Just these two: read_panel keeps the pods present in every metric it reads, and the
@@ -165,7 +165,7 @@ def synthetic_profiles(
     )
 
 
-def _trace_files(data_dir: Path | None) -> tuple[Path, Path] | None:
+def trace_files(data_dir: Path | None) -> tuple[Path, Path] | None:
     """The duty-cycle and memory files under ``<data_dir>/genai``, if both are there."""
     if data_dir is None:
         return None

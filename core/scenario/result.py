@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 VARIANTS = (
     "k8s-default",
@@ -138,3 +138,19 @@ def document(
             for name, variant_runs in runs.items()
         },
     }
+
+
+def sweep_figures(
+    settings: ScenarioSettings,
+    seeds: Sequence[int],
+    sweep: Mapping[float, Mapping[str, Sequence[VariantRun]]],
+) -> list[dict[str, object]]:
+    """The ``sweep`` of ``--sweep``'s JSON and ``results.json``: every load's variants as
+    :func:`document` gives them, lowest load first."""
+    return [
+        {
+            "load": load,
+            "variants": document(replace(settings, load=load), seeds, sweep[load])["variants"],
+        }
+        for load in sorted(sweep)
+    ]

@@ -162,7 +162,11 @@ def run_variant(
     cluster = SimCluster(drtg.node_specs(), profiles, clock)
     typical = tuple(pod for arrival in arrivals for pod in arrival.pods)
     policy_name = "k8s-default" if variant == "k8s-default" else settings.policy
-    policy = make_policy(policy_name, PolicyContext(seed=seed, workload=typical))
+    # A run with no arrivals (a tiny cluster, a short or light run) has nothing to place,
+    # and FGD cannot derive typical pods from nothing: no policy then.
+    policy = (
+        make_policy(policy_name, PolicyContext(seed=seed, workload=typical)) if typical else None
+    )
     actuator = SimActuator(cluster)
     control: ControlLoop | None = None
     loop_reconcilers: list[Reconciler] = []
@@ -209,7 +213,7 @@ def run_variant(
         # The scheduler tries every pending pod, oldest first, as kube-scheduler's queue
         # does (gangs ``gpu-gang`` claims are the loop's).
         for group in _groups(list(cluster.pending()), gangs_to_loop):
-            if all(pod.placement is None for pod in group):
+            if policy is not None and all(pod.placement is None for pod in group):
                 place_now(cluster, group, policy)
         if control is not None:
             control.tick()

@@ -68,3 +68,41 @@ def test_bad_scenario_options_are_clear_errors(tmp_path: Path) -> None:
     assert mixed_up.returncode == 2 and "not the packing options" in mixed_up.stderr
     load = kubesage("simulate", "--scenario", "mixed", "--load", "0", "--no-report", cwd=tmp_path)
     assert load.returncode == 2 and "--load must be in" in load.stderr
+    nodes = kubesage(
+        "simulate", "--scenario", "mixed", "--gpu-nodes", "5000", "--no-report", cwd=tmp_path
+    )
+    assert nodes.returncode == 2
+    assert "--gpu-nodes must be a whole number from 1 to 4096, got 5000" in nodes.stderr
+    (tmp_path / "a-file").write_text("")
+    report = kubesage("simulate", "--scenario", "mixed", "--report-dir", "a-file", cwd=tmp_path)
+    assert report.returncode == 2 and "--report-dir a-file is a file" in report.stderr
+    assert "Traceback" not in report.stderr and "runs" not in report.stderr  # before any run
+    packing = kubesage("simulate", "--seeds", "1", "--report-dir", "a-file", cwd=tmp_path)
+    assert packing.returncode == 2 and "--report-dir a-file is a file" in packing.stderr
+    traces = kubesage(
+        "simulate", "--scenario", "mixed", "--data-dir", str(tmp_path), "--no-report", cwd=tmp_path
+    )
+    assert traces.returncode == 2 and "no genai/ folder" in " ".join(traces.stderr.split())
+
+
+def test_a_run_where_nothing_arrives_and_the_sweep_in_json(tmp_path: Path) -> None:
+    # One node for 36 s at a light load: no arrival, and FGD has no typical pods to
+    # derive; every variant reports an empty run instead of the whole command failing.
+    empty = kubesage(
+        "simulate", "--scenario", "mixed", "--gpu-nodes", "1", "--hours", "0.01",
+        "--load", "0.3", "--seeds", "43", "--variants", "fgd,kubesage", "--jobs", "1",
+        "--no-report", "--format", "json", cwd=tmp_path,
+    )  # fmt: skip
+    assert empty.returncode == 0, empty.stderr
+    document = json.loads(empty.stdout.strip().splitlines()[-1])
+    assert document["variants"]["fgd"]["gpu_allocation_pct"] == 0.0
+    assert document["scenario"]["profiles"].startswith(("genai trace", "synthetic"))
+    swept = kubesage(
+        "simulate", "--scenario", "mixed", "--sweep", "--gpu-nodes", "2", "--hours", "0.05",
+        "--seeds", "7", "--variants", "fgd", "--jobs", "1", "--no-report", "--format", "json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert swept.returncode == 0, swept.stderr
+    sweep = json.loads(swept.stdout.strip().splitlines()[-1])["sweep"]
+    assert [point["load"] for point in sweep] == [0.6, 0.7, 0.8, 0.85, 0.9, 0.95]
+    assert all(list(point["variants"]) == ["fgd"] for point in sweep)
