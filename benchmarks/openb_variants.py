@@ -145,15 +145,12 @@ def main() -> int:
     if args.variants_dir is not None and not args.variants_dir.is_dir():
         parser.error(f"--variants-dir: {args.variants_dir} is not a directory")
     for name in [v for v in args.variants.split(",") if v]:
-        own = next(
-            (
-                args.variants_dir / f"openb_pod_list_{name}{suffix}"
-                for suffix in (".csv", ".csv.gz")
-                if args.variants_dir
-                and (args.variants_dir / f"openb_pod_list_{name}{suffix}").is_file()
-            ),
-            None,
+        lists = (
+            [args.variants_dir / f"openb_pod_list_{name}{suffix}" for suffix in (".csv", ".csv.gz")]
+            if args.variants_dir
+            else []
         )
+        own = next((path for path in lists if path.is_file()), None)
         if own is not None:
             pods, source = read_pods(own), "trace"
         else:

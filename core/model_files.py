@@ -4,9 +4,9 @@ One rule for every command that trains something and writes it to ``--out``
 (``train ppo``, ``forecast train``, ``telemetry fit-pca``):
 
 - :func:`check_output` runs before any work starts and refuses a path that is a
-  directory, or whose folder cannot be written (:func:`check_output_dir`: the same for
-  a folder a report is written in) (the nearest folder that exists must be
-  a writable directory; missing folders below it are created when the file is saved).
+  directory, or whose folder cannot be written (the nearest folder that exists must be
+  a writable directory; missing folders below it are created when the file is saved);
+  :func:`check_output_dir` does the same for a folder a report is written in.
 - :func:`write_replacing` writes to a temporary file beside the target and moves it
   over the target with :func:`os.replace`, so a failed write leaves the old file (or
   none) in place, never half a model; a failure is a :class:`DependencyError` naming
