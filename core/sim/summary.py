@@ -99,12 +99,21 @@ def missing_points(results: Sequence[RunResult]) -> list[str]:
             for point, value in ((100, run.alloc_at_100), (130, run.alloc_at_130))
             if value is None
         ]
-        if points:
-            at = " and ".join(f"{point} %" for point in points)
+        short = [point for point in points if run.arrived_end < point - 1]
+        stepped = [point for point in points if point not in short]
+        if short:
+            at = " and ".join(f"{point} %" for point in short)
             notes.append(
                 f"{run.policy}, seed {run.seed}: its arrivals end at {run.arrived_end:.1f} % of "
                 f"GPU capacity, so it has no value at {at} arrived (within ±1 point) and the "
                 "means leave it out"
+            )
+        if stepped:  # arrivals went past the point, none within ±1 of it (a small cluster)
+            at = " and ".join(f"{point} %" for point in stepped)
+            notes.append(
+                f"{run.policy}, seed {run.seed}: no arrival brought the arrived workload within "
+                f"±1 point of {at} (each pod is a large step of a small cluster's capacity), so "
+                "it has no value there and the means leave it out"
             )
     return notes
 

@@ -98,3 +98,11 @@ def test_a_run_that_never_reaches_130_percent_is_named_with_where_it_ends() -> N
     ]
     assert json_document(results)["notes"] == notes
     assert "notes" not in json_document(results[:2])
+    # Arrivals that went past 100 % with no event within ±1 point of it (a small
+    # cluster's large steps): not "its arrivals end at".
+    stepped = RunResult("fgd", 3, "fgd", None, 90.0, None, 0, 0.0, 0.0, 10, 4, 0.1, 129.8)
+    assert missing_points([stepped]) == [
+        "fgd, seed 3: no arrival brought the arrived workload within ±1 point of 100 % "
+        "(each pod is a large step of a small cluster's capacity), so it has no value there "
+        "and the means leave it out"
+    ]
