@@ -29,13 +29,16 @@ from kubesage.core.k8s.translate import (
 from kubesage.core.topology.discovery import GPU_RESOURCE
 
 
+def pod_name(pod: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a pod object."""
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
 def pod_key(pod: Mapping[str, Any]) -> str:
     """A pod's key in the caches: its UID (``namespace/name`` when it has none)."""
-    metadata = pod.get("metadata") or {}
-    uid = metadata.get("uid")
-    if uid:
-        return str(uid)
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+    uid = (pod.get("metadata") or {}).get("uid")
+    return str(uid) if uid else pod_name(pod)
 
 
 def is_terminal(pod: Mapping[str, Any]) -> bool:

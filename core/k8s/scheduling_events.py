@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,17 +20,11 @@ from typing import Any
 import urllib3
 
 from kubesage.core.k8s.apiclient import ApiException
-from kubesage.core.k8s.informer import pod_key
+from kubesage.core.k8s.schedulable import pod_key, pod_name
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-
-def pod_name(pod: Mapping[str, Any]) -> str:
-    """``namespace/name`` of a pod object."""
-    metadata = pod.get("metadata") or {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
 
 
 @dataclass

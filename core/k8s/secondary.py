@@ -63,8 +63,8 @@ from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.node_extras import ExtrasMember, NodeExtras, place_with_extras
-from kubesage.core.k8s.schedulable import is_terminating
-from kubesage.core.k8s.scheduling_events import SchedulingEvents, pod_name
+from kubesage.core.k8s.schedulable import is_terminating, pod_name
+from kubesage.core.k8s.scheduling_events import SchedulingEvents
 from kubesage.core.k8s.translate import TranslateError
 from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.observability import metrics
