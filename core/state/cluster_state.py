@@ -138,7 +138,7 @@ class ClusterState:
         self.node_version: IntArray = np.zeros(len(nodes), dtype=np.int64)
         """Per-node stamp, renewed on every change, for caches that recompute changed nodes only."""
         self._cordoned: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-        """Free milli, MIG slices and MIG compute hidden by :meth:`cordon_gpu`."""
+        """Free milli, MIG slices, MIG compute and media engines hidden by :meth:`cordon_gpu`."""
         for array in (
             self.node_mig_enabled,
             self.cpu_capacity_milli,
