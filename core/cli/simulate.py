@@ -68,7 +68,7 @@ def load_inputs(
             f"seed {cluster.synthetic.seed})"
         )
     if pods_csv is not None:
-        pods = read_pods(pods_csv)
+        pods = read_pods(pods_csv, require_creation_time=settings.mode == "replay")
         workload_text = f"pods from {pods_csv}"
     else:
         models = tuple(sorted({n.gpu_model for n in nodes if n.gpu_model}))

@@ -63,7 +63,7 @@ def ppo(
     check_output(out)
     check_output(metrics, "the metrics file")
     node_specs = read_nodes(nodes)
-    workloads = [read_pods(path) for path in pods]
+    workloads = [read_pods(path, require_creation_time=mode is Mode.replay) for path in pods]
     models = gpus_per_model(node_specs)
     workloads += [
         openb_variant(workloads[0], name, seed=seed + number, models=models)

@@ -159,8 +159,11 @@ def read_nodes(path: Path | str) -> list[NodeSpec]:
     return nodes
 
 
-def read_pods(path: Path | str) -> list[PodRequest]:
-    """Read an openb pod list (``openb_pod_list_*.csv``), in file order."""
+def read_pods(path: Path | str, *, require_creation_time: bool = False) -> list[PodRequest]:
+    """Read an openb pod list (``openb_pod_list_*.csv``), in file order.
+
+    ``require_creation_time``: refuse a row without ``creation_time`` (the time replay
+    places each pod at its creation time, so such a row could not be replayed)."""
     path = Path(path)
     pods: list[PodRequest] = []
     seen: dict[str, int] = {}
@@ -174,6 +177,14 @@ def read_pods(path: Path | str) -> list[PodRequest]:
                 field="name",
             )
         seen[name] = line
+        if require_creation_time and not row.get("creation_time"):
+            raise TraceFormatError(
+                f"pod '{name}' has no creation time, which a time replay needs "
+                "(the fgd mode replays pod lists without times)",
+                path=path,
+                line=line,
+                field="creation_time",
+            )
         spec = row.get("gpu_spec", "")
         if spec.strip().lower() == "nan":  # an empty cell as pandas writes it: no constraint
             spec = ""

@@ -144,7 +144,10 @@ def test_openb_csv_inputs_and_table_output(tmp_path: Path) -> None:
         (["--gpu-nodes", "4", "--hours", "0.1"], "--gpu-nodes, --hours only apply with --scenario"),
         (["--seeds", "9-1"], "runs backwards"),
         (["--pods", "missing.csv"], "missing.csv: no such file"),
-        (["--mode", "replay", "--pods", "untimed.csv"], "no creation time"),
+        (
+            ["--mode", "replay", "--pods", "untimed.csv"],
+            "untimed.csv:2, field 'creation_time': pod 'p0' has no creation time",
+        ),
         (["--nodes", "cpu_nodes.csv"], "cpu_nodes.csv: the cluster has no GPUs"),
     ],
 )

@@ -466,6 +466,21 @@ def test_gzip_errors_name_the_gz_file_and_line(tmp_path: Path) -> None:
     assert (Path(info.value.path), info.value.line, info.value.field) == (path, 3, "num_gpu")
 
 
+def test_a_replay_refuses_a_row_without_creation_time_by_line(tmp_path: Path) -> None:
+    """A time replay needs every pod's creation time: the first row without one is named;
+    the same file reads for the fgd protocol, which takes no times."""
+    path = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER + "\np0,1000,1024,0,0,,LS,Running,5,,\n\np1,1000,1024,0,0,,LS,Running,,,\n",
+    )
+    with pytest.raises(TraceFormatError) as info:
+        read_pods(path, require_creation_time=True)
+    assert (info.value.line, info.value.field) == (4, "creation_time")
+    assert "pod 'p1' has no creation time" in str(info.value)
+    assert [p.creation_time_s for p in read_pods(path)] == [5.0, None]
+
+
 def test_cross_field_message_has_no_pydantic_prefix(tmp_path: Path) -> None:
     path = write(tmp_path, "pods.csv", POD_HEADER_5 + "\np0,1000,1024,2,500\n")
     with pytest.raises(TraceFormatError) as info:
