@@ -102,6 +102,13 @@ def read_metric_rows(path: Path) -> MetricRows:
                     line=line,
                     field="timestamp_anon",
                 ) from None
+            if not math.isfinite(timestamp):  # refused even where the value is missing
+                raise TraceFormatError(
+                    f"not a finite number: {row['timestamp_anon']!r}",
+                    path=path,
+                    line=line,
+                    field="timestamp_anon",
+                )
             text = (row["value"] or "").strip()
             if text.lower() in MISSING_MARKERS:
                 null_values += 1
@@ -115,8 +122,10 @@ def read_metric_rows(path: Path) -> MetricRows:
             if math.isnan(value):
                 null_values += 1
                 continue
-            if not (math.isfinite(timestamp) and math.isfinite(value)):
-                raise TraceFormatError("not a finite number", path=path, line=line)
+            if not math.isfinite(value):
+                raise TraceFormatError(
+                    f"not a finite number: {row['value']!r}", path=path, line=line, field="value"
+                )
             kind = str(row["request_type"]).strip() if by_request_type else ""
             if not entity:
                 without_entity.append((timestamp, value))

@@ -41,7 +41,8 @@ Missing markers: the trace writes a missing container id as ``None`` or ``NULL``
 README recommends reading both as missing), so an id that is empty, ``None`` or
 ``NULL`` (any case) is no id. A value written that way, empty or ``NaN`` is a missing
 sample: counted per metric in ``null_values`` and said by :func:`describe`, not used.
-Any other value that is not a finite number is an error naming the file and line.
+Any other value that is not a finite number is an error naming the file and line, and
+so is a timestamp that is not one, even on a row whose value is missing.
 """
 
 from __future__ import annotations

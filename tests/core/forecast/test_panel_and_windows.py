@@ -94,7 +94,13 @@ def test_two_samples_in_one_cell_are_averaged_and_counted(tmp_path: Path) -> Non
         ("value,timestamp_anon,container_ip\nx,0,a\n", "not a number: 'x'"),
         ("value,timestamp_anon,container_ip\n1,0,\n", "no rows with an entity id"),
         ("value,timestamp_anon,container_ip\n1,0,None\n2,0,NULL\n", "no rows with an entity id"),
-        ("value,timestamp_anon,container_ip\ninf,0,a\n", "not a finite number"),
+        ("value,timestamp_anon,container_ip\ninf,0,a\n", "field 'value': not a finite number"),
+        # A row's time is checked whatever its value: a NaN time is no missing sample.
+        (
+            "value,timestamp_anon,container_ip\n1,0,a\nNULL,nan,a\n",
+            "m.csv:3, field 'timestamp_anon': not a finite number: 'nan'",
+        ),
+        ("value,timestamp_anon,container_ip\n,inf,a\n", "not a finite number: 'inf'"),
         ("value,timestamp_anon,container_ip\nn/a,0,a\n", "not a number: 'n/a'"),
     ],
 )
