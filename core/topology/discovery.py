@@ -80,15 +80,21 @@ DEFAULT_ZONE = "default"
 # - GH200 480GB carries the "H100 on GH200" (96 GB); the GH200 144GB HBM3e part is
 #   its own product, not an H200.
 # - "H100 PCIe" with no size is the 80 GB PCIe card; H100 NVL is the 94 GB part.
+# - The export parts share their catalogue with the part NVIDIA's default mig-parted
+#   config groups them with: H800 (80 GB) and H800 NVL with H100-80GB and H100 NVL,
+#   A800 with the A100 of its size, and H20 (96 GB) with H100-96GB. An H20 of another
+#   size keeps its own string.
 _PRODUCTS = (
     (re.compile(r"GH200.*144G", re.IGNORECASE), "GH200-144GB"),
     (re.compile(r"GH200", re.IGNORECASE), "H100-96GB"),
     (re.compile(r"(?<![A-Z])H200", re.IGNORECASE), "H200-141GB"),
     (re.compile(r"H100.*80GB|H100[- ]PCIE$", re.IGNORECASE), "H100-80GB"),
-    (re.compile(r"H100.*94GB|H100[- ]NVL", re.IGNORECASE), "H100-94GB"),
+    (re.compile(r"H[18]00.*94GB|H[18]00[- ]NVL", re.IGNORECASE), "H100-94GB"),
     (re.compile(r"H100.*96GB", re.IGNORECASE), "H100-96GB"),
-    (re.compile(r"A100.*80GB", re.IGNORECASE), "A100-80GB"),
-    (re.compile(r"A100.*40GB|A100-SXM4$|A100-PCIE$", re.IGNORECASE), "A100-40GB"),
+    (re.compile(r"H800(?!.*(?:94|96)GB)", re.IGNORECASE), "H100-80GB"),
+    (re.compile(r"(?<![A-Z0-9])H20(?![0-9])(?!.*(?:1[0-9]{2})GB)", re.IGNORECASE), "H100-96GB"),
+    (re.compile(r"A[18]00.*80GB", re.IGNORECASE), "A100-80GB"),
+    (re.compile(r"A[18]00.*40GB|A100-SXM4$|A100-PCIE$", re.IGNORECASE), "A100-40GB"),
     (re.compile(r"(?<![A-Z0-9])A30(?![0-9])", re.IGNORECASE), "A30-24GB"),
 )
 

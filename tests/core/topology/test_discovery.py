@@ -132,7 +132,18 @@ def test_quantities_and_products() -> None:
         ("NVIDIA H100 NVL", "H100-94GB"),
         ("NVIDIA-A30", "A30-24GB"),
         ("NVIDIA-A100-PCIE-40GB", "A100-40GB"),
-        ("NVIDIA-H20", "NVIDIA-H20"),  # no catalogue: kept as given
+        # Export parts: the catalogue NVIDIA's default mig-parted config gives them.
+        ("NVIDIA-H800", "H100-80GB"),
+        ("NVIDIA H800 PCIe", "H100-80GB"),
+        ("NVIDIA-H800-80GB-HBM3", "H100-80GB"),
+        ("NVIDIA H800 NVL", "H100-94GB"),
+        ("NVIDIA-A800-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A800 80GB PCIe", "A100-80GB"),
+        ("NVIDIA-A800-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA-H20", "H100-96GB"),
+        ("NVIDIA H20", "H100-96GB"),
+        ("NVIDIA-H20-141GB", "NVIDIA-H20-141GB"),  # another size: no catalogue, as given
+        ("NVIDIA-H200", "H200-141GB"),  # not an H20
     ],
 )
 def test_gpu_products_map_to_their_own_model(product: str, model: str) -> None:
