@@ -12,7 +12,10 @@ A trigger that Flink reports ``COMPLETED`` without a ``checkpointId`` failed (it
 ``failureCause`` says why). A ``FlinkError`` on any call is logged, counted and the
 loop goes on with the next due trigger: a flaky JobManager never stops the loop.
 A job whose previous checkpoint is still in flight skips that slot (Flink would queue
-it behind ``max-concurrent-checkpoints`` and shift its phase).
+it behind ``max-concurrent-checkpoints`` and shift its phase). So does a slot the loop
+reaches later than :func:`late_limit_ms` (a call that stalled, a JobManager failover):
+firing every overdue slot at once would start the synchronised checkpoints the plan
+exists to keep apart, so the job goes on from its next slot on the plan instead.
 
 Jobs the coordinator does not drive get submit-time configuration instead
 (:mod:`~kubesage.adapters.flink.checkpoint_settings`); what a job's checkpoints look
@@ -43,6 +46,16 @@ FLINK_TIMEOUT_MARGIN_MS = 5_000
 """Past a job's own checkpoint timeout, how long before a trigger is given up."""
 RESOLVE_EVERY_MS = 500
 """How often to re-read a job's history for checkpoints it does not show yet."""
+LATE_SHARE = 0.05
+"""How late, as a share of the job's interval, a slot may still be triggered."""
+LATE_MIN_MS = 250
+"""…and at least this late: the loop's own polling may hold a slot back this long."""
+
+
+def late_limit_ms(interval_ms: int) -> int:
+    """How far past its time a slot of a job checkpointing every ``interval_ms`` is still
+    triggered; a later one is skipped (see the module docstring)."""
+    return max(LATE_MIN_MS, int(interval_ms * LATE_SHARE))
 
 Outcome = Literal["completed", "failed", "trigger-error", "skipped", "timed-out"]
 
@@ -174,9 +187,14 @@ class CheckpointCoordinator:
             if until is not None and now >= until:
                 break
             for job in sorted(due, key=lambda j: (due[j], j)):
-                if due[job] <= now:
-                    self._trigger(job, due[job])
-                    due[job] += self.plan.intervals_ms[job]
+                if due[job] > now:
+                    continue
+                interval = self.plan.intervals_ms[job]
+                if now - due[job] > late_limit_ms(interval):
+                    due[job] = self._skip_late(job, due[job], now)
+                    continue
+                self._trigger(job, due[job])
+                due[job] += interval
             self._poll()
             self._resolve_due()
             next_due = min(due.values(), default=now + 1000)
@@ -233,6 +251,24 @@ class CheckpointCoordinator:
             time.sleep(poll_s)
             self._resolve_due()
         self._give_up_timing()
+
+    def _skip_late(self, job_id: str, scheduled_ms: int, now_ms: int) -> int:
+        """Record the slots of ``job_id`` from ``scheduled_ms`` that the loop reached too
+        late as one skip; the job's next slot on the plan at or after ``now_ms``."""
+        following = self.epoch_ms + self.plan.first_trigger_ms(job_id, now_ms - self.epoch_ms)
+        missed = -(-(following - scheduled_ms) // self.plan.intervals_ms[job_id])
+        self._record(
+            CheckpointRecord(
+                job_id,
+                "skipped",
+                scheduled_ms,
+                detail=(
+                    f"the coordinator reached this slot {now_ms - scheduled_ms} ms late "
+                    f"(a call stalled); {missed} slot(s) skipped to keep the plan's phase"
+                ),
+            )
+        )
+        return following
 
     def _trigger(self, job_id: str, scheduled_ms: int) -> None:
         if job_id in self._pending:

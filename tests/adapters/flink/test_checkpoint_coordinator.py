@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -129,6 +130,65 @@ def test_the_loop_triggers_on_the_plan_and_skips_a_slot_still_in_flight(
     assert outcomes[-1] == "timed-out"
     scheduled = [r.scheduled_ms for r in report.records if r.outcome == "skipped"]
     assert all(b - a == 100 for a, b in itertools.pairwise(scheduled))
+
+
+class _StallingClient:
+    """Answers every trigger with a Flink error; the first call takes 30 s of the
+    coordinator's clock (a JobManager failover). Stops the loop once it has seen
+    enough (``stop``), so a coordinator that fires overdue slots cannot run on."""
+
+    def __init__(self, offset: list[float], stop: threading.Event) -> None:
+        self.offset, self.stop = offset, stop
+        self.triggers: list[str] = []
+
+    def trigger_checkpoint(self, job_id: str) -> str:
+        self.triggers.append(job_id)
+        if len(self.triggers) == 1:
+            self.offset[0] += 30.0
+        if len(self.triggers) > 6:
+            self.stop.set()
+        raise FlinkError("trigger failed")
+
+    def checkpoint_trigger_status(self, job_id: str, request_id: str) -> Any:
+        raise AssertionError("no trigger succeeded")
+
+    def checkpoints(self, job_id: str) -> Any:
+        raise AssertionError("no checkpoint completed")
+
+    def checkpoint_config(self, job_id: str) -> Any:
+        raise AssertionError("no trigger is pending")
+
+
+def test_slots_a_stall_made_late_are_skipped_not_fired_together() -> None:
+    """After a 30 s stall every job's slots are overdue: firing them would start the
+    three jobs' checkpoints together, as the plan exists to prevent. Each job skips to
+    its next slot on the plan instead, and the skip is recorded with why."""
+    offset = [0.0]
+    stop = threading.Event()
+    client = _StallingClient(offset, stop)
+    plan = plan_stagger([CheckpointProfile(job, 10_000, 1_000) for job in ("a", "b", "c")])
+    assert len(set(plan.phases_ms.values())) == 3
+    skipped: list[CheckpointRecord] = []
+
+    def seen(record: CheckpointRecord) -> None:
+        if record.outcome == "skipped":
+            skipped.append(record)
+            if len(skipped) == 3:
+                stop.set()
+
+    coordinator = CheckpointCoordinator(
+        client,
+        plan,
+        epoch_ms=int(time.time() * 1000) - min(plan.phases_ms.values()),
+        poll_s=0.005,
+        clock=lambda: time.time() + offset[0],
+        on_record=seen,
+    )
+    coordinator.run(duration_s=120, stop=stop, drain_s=0)
+    assert client.triggers == [min(plan.phases_ms, key=plan.phases_ms.__getitem__)]
+    assert sorted(r.job_id for r in skipped) == ["a", "b", "c"]
+    assert all("ms late (a call stalled)" in r.detail for r in skipped)
+    assert all("3 slot(s) skipped" in r.detail for r in skipped if r.job_id != client.triggers[0])
 
 
 def test_a_trigger_is_given_up_only_past_the_jobs_own_checkpoint_timeout(
