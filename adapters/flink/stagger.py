@@ -35,7 +35,8 @@ the exact optimum on the grid; when the budget runs out, the best plan found is 
 ``optimum_concurrent`` is only set if that plan meets the lower bound
 ``max(1, ⌈Σ d_i / T_i⌉)`` (peak ≥ mean over the hyperperiod). A hyperperiod longer than
 ``MAX_HORIZON_SLOTS`` is evaluated over its first ``MAX_HORIZON_SLOTS`` slots only
-(``exact_horizon`` is then false).
+(``exact_horizon`` is then false, and ``optimum_concurrent`` is never set: the jobs may
+still meet after those slots).
 
 The bytes step is a local search, also in ``stagger_search`` (each job in turn moved
 to its best phase that keeps the peak count, until nothing improves); it is not
@@ -194,7 +195,8 @@ def plan_stagger(
         phases, finished = branch_and_bound(layout, node_budget, lower)
         method = "branch-and-bound" if finished and exact_horizon else "bounded-search"
         count = layout.peaks(phases)[0]
-        optimum = count if (finished and exact_horizon) or count == lower else None
+        # Over a truncated horizon the count is a peak of the first slots only: no proof.
+        optimum = count if exact_horizon and (finished or count == lower) else None
     phases = improve_bytes(layout, phases)
     return grid.plan(
         layout,

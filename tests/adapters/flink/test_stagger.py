@@ -133,6 +133,18 @@ def test_unequal_intervals_meet_the_lower_bound_when_they_fit() -> None:
     assert plan.method == "branch-and-bound"
 
 
+def test_no_optimum_is_claimed_over_a_truncated_horizon() -> None:
+    """30 min and 30 min + 100 ms: the hyperperiod is far past the horizon evaluated, and
+    the two jobs drift 100 ms a lap, so they meet on some later lap — a plan whose first
+    slots show one checkpoint at a time is not shown optimal."""
+    plan = plan_stagger(
+        [CheckpointProfile("a", 1_800_000, 1_000), CheckpointProfile("b", 1_800_100, 1_000)]
+    )
+    assert not plan.exact_horizon
+    assert plan.peak_concurrent == 1  # over the slots evaluated
+    assert plan.optimum_concurrent is None
+
+
 def test_durations_round_up_to_the_grid_and_cap_at_the_interval() -> None:
     plan = plan_stagger(
         [CheckpointProfile("a", 1_000, 1), CheckpointProfile("b", 1_000, 5_000)],
