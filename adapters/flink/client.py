@@ -64,11 +64,24 @@ def check_rest_url(url: str, option: str = "--jobmanager") -> str:
 
 
 class _TransientError(Exception):
-    """A failure worth retrying (connection, timeout, 5xx); becomes FlinkUnavailable."""
+    """A failure worth retrying (connection, timeout, 5xx); becomes FlinkUnavailable.
 
-    def __init__(self, message: str) -> None:
+    ``unsent``: the request never reached Flink (it could not connect), so sending it
+    again cannot make Flink act twice."""
+
+    def __init__(self, message: str, *, unsent: bool = False) -> None:
         super().__init__(message)
         self.message = message
+        self.unsent = unsent
+
+
+_UNSENT = (httpx.ConnectError, httpx.ConnectTimeout)
+"""Transport errors raised before any byte of the request reached the server."""
+
+_ACTS_ONCE = frozenset({"POST"})
+"""Methods whose request Flink acts on each time it arrives (a checkpoint, a stop with
+savepoint): retried only when the request was never sent. PUT resource requirements and
+PATCH cancel set a state, so a repeat changes nothing."""
 
 
 class FlinkClient:
@@ -105,16 +118,27 @@ class FlinkClient:
         body: Any = None,
     ) -> Any:
         """The decoded JSON of a successful reply (``None`` for an empty body)."""
+        once = method in _ACTS_ONCE
+
+        def replayable(exc: BaseException) -> bool:
+            return isinstance(exc, _TransientError) and (exc.unsent or not once)
+
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
             wait=tenacity.wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s),
-            retry=tenacity.retry_if_exception_type(_TransientError),
+            retry=tenacity.retry_if_exception(replayable),
             before_sleep=self._count_retry,
             reraise=True,
         )
         try:
             reply = retrying(self._send, method, path, params, body)
         except _TransientError as exc:
+            if once and not exc.unsent:
+                raise FlinkUnavailable(
+                    f"{exc.message}; not sent again, since Flink may have acted on it "
+                    "(look at the job before asking again)",
+                    endpoint=path,
+                ) from exc
             raise FlinkUnavailable(
                 f"{exc.message} (after {self.attempts} attempts)", endpoint=path
             ) from exc
@@ -139,7 +163,8 @@ class FlinkClient:
         try:
             reply = self._http.request(method, path, params=params, json=body)
         except httpx.TransportError as exc:
-            raise _TransientError(f"{type(exc).__name__}: {exc}") from exc
+            unsent = isinstance(exc, _UNSENT)
+            raise _TransientError(f"{type(exc).__name__}: {exc}", unsent=unsent) from exc
         if reply.status_code >= 500:
             raise _TransientError(f"HTTP {reply.status_code}: {_error_text(reply)}")
         return reply

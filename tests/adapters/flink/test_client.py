@@ -204,6 +204,47 @@ def test_connection_errors_are_bounded_then_unavailable() -> None:
     assert isinstance(caught.value, FlinkError) and isinstance(caught.value, DependencyError)
 
 
+def _read_timeout(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadTimeout("timed out", request=request)
+
+
+def _server_error(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(500, json={"errors": ["internal"]})
+
+
+def _refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused", request=request)
+
+
+@pytest.mark.parametrize(
+    ("failure", "calls_made"),
+    [
+        # Sent, and then no answer or a failure: Flink may have started a checkpoint;
+        # asking again would start a second, off the plan.
+        (_read_timeout, 1),
+        (_server_error, 1),
+        (_refused, 3),  # never reached Flink: safe to send again
+    ],
+)
+def test_a_trigger_is_sent_again_only_when_it_never_reached_flink(
+    failure: Callable[[httpx.Request], httpx.Response], calls_made: int
+) -> None:
+    calls: list[bytes] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request.content)
+        return failure(request)
+
+    client = FlinkClient(
+        "http://flink.test", transport=httpx.MockTransport(answer), attempts=3, backoff_s=0.0
+    )
+    with pytest.raises(FlinkUnavailable) as caught:
+        client.trigger_checkpoint("job1")
+    assert len(calls) == calls_made
+    if calls_made == 1:
+        assert "not sent again, since Flink may have acted on it" in str(caught.value)
+
+
 def test_4xx_is_not_retried() -> None:
     calls = 0
 
