@@ -45,6 +45,29 @@ _MIG_BY_NAME: dict[str, tuple[int, tuple[int, ...]]] = {
 }
 _MIG_PROFILE = re.compile(r"^([1-7])g\.([0-9]+)gb(\+me)?$")
 
+KNOWN_MIG_PROFILES: tuple[str, ...] = (
+    # A100-40GB (A800-40GB)
+    *("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+    # A100-80GB, H100-80GB (A800-80GB, H800-80GB); 1g.10gb as above
+    *("1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+    # H100-94GB (H100/H800 NVL) and H100-96GB (GH200, H20)
+    *("1g.12gb", "1g.12gb+me", "1g.24gb", "1g.24gb+me", "2g.24gb", "3g.47gb", "4g.47gb"),
+    *("7g.94gb", "3g.48gb", "4g.48gb", "7g.96gb"),
+    # H200-141GB, and GH200-144GB; 1g.18gb is both's
+    *("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+    *("1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"),
+    # B200 and GB200; 1g.23gb is both's
+    *("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"),
+    *("1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb", "3g.95gb", "4g.95gb", "7g.189gb"),
+    # A30
+    *("1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"),
+)
+"""Every MIG profile of the GPUs in NVIDIA's MIG User Guide tables and its default
+mig-parted config (the GPU adapter's catalogues and those without one). The deployed
+extender's ``managedResources`` lists each one's resource (:func:`mig_resource_name`):
+kube-scheduler sends an extender only the pods asking for a resource it lists, so a pod
+asking for an unlisted profile would bypass kubesage without a word."""
+
 
 def mig_resource_name(profile: str) -> str:
     """The device plugin's resource for MIG ``profile`` (mixed strategy): ``mig-`` and the

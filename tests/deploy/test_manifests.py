@@ -21,7 +21,9 @@ import jsonschema
 import pytest
 import yaml
 
+from kubesage.adapters.gpu_training.mig import CATALOGUES
 from kubesage.core.errors import InputError
+from kubesage.core.k8s.mig_names import KNOWN_MIG_PROFILES, mig_resource_name
 from kubesage.core.k8s.policy_source import default_policy_dir
 from kubesage.core.k8s.tls import bootstrap
 from kubesage.core.k8s.validation import validate_manifests
@@ -208,8 +210,10 @@ def test_scheduler_configuration_has_the_extender_entry(
     assert extender.weight > 0
     assert extender.nodeCacheCapable and extender.ignorable and extender.enableHTTPS
     names = [resource.name for resource in extender.managedResources]
-    assert "nvidia.com/gpu" in names
-    assert any(name.startswith("nvidia.com/mig-") for name in names)
+    # kube-scheduler sends the extender only pods asking for a listed resource: every
+    # MIG profile kubesage knows is listed, the GPU adapter's catalogues' included.
+    assert set(names) == {"nvidia.com/gpu"} | {mig_resource_name(p) for p in KNOWN_MIG_PROFILES}
+    assert {p.name for c in CATALOGUES.values() for p in c.profiles} <= set(KNOWN_MIG_PROFILES)
     assert len(names) == len(set(names))
     profile_names = [profile.schedulerName for profile in config.profiles]
     # A second kube-scheduler profile, distinct from kubesage's own secondary scheduler.
