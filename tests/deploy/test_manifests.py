@@ -179,8 +179,11 @@ def test_deployment_runs_two_hardened_replicas_of_serve(
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    for probe in ("readinessProbe", "livenessProbe"):
+    for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/healthz"
+    # /healthz waits for the first sync: liveness must not restart a replica still in it.
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert pod["serviceAccountName"] == "kubesage"
     env = {e["name"] for e in container["env"]}
