@@ -138,11 +138,14 @@ def readable_node_devices(
     slices: Iterable[Mapping[str, Any]], driver: str = api.NVIDIA_GPU_DRIVER
 ) -> tuple[dict[str, NodeDevices], list[SliceError]]:
     """:func:`node_devices` per node, leaving out the nodes whose slices cannot be read
-    (and returning the problems: one per unreadable slice or node)."""
+    (and returning the problems: one per unreadable slice or node). Only the slices that
+    count are read: another driver's (a NIC's, whose attributes kubesage has no use for)
+    and a pool's older generations (kube-scheduler's allocator ignores them too) cannot
+    hide a node's GPUs by being unreadable."""
     by_node: dict[str, list[Mapping[str, Any]]] = {}
     broken: set[str] = set()
     problems: list[SliceError] = []
-    for position, obj in enumerate(slices):
+    for position, obj in _counted(list(slices), driver):
         try:
             node = read_slice(obj, position).node
         except SliceError as exc:
@@ -163,3 +166,32 @@ def readable_node_devices(
         except SliceError as exc:
             problems.append(exc)
     return devices, problems
+
+
+def _pool_generation(obj: object) -> tuple[object, object, object]:
+    """``(driver, pool name, generation)`` as written, without checking them."""
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    spec = spec if isinstance(spec, Mapping) else {}
+    pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+    return spec.get("driver"), pool.get("name"), pool.get("generation")
+
+
+def _counted(
+    slices: list[Mapping[str, Any]], driver: str
+) -> list[tuple[int, Mapping[str, Any]]]:
+    """``(position, slice)`` of the slices of ``driver`` (or whose driver cannot be told,
+    so that their problem is reported) that are not of an older generation of their pool."""
+    newest: dict[str, int] = {}
+    for obj in slices:
+        named, pool, generation = _pool_generation(obj)
+        if named == driver and isinstance(pool, str) and isinstance(generation, int):
+            newest[pool] = max(newest.get(pool, generation), generation)
+    counted: list[tuple[int, Mapping[str, Any]]] = []
+    for position, obj in enumerate(slices):
+        named, pool, generation = _pool_generation(obj)
+        if isinstance(named, str) and named != driver:
+            continue
+        if isinstance(pool, str) and isinstance(generation, int) and generation < newest[pool]:
+            continue
+        counted.append((position, obj))
+    return counted

@@ -155,6 +155,30 @@ def test_the_tolerant_reader_leaves_out_only_the_broken_node() -> None:
     assert "ResourceSlice '#2': spec: Field required" in str(problems[1])
 
 
+def test_slices_that_do_not_count_cannot_hide_a_nodes_gpus() -> None:
+    """Beside the node's NVIDIA slice: another driver's slice kubesage could not read
+    (a CPU driver's "500m" counter, an int ``type``), and an older generation of the same
+    pool that is malformed. Neither counts, so neither is read, and the GPUs stay."""
+    current = fx.dgx_h100_slice("dgx-0")
+    current["spec"]["pool"]["generation"] = 2
+    stale = copy.deepcopy(fx.dgx_h100_slice("dgx-0"))
+    stale["metadata"]["name"] = "dgx-0-gen1"
+    stale["spec"]["devices"][0]["attributes"]["index"] = {"string": "zero"}
+    cpus = {
+        "metadata": {"name": "dgx-0-cpus"},
+        "spec": {
+            "driver": "dra.cpu.example.com",
+            "nodeName": "dgx-0",
+            "pool": {"name": "dgx-0", "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "cpus", "counters": {"cpu": {"value": "500m"}}}],
+            "devices": [{"name": "x", "attributes": {"type": {"int": 3}}}],
+        },
+    }
+    devices, problems = readable_node_devices([current, stale, cpus])
+    assert problems == []
+    assert devices["dgx-0"].gpu_count == 8
+
+
 def test_cel_attribute_keys_are_qualified_by_the_driver() -> None:
     assert api.attribute_key("uuid") == "gpu.nvidia.com/uuid"
     assert api.attribute_key(api.PCIE_ROOT_ATTRIBUTE) == "resource.kubernetes.io/pcieRoot"
