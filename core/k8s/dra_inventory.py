@@ -162,7 +162,8 @@ def node_inventory(
 def claim_names(pod: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     """``(entry name, claim name)`` for each ``spec.resourceClaims`` entry; the claim name
     is None while a template's claim has not been created (``status.resourceClaimStatuses``
-    names it once the resourceclaim controller has)."""
+    names it once the resourceclaim controller has). An entry whose status names no claim
+    is left out: the API says no claim was needed and the entry can be ignored."""
     generated = {
         str(entry.get("name")): entry.get("resourceClaimName")
         for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []
@@ -173,6 +174,8 @@ def claim_names(pod: Mapping[str, Any]) -> list[tuple[str, str | None]]:
         name = str(entry.get("name"))
         if entry.get("resourceClaimName"):
             names.append((name, str(entry["resourceClaimName"])))
+        elif name in generated and not generated[name]:
+            continue  # the controller generated none: nothing to wait for
         else:
             claim = generated.get(name)
             names.append((name, str(claim) if claim else None))
