@@ -265,24 +265,43 @@ def _check_constraints(
     inventory: NodeInventory,
     where: str,
 ) -> None:
-    """``matchAttribute``: the devices of the named requests (all: none named) agree on it."""
+    """The claim's constraints over kubesage's devices: ``matchAttribute`` (the devices of
+    the named requests agree on it) and ``distinctAttribute`` (no two share a value).
+    ``requests`` names requests (each covers its subrequests) or ``<request>/<sub>``; none
+    named covers every request. Another kind of constraint is refused, as kube-scheduler's
+    allocator refuses one it does not know."""
     for constraint in constraints:
-        attribute = constraint.get("matchAttribute")
-        if not attribute:
-            continue
+        match, distinct = constraint.get("matchAttribute"), constraint.get("distinctAttribute")
+        attribute = match or distinct
+        if not attribute or (match and distinct):
+            raise AllocationRefusedError(
+                f"{where}: a constraint kubesage cannot evaluate ({dict(constraint)}); it "
+                "knows matchAttribute and distinctAttribute"
+            )
         names = set(constraint.get("requests") or [])
-        values = set()
+        values: list[str | None] = []
         for result in results:
-            if names and str(result["request"]).split("/")[0] not in names:
+            request = str(result["request"])
+            if names and request not in names and request.split("/")[0] not in names:
                 continue
             device = inventory.device((result["driver"], result["pool"], result["device"]))
             domain, _, short = str(attribute).rpartition("/")
             value = attribute_value(device.spec, device.driver, short, domain) if device else None
-            values.add(json_key(value))
-        if len(values) > 1 or None in values:
+            values.append(json_key(value))
+        if None in values:
+            raise AllocationRefusedError(
+                f"{where}: a device kubesage placed has no attribute {attribute}, which the "
+                "claim's constraint names"
+            )
+        if match and len(set(values)) > 1:
             raise AllocationRefusedError(
                 f"{where}: kubesage's devices do not share the attribute {attribute} "
                 "the claim's constraint asks them to match"
+            )
+        if distinct and len(set(values)) < len(values):
+            raise AllocationRefusedError(
+                f"{where}: kubesage's devices share a value of {attribute}, which the "
+                "claim's constraint asks to be distinct"
             )
 
 

@@ -18,7 +18,13 @@ from kubesage.core.k8s.dra_allocation import (
     released_status,
     wanted_devices,
 )
-from kubesage.core.k8s.dra_inventory import InUse, NodeInventory, in_use, node_inventory
+from kubesage.core.k8s.dra_inventory import (
+    InUse,
+    NodeInventory,
+    claim_names,
+    in_use,
+    node_inventory,
+)
 from kubesage.core.k8s.dra_selectors import UnsupportedSelectorError, matches
 from kubesage.core.k8s.translate import mig_shape
 from kubesage.core.types import Placement, PodRequest
@@ -249,6 +255,33 @@ def test_match_attribute_constraints_hold_for_kubesages_devices() -> None:
         plan(claimed_pod("c"), [claim], inventory, whole(DGX, 0, 2))
 
 
+def test_constraints_name_subrequests_and_distinct_attributes_are_checked() -> None:
+    """A constraint naming ``<request>/<subrequest>`` covers that subrequest's devices;
+    ``distinctAttribute`` asks for different values; a constraint of another kind is
+    refused rather than skipped (kube-scheduler's allocator refuses it too)."""
+    inventory = node_inventory([fx.dgx_h100_slice(DGX)], DGX)
+    claim = stored(fx.gpu_claim("c", count=2), "u")
+    claim["spec"]["devices"]["requests"] = [
+        {
+            "name": "gpus",
+            "firstAvailable": [{"name": "big", "deviceClassName": api.GPU_DEVICE_CLASS, "count": 2}],
+        }
+    ]
+    claim["spec"]["devices"]["constraints"] = [
+        {"matchAttribute": api.PCIE_ROOT_ATTRIBUTE, "requests": ["gpus/big"]}
+    ]
+    assert plan(claimed_pod("c"), [claim], inventory, whole(DGX, 1, 0))
+    with pytest.raises(AllocationRefusedError, match="pcieRoot"):
+        plan(claimed_pod("c"), [claim], inventory, whole(DGX, 0, 7))
+    claim["spec"]["devices"]["constraints"] = [{"distinctAttribute": api.PCIE_ROOT_ATTRIBUTE}]
+    assert plan(claimed_pod("c"), [claim], inventory, whole(DGX, 0, 7))
+    with pytest.raises(AllocationRefusedError, match="distinct"):
+        plan(claimed_pod("c"), [claim], inventory, whole(DGX, 1, 0))
+    claim["spec"]["devices"]["constraints"] = [{"someFutureConstraint": "x"}]
+    with pytest.raises(AllocationRefusedError, match="cannot evaluate"):
+        plan(claimed_pod("c"), [claim], inventory, whole(DGX, 1, 0))
+
+
 def test_first_available_takes_the_first_subrequest_kubesages_devices_satisfy() -> None:
     inventory = node_inventory([fx.dgx_h100_slice(DGX)], DGX)
     claim = stored(fx.gpu_claim("c"), "u")
@@ -309,6 +342,24 @@ def test_a_template_claim_not_created_yet_is_not_ready() -> None:
     pod["status"] = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x"}]}
     claim = stored(fx.gpu_claim("p-gpus-x"), "u2")
     assert plan(pod, [claim], inventory, whole(DGX, 0))
+
+
+def test_a_status_entry_without_a_claim_name_needs_no_claim() -> None:
+    """``resourceClaimStatuses`` naming no claim means none was needed (the API: the
+    entry can be ignored); the pod's other claims are still read."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {
+            "resourceClaims": [
+                {"name": "optional", "resourceClaimTemplateName": "t"},
+                {"name": "gpus", "resourceClaimName": "mine"},
+            ]
+        },
+        "status": {"resourceClaimStatuses": [{"name": "optional", "resourceClaimName": None}]},
+    }
+    assert claim_names(pod) == [("gpus", "mine")]
+    inventory = node_inventory([fx.dgx_h100_slice(DGX)], DGX)
+    assert plan(pod, [stored(fx.gpu_claim("mine"), "u2")], inventory, whole(DGX, 0))
 
 
 def test_released_status_drops_only_what_the_pod_holds() -> None:
