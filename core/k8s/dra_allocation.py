@@ -18,8 +18,9 @@ plain API dicts; :mod:`~kubesage.core.k8s.dra_binding` reads and writes them.
   its order is the only order the API carries, so a gang member's ring order is the
   results' order. Every device must pass the request's DeviceClass and request CEL
   selectors (:mod:`~kubesage.core.k8s.dra_selectors`) and the claim's
-  ``matchAttribute`` constraints, must not be held by another claim, and a partition
-  must fit its counter set; else :class:`AllocationRefusedError` (or
+  ``matchAttribute``/``distinctAttribute`` constraints, must not be held by another
+  claim, and a partition must fit its counter set; a request of a DeviceClass kubesage
+  does not allocate (:data:`ALLOCATED_CLASSES`) is refused by name; else :class:`AllocationRefusedError` (or
   :class:`DeviceTakenError`) says why, and nothing is written.
 
 A claim already reserved for the pod is left as it is (kube-scheduler's PreBind does the
@@ -48,12 +49,19 @@ from kubesage.core.k8s.dra_inventory import (
     result_keys,
     uid_of,
 )
+from kubesage.core.k8s.dra_requests import GPU_CLASSES, MIG_CLASSES
 from kubesage.core.k8s.dra_selectors import UnsupportedSelectorError, selectors_match
 from kubesage.core.k8s.node_eligibility import NODE_NAME_FIELD, node_name_term
 from kubesage.core.types import Placement, PodRequest
 
 Obj = dict[str, Any]
 
+ALLOCATED_CLASSES: frozenset[str] = GPU_CLASSES | MIG_CLASSES
+"""The DeviceClasses whose requests kubesage deals its devices to (NVIDIA's GPU and MIG
+classes); a claim asking for any other is left to kube-scheduler."""
+BLOCKING_TAINTS = frozenset({"NoSchedule", "NoExecute"})
+"""Device taint effects that keep a pod off the device unless tolerated (``None`` only
+informs)."""
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
 """The finalizer kube-scheduler puts on a claim before it allocates it (the claim is not
 deleted while its devices may be in use); kubesage does the same."""
@@ -206,12 +214,18 @@ class _Dealer:
                 f"{where}: request {request} (allocationMode {mode}, adminAccess "
                 f"{bool(option.get('adminAccess'))}) is not one kubesage allocates"
             )
+        class_name = str(option.get("deviceClassName"))
+        if class_name not in ALLOCATED_CLASSES:  # a NIC, a compute domain, a custom class
+            problems.append(
+                f"DeviceClass {class_name} is not one kubesage allocates (it allocates "
+                f"{', '.join(sorted(ALLOCATED_CLASSES))}); leave this pod to kube-scheduler"
+            )
+            return None
         count = int(option.get("count") or 1)
         picked = self.devices[self.position : self.position + count]
         if len(picked) < count:
             problems.append(f"asks for {count} device(s), kubesage placed {len(picked)}")
             return None
-        class_name = str(option.get("deviceClassName"))
         device_class = self.classes.get(class_name)
         if device_class is None:
             raise AllocationRefusedError(f"{where}: DeviceClass {class_name} not found")
@@ -226,10 +240,17 @@ class _Dealer:
             if not fits:
                 problems.append(f"{device.pool}/{device.name} does not match {class_name}")
                 return None
-            # Taints (tolerations are not evaluated here) and binding conditions (which
-            # kube-scheduler waits for in PreBind) are left to kube-scheduler.
-            for field_name in ("taints", "bindingConditions"):
-                if device.spec.get(field_name):
+            # Taints that keep pods off (tolerations are not evaluated here; effect
+            # None only informs) and binding conditions (which kube-scheduler waits for
+            # in PreBind) are left to kube-scheduler.
+            blocking = [
+                t for t in device.spec.get("taints") or [] if t.get("effect") in BLOCKING_TAINTS
+            ]
+            for field_name, present in (
+                ("taints", blocking),
+                ("bindingConditions", device.spec.get("bindingConditions")),
+            ):
+                if present:
                     raise AllocationRefusedError(
                         f"{where}: {device.pool}/{device.name} has {field_name}, which "
                         "kubesage does not handle"

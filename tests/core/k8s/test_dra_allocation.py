@@ -423,3 +423,16 @@ def test_tainted_devices_are_left_to_kube_scheduler() -> None:
     claim = stored(fx.gpu_claim("c"), "u")
     with pytest.raises(AllocationRefusedError, match="gpu-2 has taints"):
         plan(claimed_pod("c"), [claim], inventory, whole(DGX, 2))
+    # A taint of effect None only informs: the device is allocated.
+    tainted["spec"]["devices"][2]["taints"] = [{"key": "ecc", "effect": "None"}]
+    assert plan(claimed_pod("c"), [claim], node_inventory([tainted], DGX), whole(DGX, 2))
+
+
+def test_a_claim_of_a_class_kubesage_does_not_allocate_is_refused_by_name() -> None:
+    """A NIC (or compute-domain) claim beside the GPUs: kubesage does not deal its GPUs
+    to it, and says which class and who can schedule the pod."""
+    inventory = node_inventory([fx.dgx_h100_slice(DGX)], DGX)
+    nic = stored(fx.gpu_claim("nic"), "u")
+    nic["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "rdma.example.com"
+    with pytest.raises(AllocationRefusedError, match="DeviceClass rdma.example.com is not one"):
+        plan(claimed_pod("nic"), [nic], inventory, whole(DGX, 0))
