@@ -31,7 +31,7 @@ from kubesage.core.k8s.apiclient import ApiClient, ResourceV1Api
 from kubesage.core.k8s.dra_inventory import claim_names, result_keys
 from kubesage.core.k8s.dra_requests import ClaimsPendingError, with_claims
 from kubesage.core.k8s.optional_group import OptionalListCall
-from kubesage.core.k8s.translate import pod_request
+from kubesage.core.k8s.translate import TranslateError, pod_request
 from kubesage.core.types import PodRequest
 
 Obj = dict[str, Any]
@@ -115,6 +115,13 @@ class ClaimCache:
         if not (pod.get("spec") or {}).get("resourceClaims"):
             return request
         claims = self.claims_of(pod)
+        if claims is None and self.served is False:  # no claim will ever be seen
+            raise TranslateError(
+                f"it names ResourceClaims, and the cluster does not serve {dra.API_VERSION}, "
+                "the API kubesage reads them with (Kubernetes 1.34 on): leave this pod to "
+                "kube-scheduler",
+                path="spec.resourceClaims",
+            )
         if claims is None:
             raise ClaimsPendingError(
                 "a ResourceClaim it names is not created yet", path="spec.resourceClaims"

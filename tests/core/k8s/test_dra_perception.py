@@ -13,7 +13,8 @@ import pytest
 from kubesage.core.errors import CapacityError
 from kubesage.core.k8s.apiclient import load_api_client
 from kubesage.core.k8s.informer import ClusterSync
-from kubesage.core.k8s.translate import mig_shape
+from kubesage.core.k8s.dra_requests import ClaimsPendingError
+from kubesage.core.k8s.translate import TranslateError, mig_shape
 from kubesage.core.types import PodRequest
 from tests.core.k8s import v1_container, v1_node, v1_pod
 from tests.fakes import dra_fixtures as fx
@@ -131,6 +132,21 @@ def test_without_resource_k8s_io_the_extended_resources_stay(
     ]
     # Once per reflector (slices, claims), each naming its fallback.
     assert len(notes) == len(set(notes)) == 2
+
+
+def test_without_resource_k8s_io_a_pod_naming_a_claim_is_refused_not_left_waiting() -> None:
+    """On a cluster that serves no resource.k8s.io/v1 (DRA through an older API) no claim
+    will ever be seen: the pod's request is an error that says so, not a wait."""
+    with FakeApiServer(dra=False) as fake:
+        fake.add_node(v1_node("plugin-0", gpus=8))
+        pod = v1_pod("p", namespace="default", scheduler_name="kubesage")
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "mine"}]
+        with make_sync(fake) as sync:
+            assert sync.wait_until_ready(10)
+            assert sync.dra_served is False
+            with pytest.raises(TranslateError, match="does not serve resource.k8s.io/v1") as info:
+                sync.request_of(pod)
+            assert not isinstance(info.value, ClaimsPendingError)
 
 
 def test_a_bad_slice_leaves_the_node_on_its_extended_resources(
