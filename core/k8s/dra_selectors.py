@@ -15,9 +15,14 @@ kubesage has no CEL runtime. It evaluates the subset DRA selectors are written i
 - string, int and bool literals (either quote), lists ``[a, b]`` and ``x in [...]``;
 - ``== != < <= > >=``, ``&&``, ``||``, ``!`` and parentheses.
 
-An attribute a device does not have makes the comparison false (CEL raises a runtime
-error there, and the allocator does not pick the device). Anything else is
-:class:`UnsupportedSelectorError`: the caller refuses to allocate rather than guess.
+An attribute a device does not have is CEL's "no such key" runtime error, carried as
+CEL carries errors: ``!`` keeps it, ``false && error`` is false and ``true || error`` is
+true (either order), anything else stays an error. A selector whose result is an error is
+:class:`SelectorRuntimeError`, as kube-scheduler's allocator fails on it: never a silent
+match (``!(…index in [0, 1])`` on a device without ``index`` is no "yes"). A ``version``
+attribute is a semver in CEL, which compares only through ``semver()`` functions kubesage
+does not evaluate. Anything else outside the subset is :class:`UnsupportedSelectorError`:
+the caller refuses to allocate rather than guess.
 """
 
 from __future__ import annotations
@@ -35,8 +40,20 @@ class UnsupportedSelectorError(InputError):
     """A CEL selector outside the subset kubesage evaluates (module docstring)."""
 
 
+class SelectorRuntimeError(UnsupportedSelectorError):
+    """A selector that evaluates to CEL's runtime error on a device (a missing key)."""
+
+
 class _MissingError(Exception):
-    """An attribute or capacity the device does not have: the selector does not match."""
+    """An attribute or capacity the device does not have: CEL's "no such key"."""
+
+
+class _Error:
+    """CEL's error value inside an expression (see the module docstring)."""
+
+
+_ERROR = _Error()
+Truth = bool | _Error
 
 
 _TOKEN = re.compile(
@@ -77,6 +94,8 @@ class _Evaluator:
         self.position = 0
         self.device = device
         self.driver = driver
+        self.missing = ""
+        """The first key the device lacks (what a runtime error names)."""
 
     def unsupported(self, what: str) -> UnsupportedSelectorError:
         return UnsupportedSelectorError(f"CEL selector {self.expression!r}: {what}")
@@ -95,28 +114,40 @@ class _Evaluator:
         result = self.disjunction()
         if self.peek() is not None:
             raise self.unsupported(f"unexpected {self.peek()!r}")
+        if isinstance(result, _Error):
+            raise SelectorRuntimeError(
+                f"CEL selector {self.expression!r}: the device has no {self.missing} "
+                "(a CEL runtime error, on which kube-scheduler's allocator fails too)"
+            )
         return result
 
-    def disjunction(self) -> bool:
+    def disjunction(self) -> Truth:
         result = self.conjunction()
         while self.peek() == "||":
             self.take()
             right = self.conjunction()  # evaluated anyway: the whole selector is parsed
-            result = result or right
+            if result is True or right is True:
+                result = True
+            elif isinstance(result, _Error) or isinstance(right, _Error):
+                result = _ERROR
         return result
 
-    def conjunction(self) -> bool:
+    def conjunction(self) -> Truth:
         result = self.negation()
         while self.peek() == "&&":
             self.take()
             right = self.negation()
-            result = result and right
+            if result is False or right is False:
+                result = False
+            elif isinstance(result, _Error) or isinstance(right, _Error):
+                result = _ERROR
         return result
 
-    def negation(self) -> bool:
+    def negation(self) -> Truth:
         if self.peek() == "!":
             self.take()
-            return not self.negation()
+            inner = self.negation()
+            return inner if isinstance(inner, _Error) else not inner
         if self.peek() == "(":
             self.take()
             result = self.disjunction()
@@ -124,24 +155,33 @@ class _Evaluator:
             return result
         return self.comparison()
 
-    def comparison(self) -> bool:
-        try:
-            left: Value | None = self.operand()
-        except _MissingError:
-            left = None
+    def comparison(self) -> Truth:
+        left = self.operand_or_missing()
         operator = self.peek()
         if operator not in ("==", "!=", "<", "<=", ">", ">=", "in"):
-            if left is None or isinstance(left, bool):
-                return bool(left)  # a bool attribute on its own; a missing one is false
+            if left is None:
+                return _ERROR
+            if isinstance(left, bool):
+                return left  # a bool attribute on its own
             raise self.unsupported(f"expected a comparison, found {operator!r}")
         self.take()
-        try:
-            right: Value | None = self.operand()
-        except _MissingError:
-            right = None
+        right = self.operand_or_missing()
         if left is None or right is None:
-            return False  # CEL: "no such key" — the device does not match
+            return _ERROR
+        if isinstance(left, _Semver) or isinstance(right, _Semver):
+            raise self.unsupported(
+                "a version attribute is a semver, compared only through semver() functions "
+                "kubesage does not evaluate"
+            )
         return _compare(left, operator, right, self)
+
+    def operand_or_missing(self) -> Value | None:
+        """An operand; None for a key the device does not have (noted for the message)."""
+        try:
+            return self.operand()
+        except _MissingError as exc:
+            self.missing = self.missing or str(exc)
+            return None
 
     def operand(self) -> Value:
         token = self.take()
@@ -221,22 +261,28 @@ def _compare(left: Value, operator: str, right: Value, where: _Evaluator) -> boo
     return ordered[operator]
 
 
+class _Semver(str):
+    """A ``version`` attribute's value: a semver in CEL, not a string."""
+
+
 def _qualified(entries: Mapping[str, Any], driver: str, domain: str, name: str) -> Any:
     """The entry ``domain/name``; an unqualified name belongs to the driver's domain."""
     if f"{domain}/{name}" in entries:
         return entries[f"{domain}/{name}"]
     if domain == driver and name in entries:
         return entries[name]
-    raise _MissingError
+    raise _MissingError(f"key {domain}/{name}")
 
 
 def _attribute(device: Mapping[str, Any], driver: str, domain: str, name: str) -> Value:
     attribute = _qualified(device.get("attributes") or {}, driver, domain, name)
-    for kind in ("string", "int", "bool", "version"):
+    if isinstance(attribute, Mapping) and "version" in attribute:
+        return _Semver(attribute["version"])
+    for kind in ("string", "int", "bool"):
         if isinstance(attribute, Mapping) and kind in attribute:
             value = attribute[kind]
             return value if isinstance(value, str | int | bool) else str(value)
-    raise _MissingError
+    raise _MissingError(f"value in attribute {domain}/{name}")
 
 
 def _capacity(device: Mapping[str, Any], driver: str, domain: str, name: str) -> Decimal:
@@ -245,13 +291,14 @@ def _capacity(device: Mapping[str, Any], driver: str, domain: str, name: str) ->
     try:
         return parse_quantity(value, f"capacity {domain}/{name}")
     except TranslateError as exc:
-        raise _MissingError from exc
+        raise _MissingError(f"readable capacity {domain}/{name}") from exc
 
 
 def matches(expression: str, device: Mapping[str, Any], driver: str) -> bool:
     """Whether ``device`` (a ResourceSlice device, ``driver``'s) satisfies the selector.
 
-    Raises :class:`UnsupportedSelectorError` for CEL outside the evaluated subset.
+    Raises :class:`UnsupportedSelectorError` for CEL outside the evaluated subset, and
+    :class:`SelectorRuntimeError` where the selector is CEL's runtime error on the device.
     """
     return _Evaluator(expression, device, driver).run()
 

@@ -25,7 +25,11 @@ from kubesage.core.k8s.dra_inventory import (
     in_use,
     node_inventory,
 )
-from kubesage.core.k8s.dra_selectors import UnsupportedSelectorError, matches
+from kubesage.core.k8s.dra_selectors import (
+    SelectorRuntimeError,
+    UnsupportedSelectorError,
+    matches,
+)
 from kubesage.core.k8s.translate import mig_shape
 from kubesage.core.types import Placement, PodRequest
 from tests.builders import pod as pod_request
@@ -264,7 +268,9 @@ def test_constraints_name_subrequests_and_distinct_attributes_are_checked() -> N
     claim["spec"]["devices"]["requests"] = [
         {
             "name": "gpus",
-            "firstAvailable": [{"name": "big", "deviceClassName": api.GPU_DEVICE_CLASS, "count": 2}],
+            "firstAvailable": [
+                {"name": "big", "deviceClassName": api.GPU_DEVICE_CLASS, "count": 2}
+            ],
         }
     ]
     claim["spec"]["devices"]["constraints"] = [
@@ -393,7 +399,9 @@ DEVICE = fx.gpu_device("n", 3, fx.H100, "0000:61:00.0", "pci0000:01")
         ),
         ("!(device.attributes['gpu.nvidia.com'].index == 3) || device.driver == 'x'", False),
         ("device.attributes['resource.kubernetes.io'].pcieRoot == 'pci0000:01'", True),
-        ("device.attributes['gpu.nvidia.com'].missing == 1", False),
+        # CEL's error absorption: false && error is false, true || error is true.
+        ("device.driver == 'x' && device.attributes['gpu.nvidia.com'].missing == 1", False),
+        ("device.attributes['gpu.nvidia.com'].missing == 1 || device.driver != 'x'", True),
         ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0", True),
         ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('100Gi')) >= 0", False),
     ],
@@ -416,6 +424,33 @@ def test_selectors_outside_the_subset_are_unsupported(expression: str) -> None:
         matches(expression, DEVICE, api.NVIDIA_GPU_DRIVER)
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "device.attributes['gpu.nvidia.com'].missing == 1",
+        "!(device.attributes['gpu.nvidia.com'].missing in [0, 1])",  # no silent "yes"
+        "device.attributes['gpu.nvidia.com'].missing == 1 && device.driver != 'x'",
+        "device.attributes['gpu.nvidia.com'].missing",
+    ],
+)
+def test_a_missing_key_is_a_cel_runtime_error_not_a_match(expression: str) -> None:
+    with pytest.raises(SelectorRuntimeError, match=r"has no key gpu\.nvidia\.com/missing"):
+        matches(expression, DEVICE, api.NVIDIA_GPU_DRIVER)
+
+
+def test_version_attributes_are_not_compared_as_strings() -> None:
+    device = {
+        **DEVICE,
+        "attributes": {**DEVICE["attributes"], "driverVersion": {"version": "570.1.0"}},
+    }
+    with pytest.raises(UnsupportedSelectorError, match="semver"):
+        matches(
+            "device.attributes['gpu.nvidia.com'].driverVersion >= '10.0.0'",
+            device,
+            api.NVIDIA_GPU_DRIVER,
+        )
+
+
 def test_tainted_devices_are_left_to_kube_scheduler() -> None:
     tainted = fx.dgx_h100_slice(DGX)
     tainted["spec"]["devices"][2]["taints"] = [{"key": "ecc", "effect": "NoSchedule"}]
@@ -434,5 +469,5 @@ def test_a_claim_of_a_class_kubesage_does_not_allocate_is_refused_by_name() -> N
     inventory = node_inventory([fx.dgx_h100_slice(DGX)], DGX)
     nic = stored(fx.gpu_claim("nic"), "u")
     nic["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "rdma.example.com"
-    with pytest.raises(AllocationRefusedError, match="DeviceClass rdma.example.com is not one"):
+    with pytest.raises(AllocationRefusedError, match=r"DeviceClass rdma\.example\.com is not one"):
         plan(claimed_pod("nic"), [nic], inventory, whole(DGX, 0))
