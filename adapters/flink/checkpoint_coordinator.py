@@ -57,6 +57,7 @@ def late_limit_ms(interval_ms: int) -> int:
     triggered; a later one is skipped (see the module docstring)."""
     return max(LATE_MIN_MS, int(interval_ms * LATE_SHARE))
 
+
 Outcome = Literal["completed", "failed", "trigger-error", "skipped", "timed-out"]
 
 

@@ -176,9 +176,7 @@ def _pool_generation(obj: object) -> tuple[object, object, object]:
     return spec.get("driver"), pool.get("name"), pool.get("generation")
 
 
-def _counted(
-    slices: list[Mapping[str, Any]], driver: str
-) -> list[tuple[int, Mapping[str, Any]]]:
+def _counted(slices: list[Mapping[str, Any]], driver: str) -> list[tuple[int, Mapping[str, Any]]]:
     """``(position, slice)`` of the slices of ``driver`` (or whose driver cannot be told,
     so that their problem is reported) that are not of an older generation of their pool."""
     newest: dict[str, int] = {}

@@ -20,8 +20,9 @@ plain API dicts; :mod:`~kubesage.core.k8s.dra_binding` reads and writes them.
   selectors (:mod:`~kubesage.core.k8s.dra_selectors`) and the claim's
   ``matchAttribute``/``distinctAttribute`` constraints, must not be held by another
   claim, and a partition must fit its counter set; a request of a DeviceClass kubesage
-  does not allocate (:data:`ALLOCATED_CLASSES`) is refused by name; else :class:`AllocationRefusedError` (or
-  :class:`DeviceTakenError`) says why, and nothing is written.
+  does not allocate (:data:`ALLOCATED_CLASSES`) is refused by name; else
+  :class:`AllocationRefusedError` (or :class:`DeviceTakenError`) says why, and nothing
+  is written.
 
 A claim already reserved for the pod is left as it is (kube-scheduler's PreBind does the
 same; in extender mode kube-scheduler allocated it before kubesage's bind). A claim

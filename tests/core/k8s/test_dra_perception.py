@@ -12,8 +12,8 @@ import pytest
 
 from kubesage.core.errors import CapacityError
 from kubesage.core.k8s.apiclient import load_api_client
-from kubesage.core.k8s.informer import ClusterSync
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
+from kubesage.core.k8s.informer import ClusterSync
 from kubesage.core.k8s.translate import TranslateError, mig_shape
 from kubesage.core.types import PodRequest
 from tests.core.k8s import v1_container, v1_node, v1_pod
@@ -144,7 +144,8 @@ def test_without_resource_k8s_io_a_pod_naming_a_claim_is_refused_not_left_waitin
         with make_sync(fake) as sync:
             assert sync.wait_until_ready(10)
             assert sync.dra_served is False
-            with pytest.raises(TranslateError, match="does not serve resource.k8s.io/v1") as info:
+            served = r"does not serve resource\.k8s\.io/v1"
+            with pytest.raises(TranslateError, match=served) as info:
                 sync.request_of(pod)
             assert not isinstance(info.value, ClaimsPendingError)
 
