@@ -1,7 +1,8 @@
 """Which nodes a pod may use beyond its resources: kube-scheduler's NodeUnschedulable,
 TaintToleration and NodeAffinity filters (nodeSelector, required node affinity with
-matchExpressions and matchFields), as the secondary scheduler applies them before
-placing a pod on the core's resource model."""
+matchExpressions and matchFields), and, for a pod asking for ``nvidia.com/gpu``, a node
+that advertises it (not one whose GPUs only DRA publishes), as the secondary scheduler
+applies them before placing a pod on the core's resource model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from kubesage.core.arrays import BoolArray
+from kubesage.core.errors import InputError
 from kubesage.core.k8s.mig_readiness import mig_resources, mig_wait_for
+from kubesage.core.k8s.translate import GPU_RESOURCE, effective_requests, parse_quantity
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NODE_NAME_FIELD = "metadata.name"
@@ -101,8 +104,28 @@ def go_parse_int(text: str) -> int | None:
     return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
+def advertises_asked_gpus(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Whether ``node`` advertises ``nvidia.com/gpu`` where ``pod`` asks for it as an
+    extended resource. The core counts a node's GPUs from its ResourceSlices too, but a
+    node whose GPUs are published only through DRA has no device plugin: the kubelet
+    rejects such a pod there, and kube-scheduler's NodeResourcesFit never picks it."""
+    try:
+        asked = effective_requests(pod.get("spec") or {}).get(GPU_RESOURCE, 0)
+    except InputError:
+        return True  # the bind path refuses an unreadable pod itself
+    if asked <= 0:
+        return True
+    allocatable: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
+    try:
+        return parse_quantity(allocatable.get(GPU_RESOURCE, "0")) > 0
+    except InputError:
+        return False
+
+
 def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """kube-scheduler's node filters that the core's resource model does not cover."""
+    if not advertises_asked_gpus(pod, node):
+        return False
     spec = pod.get("spec") or {}
     node_spec = node.get("spec") or {}
     metadata = node.get("metadata") or {}

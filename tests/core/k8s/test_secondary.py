@@ -244,6 +244,25 @@ def test_node_filters(
     assert node_fits_pod({"spec": pod_spec}, node) is fits
 
 
+@pytest.mark.parametrize(
+    ("allocatable", "fits"),
+    [
+        ({"nvidia.com/gpu": "8"}, True),
+        ({"nvidia.com/gpu": "0"}, False),  # a node all in MIG mode
+        ({}, False),  # GPUs published only through DRA: no device plugin to admit it
+    ],
+)
+def test_a_pod_asking_for_nvidia_gpu_needs_a_node_that_advertises_it(
+    allocatable: dict[str, str], fits: bool
+) -> None:
+    pod = {
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "8", **allocatable}}}
+    assert node_fits_pod(pod, node) is fits
+    assert node_fits_pod({"spec": {"containers": [{"name": "c"}]}}, node)  # no GPU asked
+
+
 def test_a_failed_member_bind_is_forgotten_and_retried(harness: Harness) -> None:
     for i in range(2):
         harness.add(f"m{i}", annotations=gang("duo", 2))
