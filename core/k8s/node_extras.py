@@ -378,11 +378,25 @@ class _Noting:
             self._steps.last = decision.placement
             return decision
         member, fits = self._steps.current or (None, None)
-        if member is None or fits is None:  # the extras refused no node
+        if member is None:
             return decision
-        refused = ~fits if member.eligible is None else member.eligible & ~fits
-        others = np.flatnonzero(~refused)
+        # Nodes the pod's own filters leave out are hidden from the policy (no CPU fits
+        # there), so the fit rule's words would say "CPU": they are named apart.
+        left_out = np.zeros(state.num_nodes, dtype=bool)
+        if member.eligible is not None:
+            left_out = ~member.eligible
+        refused = np.zeros(state.num_nodes, dtype=bool) if fits is None else ~fits & ~left_out
+        if not left_out.any() and not refused.any():
+            return decision
+        others = np.flatnonzero(~refused & ~left_out)
         core = fit_report(state, request, others).summary() if others.size else ""
         extras = self._steps.use.summary(member.extras, np.flatnonzero(refused))
-        words = "; ".join(part for part in (core, extras) if part)
+        count = int(left_out.sum())
+        filtered = (
+            "left out by the pod's node filters (nodeSelector, affinity, taints, cordons, "
+            f"GPUs or MIG instances not advertised) ({count} node{'' if count == 1 else 's'})"
+            if count
+            else ""
+        )
+        words = "; ".join(part for part in (core, extras, filtered) if part)
         return decision.model_copy(update={"explanation": f"no node fits: {words}"})

@@ -343,12 +343,15 @@ def test_a_node_the_extras_refuse_is_counted_by_their_reasons_only() -> None:
     assert outcome.placements is None
     # a lacks CPU too, but the extras refused it first: counted once, by their reason.
     assert outcome.reason.endswith(f"no node fits: Insufficient {RDMA} (2 nodes)")
-    # A node the pod's spec rules out (taints, affinity) is not the extras' to count.
+    # A node the pod's spec rules out (taints, affinity) is not the extras' to count, nor
+    # a lack of CPU (the policy sees it hidden): it is named as left out by the filters.
     members = [ExtrasMember(pod_request(pod), np.array([True, False]), pod_extras(pod))]
     outcome = place_with_extras(state.copy(), members, policy, use)
     assert outcome.reason.endswith(
-        f"no node fits: insufficient free CPU for 2000m (1 node); Insufficient {RDMA} (1 node)"
+        f"no node fits: Insufficient {RDMA} (1 node); left out by the pod's node filters "
+        "(nodeSelector, affinity, taints, cordons, GPUs or MIG instances not advertised) (1 node)"
     )
+    assert "CPU" not in outcome.reason
 
 
 def test_the_core_reasons_of_nodes_the_extras_let_through_are_kept() -> None:
