@@ -70,10 +70,17 @@ def with_claims(
                 str((s.get("cel") or {}).get("expression") or "")
                 for s in option.get("selectors") or []
             )
-            found = _PROFILE.search(expressions)
-            if found is None:
+            found = set(_PROFILE.findall(expressions))
+            if not found:
                 raise TranslateError("a MIG request without a profile selector", path=path)
-            profiles += [found.group(1)] * count
+            if len(found) > 1 or "||" in expressions or "!" in expressions.replace("!=", ""):
+                # "!(… profile == 'x')" asks for any profile but x: no one profile to place.
+                raise TranslateError(
+                    "kubesage reads a MIG request's profile from one "
+                    f"profile == '<name>' selector, not from {expressions!r}",
+                    path=path,
+                )
+            profiles += [found.pop()] * count
     if not whole and not profiles:
         return request
     if request.num_gpu:

@@ -34,6 +34,9 @@ def test_a_mig_claim_is_one_instance_of_its_profile() -> None:
         (1, dra_api.MIG_DEVICE_CLASS, [], 0, "without a profile"),
         (2, dra_api.MIG_DEVICE_CLASS, [PROFILE], 0, "one MIG instance"),
         (1, dra_api.GPU_DEVICE_CLASS, [], 1, "both as extended resources"),
+        # Any profile but 3g.40gb, or one of two: no one profile to place.
+        (1, dra_api.MIG_DEVICE_CLASS, [f"!({PROFILE})"], 0, "from one profile =="),
+        (1, dra_api.MIG_DEVICE_CLASS, [f"{PROFILE} || {PROFILE[:-8]}'1g.10gb'"], 0, "one profile"),
     ],
 )
 def test_claims_kubesage_cannot_model(
