@@ -15,7 +15,11 @@ Objective (exactly). Let ``a_i(t) = 1`` when job ``i`` has a checkpoint in fligh
    constraint, since it is the quantity that can be guaranteed optimal; then
 2. among phases with that peak count, minimise the peak concurrent checkpoint bytes
    ``B(φ) = max_t Σ_i b_i·a_i(t)`` (what the shared checkpoint storage must absorb at
-   once), then prefer the smallest phases (determinism).
+   once); then
+3. lower the total overlap ``Σ_t Σ_{i<j} a_i(t)·a_j(t)`` (time two jobs are in flight
+   together: where collisions cannot be avoided, every phase may tie on 1 and 2, and the
+   smallest would start the jobs together), then prefer the smallest phases
+   (determinism).
 
 Equal intervals (``T_i = T``, ``d_i ≤ T``): the optimum count is
 ``max(1, ⌈Σ d_i / T⌉)``. Lower bound: over one period the mean of ``Σ_i a_i(t)`` is
@@ -53,7 +57,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kubesage.adapters.flink.errors import StaggerInputError
-from kubesage.adapters.flink.stagger_search import PhaseLayout, branch_and_bound, improve_bytes
+from kubesage.adapters.flink.stagger_search import (
+    PhaseLayout,
+    branch_and_bound,
+    improve_bytes,
+    spread_overlap,
+)
 from kubesage.core.arrays import FloatArray
 
 DEFAULT_RESOLUTION_MS = 100
@@ -197,7 +206,7 @@ def plan_stagger(
         count = layout.peaks(phases)[0]
         # Over a truncated horizon the count is a peak of the first slots only: no proof.
         optimum = count if exact_horizon and (finished or count == lower) else None
-    phases = improve_bytes(layout, phases)
+    phases = spread_overlap(layout, improve_bytes(layout, phases))
     return grid.plan(
         layout,
         phases,
@@ -219,8 +228,9 @@ def best_phase(
     """Phase (ms) for ``new`` beside jobs whose phases are fixed, and the peaks it gives.
 
     Used when one job is added (``kubesage flink submit``): the running jobs keep their
-    phases and the new one goes where the peak count, then the peak bytes, is least
-    (smallest phase on ties). Returns ``(phase_ms, peak_concurrent, peak_bytes)``.
+    phases and the new one goes where the peak count, then the peak bytes, then the
+    time in flight beside another job, is least (smallest phase on ties). Returns
+    ``(phase_ms, peak_concurrent, peak_bytes)``.
     """
     if resolution_ms <= 0:
         raise StaggerInputError(f"resolution_ms must be positive, got {resolution_ms}")
@@ -239,7 +249,8 @@ def best_phase(
     job = len(jobs) - 1
     counts = layout.candidate_peaks(job, count.astype(np.float64), 1.0)
     loads = layout.candidate_peaks(job, load, float(weights[job]))
-    order = np.lexsort((np.arange(len(counts)), loads, counts))
+    overlaps = layout.candidate_overlaps(job, count.astype(np.float64))
+    order = np.lexsort((np.arange(len(counts)), overlaps, loads, counts))
     phase = int(order[0])
     return phase * resolution_ms, int(counts[phase]), round(float(loads[phase]))
 

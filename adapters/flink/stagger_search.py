@@ -19,6 +19,12 @@ it finished: only then is the plan proven optimal on the grid.
 Bytes: :func:`improve_bytes` moves each job in turn to its phase of least peak bytes
 that keeps the peak count, until nothing improves (at most ``MAX_BYTES_ROUNDS``
 rounds); it is not proven optimal.
+
+Overlap: where collisions cannot be avoided, many phases give the same peaks (every
+phase, when two checkpoints are longer than the intervals' common divisor), and the
+smallest would start the jobs together. :func:`spread_overlap` moves each job in turn
+to the phase of least overlap time (slots it is in flight beside another job) among
+those that keep both peaks, the same way.
 """
 
 from __future__ import annotations
@@ -62,6 +68,15 @@ class PhaseLayout:
         count, load = self.profiles(phases)
         return int(count.max()), float(load.max())
 
+    def candidate_overlaps(self, job: int, profile: FloatArray) -> FloatArray:
+        """Slots job ``job`` would be in flight beside ``profile``'s jobs (counted once
+        per other job in flight), at each phase ``0 … T-1``."""
+        period, length = self.periods[job], self.lengths[job]
+        padded = np.zeros(-(-self.horizon // period) * period, dtype=np.float64)
+        padded[: self.horizon] = profile
+        column_sum = padded.reshape(-1, period).sum(axis=0)
+        return circular_window_sum(column_sum, length)
+
     def candidate_peaks(self, job: int, profile: FloatArray, weight: float) -> FloatArray:
         """Peak of ``profile`` plus job ``job`` at each phase ``0 … T-1``."""
         period, length = self.periods[job], self.lengths[job]
@@ -93,6 +108,16 @@ def circular_window_max(values: FloatArray, width: int) -> FloatArray:
         span *= 2
     # Two overlapping power-of-two windows cover any width (sparse-table query).
     result: FloatArray = np.maximum(level[:n], level[width - span : width - span + n])
+    return result
+
+
+def circular_window_sum(values: FloatArray, width: int) -> FloatArray:
+    """``out[s] = sum(values[(s + j) % n] for j < width)`` (prefix sums)."""
+    n = len(values)
+    if not 1 <= width <= n:
+        raise StaggerInputError(f"window width {width} outside [1, {n}]")
+    prefix = np.concatenate([[0.0], np.cumsum(np.concatenate([values, values]))])
+    result: FloatArray = prefix[width : width + n] - prefix[:n]
     return result
 
 
@@ -161,6 +186,29 @@ def improve_bytes(layout: PhaseLayout, phases: list[int]) -> list[int]:
             if allowed[phase] < best_bytes - 1e-9:
                 phases[job] = phase
                 best_bytes = float(allowed[phase])
+                improved = True
+        if not improved:
+            break
+    return phases
+
+
+def spread_overlap(layout: PhaseLayout, phases: list[int]) -> list[int]:
+    """Move jobs one at a time to lower the total overlap time, keeping both peaks."""
+    phases = list(phases)
+    target_count, target_bytes = layout.peaks(phases)
+    for _ in range(MAX_BYTES_ROUNDS):
+        improved = False
+        for job in range(len(phases)):
+            others: list[int | None] = [p if j != job else None for j, p in enumerate(phases)]
+            count, load = layout.profiles(others)
+            counts = layout.candidate_peaks(job, count.astype(np.float64), 1.0)
+            loads = layout.candidate_peaks(job, load, float(layout.weights[job]))
+            overlaps = layout.candidate_overlaps(job, count.astype(np.float64))
+            keeps = (counts <= target_count) & (loads <= target_bytes + 1e-9)
+            allowed = np.where(keeps, overlaps, np.inf)
+            phase = int(np.argmin(allowed))
+            if allowed[phase] < overlaps[phases[job]] - 1e-9:
+                phases[job] = phase
                 improved = True
         if not improved:
             break

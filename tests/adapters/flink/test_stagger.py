@@ -14,6 +14,7 @@ from kubesage.adapters.flink.errors import StaggerInputError
 from kubesage.adapters.flink.stagger import (
     CheckpointProfile,
     aligned_plan,
+    best_phase,
     lower_bound_concurrent,
     optimum_equal_intervals,
     peak_concurrent,
@@ -131,6 +132,32 @@ def test_unequal_intervals_meet_the_lower_bound_when_they_fit() -> None:
     plan = plan_stagger(profiles, resolution_ms=1_000)
     assert plan.peak_concurrent == plan.lower_bound_concurrent == plan.optimum_concurrent == 1
     assert plan.method == "branch-and-bound"
+
+
+def _overlap_ms(profiles: list[CheckpointProfile], phases_ms: list[int], step_ms: int = 100) -> int:
+    """Time two or more jobs are in flight together over the hyperperiod (a sweep)."""
+    horizon = math.lcm(*(p.interval_ms for p in profiles))
+    time = np.arange(0, horizon, step_ms)
+    flying = sum(
+        ((time - phase) % p.interval_ms < p.duration_ms).astype(int)
+        for p, phase in zip(profiles, phases_ms, strict=True)
+    )
+    return int((flying >= 2).sum()) * step_ms
+
+
+def test_where_jobs_must_meet_they_meet_for_as_short_a_time_as_the_peaks_allow() -> None:
+    """60 s and 90 s jobs with 20 s checkpoints must overlap (20 + 20 > their common 30 s),
+    so every phase ties on the peak count: they are still set apart, not both at 0."""
+    profiles = [CheckpointProfile("a", 60_000, 20_000), CheckpointProfile("b", 90_000, 20_000)]
+    plan = plan_stagger(profiles)
+    assert plan.peak_concurrent == 2
+    planned = [plan.phases_ms["a"], plan.phases_ms["b"]]
+    assert _overlap_ms(profiles, planned) == 10_000  # per 180 s
+    assert _overlap_ms(profiles, [0, 0]) == 20_000  # what the smallest phases gave
+    # One job added beside a running one is set apart the same way.
+    phase, peak, _ = best_phase([(profiles[0], 0)], profiles[1])
+    assert peak == 2
+    assert _overlap_ms(profiles, [0, phase]) == 10_000
 
 
 def test_no_optimum_is_claimed_over_a_truncated_horizon() -> None:
