@@ -3,9 +3,12 @@
 ``Scheduled`` once a pod is bound; ``FailedScheduling`` when it cannot be: a pod that
 cannot be read is told once per version of it (:meth:`SchedulingEvents.bad`), one that
 waits is told again only when the reason changes or ``every_s`` has passed
-(:meth:`SchedulingEvents.warn`), as kube-scheduler does not flood a pod's events. A
-failing Event post is logged and counted, never raised: an event is not worth a
-scheduling cycle.
+(:meth:`SchedulingEvents.warn`), as kube-scheduler does not flood a pod's events.
+
+A waiting pod also gets kube-scheduler's condition ``PodScheduled=False`` with reason
+``Unschedulable`` and the message, on its status: the Cluster Autoscaler scales up only
+for pods that carry it, and ``kubectl get pod`` shows the reason. A failing Event post
+or status patch is logged and counted, never raised: neither is worth a scheduling cycle.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from kubesage.core.k8s.schedulable import pod_key, pod_name
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+UNSCHEDULABLE = "Unschedulable"
+"""The ``PodScheduled`` condition's reason for a pod no node fits (kube-scheduler's)."""
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 @dataclass
@@ -47,7 +54,7 @@ class SchedulingEvents:
         """Pod key → its last FailedScheduling event (pending pods only)."""
         self._reported_bad: dict[str, str] = {}
         self.failures = 0
-        """Event posts that failed."""
+        """Event posts and status patches that failed."""
 
     @property
     def remembered(self) -> int:
@@ -81,6 +88,31 @@ class SchedulingEvents:
             log.info("%s: %s", pod_name(pod), message)
             self._reported[key] = _Reported(now, message)
             self.post(pod, "Warning", "FailedScheduling", message)
+            self.mark_unschedulable(pod, message)
+
+    def mark_unschedulable(self, pod: Obj, message: str) -> None:
+        """Set the pod's ``PodScheduled`` condition to False, reason ``Unschedulable``
+        (a strategic merge: the other conditions stay)."""
+        metadata = pod.get("metadata") or {}
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": UNSCHEDULABLE,
+            "message": message[:1024],
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            self._core.patch_namespaced_pod_status(
+                metadata.get("name"),
+                metadata.get("namespace") or "default",
+                {"status": {"conditions": [condition]}},
+                _content_type=STRATEGIC_MERGE_PATCH,
+                _preload_content=False,
+                _request_timeout=5,
+            ).read()
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            self.failures += 1
+            log.warning("marking %s unschedulable failed: %s", pod_name(pod), exc)
 
     def post(self, pod: Obj, kind: str, reason: str, message: str) -> None:
         """Post a core/v1 Event about ``pod`` (failures are logged and counted only)."""

@@ -248,6 +248,8 @@ CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
     "create_namespaced_pod_binding": {("", "pods/binding", "create")},
     "create_namespaced_binding": {("", "bindings", "create")},
     "create_namespaced_event": {("", "events", "create")},
+    # The secondary scheduler's PodScheduled=False/Unschedulable (the Cluster Autoscaler's cue)
+    "patch_namespaced_pod_status": {("", "pods/status", "patch")},
     "read_namespaced_lease": {("coordination.k8s.io", "leases", "get")},
     "create_namespaced_lease": {("coordination.k8s.io", "leases", "create")},
     "replace_namespaced_lease": {("coordination.k8s.io", "leases", "update")},

@@ -64,6 +64,7 @@ LEADER_ONLY_CALLS = {
     # Client calls made only by kubesage's own scheduler and its Lease, which serve.py
     # builds only under --scheduler-name: without it the chart grants neither.
     "create_namespaced_event": Path("core/k8s/scheduling_events.py"),
+    "patch_namespaced_pod_status": Path("core/k8s/scheduling_events.py"),
     "read_namespaced_lease": Path("core/k8s/leader.py"),
     "create_namespaced_lease": Path("core/k8s/leader.py"),
     "replace_namespaced_lease": Path("core/k8s/leader.py"),

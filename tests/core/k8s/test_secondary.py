@@ -128,6 +128,12 @@ def test_a_gang_that_does_not_fit_binds_nothing_until_room_appears(harness: Harn
     assert all(harness.node_of(f"big{i}") is None for i in range(3))
     failed = harness.events("FailedScheduling")
     assert len(failed) == 3 and "0/3 placed" in failed[0]["message"]
+    # kube-scheduler's condition, which the Cluster Autoscaler scales up for.
+    for i in range(3):
+        conditions = harness.fake.pod("ml", f"big{i}")["status"].get("conditions") or []
+        (scheduled,) = [c for c in conditions if c["type"] == "PodScheduled"]
+        assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+        assert "0/3 placed" in scheduled["message"]
     assert harness.scheduler.schedule_once().bound == {}
     assert len(harness.events("FailedScheduling")) == 3  # reported once per waiting time
 
