@@ -373,20 +373,28 @@ def _after_running(
     except FlinkError as exc:
         periodic = None
         log.info("job %s: no checkpoint config (%s)", run.job_id, exc)
-    if run.driven and periodic is not None:
-        changes["driven"] = False
-        reasons.append(
-            f"the job enables periodic checkpoints itself (every {periodic} ms): "
-            "the coordinator will not drive it"
-        )
     planned = run.checkpoint_interval_ms
-    if not run.driven and planned and periodic not in (None, planned):
-        reasons.append(
-            f"the job sets its own checkpoint interval ({periodic} ms; code overrides -D): "
-            f"with min-pause {planned - (run.phase_window_ms or 0)} ms Flink checkpoints at "
-            "most that often, and the phase window does not hold"
-        )
-    if not run.driven and run.checkpoint_interval_ms and run.phase_window_ms:
+    if periodic is not None and (run.driven or periodic != planned):
+        # Flink checkpoints this job at its own interval (raised to min-pause when
+        # shorter: Flink's CheckpointCoordinator), from a first checkpoint it draws at
+        # random. The registry keeps that interval, so the phase later read from the
+        # job's history (landed_checkpoints) is taken modulo the interval Flink uses.
+        min_pause = planned - (run.phase_window_ms or 0) if planned and not run.driven else 0
+        effective = max(periodic, min_pause)
+        changes.update(checkpoint_interval_ms=effective, phase_ms=None)
+        if run.driven:
+            changes["driven"] = False
+            reasons.append(
+                f"the job enables periodic checkpoints itself (every {periodic} ms): "
+                "the coordinator will not drive it"
+            )
+        else:
+            reasons.append(
+                f"the job sets its own checkpoint interval ({periodic} ms; code overrides -D): "
+                f"with min-pause {min_pause} ms Flink checkpoints every {effective} ms, and "
+                "the phase window does not hold"
+            )
+    elif not run.driven and planned and run.phase_window_ms:
         # First checkpoint in [since + T − w, since + T]: the phase window's start.
         interval = run.checkpoint_interval_ms
         changes["phase_ms"] = (since + interval - run.phase_window_ms) % interval

@@ -244,6 +244,39 @@ def test_submit_runs_flink_and_registers_the_job(
     assert any("periodic checkpoints itself" in reason for reason in outcome.reasons)
 
 
+@pytest.mark.parametrize("driven", [True, False])
+def test_a_code_set_interval_is_what_the_registry_keeps(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient], driven: bool
+) -> None:
+    """Asked for 30 s; the recorded job's code checkpoints every 10 s. The registry keeps
+    the interval Flink uses (10 s, or min-pause where that is longer: Flink raises the
+    interval to it), and no planned phase: later phases are read modulo that interval."""
+    flink_home = fake_flink_home(tmp_path)
+
+    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT, "")
+
+    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
+    outcome = submit(
+        request(
+            checkpoint_interval_ms=30_000, driven=driven, flink_home=flink_home, wait_running_s=5
+        ),
+        registry,
+        runner=flink,
+        client_factory=lambda url: replay_client(
+            "jobs_overview", "job_running", "checkpoint_config"
+        ),
+    )
+    stored = registry.find(JOB)
+    assert stored is not None and stored.driven is False and stored.phase_ms is None
+    if driven:
+        assert stored.checkpoint_interval_ms == 10_000
+    else:  # min-pause (30 s less the phase window) is longer than the code's 10 s
+        assert stored.checkpoint_interval_ms is not None and stored.checkpoint_interval_ms > 10_000
+        said = " ".join(outcome.reasons)
+        assert f"Flink checkpoints every {stored.checkpoint_interval_ms} ms" in said
+
+
 def test_a_failing_flink_run_is_an_error_with_its_output(
     tmp_path: Path, replay_client: Callable[..., FlinkClient]
 ) -> None:
