@@ -55,8 +55,10 @@ from kubesage.core.k8s import http_limits
 from kubesage.core.k8s.embedded_workload import DEFAULT_LIFETIME_S
 from kubesage.core.k8s.http_limits import HttpLimits
 from kubesage.core.k8s.http_server import HttpServer
+from kubesage.core.k8s.tls_reload import CHECK_EVERY_S, CertificateReloader
 from kubesage.core.loop.settings import DEFAULT_TICK_S
 from kubesage.core.observability.logging import configure_logging, log_event
+from kubesage.core.periodic import every
 from kubesage.core.policy.registry import policy_names
 from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES
 
@@ -226,6 +228,10 @@ def serve(
     gc_pauses.settle()
     # glibc keeps freed numpy arrays' pages for good (see kubesage.core.heap): hand them back.
     service.stoppers.append(start_trimming())
+    if ssl_context is not None and tls_cert is not None and tls_key is not None:
+        # cert-manager renews the certificate in the mounted Secret: serve the new one.
+        reloader = CertificateReloader(ssl_context, tls_cert, tls_key)
+        service.stoppers.append(every(CHECK_EVERY_S, reloader.check, name="tls-reload"))
     limits = HttpLimits(
         max_url_bytes, max_header_bytes, max_headers, header_timeout_s, keep_alive_s
     )
