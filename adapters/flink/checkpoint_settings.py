@@ -5,7 +5,7 @@ A job the coordinator drives keeps checkpointing enabled but never periodic
 instead (:func:`submit_time_conf`). Flink 2.x has no key that sets a checkpoint
 phase: the ``execution.checkpointing.*`` keys are interval, min-pause, timeout, mode,
 max-concurrent, unaligned, …, but no initial delay. What Flink does (2.3,
-``CheckpointCoordinatorConfiguration.getInitialTriggeringDelay``) is draw the first
+``CheckpointCoordinator.getRandomCheckpointInitDelay``) is draw the first
 checkpoint's delay uniformly from ``[min-pause, interval]`` after the job turns
 RUNNING, then trigger every ``interval`` from that first trigger. So setting
 ``min-pause = interval − w`` confines the first checkpoint, and with it the phase,
