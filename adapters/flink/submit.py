@@ -396,7 +396,7 @@ def _after_running(
             )
     elif not run.driven and planned and run.phase_window_ms:
         # First checkpoint in [since + T − w, since + T]: the phase window's start.
-        interval = run.checkpoint_interval_ms
+        interval = planned
         changes["phase_ms"] = (since + interval - run.phase_window_ms) % interval
         reasons.append(
             f"RUNNING at {since}: phase lands in [{changes['phase_ms']}, "

@@ -171,8 +171,11 @@ def readable_node_devices(
 def _pool_generation(obj: object) -> tuple[object, object, object]:
     """``(driver, pool name, generation)`` as written, without checking them."""
     spec = obj.get("spec") if isinstance(obj, Mapping) else None
-    spec = spec if isinstance(spec, Mapping) else {}
-    pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+    if not isinstance(spec, Mapping):
+        return None, None, None
+    pool = spec.get("pool")
+    if not isinstance(pool, Mapping):
+        return spec.get("driver"), None, None
     return spec.get("driver"), pool.get("name"), pool.get("generation")
 
 

@@ -16,7 +16,8 @@ import numpy as np
 from kubesage.core.arrays import BoolArray
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.mig_readiness import mig_resources, mig_wait_for
-from kubesage.core.k8s.translate import GPU_RESOURCE, effective_requests, parse_quantity
+from kubesage.core.k8s.translate import effective_requests, parse_quantity
+from kubesage.core.topology.discovery import GPU_RESOURCE
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NODE_NAME_FIELD = "metadata.name"
