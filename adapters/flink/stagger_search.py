@@ -172,6 +172,17 @@ def greedy_phases(layout: PhaseLayout, order: Sequence[int]) -> list[int]:
 
 def improve_bytes(layout: PhaseLayout, phases: list[int]) -> list[int]:
     """Move jobs one at a time to lower the peak bytes without raising the peak count."""
+    return _one_job_at_a_time(layout, phases, by_overlap=False)
+
+
+def spread_overlap(layout: PhaseLayout, phases: list[int]) -> list[int]:
+    """Move jobs one at a time to lower the total overlap time, keeping both peaks."""
+    return _one_job_at_a_time(layout, phases, by_overlap=True)
+
+
+def _one_job_at_a_time(layout: PhaseLayout, phases: list[int], *, by_overlap: bool) -> list[int]:
+    """The local search of :func:`improve_bytes` and :func:`spread_overlap`: each job in
+    turn goes to its allowed phase of least score, until no move lowers it."""
     phases = list(phases)
     target_count, best_bytes = layout.peaks(phases)
     for _ in range(MAX_BYTES_ROUNDS):
@@ -181,34 +192,17 @@ def improve_bytes(layout: PhaseLayout, phases: list[int]) -> list[int]:
             count, load = layout.profiles(others)
             counts = layout.candidate_peaks(job, count.astype(np.float64), 1.0)
             loads = layout.candidate_peaks(job, load, float(layout.weights[job]))
-            allowed = np.where(counts <= target_count, loads, np.inf)
+            if by_overlap:  # keep both peaks; lower the time beside other jobs
+                overlaps = layout.candidate_overlaps(job, count.astype(np.float64))
+                keeps = (counts <= target_count) & (loads <= best_bytes + 1e-9)
+                allowed, to_beat = np.where(keeps, overlaps, np.inf), float(overlaps[phases[job]])
+            else:  # keep the peak count; lower the peak bytes
+                allowed, to_beat = np.where(counts <= target_count, loads, np.inf), best_bytes
             phase = int(np.argmin(allowed))
-            if allowed[phase] < best_bytes - 1e-9:
+            if allowed[phase] < to_beat - 1e-9:
                 phases[job] = phase
-                best_bytes = float(allowed[phase])
-                improved = True
-        if not improved:
-            break
-    return phases
-
-
-def spread_overlap(layout: PhaseLayout, phases: list[int]) -> list[int]:
-    """Move jobs one at a time to lower the total overlap time, keeping both peaks."""
-    phases = list(phases)
-    target_count, target_bytes = layout.peaks(phases)
-    for _ in range(MAX_BYTES_ROUNDS):
-        improved = False
-        for job in range(len(phases)):
-            others: list[int | None] = [p if j != job else None for j, p in enumerate(phases)]
-            count, load = layout.profiles(others)
-            counts = layout.candidate_peaks(job, count.astype(np.float64), 1.0)
-            loads = layout.candidate_peaks(job, load, float(layout.weights[job]))
-            overlaps = layout.candidate_overlaps(job, count.astype(np.float64))
-            keeps = (counts <= target_count) & (loads <= target_bytes + 1e-9)
-            allowed = np.where(keeps, overlaps, np.inf)
-            phase = int(np.argmin(allowed))
-            if allowed[phase] < overlaps[phases[job]] - 1e-9:
-                phases[job] = phase
+                if not by_overlap:
+                    best_bytes = float(allowed[phase])
                 improved = True
         if not improved:
             break
