@@ -17,9 +17,15 @@ field, and the webhook does not redirect it to kubesage. Preferred terms and
 ``ScheduleAnyway`` spreads are scoring hints, which a scheduler may ignore: they are.
 
 Volume topology (a PersistentVolumeClaim whose StorageClass binds
-``WaitForFirstConsumer``, a PersistentVolume's node affinity) is not checked either, and
-not refused: telling it needs the PVC, PV and StorageClass objects, which kubesage does
-not cache. Pods with such volumes should stay with kube-scheduler.
+``WaitForFirstConsumer``, a PersistentVolume's node affinity) is not checked either:
+telling it needs the PVC, PV and StorageClass objects, which kubesage does not cache, and
+only kube-scheduler's VolumeBinding writes the ``volume.kubernetes.io/selected-node`` a
+WaitForFirstConsumer provisioner waits for. So the webhook does not redirect a pod with
+a claimed volume (:func:`claimed_volumes`); a pod that names kubesage itself is bound.
+
+A pod with ``spec.nodeName`` set, or a kubelet's mirror pod, is never scheduled
+(:func:`never_scheduled`): the webhook leaves it as it is, since affinity or a MIG
+resource added there would only make the kubelet refuse it.
 """
 
 from __future__ import annotations
@@ -59,6 +65,36 @@ def unsupported_constraints(pod: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(found)
 
 
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def claimed_volumes(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The volumes of ``pod`` that a PersistentVolumeClaim backs (``persistentVolumeClaim``
+    or ``ephemeral``), as fields with the filter kubesage lacks."""
+    spec = pod.get("spec")
+    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
+    if not isinstance(volumes, Sequence) or isinstance(volumes, str):
+        return ()
+    return tuple(
+        f"spec.volumes[{index}].{kind} (volume binding)"
+        for index, volume in enumerate(volumes)
+        if isinstance(volume, Mapping)
+        for kind in ("persistentVolumeClaim", "ephemeral")
+        if volume.get(kind)
+    )
+
+
+def never_scheduled(pod: Mapping[str, Any]) -> bool:
+    """Whether no scheduler places ``pod``: its ``spec.nodeName`` is set, or it is a
+    kubelet's mirror of a static pod."""
+    spec, metadata = pod.get("spec"), pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return bool(
+        (isinstance(spec, Mapping) and spec.get("nodeName"))
+        or (isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations)
+    )
+
+
 def not_implemented(fields: Sequence[str]) -> str:
     """Why kubesage's scheduler leaves a pod with these ``fields`` alone (a clause)."""
     return f"kubesage does not implement: {', '.join(fields)}"
@@ -79,9 +115,12 @@ def refused_redirect(
     is None when there is nothing to refuse or say. A pod that named that scheduler
     itself keeps it, with a warning: it will stay pending."""
     target = scheduler_of(after)
-    fields = unsupported_constraints(after) if target in schedulers else ()
-    if target is None or not fields:
+    if target is None or target not in schedulers:
         return None, None
-    if target == scheduler_of(before):
+    named_itself = target == scheduler_of(before)
+    fields = unsupported_constraints(after) + (() if named_itself else claimed_volumes(after))
+    if not fields:
+        return None, None
+    if named_itself:
         return None, f"schedulerName {target} leaves the pod pending, as {not_implemented(fields)}"
     return target, f"not redirected to {target}, as {not_implemented(fields)}"

@@ -21,8 +21,9 @@ policies match, matching repeats until the pod stops changing, so the result is 
 fixed point: the same request sent again gets no patch (idempotent, as the API
 server's ``reinvocationPolicy: IfNeeded`` expects).
 
-A pod left with required constraints kubesage cannot honour is not redirected to it
-(:func:`~kubesage.core.k8s.unsupported_constraints.refused_redirect`), with a warning.
+A pod left with required constraints kubesage cannot honour, or with a claimed volume,
+is not redirected to it, with a warning; a pod no scheduler places (``spec.nodeName``, a
+mirror pod) is left as it is (:mod:`~kubesage.core.k8s.unsupported_constraints`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ from kubesage.core.k8s.scheduling_policy import (
     by_priority,
 )
 from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION, effective_requests
-from kubesage.core.k8s.unsupported_constraints import KUBESAGE_SCHEDULER, refused_redirect
+from kubesage.core.k8s.unsupported_constraints import (
+    KUBESAGE_SCHEDULER,
+    never_scheduled,
+    refused_redirect,
+)
 from kubesage.core.k8s.v1_models import Affinity
 from kubesage.core.observability import metrics
 
@@ -318,6 +323,8 @@ def mutate_pod(
 ) -> Mutation:
     """Apply every policy that selects ``pod`` until it stops changing (a fixed point),
     redirecting it to none of ``schedulers`` that cannot schedule it (module docstring)."""
+    if never_scheduled(pod):
+        return Mutation(dict(pod), [], [])
     ordered = by_priority(list(policies))
     refused: set[str] = set()
     warnings: list[str] = []
@@ -455,22 +462,17 @@ class AdmissionWebhook:
         except MalformedReviewError as exc:
             metrics.ERRORS.labels("webhook", "bad_request").inc()
             return 400, {"error": str(exc)}
-        request = review.request
-        is_pod_create = (
-            request.operation == "CREATE"
-            and request.resource.group == ""
-            and request.resource.resource == "pods"
-            and not request.subResource
-        )
-        if not is_pod_create:
+        request, resource = review.request, review.request.resource
+        kind = (request.operation, resource.group, resource.resource, request.subResource or "")
+        if kind != ("CREATE", "", "pods", ""):  # only a Pod's CREATE is mutated
             metrics.DECISIONS.labels("mutate", "skipped").inc()
             return 200, _response(request.uid, [], [])
-        if request.object is None:
+        if (pod := request.object) is None:
             metrics.ERRORS.labels("webhook", "bad_request").inc()
             return 400, {"error": "request.object: a Pod CREATE must carry the pod"}
-        pod = request.object
-        namespace = request.namespace or str((pod.get("metadata") or {}).get("namespace") or "")
         try:
+            metadata = _mapping(pod, "metadata", "object")
+            namespace = request.namespace or str(metadata.get("namespace") or "")
             future: Future[Mutation] = self._pool.submit(self._mutate, pod, namespace)
             remaining = self.budget_s - (time.monotonic() - started)
             mutation = future.result(timeout=max(remaining, 0.0))

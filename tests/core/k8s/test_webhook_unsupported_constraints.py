@@ -169,3 +169,54 @@ def test_only_the_schedulers_named_as_kubesages_are_guarded() -> None:
 )
 def test_the_rule(spec: dict[str, Any], expected: tuple[str, ...]) -> None:
     assert unsupported_constraints({"spec": spec}) == expected
+
+
+@pytest.mark.parametrize(
+    "volume",
+    [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "dataset"}},
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+    ],
+)
+def test_a_pod_with_a_claimed_volume_is_not_redirected(volume: dict[str, Any]) -> None:
+    """Only kube-scheduler's VolumeBinding writes the selected-node a WaitForFirstConsumer
+    provisioner waits for: moved to kubesage, the claim would stay Pending."""
+    webhook = AdmissionWebhook(StaticSource(redirect()))
+    stored, warnings = admitted(webhook, inference_pod(volumes=[volume]))
+    assert stored["spec"].get("schedulerName") != "kubesage"
+    kind = next(k for k in volume if k != "name")
+    assert any(f"spec.volumes[0].{kind} (volume binding)" in w for w in warnings)
+    # A pod that names kubesage itself keeps it: it is bound, volume and all.
+    own = inference_pod(volumes=[volume], schedulerName="kubesage")
+    stored, _ = admitted(webhook, own)
+    assert stored["spec"]["schedulerName"] == "kubesage"
+    webhook.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("spec", {"nodeName": "node-a100-1"}),
+        ("metadata", {"annotations": {"kubernetes.io/config.mirror": "abc"}}),
+    ],
+)
+def test_a_pod_no_scheduler_places_is_left_as_it_is(field: str, value: dict[str, Any]) -> None:
+    """A pod with spec.nodeName (kubectl debug node/…) or a mirror pod goes to the kubelet
+    directly: affinity or a MIG resource added to it would only make the kubelet refuse it."""
+    webhook = AdmissionWebhook(StaticSource(redirect(labels={"team": "ml"})))
+    pod = inference_pod()
+    pod[field].update(value)
+    assert call(webhook, review(pod))[1] == []
+    assert call(webhook, review(inference_pod()))[1] != []  # the same pod, scheduled
+    webhook.close()
+
+
+def test_metadata_of_the_wrong_type_is_allowed_unchanged_not_a_server_error() -> None:
+    webhook = AdmissionWebhook(StaticSource(redirect()))
+    pod = inference_pod()
+    pod["metadata"] = ["not", "an", "object"]
+    body = review(pod)
+    body["request"].pop("namespace", None)
+    response, patch = call(webhook, body)
+    assert patch == [] and "object.metadata" in response["warnings"][0]
+    webhook.close()
