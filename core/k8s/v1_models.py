@@ -2,9 +2,11 @@
 
 ``metav1.LabelSelector`` (with its matching semantics), the ``core/v1`` affinity and
 toleration shapes, and the name rules of label keys, label values and DNS subdomains.
-They follow the API's field names and validation exactly, so what a policy injects is
-what the API server would accept. :class:`V1Model` is their base: strict, frozen,
-unknown keys rejected, camelCase on the wire.
+They follow the API's field names and the API server's validation of these fields
+(label keys and values, ``matchFields`` on ``metadata.name`` only, namespaces, label
+keys beside a selector), so what a policy injects is what the API server accepts.
+:class:`V1Model` is their base: strict, frozen, unknown keys rejected, camelCase on
+the wire.
 
 Label selectors follow ``metav1.LabelSelector`` exactly: ``matchLabels`` and every
 ``matchExpressions`` entry are ANDed; ``In`` needs the key with one of the values,
@@ -163,9 +165,11 @@ class LabelSelector(V1Model):
 
 
 class NodeSelectorRequirement(V1Model):
-    """``v1.NodeSelectorRequirement``; Gt and Lt compare one integer value."""
+    """``v1.NodeSelectorRequirement`` of ``matchExpressions`` (a label key, label values)."""
 
-    key: Annotated[str, Field(min_length=1)]
+    # In and NotIn compare label values, Gt and Lt one integer value.
+
+    key: QualifiedName
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[str] = []
 
@@ -176,14 +180,30 @@ class NodeSelectorRequirement(V1Model):
             len(self.values) != 1 or not re.fullmatch(r"-?[0-9]+", self.values[0])
         ):
             raise ValueError(f"operator {self.operator} takes exactly one integer value")
+        for value in self.values if self.operator in ("In", "NotIn") else ():
+            if len(value) > 63 or not re.fullmatch(LABEL_VALUE_PATTERN, value):
+                raise ValueError(
+                    f"value {value!r} is not a label value (letters, digits, '-', '_' and "
+                    "'.', starting and ending with a letter or digit, ≤ 63 characters)"
+                )
         return self
+
+
+class NodeFieldSelectorRequirement(V1Model):
+    """``v1.NodeSelectorRequirement`` of ``matchFields`` (``metadata.name``, one value)."""
+
+    # The API server knows this one node field, with In or NotIn and exactly one value.
+
+    key: Literal["metadata.name"]
+    operator: Literal["In", "NotIn"]
+    values: Annotated[list[str], Field(min_length=1, max_length=1)]
 
 
 class NodeSelectorTerm(V1Model):
     """``v1.NodeSelectorTerm``: its requirements are ANDed."""
 
     match_expressions: list[NodeSelectorRequirement] = []
-    match_fields: list[NodeSelectorRequirement] = []
+    match_fields: list[NodeFieldSelectorRequirement] = []
 
 
 class NodeSelector(V1Model):
@@ -211,10 +231,21 @@ class PodAffinityTerm(V1Model):
 
     label_selector: LabelSelector | None = None
     namespace_selector: LabelSelector | None = None
-    namespaces: list[str] = []
+    namespaces: list[Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)]] = []
     topology_key: Annotated[QualifiedName, Field(min_length=1)]
     match_label_keys: list[QualifiedName] = []
     mismatch_label_keys: list[QualifiedName] = []
+
+    @model_validator(mode="after")
+    def _label_keys(self) -> PodAffinityTerm:
+        """The API server's rules: label keys only beside a ``labelSelector``, and no key
+        both in ``matchLabelKeys`` and in ``mismatchLabelKeys``."""
+        if (self.match_label_keys or self.mismatch_label_keys) and self.label_selector is None:
+            raise ValueError("matchLabelKeys and mismatchLabelKeys need a labelSelector")
+        both = sorted(set(self.match_label_keys) & set(self.mismatch_label_keys))
+        if both:
+            raise ValueError(f"{both} in both matchLabelKeys and mismatchLabelKeys")
+        return self
 
 
 class WeightedPodAffinityTerm(V1Model):

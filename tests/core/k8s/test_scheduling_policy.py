@@ -4,6 +4,7 @@ with field paths, the examples in configs/, and the CRD schema derived from the 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,48 @@ def test_injected_affinity_and_tolerations_dump_in_the_v1_shapes() -> None:
     assert policy.spec.inject.affinity is not None
     assert policy.spec.inject.affinity.to_v1() == affinity
     assert [t.to_v1() for t in policy.spec.inject.tolerations] == tolerations
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": list(terms)}}}
+
+
+def _preferred_pod_term(**term: Any) -> dict[str, Any]:
+    term = {"topologyKey": "kubernetes.io/hostname", **term}
+    return {"podAffinity": {PREFERRED: [{"weight": 10, "podAffinityTerm": term}]}}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "field"),
+    [
+        (_required({"matchFields": [{"key": "metadata.labels.pool", "operator": "In",
+                                     "values": ["a"]}]}), "matchFields.0.key"),
+        (_required({"matchFields": [{"key": "metadata.name", "operator": "Exists"}]}),
+         "matchFields.0.operator"),
+        (_required({"matchFields": [{"key": "metadata.name", "operator": "In",
+                                     "values": ["n1", "n2"]}]}), "matchFields.0.values"),
+        (_required({"matchExpressions": [{"key": "gpu product", "operator": "Exists"}]}),
+         "matchExpressions.0.key"),
+        (_required({"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                          "values": ["NVIDIA H100 80GB"]}]}), "not a label value"),
+        (_preferred_pod_term(namespaces=["ML_Team"], labelSelector={}), "namespaces.0"),
+        (_preferred_pod_term(matchLabelKeys=["app"]), "need a labelSelector"),
+        (_preferred_pod_term(labelSelector={}, matchLabelKeys=["app"], mismatchLabelKeys=["app"]),
+         "in both matchLabelKeys and mismatchLabelKeys"),
+    ],
+)  # fmt: skip
+def test_affinity_the_api_server_would_refuse_is_refused_in_the_policy(
+    affinity: dict[str, Any], field: str
+) -> None:
+    """Injected into pods, each of these would make the API server refuse every pod the
+    policy selects (the webhook's answer is applied before validation): the policy is
+    refused instead, naming the field."""
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        parse_policy(policy_doc(inject={"affinity": affinity}))
 
 
 # --- examples and the CRD ----------------------------------------------------------------
