@@ -226,6 +226,10 @@ def _resources(value: object, path: str) -> dict[str, Decimal]:
 # -- pods ----------------------------------------------------------------------------
 
 
+HUGEPAGES_PREFIX = "hugepages-"
+"""Huge page resources (``hugepages-2Mi``), which pod-level resources may set."""
+
+
 def _container_requests(container: object, path: str) -> dict[str, Decimal]:
     """A container's requests, with limit-only resources requesting their limit."""
     resources = _mapping(_mapping(container, path).get("resources"), f"{path}.resources")
@@ -251,7 +255,9 @@ def _max(total: dict[str, Decimal], other: Mapping[str, Decimal]) -> dict[str, D
 
 
 def effective_requests(spec: Mapping[str, Any], path: str = "spec") -> dict[str, Decimal]:
-    """What kube-scheduler counts for a pod: containers vs. init containers, plus overhead."""
+    """What kube-scheduler counts for a pod: containers vs. init containers, then the
+    pod-level ``spec.resources`` in their place where given (CPU, memory, hugepages:
+    Kubernetes' pod-level resources take precedence), plus overhead."""
     app: dict[str, Decimal] = {}
     for index, container in enumerate(_list(spec.get("containers"), f"{path}.containers")):
         app = _add(app, _container_requests(container, f"{path}.containers[{index}]"))
@@ -267,6 +273,15 @@ def effective_requests(spec: Mapping[str, Any], path: str = "spec") -> dict[str,
         else:
             init_peak = _max(init_peak, _add(sidecars, requests))
     total = _max(_add(app, sidecars), init_peak)
+    if spec.get("resources") is not None:
+        pod_level = _container_requests(spec, path)  # requests, or limits where only those
+        total.update(
+            {
+                k: v
+                for k, v in pod_level.items()
+                if k in ("cpu", "memory") or k.startswith(HUGEPAGES_PREFIX)
+            }
+        )
     return _add(total, _resources(spec.get("overhead"), f"{path}.overhead"))
 
 

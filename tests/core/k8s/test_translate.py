@@ -78,6 +78,19 @@ def test_sidecar_init_containers_add_to_the_app_containers() -> None:
     assert pod_request(pod).cpu_milli == 2500
 
 
+def test_pod_level_resources_take_precedence_for_cpu_and_memory() -> None:
+    """Kubernetes' pod-level resources (``spec.resources``): where set, the pod's CPU and
+    memory are those, not the containers' sum; GPUs still come from the containers, and
+    overhead is added on top. Limits alone request their limit, as for containers."""
+    pod = v1_pod(
+        containers=[v1_container(requests={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "2"})],
+        overhead={"cpu": "250m"},
+    )
+    pod["spec"]["resources"] = {"requests": {"cpu": "8"}, "limits": {"memory": "64Gi"}}
+    request = pod_request(pod)
+    assert (request.cpu_milli, request.memory_mib, request.num_gpu) == (8250, 65536, 2)
+
+
 def test_limit_only_resources_request_their_limit() -> None:
     pod = v1_pod(
         containers=[v1_container(limits={"cpu": "2", "memory": "3Gi", "nvidia.com/gpu": "4"})]
