@@ -29,8 +29,9 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from kubesage.core.config import load_yaml_all, read_config_text
-from kubesage.core.errors import ConfigError
+from kubesage.core.errors import ConfigError, InputError
 from kubesage.core.field_errors import config_error, yaml_error
+from kubesage.core.k8s.mig_names import mig_profile_of, mig_shape
 from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.k8s.v1_models import (
     QUALIFIED_NAME_PATTERN,
@@ -77,6 +78,16 @@ class MigResourceMapping(V1Model):
     """Resource to rename (default ``nvidia.com/gpu``); its quantity is kept."""
     to: Annotated[str, Field(pattern=MIG_RESOURCE_PATTERN)]
     """MIG resource, e.g. ``nvidia.com/mig-3g.40gb``."""
+
+    @model_validator(mode="after")
+    def _a_profile_kubesage_reads(self) -> MigResourceMapping:
+        """A name the pattern allows but no GPU has (``mig-9g.999gb``, a compute-instance
+        form like ``mig-1c.3g.20gb``) would leave every renamed pod unschedulable."""
+        try:
+            mig_shape(mig_profile_of(self.to), "to")
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 class FlinkHints(V1Model):

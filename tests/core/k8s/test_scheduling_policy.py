@@ -334,6 +334,13 @@ def test_affinity_the_api_server_would_refuse_is_refused_in_the_policy(
         parse_policy(policy_doc(inject={"affinity": affinity}))
 
 
+@pytest.mark.parametrize("to", ["nvidia.com/mig-9g.999gb", "nvidia.com/mig-1c.3g.20gb"])
+def test_a_mig_rename_to_a_profile_no_gpu_has_is_refused(to: str) -> None:
+    """The pattern allows these; renamed to them, every selected pod could never run."""
+    with pytest.raises(ConfigError, match="is not a MIG profile name"):
+        parse_policy(policy_doc(inject={"migResources": [{"to": to}]}))
+
+
 # --- examples and the CRD ----------------------------------------------------------------
 
 
