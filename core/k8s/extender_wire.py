@@ -150,7 +150,8 @@ def parse_args(body: bytes) -> Args:
     # Nodes only matters without NodeNames (and finding it absent costs a key scan).
     nodes = _go_field(document, "Nodes") if names is None else None
     if nodes is not None:
-        items = nodes.get("items") if isinstance(nodes, dict) else None
+        # Go writes an empty NodeList's nil slice as "items": null.
+        items = (nodes.get("items") or []) if isinstance(nodes, dict) else None
         if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
             raise ExtenderRequestError("ExtenderArgs.Nodes.items: expected a list of v1 Nodes")
     return Args(pod, names, items)

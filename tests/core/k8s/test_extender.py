@@ -211,6 +211,15 @@ def test_lower_case_keys_are_read_like_gos_decoder() -> None:
     assert filter_result(extender, body).node_names == ["h100-a"]
 
 
+def test_an_empty_node_list_as_go_writes_it_is_read() -> None:
+    """Go encodes an empty ``v1.NodeList``'s nil slice as ``"items": null``."""
+    extender, _ = make_extender()
+    body = orjson.dumps({"Pod": gpu_pod("p"), "Nodes": {"metadata": {}, "items": None}})
+    status, answer = extender.filter(body)
+    assert status == 200
+    assert orjson.loads(answer)["Nodes"] == {"items": []}
+
+
 @pytest.mark.parametrize(
     ("body", "match"),
     [
