@@ -106,8 +106,9 @@ def _webhook(
 ) -> None:
     """Mount the webhook (namespace labels default to the name alone; kubesage schedules
     as ``scheduler_name``, default ``kubesage``)."""
+    from kubesage.core.k8s.scheduling_policy import name_only_namespace_labels
     from kubesage.core.k8s.unsupported_constraints import KUBESAGE_SCHEDULER as KUBESAGE
-    from kubesage.core.k8s.webhook import AdmissionWebhook, name_only_namespace_labels
+    from kubesage.core.k8s.webhook import AdmissionWebhook
 
     labels = namespace_labels or name_only_namespace_labels
     named = (scheduler_name or KUBESAGE,)

@@ -43,9 +43,8 @@ from typing import Any, Unpack
 
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
-from kubesage.core.k8s.scheduling_policy import NAMESPACE_NAME_LABEL
+from kubesage.core.k8s.scheduling_policy import NAMESPACE_NAME_LABEL, name_only_namespace_labels
 from kubesage.core.k8s.watch_stream import ReflectedCache, Reflectors, WatchOptions
-from kubesage.core.k8s.webhook import name_only_namespace_labels
 from kubesage.core.observability import metrics
 
 log = logging.getLogger(__name__)

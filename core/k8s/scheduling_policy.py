@@ -55,6 +55,20 @@ SINGULAR = "schedulingpolicy"
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Label the API server sets on every namespace to its name (selectable without a lookup)."""
+
+
+class NameOnlyLabels(dict[str, str]):
+    """The labels of a namespace kubesage has not read: its name only. The others are
+    unknown, not absent, so a selector that tests them does not match
+    (:meth:`SchedulingPolicy.selects`): ``NotIn`` and ``DoesNotExist`` would match any
+    absent label, and the namespace may well carry it."""
+
+
+def name_only_namespace_labels(namespace: str) -> NameOnlyLabels:
+    """The one namespace label known without an API call: its name (set by the API server)."""
+    return NameOnlyLabels({NAMESPACE_NAME_LABEL: namespace})
+
+
 FLINK_INITIAL_PARALLELISM_ANNOTATION = "kubesage.io/flink-initial-parallelism"
 FLINK_MAX_PARALLELISM_ANNOTATION = "kubesage.io/flink-max-parallelism"
 FLINK_CHECKPOINT_GROUP_ANNOTATION = "kubesage.io/flink-checkpoint-group"
@@ -198,7 +212,13 @@ class SchedulingPolicy(V1Model):
         if not self.spec.pod_selector.matches(pod_labels):
             return False
         selector = self.spec.namespace_selector
-        return selector is None or selector.matches(namespace_labels)
+        if selector is None:
+            return True
+        if isinstance(namespace_labels, NameOnlyLabels) and selector.keys() - {
+            NAMESPACE_NAME_LABEL
+        }:
+            return False  # it tests labels not known of this namespace: no guess
+        return selector.matches(namespace_labels)
 
     def redirect_warnings(self, schedulers: Collection[str]) -> list[str]:
         """What is wrong with a policy that redirects pods to one of ``schedulers``

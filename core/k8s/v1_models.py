@@ -153,6 +153,10 @@ class LabelSelector(V1Model):
     match_labels: dict[QualifiedName, LabelValue] = {}
     match_expressions: list[LabelSelectorRequirement] = []
 
+    def keys(self) -> set[str]:
+        """The label keys the selector tests."""
+        return set(self.match_labels) | {r.key for r in self.match_expressions}
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         """True when ``labels`` satisfy every ``matchLabels`` pair and every expression."""
         for key, value in self.match_labels.items():

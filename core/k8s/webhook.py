@@ -44,11 +44,11 @@ from kubesage.core.errors import InputError
 from kubesage.core.field_errors import first_problem
 from kubesage.core.k8s.policy_source import PolicySource
 from kubesage.core.k8s.scheduling_policy import (
-    NAMESPACE_NAME_LABEL,
     SPARK_APP_LABEL,
     SPARK_LOCALITY_ANNOTATION,
     SchedulingPolicy,
     by_priority,
+    name_only_namespace_labels,
 )
 from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION, effective_requests
 from kubesage.core.k8s.unsupported_constraints import (
@@ -70,11 +70,6 @@ MAX_ROUNDS = 8
 
 NamespaceLabels = Callable[[str], Mapping[str, str]]
 """Labels of a namespace by name (the webhook request carries only the name)."""
-
-
-def name_only_namespace_labels(namespace: str) -> dict[str, str]:
-    """The one namespace label known without an API call: its name (set by the API server)."""
-    return {NAMESPACE_NAME_LABEL: namespace}
 
 
 class MalformedReviewError(InputError):

@@ -19,6 +19,7 @@ from kubesage.core.k8s.scheduling_policy import (
     SchedulingPolicy,
     by_priority,
     load_policy_file,
+    name_only_namespace_labels,
     parse_policy,
 )
 from kubesage.core.k8s.v1_models import LabelSelector
@@ -339,6 +340,25 @@ def test_a_mig_rename_to_a_profile_no_gpu_has_is_refused(to: str) -> None:
     """The pattern allows these; renamed to them, every selected pod could never run."""
     with pytest.raises(ConfigError, match="is not a MIG profile name"):
         parse_policy(policy_doc(inject={"migResources": [{"to": to}]}))
+
+
+@pytest.mark.parametrize(
+    ("selector", "selects_unknown"),
+    [
+        ({"matchExpressions": [{"key": "restricted", "operator": "DoesNotExist"}]}, False),
+        ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["web"]}]}, False),
+        ({"matchLabels": {"kubernetes.io/metadata.name": "research"}}, True),
+    ],
+)
+def test_a_namespace_known_by_name_only_matches_only_selectors_on_its_name(
+    selector: dict[str, Any], selects_unknown: bool
+) -> None:
+    """A namespace the cache has not read may carry any label: a selector that tests
+    another label (NotIn and DoesNotExist match an absent one) does not guess."""
+    policy = parse_policy(policy_doc(namespaceSelector=selector))
+    assert policy.selects({}, name_only_namespace_labels("research")) is selects_unknown
+    # The same namespace, its labels read and without the tested label: it matches.
+    assert policy.selects({}, {"kubernetes.io/metadata.name": "research"})
 
 
 # --- examples and the CRD ----------------------------------------------------------------
