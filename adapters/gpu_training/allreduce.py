@@ -11,13 +11,15 @@ not taken on sight.
 Inside a node, the best ring order is the Hamiltonian cycle with the widest
 slowest hop, found exactly by a bitmask search for rings of at most
 :data:`EXACT_RING_LIMIT` GPUs, and which free GPUs to take by scoring every subset
-while there are at most :data:`SUBSET_LIMIT`. Bigger nodes (a template allows 64
-GPUs) never blow up: where every hop inside the node is equally fast (an NVSwitch
+while that work stays within :data:`SEARCH_LIMIT`. Bigger nodes (a template allows 64
+GPUs) do not blow up: where every hop inside the node is equally fast (an NVSwitch
 node) there is nothing to search; otherwise a greedy choice stands in for the
-exhaustive one (see :func:`greedy_ring` and :func:`_greedy_subset`).
+exhaustive one (see :func:`greedy_ring` and :func:`_greedy_subset`), and one call
+scores each node's choice once.
 Across nodes, each node's GPUs are consecutive in the ring (consecutive ranks
-share the fastest links, as NCCL wants), so only one hop per node boundary
-crosses the network.
+share the fastest links, as NCCL wants), and the nodes go zone by zone, rack by rack,
+so only one hop per node boundary crosses the network and each uplink is crossed as
+few times as the ring allows.
 """
 
 from __future__ import annotations
@@ -57,8 +59,13 @@ def ring_text(size: int, busbw: float) -> str:
 
 EXACT_RING_LIMIT = 12
 """Largest ring ordered by the exact bitmask search (``2^n · n`` states); above, greedily."""
-SUBSET_LIMIT = 5_000
-"""Most GPU subsets of one node scored exhaustively; above, they are chosen greedily."""
+SEARCH_LIMIT = 2**15
+"""Most work (GPU subsets × ``2^size`` states of each one's exact ring search) spent on
+one node's exhaustive choice; above, the subset is chosen greedily. The ring search is
+plain Python: 13 free GPUs of a 16-GPU PCIe node, 11 to take, had cost 6 s a choice."""
+
+NodeChoices = dict[tuple[int, tuple[int, ...], int], tuple[list[int], float]]
+"""One :func:`place_gang` call's :func:`_node_choice` results, by (node, free, count)."""
 
 
 def _all_equal(bandwidth: FloatArray) -> bool:
@@ -172,17 +179,30 @@ def _greedy_subset(matrix: FloatArray, free: Sequence[int], count: int) -> list[
     return best[1]
 
 
-def _node_choice(drtg: DRTG, node: int, free: Sequence[int], count: int) -> tuple[list[int], float]:
-    """Best ``count`` of the node's free local GPUs and their ring order.
+def _node_choice(
+    drtg: DRTG, node: int, free: Sequence[int], count: int, memo: NodeChoices
+) -> tuple[list[int], float]:
+    """Best ``count`` of the node's free local GPUs and their ring order (kept in
+    ``memo``: placing one gang asks about the same node many times).
 
-    Every subset is scored while there are at most :data:`SUBSET_LIMIT`; when every
+    Every subset is scored while that stays within :data:`SEARCH_LIMIT`; when every
     hop between the free GPUs is equally fast the subset behind the most switches is
     taken straight away (the same one scoring would pick); otherwise a greedy subset.
     """
+    key = (node, tuple(free), count)
+    if key not in memo:
+        memo[key] = _choose_on_node(drtg, node, free, count)
+    return memo[key]
+
+
+def _choose_on_node(
+    drtg: DRTG, node: int, free: Sequence[int], count: int
+) -> tuple[list[int], float]:
     matrix = drtg.intra_node_bandwidth(node)
     per_switch = drtg.spec.node_templates[drtg.node_template[node]].gpus_per_switch
     equal = _all_equal(matrix[np.ix_(free, free)])
-    if equal or math.comb(len(free), count) > SUBSET_LIMIT:
+    work = math.comb(len(free), count) * 2 ** min(count, EXACT_RING_LIMIT)
+    if equal or work > SEARCH_LIMIT:
         if equal:
             chosen = _spread_subset(free, count, per_switch)
         else:
@@ -212,12 +232,13 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
         node: [int(g) for g in np.flatnonzero(free_gpus[drtg.node_gpus(node)])]
         for node in range(drtg.num_nodes)
     }
+    memo: NodeChoices = {}
     single = [node for node, free in free_by_node.items() if len(free) >= count]
     one_node = None
     if single:
         scored = []
         for node in single:
-            local, slowest = _node_choice(drtg, node, free_by_node[node], count)
+            local, slowest = _node_choice(drtg, node, free_by_node[node], count, memo)
             busbw = slowest if count > 1 else float("inf")
             scored.append((busbw, -len(free_by_node[node]), node, local))
         busbw, _, node, local = max(scored, key=lambda item: (item[0], item[1], -item[2]))
@@ -236,21 +257,24 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
             return one_node
     # A node that holds the whole gang is not always the fastest ring: a slow one (PCIe)
     # can lose to several fast ones, whose ring crosses a faster network.
-    candidates = [p for p in (one_node, _place_across_nodes(drtg, free_by_node, count)) if p]
+    across = _place_across_nodes(drtg, free_by_node, count, memo)
+    candidates = [p for p in (one_node, across) if p]
     if not candidates:
         return None
     return max(candidates, key=lambda p: (p.bus_bandwidth_gbps, -len(p.nodes), -p.racks))
 
 
 def _place_across_nodes(
-    drtg: DRTG, free_by_node: dict[int, list[int]], count: int
+    drtg: DRTG, free_by_node: dict[int, list[int]], count: int, memo: NodeChoices
 ) -> GangPlacement | None:
     """Try node sets from one rack, then one zone, then anywhere; keep the best ring.
 
-    For each scope, nodes are taken most-free-first or in index order, each filled
-    as far as it goes or all evenly loaded; every candidate's ring keeps each rack's
-    nodes together and is scored by the DRTG. The best bus bandwidth wins, then
-    the fewest nodes and racks.
+    For each scope, nodes are taken most-free-first, fastest-inside-first (by the
+    ring their free GPUs make) or in index order, each filled as far as it goes, all
+    evenly loaded, or evenly over at least two nodes (a node that holds the whole gang
+    is then still compared with the rings that spread it); every candidate's ring keeps
+    each zone's and each rack's nodes together and is scored by the DRTG. The best bus
+    bandwidth wins, then the fewest nodes and racks.
     """
     scopes: list[list[int]] = []
     for rack in range(len(drtg.rack_names)):
@@ -263,18 +287,30 @@ def _place_across_nodes(
         with_free = [n for n in scope if free_by_node[n]]
         if sum(len(free_by_node[n]) for n in with_free) < count:
             continue
+
+        def inside(node: int) -> float:  # the ring the node's own free GPUs make
+            free = free_by_node[node]
+            return _node_choice(drtg, node, free, min(count, len(free)), memo)[1]
+
         orders = (
             sorted(with_free, key=lambda n: (-len(free_by_node[n]), n)),
+            sorted(with_free, key=lambda n: (-inside(n), -len(free_by_node[n]), n)),
             sorted(with_free),
         )
         for order in orders:
-            for takes in (_fill(order, free_by_node, count), _even(order, free_by_node, count)):
+            for takes in (
+                _fill(order, free_by_node, count),
+                _even(order, free_by_node, count),
+                _even(order, free_by_node, count, at_least=2),
+            ):
                 if takes is None:
                     continue
-                takes.sort(key=lambda item: (int(drtg.node_rack[item[0]]), item[0]))
+                takes.sort(
+                    key=lambda t: (int(drtg.node_zone[t[0]]), int(drtg.node_rack[t[0]]), t[0])
+                )
                 ranks: list[int] = []
                 for node, take in takes:
-                    local, _ = _node_choice(drtg, node, free_by_node[node], take)
+                    local, _ = _node_choice(drtg, node, free_by_node[node], take, memo)
                     ranks += [int(drtg.node_gpus(node)[g]) for g in local]
                 busbw = drtg.ring_bus_bandwidth(ranks)
                 racks = len({int(drtg.node_rack[node]) for node, _ in takes})
@@ -314,10 +350,13 @@ def _fill(
 
 
 def _even(
-    order: list[int], free_by_node: dict[int, list[int]], count: int
+    order: list[int], free_by_node: dict[int, list[int]], count: int, *, at_least: int = 1
 ) -> list[tuple[int, int]] | None:
-    """The fewest nodes of ``order`` that fit ``count``, loaded as evenly as they allow."""
-    for size in range(1, len(order) + 1):
+    """The fewest nodes of ``order`` (``at_least`` of them) that fit ``count``, loaded
+    as evenly as they allow."""
+    if at_least > min(count, len(order)):
+        return None
+    for size in range(at_least, len(order) + 1):
         nodes = order[:size]
         if sum(len(free_by_node[n]) for n in nodes) < count:
             continue

@@ -192,6 +192,72 @@ def test_large_nodes_are_placed_quickly(gpus: int, nvlink: str, count: int) -> N
     assert placement.bus_bandwidth_gbps == pytest.approx(drtg.ring_bus_bandwidth(placement.ranks))
 
 
+def test_a_sixteen_gpu_pcie_node_with_unequal_hops_is_placed_quickly() -> None:
+    # Two sockets make its hops unequal, so 13 free GPUs of which to take 11 were scored
+    # exhaustively (78 subsets of an exact 11-GPU ring search), once per candidate: 80 s.
+    drtg = big_node_cluster(16, "none", nodes=1)
+    free = np.zeros(drtg.num_gpus, dtype=bool)
+    free[:13] = True
+    started = time.perf_counter()
+    placement = place_gang(drtg, free, 11)
+    assert time.perf_counter() - started < 10
+    assert placement is not None and len(set(placement.ranks)) == 11
+    assert placement.bus_bandwidth_gbps >= drtg.ring_bus_bandwidth(list(range(11)))
+
+
+def topology(templates: dict[str, dict[str, object]], racks: list[dict[str, object]],
+             zones: list[dict[str, object]]) -> DRTG:  # fmt: skip
+    document = {"node_templates": templates, "zones": zones, "racks": racks}
+    return DRTG(
+        parse_config(
+            {"apiVersion": "kubesage.io/v1alpha1", "kind": TOPOLOGY_KIND, "spec": document},
+            TopologySpec,
+            kind=TOPOLOGY_KIND,
+        )
+    )
+
+
+NVSWITCH_4 = {"gpu_model": "H100-80GB", "gpus": 4, "sockets": 1, "gpus_per_switch": 2,
+              "pcie_generation": 5, "nic_gbps_per_switch": 400,
+              "nvlink": {"topology": "nvswitch", "generation": 4, "links_per_gpu": 18}}  # fmt: skip
+PCIE_4 = {"gpu_model": "L40S", "gpus": 4, "sockets": 2, "gpus_per_switch": 1,
+          "pcie_generation": 4, "nic_gbps_per_switch": 100,
+          "nvlink": {"topology": "none"}}  # fmt: skip
+
+
+def test_nodes_are_tried_fastest_inside_first_not_only_by_free_gpus() -> None:
+    # Each rack holds a fast NVSwitch node and a slow PCIe one. Taken most-free-first or
+    # by index, the ring had run through a PCIe node at 25 GB/s; two NVSwitch nodes make
+    # it 100 GB/s, the exhaustive optimum.
+    racks = [
+        {"name": "r1", "zone": "z", "uplink_gbps": 800,
+         "members": [{"name": "a1", "template": "a"}, {"name": "b1", "template": "b"}]},
+        {"name": "r2", "zone": "z", "uplink_gbps": 800,
+         "members": [{"name": "a2", "template": "a"}, {"name": "b2", "template": "b"}]},
+    ]  # fmt: skip
+    drtg = topology({"a": NVSWITCH_4, "b": PCIE_4}, racks, [{"name": "z", "uplink_gbps": 8000}])
+    free = np.zeros(drtg.num_gpus, dtype=bool)
+    free[[0, 1, 3, 4, 5, 8, 10, 13, 15]] = True
+    placed = place_gang(drtg, free, 4)
+    assert placed is not None
+    assert placed.bus_bandwidth_gbps == pytest.approx(exhaustive_best(drtg, free, 4)) == 100
+
+
+def test_a_ring_over_racks_of_two_zones_crosses_each_zone_uplink_once() -> None:
+    # Racks listed a, b, a, b: ordered by rack, the ring crossed the zone uplinks 4 times.
+    racks = [
+        {"name": f"r{i}", "zone": "ab"[i % 2], "uplink_gbps": 800, "template": "a", "nodes": 1}
+        for i in range(4)
+    ]
+    zones = [{"name": "a", "uplink_gbps": 400}, {"name": "b", "uplink_gbps": 400}]
+    drtg = topology({"a": NVSWITCH_4}, racks, zones)
+    placed = place_gang(drtg, np.ones(drtg.num_gpus, dtype=bool), 16)
+    assert placed is not None
+    zones_in_ring = [drtg.node_zone[drtg.gpu_node[g]] for g in placed.ranks[::4]]
+    assert sum(a != b for a, b in itertools.pairwise([*zones_in_ring, zones_in_ring[0]])) == 2
+    assert placed.bus_bandwidth_gbps == 50
+
+
 def test_equal_hops_take_the_subset_exhaustive_scoring_would() -> None:
     drtg = DRTG.from_yaml(CONFIGS / "dgx-h100-pod.yaml")
     node = drtg.node_gpus(0)
