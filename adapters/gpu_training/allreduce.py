@@ -220,10 +220,14 @@ def _choose_on_node(
     return best
 
 
-def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | None:
-    """Place ``count`` whole GPUs among ``free_gpus`` (per global GPU); None if they do not fit."""
-    if count < 1:
-        raise InputError(f"a gang needs at least one GPU, got {count}")
+def place_gang(
+    drtg: DRTG, free_gpus: BoolArray, count: int, *, unit: int = 1
+) -> GangPlacement | None:
+    """Place ``count`` whole GPUs among ``free_gpus`` (per global GPU); None if they do not
+    fit. ``unit``: each node takes a multiple of it (a gang of ``unit``-GPU members, each
+    on one node), so the ring cuts into members at node boundaries."""
+    if count < 1 or unit < 1 or count % unit:
+        raise InputError(f"a gang needs a positive multiple of {unit} GPU(s), got {count}")
     if free_gpus.shape != (drtg.num_gpus,):
         raise InputError(f"free_gpus must have one entry per GPU ({drtg.num_gpus})")
     if int(free_gpus.sum()) < count:
@@ -257,7 +261,8 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
             return one_node
     # A node that holds the whole gang is not always the fastest ring: a slow one (PCIe)
     # can lose to several fast ones, whose ring crosses a faster network.
-    across = _place_across_nodes(drtg, free_by_node, count, memo)
+    usable = {node: free[: len(free) // unit * unit] for node, free in free_by_node.items()}
+    across = _place_across_nodes(drtg, usable, count, memo, unit)
     candidates = [p for p in (one_node, across) if p]
     if not candidates:
         return None
@@ -265,7 +270,7 @@ def place_gang(drtg: DRTG, free_gpus: BoolArray, count: int) -> GangPlacement | 
 
 
 def _place_across_nodes(
-    drtg: DRTG, free_by_node: dict[int, list[int]], count: int, memo: NodeChoices
+    drtg: DRTG, free_by_node: dict[int, list[int]], count: int, memo: NodeChoices, unit: int
 ) -> GangPlacement | None:
     """Try node sets from one rack, then one zone, then anywhere; keep the best ring.
 
@@ -300,8 +305,8 @@ def _place_across_nodes(
         for order in orders:
             for takes in (
                 _fill(order, free_by_node, count),
-                _even(order, free_by_node, count),
-                _even(order, free_by_node, count, at_least=2),
+                _even(order, free_by_node, count, unit),
+                _even(order, free_by_node, count, unit, at_least=2),
             ):
                 if takes is None:
                     continue
@@ -350,11 +355,17 @@ def _fill(
 
 
 def _even(
-    order: list[int], free_by_node: dict[int, list[int]], count: int, *, at_least: int = 1
+    order: list[int],
+    free_by_node: dict[int, list[int]],
+    count: int,
+    unit: int,
+    *,
+    at_least: int = 1,
 ) -> list[tuple[int, int]] | None:
     """The fewest nodes of ``order`` (``at_least`` of them) that fit ``count``, loaded
-    as evenly as they allow."""
-    if at_least > min(count, len(order)):
+    as evenly as they allow, ``unit`` GPUs at a time (every node's free GPUs are a
+    multiple of it)."""
+    if at_least > min(count // unit, len(order)):
         return None
     for size in range(at_least, len(order) + 1):
         nodes = order[:size]
@@ -365,8 +376,8 @@ def _even(
         while remaining:
             for node in nodes:
                 if remaining and takes[node] < len(free_by_node[node]):
-                    takes[node] += 1
-                    remaining -= 1
+                    takes[node] += unit
+                    remaining -= unit
         return list(takes.items())
     return None
 

@@ -109,6 +109,8 @@ def _mixed(requests: Sequence[PodRequest]) -> str | None:
         for r in requests
     ):
         return "members do not all ask for the same whole GPUs"
+    if any(r.gpu_models != requests[0].gpu_models for r in requests):
+        return "members ask for different GPU models"
     return None
 
 
@@ -223,12 +225,9 @@ class GangReconciler:
         total = per_member * len(members)
         nodes = eligible_for_all(members)
         free = free_gpus(drtg, state, requests, nodes=nodes)
-        gang = place_gang(drtg, free, total)
+        # Each node takes whole members: the ring then cuts into them at node boundaries.
+        gang = place_gang(drtg, free, total, unit=per_member)
         pieces = _pieces(drtg, gang, per_member)
-        if gang is not None and pieces is None:
-            # Keep only whole k-GPU pieces per node and ask again.
-            gang = place_gang(drtg, _whole_pieces(drtg, free, per_member), total)
-            pieces = _pieces(drtg, gang, per_member)
         if gang is None or pieces is None:
             ruled_out = (
                 ""
@@ -330,12 +329,15 @@ def free_gpus(
     nodes: AbstractSet[str] | None = None,
 ) -> BoolArray:
     """Per DRTG GPU: wholly free, on a node that may host any one of ``requests`` and, with
-    ``nodes``, is one of them (the nodes the members' node constraints let them use)."""
+    ``nodes``, is one of them (the nodes the members' node constraints let them use). A
+    node keeps only as many free GPUs as the members its CPU and memory hold would use:
+    several members on one node share those too."""
     free = np.zeros(drtg.num_gpus, dtype=bool)
     first = requests[0]
     models = state.gpu_model_mask(first.gpu_models)
     cpu = max(r.cpu_milli for r in requests)
     memory = max(r.memory_mib for r in requests)
+    per_member = max(1, first.num_gpu)
     for node, name in enumerate(drtg.node_names):
         if nodes is not None and name not in nodes:
             continue
@@ -346,7 +348,12 @@ def free_gpus(
             continue
         gpus = drtg.node_gpus(node)
         count = min(gpus.size, int(state.gpu_count[index]))
-        free[gpus[:count]] = state.gpu_free_milli[index, :count] == GPU_MILLI_PER_GPU
+        wholly = np.flatnonzero(state.gpu_free_milli[index, :count] == GPU_MILLI_PER_GPU)
+        members = min(
+            int(state.cpu_free_milli[index]) // cpu if cpu else len(wholly),
+            int(state.memory_free_mib[index]) // memory if memory else len(wholly),
+        )
+        free[gpus[wholly[: members * per_member]]] = True
     return free
 
 
@@ -364,13 +371,3 @@ def _pieces(
             return None
         pieces.append((drtg.node_names[nodes.pop()], tuple(int(drtg.gpu_local[g]) for g in piece)))
     return pieces
-
-
-def _whole_pieces(drtg: DRTG, free: BoolArray, per_member: int) -> BoolArray:
-    """``free`` with each node's free GPUs cut down to a multiple of ``per_member``."""
-    kept = free.copy()
-    for node in range(drtg.num_nodes):
-        gpus = drtg.node_gpus(node)
-        mine = gpus[free[gpus]]
-        kept[mine[len(mine) - len(mine) % per_member :]] = False
-    return kept

@@ -147,7 +147,7 @@ def test_all_or_nothing_and_bad_input() -> None:
     free = np.zeros(drtg.num_gpus, dtype=bool)
     free[:3] = True
     assert place_gang(drtg, free, 4) is None
-    with pytest.raises(InputError, match="at least one GPU"):
+    with pytest.raises(InputError, match="a positive multiple of 1 GPU"):
         place_gang(drtg, free, 0)
     with pytest.raises(InputError, match="one entry per GPU"):
         place_gang(drtg, free[:5], 2)

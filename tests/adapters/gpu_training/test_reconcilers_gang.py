@@ -198,3 +198,48 @@ def test_members_never_straddle_nodes(drtg: DRTG) -> None:
     for bind in binds(plan):
         assert len(bind.placement.gpu_indices) == 4
         assert not {6, 7} & set(bind.placement.gpu_indices)
+
+
+def test_three_gpu_members_fit_two_nodes_of_six_free_gpus(drtg: DRTG) -> None:
+    # Two nodes with six free GPUs over all four PCIe switches, the rest busy: an even
+    # 5 + 4 split had won on rails, which 3-GPU members cannot be cut from, so the gang
+    # was refused though four such members fit.
+    state = ClusterState(drtg.node_specs())
+    free = {drtg.node_names[0]: [0, 1, 2, 4, 5, 7], drtg.node_names[1]: [0, 1, 2, 4, 5, 6]}
+    busy = [
+        occupy(state, name, [g for g in range(8) if g not in free.get(name, [])])
+        for name in drtg.node_names
+    ]
+    plan = the_plan(GangReconciler().reconcile(view(state, [*busy, *members(3, 3)], topology=drtg)))
+    for bind in binds(plan):
+        assert set(bind.placement.gpu_indices) <= set(free[bind.placement.node])
+
+
+def test_members_sharing_a_node_share_its_cpu(drtg: DRTG) -> None:
+    # Each member asks for 150 of a node's 224 cores: two cannot share a node, though
+    # their GPUs would fit on one; the ring spreads them instead of failing.
+    state = ClusterState(drtg.node_specs())
+    annotations = {"kubesage.io/gang": "llm", "kubesage.io/gang-min-available": "2"}
+    pods = [
+        info(request(f"llm-{i}", gpus=4, cpu=150_000, memory=65_536), annotations=annotations)
+        for i in range(2)
+    ]
+    plan = the_plan(GangReconciler().reconcile(view(state, pods, topology=drtg)))
+    assert len({bind.placement.node for bind in binds(plan)}) == 2
+
+
+def test_members_asking_for_different_gpu_models_are_left_to_the_secondary_scheduler(
+    drtg: DRTG,
+) -> None:
+    state = ClusterState(drtg.node_specs())
+    annotations = {"kubesage.io/gang": "llm", "kubesage.io/gang-min-available": "2"}
+    pods = [
+        info(
+            request(f"llm-{model}", gpus=4).model_copy(update={"gpu_models": (model,)}),
+            annotations=annotations,
+        )
+        for model in ("H100-80GB", "A100-80GB")
+    ]
+    result = GangReconciler().reconcile(view(state, pods, topology=drtg))
+    assert result.actions == []
+    assert any("members ask for different GPU models" in note for note in result.notes)
