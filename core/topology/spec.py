@@ -151,6 +151,7 @@ class TopologySpec(StrictModel):
             if rack.zone not in zones:
                 raise ValueError(f"rack '{rack.name}' names unknown zone '{rack.zone}'")
         names: set[str] = set()
+        uuids: dict[str, str] = {}
         for rack in self.racks:
             for node, template in rack.node_entries():
                 if template not in self.node_templates:
@@ -166,4 +167,16 @@ class TopologySpec(StrictModel):
                         f"node '{member.name}': GPU identities {indices} are not distinct "
                         f"indices below its template's {gpus} GPUs"
                     )
+                devices = [gpu.device for gpu in member.gpus if gpu.device is not None]
+                if len(set(devices)) != len(devices):
+                    raise ValueError(f"node '{member.name}': a device name appears twice")
+                for gpu in member.gpus:
+                    if gpu.uuid is None:
+                        continue
+                    if gpu.uuid in uuids:  # a claim selecting it could never be satisfied
+                        raise ValueError(
+                            f"GPU UUID '{gpu.uuid}' of node '{member.name}' GPU {gpu.index} is "
+                            f"also {uuids[gpu.uuid]}'s: a UUID names one GPU"
+                        )
+                    uuids[gpu.uuid] = f"node '{member.name}' GPU {gpu.index}"
         return self

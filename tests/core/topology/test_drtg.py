@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,31 @@ def test_every_vertex_is_connected_and_exports_to_pyg(pairs: DRTG) -> None:
     assert tuple(data.edge_index.shape) == (2, 2 * pairs.num_edges)  # type: ignore[attr-defined]
     assert tuple(data.edge_attr.shape) == (2 * pairs.num_edges, 12)  # type: ignore[attr-defined]
     assert data.num_nodes == len(pairs.vertex_names)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        (
+            "[{index: 0, uuid: GPU-a, device: gpu-0}, {index: 1, uuid: GPU-b, device: gpu-0}]",
+            "node 'n1': a device name appears twice",
+        ),
+        (
+            "[{index: 0, uuid: GPU-a}, {index: 1, uuid: GPU-a}]",
+            "GPU UUID 'GPU-a' of node 'n1' GPU 1 is also node 'n1' GPU 0's",
+        ),
+    ],
+)
+def test_a_gpu_identity_names_one_gpu(tmp_path: Path, gpus: str, message: str) -> None:
+    """A DRA claim the launcher writes selects GPUs by UUID or device name: one that two
+    GPUs share would make a claim no allocation can satisfy."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "apiVersion: kubesage.io/v1alpha1\nkind: Topology\nspec:\n"
+        "  node_templates: {t: {gpu_model: X, gpus: 2, sockets: 1, gpus_per_switch: 2}}\n"
+        "  zones: [{name: z, uplink_gbps: 1}]\n"
+        "  racks: [{name: r, zone: z, uplink_gbps: 1,\n"
+        f"           members: [{{name: n1, template: t, gpus: {gpus}}}]}}]\n"
+    )
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        DRTG.from_yaml(path)
