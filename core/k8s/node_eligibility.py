@@ -105,17 +105,21 @@ def go_parse_int(text: str) -> int | None:
     return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
-def advertises_asked_gpus(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """Whether ``node`` advertises ``nvidia.com/gpu`` where ``pod`` asks for it as an
-    extended resource. The core counts a node's GPUs from its ResourceSlices too, but a
-    node whose GPUs are published only through DRA has no device plugin: the kubelet
-    rejects such a pod there, and kube-scheduler's NodeResourcesFit never picks it."""
+def asks_plugin_gpus(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` asks for ``nvidia.com/gpu`` as an extended resource (False when its
+    spec cannot be read: the bind path refuses such a pod itself)."""
     try:
-        asked = effective_requests(pod.get("spec") or {}).get(GPU_RESOURCE, 0)
+        return effective_requests(pod.get("spec") or {}).get(GPU_RESOURCE, 0) > 0
     except InputError:
-        return True  # the bind path refuses an unreadable pod itself
-    if asked <= 0:
-        return True
+        return False
+
+
+def advertises_plugin_gpus(node: Mapping[str, Any]) -> bool:
+    """Whether ``node``'s allocatable advertises ``nvidia.com/gpu``. The core counts a
+    node's GPUs from its ResourceSlices too, but a node whose GPUs are published only
+    through DRA has no device plugin (nor has a node all in MIG mode whole GPUs): the
+    kubelet rejects a pod asking for them there, and kube-scheduler's NodeResourcesFit
+    never picks it."""
     allocatable: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
     try:
         return parse_quantity(allocatable.get(GPU_RESOURCE, "0")) > 0
@@ -125,7 +129,7 @@ def advertises_asked_gpus(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bo
 
 def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """kube-scheduler's node filters that the core's resource model does not cover."""
-    if not advertises_asked_gpus(pod, node):
+    if asks_plugin_gpus(pod) and not advertises_plugin_gpus(node):
         return False
     spec = pod.get("spec") or {}
     node_spec = node.get("spec") or {}
@@ -189,6 +193,7 @@ class EligibilityCache:
                 (spec.get("affinity") or {}).get("nodeAffinity"),
                 spec.get("tolerations"),
                 migs,
+                asks_plugin_gpus(pod),
             ],
             sort_keys=True,
         )

@@ -57,7 +57,7 @@ def ppo(*args: str) -> Any:
 def small_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     nodes, pods = synthetic_cluster(20, seed=1), synthetic_workload(200, seed=2)
     monkeypatch.setattr(train_cli, "read_nodes", lambda path: nodes)
-    monkeypatch.setattr(train_cli, "read_pods", lambda path: pods)
+    monkeypatch.setattr(train_cli, "read_pods", lambda path, **options: pods)
 
 
 def test_check_output_refuses_a_directory_and_a_file_as_folder(tmp_path: Path) -> None:

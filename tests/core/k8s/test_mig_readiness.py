@@ -109,8 +109,11 @@ def test_the_secondary_scheduler_leaves_a_node_mid_relayout_alone_the_planners_d
     assert mask is not None and mask.tolist() == [False, True]
     unadvertised = binds.eligible(mig_pod(resource="nvidia.com/mig-1g.10gb"))
     assert unadvertised is not None and not unadvertised.any()
-    whole = v1_pod(containers=[v1_container(requests={"nvidia.com/gpu": "1"})])
-    assert binds.eligible(whole) is None  # every node: the gate is MIG instances' only
+    cpu_only = v1_pod(containers=[v1_container(requests={"cpu": "1"})])
+    assert binds.eligible(cpu_only) is None  # every node: the gate is MIG instances' only
+    # A whole GPU is another filter's: these all-MIG nodes advertise no nvidia.com/gpu.
+    whole = binds.eligible(v1_pod(containers=[v1_container(requests={"nvidia.com/gpu": "1"})]))
+    assert whole is not None and not whole.any()
     plans = EligibilityCache(nodes, ["mig-a", "mig-b"])
     assert plans.eligible(mig_pod()) is None
     assert plans.eligible(mig_pod(resource="nvidia.com/mig-1g.10gb")) is None
