@@ -127,9 +127,14 @@ def advertises_plugin_gpus(node: Mapping[str, Any]) -> bool:
         return False
 
 
-def node_fits_pod(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """kube-scheduler's node filters that the core's resource model does not cover."""
-    if asks_plugin_gpus(pod) and not advertises_plugin_gpus(node):
+def node_fits_pod(
+    pod: Mapping[str, Any], node: Mapping[str, Any], *, asks_gpus: bool | None = None
+) -> bool:
+    """kube-scheduler's node filters that the core's resource model does not cover
+    (``asks_gpus``: :func:`asks_plugin_gpus` of ``pod``, when the caller has it)."""
+    if asks_gpus is None:
+        asks_gpus = asks_plugin_gpus(pod)
+    if asks_gpus and not advertises_plugin_gpus(node):
         return False
     spec = pod.get("spec") or {}
     node_spec = node.get("spec") or {}
@@ -187,20 +192,22 @@ class EligibilityCache:
     def eligible(self, pod: Mapping[str, Any]) -> BoolArray | None:
         spec = pod.get("spec") or {}
         migs = mig_resources(pod) if self.binds_now else []
+        asks_gpus = asks_plugin_gpus(pod)
         signature = json.dumps(
             [
                 spec.get("nodeSelector"),
                 (spec.get("affinity") or {}).get("nodeAffinity"),
                 spec.get("tolerations"),
                 migs,
-                asks_plugin_gpus(pod),
+                asks_gpus,
             ],
             sort_keys=True,
         )
         if signature not in self._masks:
             mask = np.array(
                 [
-                    node_fits_pod(pod, node) and mig_wait_for(migs, node) is None
+                    node_fits_pod(pod, node, asks_gpus=asks_gpus)
+                    and mig_wait_for(migs, node) is None
                     for node in self._nodes
                 ],
                 dtype=bool,
