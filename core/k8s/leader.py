@@ -19,9 +19,12 @@ A write whose answer is lost (a timeout, or a 5xx after the server applied it) m
 have gone through: the next read that shows this identity as holder with the very
 ``renewTime`` that write carried is taken as ours (client-go's leader compares only
 the holder identity), so the leader keeps its lease rather than stepping down and
-counting a transition that did not happen. Any other record naming this identity
-under a resourceVersion it did not write (a previous life of this process, say) is
-waited out like another holder's. Stopping gracefully releases the lease (empty
+counting a transition that did not happen. A record whose only change since our
+last write is its metadata (a label or annotation added by kubectl, a GitOps or a
+policy controller: a new resourceVersion, the same ``renewTime`` and ``acquireTime``)
+is still ours. Any other record naming this identity under a resourceVersion it did
+not write (a previous life of this process, say) is waited out like another
+holder's. Stopping gracefully releases the lease (empty
 holder, one-second duration), so another replica takes over at its next retry instead
 of waiting out the lease.
 """
@@ -60,6 +63,10 @@ def _instant(text: object) -> datetime | None:
         return datetime.fromisoformat(str(text))
     except ValueError:
         return None
+
+
+def _times(spec: Obj) -> tuple[datetime | None, datetime | None]:
+    return _instant(spec.get("renewTime")), _instant(spec.get("acquireTime"))
 
 
 class LeaderElector:
@@ -105,6 +112,8 @@ class LeaderElector:
         self._observed_version: str | None = None
         self._observed_at = 0.0
         self._held_version: str | None = None
+        self._held_times: tuple[datetime | None, datetime | None] = (None, None)
+        """``renewTime`` and ``acquireTime`` of the record this process last wrote."""
         self._unconfirmed_renew: str | None = None
         """The ``renewTime`` of our last write whose answer was lost (it may be applied)."""
         self._deadline = 0.0
@@ -202,7 +211,7 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
         if holder == self.identity and self._adopt_unconfirmed(spec, version):
             self._hold(lease)
-        mine = holder == self.identity and version == self._held_version
+        mine = holder == self.identity and self._still_ours(spec, version)
         if holder and not mine and self._observed_at + duration > self._clock():
             return False  # held by another replica (or by us in a previous life) and live
         now = micro_time(self._wall())
@@ -265,6 +274,19 @@ class LeaderElector:
             self.lease_name,
             sent,
         )
+        return True
+
+    def _still_ours(self, spec: Obj, version: str) -> bool:
+        """Whether a record naming this identity is the one this process last wrote:
+        the same resourceVersion, or another (a label or annotation someone added) with
+        the very ``renewTime`` and ``acquireTime`` of our last write."""
+        if self._held_version is None:
+            return False
+        if version == self._held_version:
+            return True
+        if self._held_times != _times(spec):
+            return False
+        self._held_version = version  # only metadata changed: the record is still ours
         return True
 
     def _read(self) -> Obj:
@@ -352,5 +374,6 @@ class LeaderElector:
     def _hold(self, lease: Obj) -> None:
         version = str((lease.get("metadata") or {}).get("resourceVersion") or "")
         self._held_version = version
+        self._held_times = _times(lease.get("spec") or {})
         self._observed_version = version
         self._observed_at = self._clock()

@@ -222,6 +222,21 @@ def test_a_lost_answer_does_not_adopt_a_record_written_by_another_process(
     assert not a.try_acquire_or_renew()  # not our write: waited out like another holder
 
 
+def test_a_label_added_to_the_lease_does_not_depose_its_leader(fake: FakeApiServer) -> None:
+    a = elector(fake, "a", lease_s=30.0, renew_s=20.0)
+    assert a.try_acquire_or_renew()
+
+    def labelled(lease: dict[str, Any]) -> None:  # kubectl label, a GitOps controller
+        lease["metadata"].setdefault("labels", {})["team"] = "ml"
+
+    fake.modify(LEASES, "kubesage", "kubesage-scheduler", labelled)
+    assert a.try_acquire_or_renew()  # still ours: only the metadata changed
+    lease = fake.lease("kubesage", "kubesage-scheduler")
+    assert (lease["spec"]["leaseTransitions"], lease["metadata"]["labels"]) == (0, {"team": "ml"})
+    # The same identity in another process never wrote this record: it waits it out.
+    assert not elector(fake, "a", lease_s=30.0, renew_s=20.0).try_acquire_or_renew()
+
+
 @pytest.mark.parametrize(
     ("lease_s", "renew_s", "written"), [(0.4, 0.3, 1), (10.4, 10.3, 11), (15, 10, 15)]
 )
