@@ -95,20 +95,36 @@ def move_cost(pod: PodRequest, max_priority: int, pinned: Collection[str] = froz
     return 1.0 if pod.qos in BEST_EFFORT_QOS else 2.0
 
 
-def only_fragmentation(state: ClusterState, request: PodRequest) -> bool:
-    """Whether ``request`` is pending only because free GPU is scattered: no node fits it;
-    at least one fails the fit rule on free GPU alone (:data:`GPU_FREE_REASONS`: its CPU
-    and memory checks come first and passed); and the free GPU of the nodes that could
-    ever host it (no unresolvable reason) covers the request."""
+def only_fragmentation(
+    state: ClusterState, request: PodRequest, allowed: Collection[str] | None = None
+) -> bool:
+    """Whether ``request`` is pending only because free GPU is scattered: none of the
+    ``allowed`` nodes (its node constraints; all when None) fits it — a cordoned or
+    tainted node's free GPU is no room for it; at least one of them fails the fit rule
+    on free GPU alone (:data:`GPU_FREE_REASONS`: its CPU and memory checks come first
+    and passed); and the free GPU of the nodes that could ever host it (no
+    unresolvable reason) covers the request."""
     if request.num_gpu == 0:
         return False
     report = fit_report(state, request)
-    if report.fits.any():
+    mine = np.ones(report.fits.size, dtype=bool)
+    if allowed is not None:
+        mine[:] = False
+        mine[allowed_index(state, allowed)] = True
+    if report.fits[mine].any():
         return False
-    if not np.isin(report.reasons, [int(reason) for reason in GPU_FREE_REASONS]).any():
+    gpu_free = np.isin(report.reasons, [int(reason) for reason in GPU_FREE_REASONS])
+    if not gpu_free[mine].any():
         return False
     could_host = ~report.unresolvable
     return int(state.gpu_free_milli_node[could_host].sum()) >= request.total_gpu_milli
+
+
+def allowed_index(state: ClusterState, allowed: Collection[str]) -> IntArray:
+    """The sorted indices of the ``allowed`` nodes the state knows."""
+    return np.array(
+        sorted(state.node_index[n] for n in allowed if n in state.node_index), dtype=np.int64
+    )
 
 
 def place_within(
@@ -119,7 +135,7 @@ def place_within(
     if allowed is None:
         decision = policy.decide(state, request)
         return None if decision.placement is None else (decision.placement, decision.explanation)
-    index = np.array(sorted(state.node_index[n] for n in allowed if n in state.node_index))
+    index = allowed_index(state, allowed)
     fits = index[state.feasible(request, index)] if index.size else index
     if fits.size == 0:
         return None

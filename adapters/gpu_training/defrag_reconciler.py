@@ -41,7 +41,8 @@ migration planned, background compaction
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,7 +121,7 @@ class DefragReconciler:
                     f"{pod.ref} is pending only for fragmentation; the eviction budget is 0, "
                     "so no migration is planned"
                     for pod in candidates
-                    if only_fragmentation(state, pod.request)
+                    if only_fragmentation(state, pod.request, pod.eligible_nodes)
                 ],
             )
         notes: list[str] = []
@@ -130,7 +131,7 @@ class DefragReconciler:
         migrations = 0
         for pod in candidates:
             # Asked on the state after this tick's earlier plans: one may have made room.
-            if not only_fragmentation(state, pod.request):
+            if not only_fragmentation(state, pod.request, pod.eligible_nodes):
                 continue
             if left <= 0:
                 notes.append(f"{pod.ref}: this tick's eviction budget is spent; next tick")
@@ -170,10 +171,11 @@ class DefragReconciler:
             pod = view.pods.get(ref)
             if pod is None or not pod.pending:
                 continue
-            placement = _fits_at(state, pod.request, entry.get("target"))
+            placement = _fits_at(state, pod.request, entry.get("target"), pod.eligible_nodes)
             how = "its planned place" if placement is not None else "where the policy puts it"
             if placement is None:
-                placement = self.policy.decide(state, pod.request).placement
+                placed = place_within(self.policy, state, pod.request, pod.eligible_nodes)
+                placement = None if placed is None else placed[0]
             if placement is None:
                 if not entry["waiting"]:
                     still[ref] = dict(entry)  # an evicted pod waits, remembered, for room
@@ -253,7 +255,11 @@ class DefragReconciler:
         # stay on such a GPU are evicted too, and bound again at their own place.
         recreated = staying_pods(state, running, moves, arriving=(request, placement))
         if recreated:
-            kept = [name for name in recreated if name in pinned]
+            kept = [
+                name
+                for name in recreated
+                if not math.isfinite(move_cost(running[name][0], settings.max_priority, pinned))
+            ]
             if kept:
                 return (
                     f"{waiting.ref}: the MIG re-layout that makes room would re-create the "
@@ -451,10 +457,15 @@ def _remember(plan: Plan, stopped: dict[str, dict[str, Any]]) -> int:
     return sum(1 for step in plan.steps if isinstance(step, Evict))
 
 
-def _fits_at(state: ClusterState, request: PodRequest, target: Any) -> Placement | None:
-    """The remembered ``target`` when ``request`` can still take it on ``state``; else None."""
+def _fits_at(
+    state: ClusterState, request: PodRequest, target: Any, allowed: Collection[str] | None
+) -> Placement | None:
+    """The remembered ``target`` when ``request`` can still take it on ``state`` and its
+    node is among the ``allowed`` (any when None); else None."""
     try:
         placement = Placement.model_validate(target)
+        if allowed is not None and placement.node not in allowed:
+            return None
         trial = state.copy()
         trial.allocate(request, placement)
     except (ValueError, KubesageError):  # pydantic's ValidationError is a ValueError

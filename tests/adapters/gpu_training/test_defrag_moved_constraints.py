@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from kubesage.adapters.gpu_training.compaction import compact
-from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
+from kubesage.adapters.gpu_training.defrag_reconciler import STOPPED, DefragReconciler
 from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.core.loop.actions import Bind, Evict, ObjectRef, Plan
 from kubesage.core.loop.view import PodInfo
@@ -88,3 +88,42 @@ def test_no_migration_is_planned_for_a_pod_kube_scheduler_nominated() -> None:
     nominated = [*pods[:-1], dataclasses.replace(waiting, nominated=True)]
     assert reconcile(state, nominated) == []
     assert reconcile(state, pods)  # not nominated: a migration makes its room
+
+
+def test_a_node_the_waiting_pod_may_not_use_is_no_room_for_it() -> None:
+    """A cordoned node with every GPU free does not make the 4-GPU pod "fit": only the
+    nodes its constraints allow count, so the migration is still planned there."""
+    state = ClusterState([node(f"n{i}", gpus=4) for i in range(4)])
+    pods = [
+        run(state, request("server", qos="Burstable"), "n0", [0], owner=REPLICA_SET),
+        run(state, request("db-1", qos="Guaranteed"), "n1", [0], owner=REPLICA_SET),
+        run(state, request("db-2", qos="Guaranteed"), "n2", [0], owner=REPLICA_SET),
+        dataclasses.replace(
+            info(TRAIN, loop_places=False), eligible_nodes=frozenset({"n0", "n1", "n2"})
+        ),
+    ]
+    (plan,) = reconcile(state, pods)  # n3 (cordoned, empty) is not where it may go
+    bind = [step for step in plan.steps if isinstance(step, Bind)][-1]
+    assert str(bind.pod) == "default/train" and bind.placement.node == "n0"
+
+
+def test_a_stopped_plans_pod_is_bound_only_where_its_constraints_allow() -> None:
+    """The waiting pod's remembered target was taken; the free cordoned node is not
+    where it may go, so it is planned for afresh, not bound there."""
+    state = ClusterState([node(f"n{i}", gpus=4) for i in range(4)])
+    target = state.placement(0, [0, 1, 2, 3], TRAIN).model_dump(mode="json")
+    pods = [
+        run(state, request("taker", qos="Guaranteed"), "n0", [0], owner=REPLICA_SET),
+        run(state, request("db-1", qos="Guaranteed"), "n1", [0], owner=REPLICA_SET),
+        run(state, request("server", qos="Burstable"), "n2", [0], owner=REPLICA_SET),
+        dataclasses.replace(
+            info(TRAIN, loop_places=False), eligible_nodes=frozenset({"n0", "n1", "n2"})
+        ),
+    ]
+    memory = {STOPPED: {"default/train": {"plan": "gpu-defrag/x", "waiting": 1, "target": target}}}
+    reconciler = DefragReconciler(make_policy("bestfit", PolicyContext()), DefragSettings())
+    result = reconciler.reconcile(view(state, pods, memory=memory))
+    binds = [
+        s for p in result.actions if isinstance(p, Plan) for s in p.steps if isinstance(s, Bind)
+    ]
+    assert binds and all(b.placement.node != "n3" for b in binds)

@@ -4,6 +4,10 @@ pods moved for nothing on every retry."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from kubesage.adapters.gpu_training.defrag_reconciler import DefragReconciler
 from kubesage.adapters.gpu_training.defrag_settings import DefragSettings
 from kubesage.adapters.gpu_training.mig import mig_request
@@ -91,6 +95,20 @@ def test_a_pod_staying_on_a_gpu_whose_layout_changes_is_re_created_in_place() ->
     refused = tight.reconcile(view(state, pods))
     assert refused.actions == []
     assert any("re-creates 1 in place" in note for note in refused.notes), refused.notes
+
+
+@pytest.mark.parametrize(("qos", "priority"), [("Guaranteed", 0), ("Burstable", 1000)])
+def test_a_re_layout_never_re_creates_a_pod_that_never_moves(qos: str, priority: int) -> None:
+    """b stays on the GPU a moves to, so the re-layout would evict it too: a Guaranteed
+    pod, or one above the priority limit, keeps its instance and no plan is made."""
+    state, pods = fragmented()
+    b = pods[1]
+    pods[1] = dataclasses.replace(
+        b, request=b.request.model_copy(update={"qos": qos, "priority": priority})
+    )
+    result = defrag(compact_free_share=0.0, relayouts=True).reconcile(view(state, pods))
+    assert not [step for step in steps(result) if isinstance(step, Evict)]
+    assert any("re-create the instances of default/b" in note for note in result.notes)
 
 
 def test_mig_compaction_waits_for_relayouts_and_re_creates_nothing() -> None:
