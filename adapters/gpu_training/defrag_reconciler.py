@@ -67,7 +67,16 @@ from kubesage.adapters.gpu_training.loop_support import (
 )
 from kubesage.adapters.gpu_training.relayout import NO_RELAYOUTS, relayout_steps, staying_pods
 from kubesage.core.errors import KubesageError
-from kubesage.core.loop.actions import Action, Bind, Evict, LabelNode, Plan, Reservation, digest
+from kubesage.core.loop.actions import (
+    Action,
+    ActionKind,
+    Bind,
+    Evict,
+    LabelNode,
+    Plan,
+    Reservation,
+    digest,
+)
 from kubesage.core.loop.reconciler import Reconciled
 from kubesage.core.loop.view import PodInfo, WorldView
 from kubesage.core.policy.base import Policy
@@ -136,7 +145,7 @@ class DefragReconciler:
             if left <= 0:
                 notes.append(f"{pod.ref}: this tick's eviction budget is spent; next tick")
                 continue
-            pinned = pinned_pods(infos, settings) if pinned is None else pinned
+            pinned = self._pinned(view, infos) if pinned is None else pinned
             planned = self._migration(state, running, infos, pinned, pod, left, labels_left)
             if isinstance(planned, str):
                 notes.append(planned)
@@ -147,7 +156,7 @@ class DefragReconciler:
             left -= _remember(plan, stopped)
             labels_left -= sum(isinstance(step, LabelNode) for step in plan.steps)
         if not migrations and left > 0 and self._compaction_due(view):
-            pinned = pinned_pods(infos, settings) if pinned is None else pinned
+            pinned = self._pinned(view, infos) if pinned is None else pinned
             plans = self._compaction(state, running, infos, pinned, left, labels_left, notes)
             for plan in plans:
                 _remember(plan, stopped)
@@ -156,6 +165,15 @@ class DefragReconciler:
                 memory[COMPACTED_AT] = view.now_s
         memory[STOPPED] = stopped
         return Reconciled(actions=actions, memory=memory, notes=notes)
+
+    def _pinned(self, view: WorldView, infos: Mapping[str, PodInfo]) -> frozenset[str]:
+        """The running pods no plan moves: those that never move, and those whose
+        eviction the world refused a few minutes ago (a PodDisruptionBudget): asked again
+        now they would be refused again, and another plan may do without them."""
+        refused = {
+            name for name, info in infos.items() if f"{ActionKind.EVICT}:{info.ref}" in view.refused
+        }
+        return pinned_pods(infos, self.settings) | refused
 
     def _finish_stopped(
         self, view: WorldView, state: ClusterState

@@ -53,6 +53,9 @@ KEEP = 100
 """Records kept in memory (what ``/debug/loop`` shows)."""
 REMEMBER_S = 900.0
 """How long a done action stays done for the skip check (15 minutes)."""
+REFUSAL_MEMORY_S = 300.0
+"""How long the world's refusal of an action (a PodDisruptionBudget) is shown to the
+reconcilers (:attr:`~kubesage.core.loop.view.WorldView.refused`): five minutes."""
 PRUNE_MIN = 1024
 """Done-memory entries below which it is never pruned."""
 COMPACT_MIN_BYTES = 16 * 2**20
@@ -146,6 +149,9 @@ class AuditLog:
         """Action kind and target → (key, time) of the last action done on it."""
         self._slot: dict[str, str] = {}
         """Key → its entry in ``_last_done`` (only keys still the last on their slot)."""
+        self._last_refused: dict[str, float] = {}
+        """Action kind and target → when an action on it was last refused (until one on
+        it is done)."""
         self._prune_at = PRUNE_MIN
         self._newest = -math.inf
         """The newest record's time: what "older than ``remember_s``" is measured from."""
@@ -192,6 +198,13 @@ class AuditLog:
                 if now_s is None or now_s - at <= self.remember_s
             )
 
+    def refused(self, now_s: float, within_s: float = REFUSAL_MEMORY_S) -> dict[str, float]:
+        """``kind:target`` → when the last action on it was refused (a
+        PodDisruptionBudget, a conflict), for those refused within ``within_s`` of
+        ``now_s`` and not done since."""
+        with self._lock:
+            return {slot: at for slot, at in self._last_refused.items() if now_s - at <= within_s}
+
     def is_done(self, key: str, now_s: float | None = None) -> bool:
         """Whether ``key`` is done: the last done on its target, within ``remember_s``."""
         with self._lock:
@@ -233,9 +246,17 @@ class AuditLog:
         (one kept in memory only, when the volume was full)."""
         self._recent.append(record)
         self._newest = max(self._newest, record.time)
-        if record.outcome != Outcome.DONE or not record.key:
+        if not record.key:
             return  # notes have no key
         slot = f"{record.action}:{record.target}"
+        if record.outcome == Outcome.REFUSED and record.action != "plan":
+            self._last_refused[slot] = max(record.time, self._last_refused.get(slot, record.time))
+            return
+        if record.outcome != Outcome.DONE:
+            return
+        refused = self._last_refused.get(slot)
+        if refused is not None and not (read_back and refused > record.time):
+            del self._last_refused[slot]
         last = self._last_done.get(slot)
         if read_back and last is not None and last[1] > record.time:
             return  # read back after a newer record on the same target
@@ -252,7 +273,7 @@ class AuditLog:
             if bound is not None and not (read_back and bound[1] > record.time):
                 del self._last_done[bind_slot]
                 self._slot.pop(bound[0], None)
-        if len(self._last_done) >= self._prune_at:
+        if len(self._last_done) + len(self._last_refused) >= self._prune_at:
             self._prune()
 
     def _prune(self) -> None:
@@ -262,6 +283,7 @@ class AuditLog:
             slot: (key, at) for slot, (key, at) in self._last_done.items() if at >= cutoff
         }
         self._slot = {key: slot for slot, (key, _) in self._last_done.items()}
+        self._last_refused = {slot: at for slot, at in self._last_refused.items() if at >= cutoff}
         self._prune_at = max(PRUNE_MIN, 2 * len(self._last_done))
 
     # -- the file ---------------------------------------------------------------------

@@ -255,12 +255,14 @@ class ControlLoop:
             # as old as it is now: earlier reconcilers' actions may have taken a while.
             context.reading = self._read_by(reconciler, snapshots)
             age, context.stale_reason = self._age(context.reading, self.clock.now())
+            refused = self.audit.refused(context.now_s)  # with this tick's earlier refusals
             view = self.world.view(
                 tick=context.number,
                 now_s=context.now_s,
                 snapshots=snapshots,
                 data_age_s=age,
                 memory=self._memory.get(name, {}),
+                refused=refused,
             )
             try:
                 answer = reconciler.reconcile(view)

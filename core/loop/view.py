@@ -121,6 +121,11 @@ class WorldView:
     than its configured maximum (reconcilers need not check)."""
     memory: Mapping[str, Any] = field(default_factory=dict)
     """This reconciler's memory, as it returned it on its previous tick."""
+    refused: Mapping[str, float] = field(default_factory=dict)
+    """``kind:target`` (``evict:ns/name``) → when the world last refused an action on it
+    (a PodDisruptionBudget, a conflict), within the last few minutes and not done since
+    (:meth:`~kubesage.core.loop.audit.AuditLog.refused`; the audit file carries it
+    across leaders): a reconciler asking again at once would be refused again."""
 
     # Worked out once per view (a view never changes): every reconciler asks, several
     # times a tick, and a large cluster has tens of thousands of pods.

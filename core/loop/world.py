@@ -161,6 +161,7 @@ class WorldModel:
         snapshots: Mapping[str, Snapshot[Any]],
         data_age_s: float,
         memory: Mapping[str, Any],
+        refused: Mapping[str, float] | None = None,
     ) -> WorldView:
         """A view for one reconciler: its own copy of the state, and its memory."""
         if self.state is None:
@@ -175,4 +176,5 @@ class WorldModel:
             snapshots=dict(snapshots),
             data_age_s=data_age_s,
             memory=dict(memory),
+            refused=dict(refused or {}),
         )

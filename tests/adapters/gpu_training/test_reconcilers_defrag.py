@@ -263,3 +263,23 @@ def test_pods_of_finished_plans_are_forgotten() -> None:
     # The plan was refused before it started: everything is where it was, and planned again.
     again = reconciler().reconcile(view(state, pods, tick=2, memory=first.memory))
     assert only_plan(again).id == only_plan(first).id
+
+
+def test_a_pod_whose_eviction_was_just_refused_is_not_asked_again() -> None:
+    """A PodDisruptionBudget refused pa's eviction a moment ago: the same plan would be
+    refused again every tick, so another plan, without pa, is made."""
+    state = ClusterState([node(name, gpus=2) for name in "abc"])
+    pods = [
+        run(state, request("pa", milli=500, qos="BestEffort"), "a", [0]),
+        run(state, request("pb", milli=300), "b", [1]),
+        run(state, request("pg", milli=200, qos="Guaranteed"), "c", [0]),
+        info(BIG),
+    ]
+
+    def evicted(result: Reconciled) -> list[str]:
+        plans = [plan for plan in result.actions if isinstance(plan, Plan)]
+        return [str(s.pod) for plan in plans for s in plan.steps if isinstance(s, Evict)]
+
+    assert evicted(reconciler().reconcile(view(state, pods))) == ["default/pa"]
+    after_refusal = replace(view(state, pods), refused={"evict:default/pa": 0.0})
+    assert evicted(reconciler().reconcile(after_refusal)) == ["default/pb"]

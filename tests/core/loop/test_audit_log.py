@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kubesage.core.loop.audit import KEEP, AuditLog, AuditRecord
+from kubesage.core.loop.actions import Evict
+from kubesage.core.loop.audit import KEEP, REFUSAL_MEMORY_S, AuditLog, AuditRecord
+from kubesage.core.loop.reconciler import Outcome, Result
+from kubesage.core.loop.view import WorldView
 from kubesage.core.observability import metrics
 from tests.core.loop.doubles import RecordingActuator, Scripted, evict
 from tests.core.loop.test_control import make_loop, outcomes
@@ -180,3 +183,30 @@ def test_a_line_an_earlier_process_left_torn_takes_no_later_record_with_it(
     again = AuditLog(path)
     assert again.is_done(f"{4:016x}")  # not glued to the torn line and lost
     assert again.is_done(f"{0:016x}")
+
+
+def test_a_refusal_is_shown_to_the_reconcilers_for_a_while_and_across_leaders(
+    tmp_path: Path,
+) -> None:
+    """A PodDisruptionBudget refused the eviction of p0: the next ticks' views say so
+    (asked again now, it would be refused again), the next leader's too; five minutes
+    later, or once an eviction of it is done, they no longer do."""
+    path = tmp_path / "audit.jsonl"
+    seen: list[dict[str, float]] = []
+
+    def decide(view: WorldView) -> list[Evict]:
+        seen.append(dict(view.refused))
+        return [evict("p0")] if view.tick == 1 else []
+
+    refusing = RecordingActuator({"default/p0": Result(Outcome.REFUSED, "429 DisruptionBudget")})
+    loop, clock, _ = make_loop([Scripted("defrag", decide)], refusing, audit=AuditLog(path))
+    loop.tick()
+    refused_at = clock.now()
+    clock.advance(10.0)
+    loop.tick()
+    assert seen == [{}, {"evict:default/p0": refused_at}]
+    assert AuditLog(path).refused(clock.now()) == {"evict:default/p0": refused_at}
+    assert AuditLog(path).refused(refused_at + REFUSAL_MEMORY_S + 1) == {}
+    audit = AuditLog(path)
+    audit.append(done(int(refused_at) + 20, target="default/p0", action="evict"))
+    assert audit.refused(clock.now()) == {}
