@@ -10,6 +10,11 @@ from kubesage.adapters.gpu_training.defrag import job_member
 from kubesage.core.loop.view import PodInfo
 
 NODE_BOUND_OWNERS = ("DaemonSet", "Node")  # re-create a pod on its node (Node: static pods)
+REPLACING_OWNERS = ("ReplicaSet", "StatefulSet", "ReplicationController")
+"""Controllers that re-create an evicted pod as it was, anywhere its constraints allow.
+A Job counts the eviction as a failure against its ``backoffLimit`` (and a one-pod
+training run loses its progress); an Argo Workflow's or a Tekton TaskRun's step is not
+re-created at all: the step fails."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,9 @@ class DefragSettings:
     evicted_pods_come_back: bool = False
     """True where an evicted pod comes back pending under its own name (the embedded
     cluster, the simulator). False (a live cluster): a pod without an owner never moves."""
+    movable_owners: tuple[str, ...] = REPLACING_OWNERS
+    """On a live cluster, the controller kinds whose pods may move (the pod's controller
+    ``ownerReference``); the pods of any other controller never do."""
     relayouts: bool = False
     """True where the loop can apply a MIG re-layout (its ``label-node`` actuator publishes
     mig-parted configs: ``--mig-config-map``). False: MIG instances never move."""
@@ -40,8 +48,12 @@ class DefragSettings:
 
 def never_moves(info: PodInfo, settings: DefragSettings) -> bool:
     """Whether ``info`` must not be evicted, whatever its QoS (the module docstring)."""
+    comes_back = settings.evicted_pods_come_back or (
+        info.owner is not None and info.owner.kind in settings.movable_owners
+    )
     return (
-        (info.owner is None and not settings.evicted_pods_come_back)  # a notebook, say
+        not comes_back  # a notebook, a Job's pod, a workflow's step
+        or info.terminating  # its room frees itself; evicting it again does nothing
         or (info.owner is not None and info.owner.kind in NODE_BOUND_OWNERS)
         or info.gang is not None
         or info.request.gang_id is not None

@@ -223,6 +223,7 @@ def elastic_jobs(pods: Iterable[PodInfo]) -> tuple[dict[str, _Job], list[str]]:
     for pod in pods:
         if (
             pod.owner is not None
+            and not pod.terminating  # no longer one of its replicas
             and pod.owner.kind in ELASTIC_KINDS
             and (
                 ELASTIC_MIN_ANNOTATION in pod.annotations

@@ -354,6 +354,7 @@ def pod_info(pod: Mapping[str, Any], placement: Any = None) -> PodInfo | None:
         owner=owner,
         labels=dict(metadata.get("labels") or {}),
         annotations=dict(metadata.get("annotations") or {}),
+        terminating=bool(metadata.get("deletionTimestamp")),
     )
 
 

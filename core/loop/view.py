@@ -33,6 +33,9 @@ class PodInfo:
     """The workload that owns it (Job, PyTorchJob, FlinkDeployment …), when known."""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    terminating: bool = False
+    """Its deletion has begun (``metadata.deletionTimestamp``): it still holds its room
+    until its containers stop, and moving it would do nothing."""
     gang: str | None = None
     """The named gang (PodGroup) the pod belongs to, as the secondary scheduler reads its
     annotations; None for a lone pod. Gangs are placed whole (``gpu-gang``), never by

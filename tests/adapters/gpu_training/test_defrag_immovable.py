@@ -30,8 +30,11 @@ def cluster() -> ClusterState:
     return ClusterState([node(f"n{i}", gpus=4) for i in range(2)])
 
 
-def defrag(**settings: bool) -> DefragReconciler:
-    return DefragReconciler(make_policy("bestfit", PolicyContext()), DefragSettings(**settings))
+def defrag(**settings: object) -> DefragReconciler:
+    return DefragReconciler(
+        make_policy("bestfit", PolicyContext()),
+        DefragSettings(**settings),  # type: ignore[arg-type]
+    )
 
 
 def evicted(result: Reconciled) -> list[str]:
@@ -85,6 +88,42 @@ def test_a_pod_re_created_on_its_own_node_only_never_moves(kind: str) -> None:
     ]
     pods.append(info(TRAIN, loop_places=False))
     assert evicted(defrag().reconcile(view(state, pods))) == []
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        ObjectRef("batch/v1", "Job", "default", "finetune"),  # counts against backoffLimit
+        ObjectRef("argoproj.io/v1alpha1", "Workflow", "default", "pipeline"),  # step fails
+        ObjectRef("tekton.dev/v1", "TaskRun", "default", "build"),
+    ],
+)
+def test_a_pod_whose_controller_does_not_replace_it_never_moves(owner: ObjectRef) -> None:
+    state = cluster()
+    pods = [
+        run(state, request("step", gpus=1, qos="BestEffort"), "n0", [0], owner=owner),
+        run(state, request("filler", gpus=2, qos="Guaranteed"), "n1", [0, 1], owner=JOB),
+        info(TRAIN, loop_places=False),
+    ]
+    assert evicted(defrag().reconcile(view(state, pods))) == []
+    # Where the operator says that controller's pods come back, they move.
+    settings = {"movable_owners": ("ReplicaSet", owner.kind)}
+    assert evicted(defrag(**settings).reconcile(view(state, pods))) == ["default/step"]
+
+
+def test_a_terminating_pod_is_not_moved() -> None:
+    """Its room frees itself once its containers stop: evicting it again does nothing,
+    and the plan would count that eviction against the budget."""
+    state = cluster()
+    server = run(state, request("server", gpus=1, qos="Burstable"), "n1", [0], owner=REPLICA_SET)
+    pods = [
+        dataclasses.replace(server, terminating=True),
+        run(state, request("db", gpus=1, qos="Guaranteed"), "n0", [0], owner=REPLICA_SET),
+        info(TRAIN, loop_places=False),
+    ]
+    assert evicted(defrag().reconcile(view(state, pods))) == []
+    pods[0] = server
+    assert evicted(defrag().reconcile(view(state, pods))) == ["default/server"]
 
 
 def test_where_evicted_pods_come_back_a_pod_without_an_owner_may_move() -> None:

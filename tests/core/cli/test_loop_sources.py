@@ -139,3 +139,17 @@ def test_a_pod_without_a_resource_version_is_never_taken_as_unchanged() -> None:
     (first,) = collected(collector).values()
     (second,) = collected(collector).values()
     assert first is not second and first == second
+
+
+def test_a_pod_being_deleted_is_seen_terminating() -> None:
+    sync = SyncReadSide()
+    node = sync.state.node_names[0]
+    leaving = live_pod("leaving", "10", node=node)
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-05T10:00:00Z"
+    staying = live_pod("staying", "11", node=node)
+    sync.bound = [leaving, staying]
+    for pod in sync.bound:
+        sync.placements[pod_key(pod)] = Placement(node=node, node_index=0)
+    collector = LiveClusterCollector(sync, ["kubesage"])  # type: ignore[arg-type]
+    seen = {ref.split("/")[-1]: info.terminating for ref, info in collected(collector).items()}
+    assert seen == {"leaving": True, "staying": False}
