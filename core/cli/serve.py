@@ -66,6 +66,8 @@ log = logging.getLogger("kubesage.serve")
 
 DEFAULT_PORT = 8443
 """The port the Deployment exposes (HTTPS when --tls-cert/--tls-key are given)."""
+SHUTDOWN_DELAY_S = 5.0
+"""How long ``serve`` keeps serving after SIGTERM (``--shutdown-delay-s``)."""
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -166,6 +168,16 @@ def serve(
     max_headers: MaxHeadersOption = http_limits.MAX_HEADERS,
     header_timeout_s: HeaderTimeoutOption = http_limits.HEADER_TIMEOUT_S,
     keep_alive_s: KeepAliveOption = http_limits.KEEP_ALIVE_S,
+    shutdown_delay_s: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-delay-s",
+            min=0.0,
+            max=60.0,
+            help="After SIGTERM, keep serving this long before closing the port, while "
+            "Kubernetes takes the pod out of its Service (0: close at once).",
+        ),
+    ] = SHUTDOWN_DELAY_S,
 ) -> None:
     """Serve the scheduler extender (/scheduler/*), the webhook (/mutate), /healthz, /metrics."""
     if log_level.upper() not in LOG_LEVELS:
@@ -247,7 +259,7 @@ def serve(
     )
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_serve_until_signalled(server, sock))
+            runner.run(_serve_until_signalled(server, sock, shutdown_delay_s))
     finally:
         service.stop()
         sock.close()
@@ -266,9 +278,21 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     return context
 
 
-async def _serve_until_signalled(server: HttpServer, sock: socket.socket) -> None:
-    """Serve until SIGTERM or SIGINT, then finish the requests in flight."""
+async def _serve_until_signalled(
+    server: HttpServer, sock: socket.socket, shutdown_delay_s: float
+) -> None:
+    """Serve until SIGINT, or ``shutdown_delay_s`` after SIGTERM (a second signal stops
+    at once), then finish the requests in flight. Kubernetes takes a terminating pod out
+    of its Service's endpoints while it sends SIGTERM, not before: kube-scheduler and the
+    API server keep calling for a few seconds, and a closed port would have those calls
+    skip the extender and the webhook."""
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, server.stop)
+
+    def terminate() -> None:
+        log_event(log, logging.INFO, "draining", seconds=shutdown_delay_s)
+        loop.add_signal_handler(signal.SIGTERM, server.stop)
+        loop.call_later(shutdown_delay_s, server.stop)
+
+    loop.add_signal_handler(signal.SIGTERM, terminate if shutdown_delay_s > 0 else server.stop)
+    loop.add_signal_handler(signal.SIGINT, server.stop)
     await server.serve(sock)

@@ -148,6 +148,8 @@ class HttpProtocol(asyncio.Protocol):
         """A threaded endpoint is running; later requests wait for it."""
         self._closing = False
         """No more requests are read; the connection closes once the queue is answered."""
+        self._last_message = False
+        """The server is stopping: the message being read is the last; its answer closes."""
         self._lingering = False
         self._read_paused = False
         self._write_paused = False
@@ -288,7 +290,7 @@ class HttpProtocol(asyncio.Protocol):
         self._phase = _IDLE
         if self._answered or self._closing:
             return
-        keep_alive = bool(self._parser.should_keep_alive())
+        keep_alive = bool(self._parser.should_keep_alive()) and not self._last_message
         head = self._parser.get_method() == b"HEAD"
         found = self._found
         if isinstance(found, Reply) or found is None:
@@ -406,7 +408,11 @@ class HttpProtocol(asyncio.Protocol):
     # -- lifecycle -------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Read no more requests; close once those already read are answered."""
+        """Read no more requests; close once those already read are answered. A request
+        whose head or body is still arriving is read to its end and answered first."""
+        if self._phase != _IDLE and not self._closing:
+            self._last_message = True
+            return
         self._closing = True
         if self._transport is not None and not self._queue and not self._busy:
             self._transport.close()

@@ -139,6 +139,7 @@ CASES |= {
             "maxHeaders": 50,
             "headerTimeoutS": 5,
             "keepAliveS": 2.5,
+            "shutdownDelayS": 8,
         },
         "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 5, "excludedNamespaces": ["a", "b"]},
         "extender": {"profileSchedulerName": "gpu-extender", "weight": 10, "httpTimeout": "2s"},

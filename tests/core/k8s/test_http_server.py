@@ -285,3 +285,37 @@ def test_httpx_against_the_server_and_graceful_stop() -> None:
         assert response.status_code == 200
     with pytest.raises(OSError):  # stopped: nothing listens any more
         socket.create_connection(("127.0.0.1", bound), timeout=2).close()
+
+
+def test_a_request_still_arriving_when_the_server_stops_is_answered() -> None:
+    """Half its body was sent when the server was told to stop: the rest is read and
+    the request answered, with ``connection: close``; an idle connection just closes."""
+    extender, _ = make_extender()
+    app = create_app(extender)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    server = HttpServer(app)
+    thread = threading.Thread(target=asyncio.run, args=(server.serve(sock),), daemon=True)
+    thread.start()
+    request = post("/scheduler/filter", args(gpu_pod("p")))
+    half = len(request) // 2
+    sending, idle = connect(sock.getsockname()[1]), connect(sock.getsockname()[1])
+    try:
+        sending.sendall(request[:half])
+        deadline = time.monotonic() + 10
+        while len(server.connections) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the first half read: the message has begun
+        server.stop()
+        time.sleep(0.2)
+        sending.sendall(request[half:])
+        status, headers, _ = Responses(sending).next()
+        assert (status, headers["connection"]) == (200, "close")
+        assert idle.recv(1) == b""  # idle: closed at once
+    finally:
+        sending.close()
+        idle.close()
+        thread.join(10)
+        sock.close()
+    assert not thread.is_alive()

@@ -29,11 +29,14 @@ STARTUP_S = 120.0
 
 
 @contextmanager
-def serving(*options: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def serving(
+    *options: str, env: dict[str, str] | None = None, shutdown_delay_s: float = 0.0
+) -> Iterator[str]:
     """Run ``kubesage serve --port 0 ...``; yield its base URL, then stop it with SIGTERM."""
+    delay = ("--shutdown-delay-s", str(shutdown_delay_s))
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
-            [*SERVE, "--host", "127.0.0.1", "--port", "0", *options],
+            [*SERVE, "--host", "127.0.0.1", "--port", "0", *delay, *options],
             stdout=subprocess.DEVNULL,
             stderr=log,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
@@ -107,6 +110,34 @@ def test_embedded_serve_answers_every_endpoint() -> None:
     assert 'kubesage_binds_total{outcome="bound"} 1.0' in exposition
     assert 'kubesage_errors_total{component="filter",kind="bad_request"} 1.0' in exposition
     assert "kubesage_cluster_nodes 40.0" in exposition
+
+
+def test_after_sigterm_serve_answers_new_connections_for_its_shutdown_delay() -> None:
+    """Kubernetes takes the pod out of its Service while it sends SIGTERM: calls that
+    still arrive in the next seconds are answered, then the process exits 0."""
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [*SERVE, "--host", "127.0.0.1", "--port", "0", "--embedded", "--nodes", "4",
+             "--shutdown-delay-s", "3"],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{_port(process, log)}"
+            process.send_signal(signal.SIGTERM)
+            wait_until(
+                lambda: any(line.get("event") == "draining" for line in _lines(log)),
+                30,
+                "the draining log line",
+            )
+            with httpx.Client(base_url=url) as fresh:  # a new connection, after SIGTERM
+                assert fresh.get("/healthz").status_code == 200
+            assert process.wait(timeout=30) == 0, _tail(log)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert any(line.get("event") == "stopped" for line in _lines(log))
 
 
 def test_serve_uses_the_api_server_given_a_kubeconfig(tmp_path: Path) -> None:

@@ -116,7 +116,8 @@ empty string) passes no flag, so the binary's default applies.
   (list "max-header-bytes" $server.maxHeaderBytes)
   (list "max-headers" $server.maxHeaders)
   (list "header-timeout-s" $server.headerTimeoutS)
-  (list "keep-alive-s" $server.keepAliveS) }}
+  (list "keep-alive-s" $server.keepAliveS)
+  (list "shutdown-delay-s" $server.shutdownDelayS) }}
 {{- range $options }}
 {{- $flag := index . 0 }}
 {{- $value := index . 1 }}
