@@ -21,7 +21,7 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from safetensors import SafetensorError
@@ -58,6 +58,19 @@ def check_output_dir(path: Path, option: str) -> None:
         raise InputError(f"{option} {path}: {folder} is not a directory")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{option} {path}: no permission to write in {folder}")
+
+
+@contextlib.contextmanager
+def writing_report(path: Path, option: str) -> Iterator[None]:
+    """Turn a failure to write the report folder ``path`` (a folder where a file goes, a
+    volume gone read-only) into an error naming the option, the folder and the file."""
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise DependencyError(
+            f"{option} {path}: the report could not be written{where}: {exc.strerror or exc}"
+        ) from exc
 
 
 def _mode_for(target: Path, temporary: Path) -> int:

@@ -58,7 +58,7 @@ def fetch(
         )
     root = (cache_dir or default_cache_dir()) / dataset
     how = "verified" if pinned(dataset) else "checked against their first download"
-    stderr.print(f"{len(paths)} file(s) {how} in {root}")
+    stderr.print(f"{len(paths)} file(s) {how} in {root}", markup=False)
     for path in paths:
         typer.echo(str(path))
 

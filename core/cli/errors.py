@@ -8,6 +8,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from kubesage.core.errors import InputError, KubesageError
 
@@ -25,7 +26,8 @@ def user_errors(function: Callable[P, R]) -> Callable[P, R]:
         try:
             return function(*args, **kwargs)
         except KubesageError as exc:
-            stderr.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            # The message is plain text: a path or key like "exp[red].yaml" is not markup.
+            stderr.print(Text.assemble(("error:", "bold red"), " ", str(exc)), highlight=False)
             raise typer.Exit(code=2) from None
 
     return wrapper

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kubesage.core.cli.errors import stderr, user_errors
@@ -221,9 +222,9 @@ def train_command(
             "--train-until, --range with --prometheus) or a shorter --history/--horizon"
         )
     if forecaster.training_note:
-        stderr.print(forecaster.training_note)
+        stderr.print(forecaster.training_note, markup=False)
     assert forecaster.graph is not None
-    stderr.print(f"graph: {forecaster.graph.description}")
+    stderr.print(f"graph: {forecaster.graph.description}", markup=False)
     if forecaster.report:
         stderr.print(
             f"trained {forecaster.report.epochs_run} epochs in {forecaster.report.seconds:.0f} s "
@@ -284,9 +285,14 @@ def _prometheus_panel(
         f"{len(panel.metrics)} column(s): {', '.join(panel.metrics)}"
     )
     if chosen.empty_columns:
-        stderr.print(f"left out, no node reported them: {', '.join(chosen.empty_columns)}")
+        stderr.print(
+            f"left out, no node reported them: {', '.join(chosen.empty_columns)}", markup=False
+        )
     if chosen.silent_nodes:
-        stderr.print(f"left out, reported none of the columns: {', '.join(chosen.silent_nodes)}")
+        stderr.print(
+            f"left out, reported none of the columns: {', '.join(chosen.silent_nodes)}",
+            markup=False,
+        )
     return panel
 
 
@@ -372,9 +378,9 @@ def eval_command(
                 config=config,
                 progress=status.update,
             )
-    stderr.print(f"graph: {result.graph}")
+    stderr.print(f"graph: {result.graph}", markup=False)
     for name, note in result.notes.items():
-        stderr.print(f"[yellow]warning:[/] {name}: {note}")
+        stderr.print(f"[yellow]warning:[/] {escape(f'{name}: {note}')}")
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(result.document))
         return

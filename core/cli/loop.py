@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kubesage.core.adapter import LoopParts, adapter_parts, load_adapters
-from kubesage.core.cli.errors import user_errors
+from kubesage.core.cli.errors import refuse_unused_options, user_errors
 from kubesage.core.cli.loop_options import (
     AuditLogOption,
     DryRunOption,
@@ -275,12 +275,19 @@ def loop(
         bool, typer.Option("--embedded", help="Use the embedded simulated cluster.")
     ] = False,
     nodes: Annotated[
-        int, typer.Option("--nodes", min=1, help="Nodes of the embedded cluster.")
-    ] = DEFAULT_SYNTHETIC_NODES,
+        int | None,
+        typer.Option(
+            "--nodes",
+            min=1,
+            help=f"Nodes of the embedded cluster (default {DEFAULT_SYNTHETIC_NODES}).",
+        ),
+    ] = None,
     fill: Annotated[
-        float,
-        typer.Option("--fill", help="Pre-load the embedded cluster to this GPU share, in [0, 1)."),
-    ] = 0.0,
+        float | None,
+        typer.Option(
+            "--fill", help="Pre-load the embedded cluster to this GPU share, in [0, 1) (default 0)."
+        ),
+    ] = None,
     policy: Annotated[str, typer.Option("--policy", help="Scheduling policy.")] = "fgd",
     tick_s: TickOption = DEFAULT_TICK_S,
     audit_log: AuditLogOption = None,
@@ -300,7 +307,7 @@ def loop(
         # A running loop logs its actions as JSON lines; one tick prints its report
         # instead (and leaves the process's logging alone).
         configure_logging("info")
-    if not 0.0 <= fill < 1.0:
+    if fill is not None and not 0.0 <= fill < 1.0:
         raise InputError(f"--fill must be in [0, 1), got {fill}")
     settings, api = loop_inputs(
         policy=policy,
@@ -318,10 +325,16 @@ def loop(
         kubeconfig=kubeconfig,
         context=context,
     )
+    if api is not None:
+        refuse_unused_options(
+            {"--nodes": nodes is not None, "--fill": fill is not None},
+            "to the embedded cluster (--embedded)",
+            "this runs on the live cluster of the kubeconfig",
+        )
     stoppers: list[Callable[[], None]] = []
     try:
         if api is None:
-            cluster = EmbeddedCluster.synthetic(nodes)
+            cluster = EmbeddedCluster.synthetic(DEFAULT_SYNTHETIC_NODES if nodes is None else nodes)
             if fill:
                 workload = tuple(cluster.workload)
                 cluster.fill(make_policy(policy, PolicyContext(seed=0, workload=workload)), fill)
@@ -371,9 +384,11 @@ def _print(report: TickReport, output: OutputFormat) -> None:
     for collector in report.collectors:
         state = "failed" if not collector.ok else "stale" if collector.stale else "fresh"
         detail = f": {collector.detail}" if collector.detail else ""
-        console.print(f"  collector {collector.name}: {state}{detail}", highlight=False)
+        console.print(
+            f"  collector {collector.name}: {state}{detail}", highlight=False, markup=False
+        )
     for name, error in report.reconciler_errors.items():
-        console.print(f"  reconciler {name} raised {error}", highlight=False)
+        console.print(f"  reconciler {name} raised {error}", highlight=False, markup=False)
     table = Table("reconciler", "action", "target", "outcome", "why", "detail")
     for record in report.records:
         table.add_row(

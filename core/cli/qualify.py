@@ -8,6 +8,7 @@ run with ``kubesage serve --policy``.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -59,6 +60,8 @@ def qualify_command(
             raise UnknownPolicyError(name, known)
     if candidate == baseline:
         raise InputError(f"--candidate and --baseline are both '{candidate}'")
+    if not math.isfinite(z):  # before the runs, not after them
+        raise InputError(f"--z must be a finite number >= 0, got {z}")
     settings, base = simulation_settings(None, nodes=nodes, pods=pods, jobs=jobs, model=model)
     node_specs, pod_specs, described = load_inputs(settings, base)
     workers = min(settings.jobs or default_jobs(), 2 * runs)

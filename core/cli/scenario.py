@@ -23,6 +23,7 @@ from kubesage.core.cli.options import OutputFormat
 from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.tables import print_table
 from kubesage.core.errors import InputError
+from kubesage.core.model_files import writing_report
 from kubesage.core.report.scenario_html import write_scenario_report
 from kubesage.core.scenario.cluster import MAX_GPU_NODES
 from kubesage.core.scenario.profiles import load_profiles
@@ -85,7 +86,7 @@ def run_scenario_command(
     total = len(loads) * len(seeds) * len({*variants, "k8s-default"})
     where = f"Ray at {ray_address}" if ray_address else f"{jobs} local worker(s)"
     profiles = load_profiles(Path(settings.data_dir) if settings.data_dir else None)
-    stderr.print(f"Inference utilisation profiles: {profiles.source}.")
+    stderr.print(f"Inference utilisation profiles: {profiles.source}.", markup=False)
     stderr.print(
         f"Scenario mixed: {settings.gpu_nodes} GPU nodes, {settings.hours:g} h, "
         f"load {', '.join(f'{load:g}' for load in loads)}, seeds "
@@ -125,19 +126,20 @@ def run_scenario_command(
     else:
         _print(settings, runs, Console())
     if not no_report:
-        path = write_scenario_report(
-            report_dir,
-            settings,
-            seeds,
-            runs,
-            sweep=by_load,
-            description=(
-                f"Mixed workload on {settings.gpu_nodes} DGX-class nodes "
-                f"({settings.gpu_nodes * 8} GPUs) for {settings.hours:g} h at offered load "
-                f"{settings.load:g}; seeds {', '.join(map(str, seeds))}."
-            ),
-        )
-        stderr.print(f"Report written to {path}")
+        with writing_report(report_dir, "--report-dir"):
+            path = write_scenario_report(
+                report_dir,
+                settings,
+                seeds,
+                runs,
+                sweep=by_load,
+                description=(
+                    f"Mixed workload on {settings.gpu_nodes} DGX-class nodes "
+                    f"({settings.gpu_nodes * 8} GPUs) for {settings.hours:g} h at offered load "
+                    f"{settings.load:g}; seeds {', '.join(map(str, seeds))}."
+                ),
+            )
+        stderr.print(f"Report written to {path}", markup=False)
 
 
 def _print(

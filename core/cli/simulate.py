@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
@@ -17,7 +18,7 @@ from kubesage.core.cli.scenario import SCENARIOS, parse_variants, run_scenario_c
 from kubesage.core.cli.tables import print_table
 from kubesage.core.config import API_VERSION, load_config, parse_config
 from kubesage.core.errors import ConfigError, InputError
-from kubesage.core.model_files import check_output_dir
+from kubesage.core.model_files import check_output_dir, writing_report
 from kubesage.core.policy.registry import DEFAULT_POLICIES, POLICIES
 from kubesage.core.report.html import write_report
 from kubesage.core.scenario.profiles import default_data_dir, trace_files
@@ -282,19 +283,20 @@ def simulate(
             on_result=lambda result: progress.advance(task),
         )
     for note in missing_points(results):
-        stderr.print(f"[yellow]warning:[/] {note}")
+        stderr.print(f"[yellow]warning:[/] {escape(note)}")
     if output_format is OutputFormat.json:
         typer.echo(json.dumps(json_document(results)))
     else:
         _print_table(results, Console())
     if not no_report:
-        path = write_report(
-            results,
-            settings.report_dir,
-            title="kubesage simulation report",
-            description=f"{described}. Protocol: {settings.mode}, tune {settings.tune}.",
-        )
-        stderr.print(f"Report written to {path}")
+        with writing_report(settings.report_dir, "--report-dir"):
+            path = write_report(
+                results,
+                settings.report_dir,
+                title="kubesage simulation report",
+                description=f"{described}. Protocol: {settings.mode}, tune {settings.tune}.",
+            )
+        stderr.print(f"Report written to {path}", markup=False)
 
 
 def simulation_settings(

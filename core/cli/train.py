@@ -113,7 +113,7 @@ def ppo(
         except WorkerError as exc:
             raise _saved_so_far(exc, out, metrics, info) from exc
     _save(network, out, info)
-    stderr.print(f"model written to {out}; metrics per iteration in {metrics}")
+    stderr.print(f"model written to {out}; metrics per iteration in {metrics}", markup=False)
 
 
 def _save(network: PlacementNetwork, out: Path, info: dict[str, object]) -> None:

@@ -101,6 +101,11 @@ class SimulationSettings(StrictModel):
         return value
 
 
+MAX_SEEDS = 10_000
+"""Most seeds a range may name: a typo like ``42-510000000`` would hold every run's
+settings in memory before the first ran."""
+
+
 def parse_seeds(text: str) -> tuple[int, ...]:
     """``"42-51"``, ``"1,5,9"`` or a mix such as ``"1-3,10"`` → seeds in order, no repeats."""
     seeds: list[int] = []
@@ -114,6 +119,11 @@ def parse_seeds(text: str) -> tuple[int, ...]:
                 start, end = int(part[:cut]), int(part[cut + 1 :])
                 if end < start:
                     raise InputError(f"seed range '{part}' runs backwards")
+                if end - start >= MAX_SEEDS:
+                    raise InputError(
+                        f"seed range '{part}' holds {end - start + 1} seeds; at most "
+                        f"{MAX_SEEDS} (one run per seed and policy)"
+                    )
                 seeds.extend(range(start, end + 1))
             else:
                 seeds.append(int(part))

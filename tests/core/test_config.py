@@ -300,6 +300,7 @@ def test_parse_seeds(text: str, seeds: tuple[int, ...]) -> None:
     [
         ("4x", "'4x' is not N or N-M"),
         ("5-1", "seed range '5-1' runs backwards"),
+        ("42-510000000", "seed range '42-510000000' holds 509999959 seeds; at most 10000"),
         ("", "no seeds in ''"),
         (",", "no seeds in ','"),
         (" , ", "no seeds"),

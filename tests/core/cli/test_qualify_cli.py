@@ -61,6 +61,7 @@ def test_the_table_says_which_policy_to_serve(tmp_path: Path, trace: tuple[Path,
         (["--candidate", "nope"], "unknown policy 'nope'"),
         (["--candidate", "fgd"], "--candidate and --baseline are both 'fgd'"),
         (["--pods", "missing.csv"], "missing.csv: no such file"),
+        (["--z", "1e400", "--pods", "missing.csv"], "--z must be a finite number >= 0, got inf"),
     ],
 )
 def test_bad_input_is_a_clear_error_with_exit_code_2(

@@ -164,3 +164,18 @@ def test_bad_input_is_a_clear_error_with_exit_code_2(
     assert done.returncode == 2
     assert message in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
+
+
+def test_a_report_that_cannot_be_written_is_an_error_naming_it(
+    tmp_path: Path, config: Path
+) -> None:
+    blocked = tmp_path / "report"
+    (blocked / "index.html").mkdir(parents=True)  # a folder where the page goes
+    done = kubesage(
+        "simulate", "--config", str(config), "--policy", "fgd", "--seeds", "1",
+        "--report-dir", str(blocked), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"--report-dir {blocked}: the report could not be written" in done.stderr
+    assert "index.html" in done.stderr

@@ -83,3 +83,29 @@ def test_loop_once_as_a_table_and_bad_options() -> None:
     assert "tick 1 (live)" in table.stdout and "forecaster last-value" in table.stdout
     bad = runner.invoke(app, ["loop", "--once", "--embedded", "--tick-s", "0"])
     assert bad.exit_code == 2 and "--tick-s must be a positive" in bad.output
+
+
+def test_loop_refuses_embedded_options_when_it_would_run_on_a_live_cluster(
+    tmp_path: Path,
+) -> None:
+    """--nodes and --fill describe the embedded cluster: given with a kubeconfig, the run
+    would act on the live cluster instead, so it is refused before anything connects."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    options = ["loop", "--once", "--kubeconfig", str(kubeconfig), "--nodes", "20", "--fill", "0.5"]
+    result = CliRunner().invoke(app, options)
+    assert result.exit_code == 2, result.output
+    assert "--nodes, --fill only apply to the embedded cluster (--embedded)" in result.output
+
+
+def test_an_error_naming_a_bracketed_path_prints_it_as_written(tmp_path: Path) -> None:
+    """Error messages are plain text: "[red]" in a file name is not rich markup."""
+    config = tmp_path / "exp[red].yaml"
+    config.write_text("kind: Nonsense\n")
+    result = CliRunner().invoke(app, ["simulate", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "exp[red].yaml" in result.output
