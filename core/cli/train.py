@@ -15,7 +15,13 @@ from kubesage.core.errors import DependencyError
 from kubesage.core.model_files import check_output, write_replacing
 from kubesage.core.rl.network import PlacementNetwork
 from kubesage.core.rl.persistence import save_network
-from kubesage.core.rl.training import TrainSettings, WorkerError, train
+from kubesage.core.rl.training import (
+    TrainingInterruptedError,
+    TrainingStoppedError,
+    TrainSettings,
+    WorkerError,
+    train,
+)
 from kubesage.core.traces import read_nodes, read_pods
 from kubesage.core.traces.openb_variants import gpus_per_model, openb_variant
 
@@ -110,6 +116,9 @@ def ppo(
             network, _ = train(
                 node_specs, workloads, settings, metrics_path=metrics, on_iteration=on_iteration
             )
+        except TrainingInterruptedError as exc:
+            stderr.print(f"error: {_saved_so_far(exc, out, metrics, info)}", markup=False)
+            raise typer.Exit(code=130) from None
         except WorkerError as exc:
             raise _saved_so_far(exc, out, metrics, info) from exc
     _save(network, out, info)
@@ -121,10 +130,10 @@ def _save(network: PlacementNetwork, out: Path, info: dict[str, object]) -> None
 
 
 def _saved_so_far(
-    exc: WorkerError, out: Path, metrics: Path, info: dict[str, object]
+    exc: TrainingStoppedError, out: Path, metrics: Path, info: dict[str, object]
 ) -> DependencyError:
-    """Save the weights of the iterations done before the workers failed; the error to
-    end with, saying what was saved."""
+    """Save the weights of the iterations done before training stopped (the workers
+    failed, or Ctrl-C); the error to end with, saying what was saved."""
     if exc.network is None:
         return DependencyError(f"{exc}; no iteration completed, nothing was saved")
     done = len(exc.history)

@@ -85,8 +85,8 @@ class TrainSettings:
     ppo: PpoSettings = field(default_factory=PpoSettings)
 
 
-class WorkerError(DependencyError):
-    """Ray workers died or missed their deadline; holds the training done until then."""
+class TrainingStoppedError(DependencyError):
+    """Training ended before its last iteration; holds the training done until then."""
 
     def __init__(
         self,
@@ -100,6 +100,14 @@ class WorkerError(DependencyError):
         """The network after the last completed iteration (None before the first one)."""
         self.history = list(history)
         """The metrics of the completed iterations."""
+
+
+class WorkerError(TrainingStoppedError):
+    """Ray workers died or missed their deadline."""
+
+
+class TrainingInterruptedError(TrainingStoppedError):
+    """The user stopped training (Ctrl-C, SIGINT)."""
 
 
 def worker_timeout_s(settings: TrainSettings, first_collection_s: float | None) -> float:
@@ -298,8 +306,24 @@ def train(
     network = PlacementNetwork()
     history: list[dict[str, float]] = []
     pool = _Pool(nodes, workloads, settings)
+    completed: list[dict[str, torch.Tensor]] = []
+    """The weights after the last completed iteration (an interrupt may come mid-update)."""
+
+    def iterated(iteration: int, stats: dict[str, float]) -> None:
+        completed[:] = [{k: v.detach().clone() for k, v in network.state_dict().items()}]
+        if on_iteration is not None:
+            on_iteration(iteration, stats)
+
     try:
-        _iterate(pool, network, settings, history, metrics_path, on_iteration)
+        _iterate(pool, network, settings, history, metrics_path, iterated)
+    except KeyboardInterrupt:
+        if completed:
+            network.load_state_dict(completed[0])
+        raise TrainingInterruptedError(
+            f"interrupted after {len(history)} of {settings.iterations} iterations",
+            network=network if completed else None,
+            history=history,
+        ) from None
     except WorkerError as exc:
         done = len(history)
         where = (

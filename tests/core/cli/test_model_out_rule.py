@@ -25,7 +25,7 @@ from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.model_files import check_output, write_replacing
 from kubesage.core.rl.network import PlacementNetwork
 from kubesage.core.rl.persistence import load_network, save_network
-from kubesage.core.rl.training import WorkerError
+from kubesage.core.rl.training import TrainingInterruptedError, WorkerError
 from kubesage.core.telemetry.features import FeatureBuilder, MetricHistory
 from kubesage.core.telemetry.metric_map import load_metric_map
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
@@ -214,3 +214,22 @@ def test_train_ppo_says_nothing_was_saved_when_workers_fail_at_start(
     assert result.exit_code == 2, result.output
     assert "no iteration completed, nothing was saved" in message(result.output)
     assert not out.exists()
+
+
+def test_train_ppo_saves_the_iterations_done_when_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_traces: None
+) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> NoReturn:
+        raise TrainingInterruptedError(
+            "interrupted after 39 of 200 iterations",
+            network=PlacementNetwork(),
+            history=[{"iteration": float(i)} for i in range(1, 40)],
+        )
+
+    monkeypatch.setattr(train_cli, "train", interrupted)
+    out = tmp_path / "ppo.safetensors"
+    result = ppo("--iterations", "200", "--out", str(out))
+    assert result.exit_code == 130, result.output
+    assert f"the weights after iteration 39 of 200 are saved to {out}" in message(result.output)
+    _, info = load_network(out)
+    assert info["iterations"] == 39 and "interrupted" in info["stopped"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import kubesage.core.rl.training as training
 from kubesage.core.errors import DependencyError, InputError
@@ -123,3 +124,29 @@ def test_a_hung_worker_misses_its_deadline_and_frees_its_cpu(one_cpu_ray: Any) -
     # the hung actor was killed: the one CPU is free for the next training
     _, history = train(NODES, [PODS], TrainSettings(workers=1, **{**SMALL, "iterations": 1}))
     assert len(history) == 1
+
+
+def test_ctrl_c_keeps_the_weights_of_the_last_completed_iteration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C in the middle of iteration 3's update: training ends with the network as
+    it was after iteration 2 (not half updated) and the metrics of those two."""
+    after: list[dict[str, Any]] = []
+    real_update = training.update
+
+    def update(network: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(after) == 2:
+            with torch.no_grad():
+                for parameter in network.parameters():
+                    parameter.add_(1.0)  # half an update
+            raise KeyboardInterrupt
+        stats = real_update(network, *args, **kwargs)
+        after.append({k: v.detach().clone() for k, v in network.state_dict().items()})
+        return stats
+
+    monkeypatch.setattr(training, "update", update)
+    with pytest.raises(training.TrainingInterruptedError, match="after 2 of 3") as caught:
+        train(NODES, [PODS], TrainSettings(workers=0, **SMALL))
+    assert caught.value.network is not None and len(caught.value.history) == 2
+    kept = caught.value.network.state_dict()
+    assert all(torch.equal(kept[name], after[-1][name]) for name in kept)
