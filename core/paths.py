@@ -22,11 +22,16 @@ SHARED_DATA_ENV = "KUBESAGE_SHARED_DATA"
 
 
 def cache_dir() -> Path:
-    """``$KUBESAGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/kubesage``, else ``~/.cache/kubesage``."""
+    """``$KUBESAGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/kubesage``, else ``~/.cache/kubesage``.
+
+    A leading ``~`` is expanded (a Docker ``ENV`` or a systemd unit does not), and a
+    relative ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory spec says."""
     if explicit := os.environ.get("KUBESAGE_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kubesage"
+        return Path(explicit).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser()
+    if not base.is_absolute():
+        base = Path.home() / ".cache"
+    return base / "kubesage"
 
 
 def shipped_file(relative: str) -> Path:

@@ -27,7 +27,9 @@ def fetch(
     cache_dir: Annotated[
         Path | None,
         typer.Option(
-            "--cache-dir", help="Cache root (default: $KUBESAGE_CACHE_DIR or ~/.cache/kubesage)."
+            "--cache-dir",
+            help="Cache root (default: $KUBESAGE_CACHE_DIR, else $XDG_CACHE_HOME/kubesage, "
+            "else ~/.cache/kubesage).",
         ),
     ] = None,
     base_url: Annotated[
@@ -54,9 +56,12 @@ def fetch(
 
     with progress:
         paths = fetch_dataset(
-            dataset, cache_dir=cache_dir, base_url=base_url, on_progress=on_progress
+            dataset,
+            cache_dir=None if cache_dir is None else cache_dir.expanduser(),
+            base_url=base_url,
+            on_progress=on_progress,
         )
-    root = (cache_dir or default_cache_dir()) / dataset
+    root = (cache_dir.expanduser() if cache_dir else default_cache_dir()) / dataset
     how = "verified" if pinned(dataset) else "checked against their first download"
     stderr.print(f"{len(paths)} file(s) {how} in {root}", markup=False)
     for path in paths:

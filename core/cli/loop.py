@@ -16,7 +16,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -36,17 +36,9 @@ from kubesage.core.cli.loop_options import (
     TopologyOption,
     loop_settings,
 )
-from kubesage.core.cli.loop_sources import (
-    EmbeddedClusterCollector,
-    LiveClusterCollector,
-    loop_topology,
-    pod_info,
-    telemetry_collectors,
-)
 from kubesage.core.cli.options import MetricMapOption, OutputFormat
 from kubesage.core.cli.tables import print_table
 from kubesage.core.errors import DependencyError, InputError
-from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.loop.audit import AuditLog
 from kubesage.core.loop.clock import Clock, WallClock
 from kubesage.core.loop.control import ControlLoop
@@ -66,6 +58,9 @@ from kubesage.core.policy.registry import make_policy, policy_names
 from kubesage.core.sim.settings import DEFAULT_SYNTHETIC_NODES, DEFAULT_SYNTHETIC_PODS
 from kubesage.core.traces.synthetic import synthetic_workload
 from kubesage.core.types import PodRequest
+
+if TYPE_CHECKING:  # the Kubernetes modules import the kubernetes client: seconds, so late
+    from kubesage.core.k8s.embedded import EmbeddedCluster
 
 log = logging.getLogger("kubesage.loop")
 
@@ -98,6 +93,8 @@ def loop_inputs(
 def loop_claims(control: ControlLoop) -> Callable[[Sequence[Mapping[str, Any]]], bool]:
     """What the secondary scheduler asks before placing a gang: does the loop place
     these v1 Pods itself (:meth:`ControlLoop.claims`)?"""
+
+    from kubesage.core.cli.loop_sources import pod_info
 
     def claims(pods: Sequence[Mapping[str, Any]]) -> bool:
         infos = [pod_info(pod) for pod in pods]
@@ -195,6 +192,11 @@ def embedded_loop(
     cluster: EmbeddedCluster, policy_name: str, settings: LoopSettings
 ) -> ControlLoop:
     """The loop on the embedded cluster: binds and evictions in memory."""
+    from kubesage.core.cli.loop_sources import (
+        EmbeddedClusterCollector,
+        loop_topology,
+        telemetry_collectors,
+    )
     from kubesage.core.k8s.actuators import embedded_actuators
 
     workload = tuple(cluster.workload)
@@ -230,6 +232,11 @@ def live_loop(
 ) -> ControlLoop:
     """The loop on a live cluster: ClusterSync (and Prometheus, and ``collectors``) in,
     the API server's subresources out."""
+    from kubesage.core.cli.loop_sources import (
+        LiveClusterCollector,
+        loop_topology,
+        telemetry_collectors,
+    )
     from kubesage.core.k8s.actuators import live_actuators
     from kubesage.core.k8s.mig_config_map import MigConfigMap
 
@@ -331,6 +338,8 @@ def loop(
             "to the embedded cluster (--embedded)",
             "this runs on the live cluster of the kubeconfig",
         )
+    from kubesage.core.k8s.embedded import EmbeddedCluster
+
     stoppers: list[Callable[[], None]] = []
     try:
         if api is None:

@@ -14,7 +14,6 @@ import typer
 
 from kubesage.core.cli.options import prometheus_url
 from kubesage.core.errors import InputError
-from kubesage.core.k8s.mig_config_map import MigConfigMap
 from kubesage.core.loop.actions import ActionKind
 from kubesage.core.loop.budgets import Budgets
 from kubesage.core.loop.settings import DEFAULT_MAX_DATA_AGE_S, DEFAULT_TICK_S, LoopSettings
@@ -111,6 +110,10 @@ def loop_settings(
 
         load_metric_map(metric_map)  # a ConfigError naming the file and field
     if mig_config_map is not None:
+        # Here, not at the top: the kubernetes client takes seconds to import, and every
+        # command (and every spawned simulation worker) would pay for it.
+        from kubesage.core.k8s.mig_config_map import MigConfigMap
+
         MigConfigMap.parse(mig_config_map)  # InputError naming the option
     budgets = Budgets()
     if max_evictions_per_tick is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,17 +13,12 @@ from kubesage.core.cli.errors import stderr, user_errors
 from kubesage.core.cli.options import Mode
 from kubesage.core.errors import DependencyError
 from kubesage.core.model_files import check_output, write_replacing
-from kubesage.core.rl.network import PlacementNetwork
-from kubesage.core.rl.persistence import save_network
-from kubesage.core.rl.training import (
-    TrainingInterruptedError,
-    TrainingStoppedError,
-    TrainSettings,
-    WorkerError,
-    train,
-)
 from kubesage.core.traces import read_nodes, read_pods
 from kubesage.core.traces.openb_variants import gpus_per_model, openb_variant
+
+if TYPE_CHECKING:  # torch takes seconds to import: every command would pay for it
+    from kubesage.core.rl.network import PlacementNetwork
+    from kubesage.core.rl.training import TrainingStoppedError
 
 train_app = typer.Typer(help="Train learned policies in the simulator.", no_args_is_help=True)
 
@@ -65,6 +60,13 @@ def ppo(
     ] = None,
 ) -> None:
     """Train the ppo policy on the FGD protocol over the given traces; write the model."""
+    from kubesage.core.rl.training import (
+        TrainingInterruptedError,
+        TrainSettings,
+        WorkerError,
+        train,
+    )
+
     metrics = out.with_suffix(".metrics.jsonl")
     check_output(out)
     check_output(metrics, "the metrics file")
@@ -126,6 +128,8 @@ def ppo(
 
 
 def _save(network: PlacementNetwork, out: Path, info: dict[str, object]) -> None:
+    from kubesage.core.rl.persistence import save_network
+
     write_replacing(out, lambda path: save_network(network, path, info=info))
 
 

@@ -73,7 +73,8 @@ def read_metric_rows(path: Path) -> MetricRows:
     negative = 0
     with open_text(path) as handle:
         reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
+        header = [name.strip() for name in reader.fieldnames or []]  # "value, timestamp"
+        reader.fieldnames = header
         check_header(header, path, required=REQUIRED_COLUMNS)
         by_request_type = "request_type" in header
         for row in reader:

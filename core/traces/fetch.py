@@ -15,8 +15,12 @@ first 16), from the same commit: one ``<metric>.tar.gz`` each, whose CSV is kept
 known when this release was cut, so they are not pinned here: the commit pins their
 content, a download is capped at :data:`MAX_UNPINNED_BYTES`, and the SHA-256 of the
 first download is recorded beside it (``<file>.sha256``) and checked on later runs,
-which fetch again a file that no longer matches. A Git LFS pointer served instead of a
-file is a FetchError saying so.
+which fetch again a file that no longer matches. Each of those pod lists is also read as
+one (:func:`~kubesage.core.traces.openb.read_pods`) before it is kept and before a cached
+copy is trusted again, so a download cut short or a portal's page is never recorded as
+the file; an archive is opened before the next file is fetched, and one that is not an
+archive is removed with its sum at once. A Git LFS pointer or an HTML page served
+instead of a file is a FetchError saying so, as is a proxy setting httpx cannot use.
 
 Every download attempt writes its own temporary file beside the target
 (``<file>.<pid>-<random>.part``), stops reading once more bytes than expected
@@ -50,13 +54,14 @@ from tenacity import (
 )
 
 from kubesage.core import paths
-from kubesage.core.errors import FetchError, InputError
+from kubesage.core.errors import FetchError, InputError, KubesageError
 from kubesage.core.traces.fetch_archives import (
     ArchiveError,
     extract_csv,
     extracted_path,
     lfs_pointer,
 )
+from kubesage.core.traces.openb import read_pods
 
 CLUSTERDATA_COMMIT = "7a6c496"
 CLUSTERDATA_URL = f"https://raw.githubusercontent.com/alibaba/clusterdata/{CLUSTERDATA_COMMIT}/"
@@ -90,6 +95,9 @@ class RemoteFile:
     sha256: str | None
     extract: str | None = None
     """A tar archive's CSV, kept as ``<extract>.gz`` beside it; what the fetch returns."""
+    check: Callable[[Path], object] | None = None
+    """Reads a download without a pinned checksum before it is kept (and a cached copy
+    before it is trusted again); raises KubesageError when it is not what it should be."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,8 @@ DATASETS: dict[str, Dataset] = {
         name="openb-variants",
         base_url=OPENB_BASE_URL,
         files=tuple(
-            RemoteFile(f"openb_pod_list_{name}.csv", None, None) for name in OPENB_OTHER_POD_LISTS
+            RemoteFile(f"openb_pod_list_{name}.csv", None, None, check=read_pods)
+            for name in OPENB_OTHER_POD_LISTS
         ),
     ),
     "genai": Dataset(
@@ -239,21 +248,39 @@ def fetch_dataset(
     except OSError as exc:
         raise _cache_error("create the cache folder", target, exc) from exc
     owned = client is None
-    http = client or httpx.Client(timeout=httpx.Timeout(30.0), follow_redirects=True)
+    http = client or _client()
     try:
-        fetched = [
-            _fetch_one(
+        fetched: list[Path] = []
+        for remote in dataset.files:
+            path = _fetch_one(
                 http, url_base + remote.name, target / remote.name, remote, on_progress, attempts
             )
-            for remote in dataset.files
-        ]
-        return [
-            _extracted(path, remote.extract) if remote.extract else path
-            for path, remote in zip(fetched, dataset.files, strict=True)
-        ]
+            # An archive is opened before the next download: a bad one is removed now,
+            # not one per run after every download has been made.
+            fetched.append(_extracted(path, remote.extract) if remote.extract else path)
+        return fetched
     finally:
         if owned:
             http.close()
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
+
+
+def _client() -> httpx.Client:
+    """The HTTP client, with the proxy the environment names (as httpx reads it)."""
+    try:
+        return httpx.Client(timeout=httpx.Timeout(30.0), follow_redirects=True)
+    except (ImportError, ValueError) as exc:  # socks5:// without socksio, ftp://, …
+        named = [
+            f"{name}={os.environ[variant]}"
+            for name in PROXY_VARIABLES
+            for variant in (name, name.lower())
+            if os.environ.get(variant)
+        ]
+        raise FetchError(
+            f"cannot use the proxy the environment names ({', '.join(named) or 'none set'}): {exc}"
+        ) from exc
 
 
 def _extracted(archive: Path, member: str) -> Path:
@@ -295,10 +322,23 @@ def _is_verified(path: Path, remote: RemoteFile) -> bool:
     try:
         if remote.sha256 is None:
             recorded = _recorded_sum(path)
-            return recorded.is_file() and recorded.read_text().strip() == sha256_of(path)
+            if not recorded.is_file() or recorded.read_text().strip() != sha256_of(path):
+                return False
+            return _passes_check(path, remote) is None  # else fetched again, replacing it
         return path.stat().st_size == remote.size_bytes and sha256_of(path) == remote.sha256
     except OSError as exc:
         raise _cache_error("read the cached file", path, exc) from exc
+
+
+def _passes_check(path: Path, remote: RemoteFile) -> str | None:
+    """Why ``path`` fails ``remote.check`` (None: it passes, or there is no check)."""
+    if remote.check is None:
+        return None
+    try:
+        remote.check(path)
+    except KubesageError as exc:
+        return str(exc)
+    return None
 
 
 def _record_sum(path: Path, digest: str) -> None:
@@ -357,6 +397,11 @@ def _download_once(
         done = 0
         with os.fdopen(fd, "wb") as out, http.stream("GET", url) as response:
             response.raise_for_status()
+            if response.headers.get("content-type", "").startswith("text/html"):
+                raise FetchError(
+                    f"{url}: the server sent an HTML page (a login page or a captive portal?), "
+                    "not the file; nothing was written to the cache"
+                )
             for chunk in response.iter_bytes():
                 if done == 0 and lfs_pointer(chunk):
                     raise FetchError(
@@ -382,6 +427,12 @@ def _download_once(
             raise FetchError(
                 f"{url}: checksum mismatch (got sha256 {actual}, "
                 f"expected {remote.sha256}); nothing was written to the cache"
+            )
+        problem = _passes_check(part, remote)
+        if problem is not None:
+            raise FetchError(
+                f"{url}: the download is not a {remote.name} ({problem}); nothing was "
+                "written to the cache"
             )
         # atomic: a concurrent run that finishes second replaces it with the same bytes
         os.replace(part, path)

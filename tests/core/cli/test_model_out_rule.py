@@ -17,6 +17,8 @@ import kubesage.core.cli.telemetry as telemetry_cli
 import kubesage.core.cli.train as train_cli
 import kubesage.core.forecast.forecaster as forecaster_module
 import kubesage.core.forecast.persistence as forecast_persistence
+import kubesage.core.rl.persistence as persistence
+import kubesage.core.rl.training as training
 from kubesage.core.cli.forecast import forecast_app
 from kubesage.core.cli.main import app
 from kubesage.core.cli.telemetry import telemetry_app
@@ -103,7 +105,7 @@ def test_train_ppo_refuses_an_unwritable_out_before_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     monkeypatch.setattr(train_cli, "read_nodes", never)
-    monkeypatch.setattr(train_cli, "train", never)
+    monkeypatch.setattr(training, "train", never)
     (tmp_path / "file").write_text("")
     out = tmp_path if where == "directory" else tmp_path / "file" / "ppo.safetensors"
     result = ppo("--out", str(out))
@@ -136,8 +138,8 @@ def test_train_ppo_replaces_the_model_whole_or_not_at_all(
 ) -> None:
     out = tmp_path / "ppo.safetensors"
     out.write_bytes(OLD)
-    monkeypatch.setattr(train_cli, "train", lambda *args, **kwargs: (PlacementNetwork(), []))
-    monkeypatch.setattr(train_cli, "save_network", half_written)
+    monkeypatch.setattr(training, "train", lambda *args, **kwargs: (PlacementNetwork(), []))
+    monkeypatch.setattr(persistence, "save_network", half_written)
     result = ppo("--out", str(out))
     assert result.exit_code == 2, result.output
     assert f"could not write {out}" in message(result.output)
@@ -191,7 +193,7 @@ def test_train_ppo_saves_the_iterations_done_when_workers_fail(
     def failing(*args: Any, **kwargs: Any) -> NoReturn:
         raise failure
 
-    monkeypatch.setattr(train_cli, "train", failing)
+    monkeypatch.setattr(training, "train", failing)
     out = tmp_path / "ppo.safetensors"
     result = ppo("--iterations", "5", "--out", str(out))
     assert result.exit_code == 2, result.output
@@ -208,7 +210,7 @@ def test_train_ppo_says_nothing_was_saved_when_workers_fail_at_start(
     def failing(*args: Any, **kwargs: Any) -> NoReturn:
         raise WorkerError("Ray worker 0 of 1 died, while starting the workers")
 
-    monkeypatch.setattr(train_cli, "train", failing)
+    monkeypatch.setattr(training, "train", failing)
     out = tmp_path / "ppo.safetensors"
     result = ppo("--out", str(out))
     assert result.exit_code == 2, result.output
@@ -226,7 +228,7 @@ def test_train_ppo_saves_the_iterations_done_when_interrupted(
             history=[{"iteration": float(i)} for i in range(1, 40)],
         )
 
-    monkeypatch.setattr(train_cli, "train", interrupted)
+    monkeypatch.setattr(training, "train", interrupted)
     out = tmp_path / "ppo.safetensors"
     result = ppo("--iterations", "200", "--out", str(out))
     assert result.exit_code == 130, result.output

@@ -402,6 +402,12 @@ def test_an_empty_file_and_a_header_ending_in_a_comma_are_named_as_such(tmp_path
         read_panel(tmp_path)
 
 
+def test_spaces_around_the_column_names_are_not_part_of_them(tmp_path: Path) -> None:
+    write(tmp_path, "pod_cpu_anon.csv", "value, timestamp_anon , container_ip\n1,0,a\n2,60,a\n")
+    panel = read_panel(tmp_path)
+    assert panel.values[:, 0, 0].tolist() == [1.0, 2.0]
+
+
 def test_the_metric_files_to_read_can_be_named(tmp_path: Path) -> None:
     write(tmp_path, "pod_cpu_anon.csv", "value,timestamp_anon,container_ip\n1,0,a\n2,60,a\n")
     write(tmp_path, "pod_mem_anon.csv", "value,timestamp_anon,container_ip\n5,0,a\n6,60,a\n")

@@ -210,6 +210,9 @@ def test_unknown_dataset(tmp_path: Path, dataset: Dataset) -> None:
         ({"XDG_CACHE_HOME": "/x", "HOME": "/h"}, "/x/kubesage"),
         ({"XDG_CACHE_HOME": "", "HOME": "/h"}, "/h/.cache/kubesage"),
         ({"HOME": "/h"}, "/h/.cache/kubesage"),
+        ({"KUBESAGE_CACHE_DIR": "~/kcache", "HOME": "/h"}, "/h/kcache"),  # a Docker ENV
+        ({"XDG_CACHE_HOME": "~/xc", "HOME": "/h"}, "/h/xc/kubesage"),
+        ({"XDG_CACHE_HOME": "relative/cache", "HOME": "/h"}, "/h/.cache/kubesage"),  # XDG spec
     ],
 )
 def test_default_cache_dir(

@@ -228,3 +228,72 @@ def test_the_fetched_genai_metrics_read_as_the_shared_hours_do(
     assert fetched.entities == original.entities and fetched.metrics == original.metrics
     np.testing.assert_array_equal(fetched.mask, original.mask)
     np.testing.assert_array_equal(fetched.values[fetched.mask], original.values[original.mask])
+
+
+POD_LIST = (
+    b"name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    b"creation_time,deletion_time,scheduled_time\n"
+    b"openb-pod-0000,12000,16384,1,1000,,LS,Running,0,100,1\n"
+    b"openb-pod-0001,6000,8192,1,460,,BE,Running,5,200,6\n"
+)
+
+
+def register_variants(monkeypatch: pytest.MonkeyPatch, mirror: Mirror, name: str) -> None:
+    """One of openb-variants' own files (with its pod-list check), served by ``mirror``."""
+    (remote,) = [r for r in DATASETS["openb-variants"].files if r.name == name]
+    datasets = {NAME: Dataset(name=NAME, base_url=mirror.url, files=(remote,))}
+    monkeypatch.setattr(fetch_module, "DATASETS", datasets)
+
+
+def test_a_pod_list_cut_short_is_not_kept_and_a_bad_cached_one_is_fetched_again(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "openb_pod_list_gpushare60.csv"
+    register_variants(monkeypatch, mirror, name)
+    mirror.files[name] = POD_LIST[: len(POD_LIST) - 20]  # a connection cut mid-line
+    with pytest.raises(FetchError, match=rf"the download is not a {name} .*expected 11 fields"):
+        fetch_dataset(NAME, cache_dir=tmp_path)
+    assert cached(tmp_path) == []  # neither the file nor a sum of it
+    # A cut copy an earlier release kept, with its sum: read again, it is fetched again.
+    folder = tmp_path / NAME
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(POD_LIST[:-20])
+    (folder / f"{name}.sha256").write_text(fetch_module.sha256_of(folder / name) + "\n")
+    mirror.files[name] = POD_LIST
+    (path,) = fetch_dataset(NAME, cache_dir=tmp_path)
+    assert path.read_bytes() == POD_LIST and mirror.requests[name] == 2
+
+
+def test_an_html_page_is_refused_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Portal(QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_bytes(b"<html>sign in</html>", "text/html; charset=utf-8")
+
+    with serving(Portal) as url:
+        files = (RemoteFile("openb_pod_list_cpu0.csv", None, None),)
+        monkeypatch.setattr(
+            fetch_module, "DATASETS", {NAME: Dataset(name=NAME, base_url=url, files=files)}
+        )
+        with pytest.raises(FetchError, match="the server sent an HTML page"):
+            fetch_dataset(NAME, cache_dir=tmp_path)
+    assert cached(tmp_path) == []
+
+
+def test_a_bad_archive_stops_the_fetch_before_the_next_download(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror.files["duty.tar.gz"] = b"truncated"
+    mirror.files["qps.tar.gz"] = tarball({"qps.csv": DUTY})
+    register(monkeypatch, mirror, "duty", "qps")
+    with pytest.raises(FetchError, match=r"duty\.tar\.gz: not a readable tar archive"):
+        fetch_dataset(NAME, cache_dir=tmp_path)
+    assert mirror.requests["qps.tar.gz"] == 0 and cached(tmp_path) == []
+
+
+def test_a_proxy_httpx_cannot_use_is_named(
+    tmp_path: Path, mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(monkeypatch, mirror, "duty")
+    monkeypatch.setenv("HTTPS_PROXY", "ftp://proxy.invalid:21")
+    with pytest.raises(FetchError, match=r"cannot use the proxy .*HTTPS_PROXY=ftp://proxy"):
+        fetch_dataset(NAME, cache_dir=tmp_path)
