@@ -2,14 +2,18 @@
 
 One rule for the background chores a long-running ``kubesage serve`` starts (the
 embedded cluster's synthetic workload, trimming the C heap): the first run comes one
-period after the start, a run in progress finishes before the thread ends, and the
-stopper waits up to :data:`JOIN_S` for it.
+period after the start, a run that raises is logged and the next one comes as planned,
+a run in progress finishes before the thread ends, and the stopper waits up to
+:data:`JOIN_S` for it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 JOIN_S = 5.0
 """How long a stopper waits for a run in progress to finish."""
@@ -22,7 +26,10 @@ def every(period_s: float, work: Callable[[], object], *, name: str) -> Callable
 
     def run() -> None:
         while not stop.wait(period_s):
-            work()
+            try:
+                work()
+            except Exception:  # one failed run must not end the chore for good
+                log.exception("%s failed; it runs again in %g s", name, period_s)
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()

@@ -20,6 +20,7 @@ import logging
 import signal
 import socket
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -259,7 +260,9 @@ def serve(
     )
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_serve_until_signalled(server, sock, shutdown_delay_s))
+            runner.run(
+                _serve_until_signalled(server, sock, shutdown_delay_s, service.stepping_down)
+            )
     finally:
         service.stop()
         sock.close()
@@ -279,20 +282,28 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
 
 
 async def _serve_until_signalled(
-    server: HttpServer, sock: socket.socket, shutdown_delay_s: float
+    server: HttpServer,
+    sock: socket.socket,
+    shutdown_delay_s: float,
+    on_terminate: Callable[[], None],
 ) -> None:
     """Serve until SIGINT, or ``shutdown_delay_s`` after SIGTERM (a second signal stops
     at once), then finish the requests in flight. Kubernetes takes a terminating pod out
     of its Service's endpoints while it sends SIGTERM, not before: kube-scheduler and the
     API server keep calling for a few seconds, and a closed port would have those calls
-    skip the extender and the webhook."""
+    skip the extender and the webhook. ``on_terminate`` runs at SIGTERM (the leader starts
+    stepping down meanwhile)."""
     loop = asyncio.get_running_loop()
 
     def terminate() -> None:
+        on_terminate()
+        if shutdown_delay_s <= 0:
+            server.stop()
+            return
         log_event(log, logging.INFO, "draining", seconds=shutdown_delay_s)
         loop.add_signal_handler(signal.SIGTERM, server.stop)
         loop.call_later(shutdown_delay_s, server.stop)
 
-    loop.add_signal_handler(signal.SIGTERM, terminate if shutdown_delay_s > 0 else server.stop)
+    loop.add_signal_handler(signal.SIGTERM, terminate)
     loop.add_signal_handler(signal.SIGINT, server.stop)
     await server.serve(sock)

@@ -51,6 +51,13 @@ POD_NAME_ENV = "POD_NAME"
 """This replica's identity in the Lease (defaults to host name and process id)."""
 
 
+STEP_DOWN_WAIT_S = 15.0
+"""How long stopping waits for the leader to step down (its scheduling and loop work to
+end, the Lease to be released). Stepping down starts at SIGTERM, during the drain
+(``--shutdown-delay-s``), so with the drain it stays inside Kubernetes' default 30 s
+grace period."""
+
+
 @dataclass
 class Service:
     """Everything one ``serve`` process runs, and how to stop it."""
@@ -64,6 +71,17 @@ class Service:
     loop: ControlLoop | None = None
     """The control loop running in a background thread, when started."""
     stoppers: list[Callable[[], None]] = field(default_factory=list)
+    step_down: list[Callable[[], None]] = field(default_factory=list)
+    """Started in a thread as soon as SIGTERM comes, while the server still drains: giving
+    up the Lease, so another replica leads without waiting for this process to end."""
+
+    def stepping_down(self) -> None:
+        """Start :attr:`step_down` in a background thread (at most once)."""
+        work, self.step_down = list(self.step_down), []
+        if work:
+            threading.Thread(
+                target=lambda: [job() for job in work], name="step-down", daemon=True
+            ).start()
 
     def start_loop(self, loop: ControlLoop, *, leading: bool = True) -> None:
         """Show ``loop`` on /debug/loop; run it in a background thread until :meth:`stop`
@@ -181,10 +199,19 @@ def live_service(
             api, sync, policy_name, workload, loop, binder=binder, scheduler_name=scheduler_name
         )
     policy = with_forecasts(_policy(policy_name, workload), control, loop)
+    # namespaceSelector needs the namespace's labels; an AdmissionReview names it only.
+    namespaces = NamespaceCache(api)
+    policy_source = ApiPolicySource(api)
 
     def health() -> tuple[bool, str]:
         if not sync.ready:
             return False, "cluster state not synced from the API server yet"
+        # The webhook answers from these caches: before their first list it would admit
+        # every pod unchanged (the SchedulingPolicy CRD missing, RBAC refusing it).
+        if not policy_source.listed:
+            return False, f"SchedulingPolicy objects not listed yet: {policy_source.error}"
+        if not namespaces.listed:
+            return False, f"namespaces not listed yet: {namespaces.error}"
         with sync.locked() as (state, _):
             metrics.CLUSTER_NODES.set(state.num_nodes)
             return True, f"live cluster, {state.num_nodes} nodes"
@@ -198,11 +225,8 @@ def live_service(
     )
     sync.start()
     service.stoppers.append(sync.stop)
-    # namespaceSelector needs the namespace's labels; an AdmissionReview names it only.
-    namespaces = NamespaceCache(api)
     namespaces.start()
     service.stoppers.append(namespaces.stop)
-    policy_source = ApiPolicySource(api)
     policy_source.start()
     service.stoppers.append(policy_source.stop)
     _webhook(policy_source, service, namespaces, scheduler_name)
@@ -280,8 +304,17 @@ def _secondary(
     thread.start()
 
     def stop_campaign() -> None:
-        stop.set()
-        thread.join(10.0)
+        stop.set()  # on_stop ends the term's work, then the Lease is released
+        thread.join(STEP_DOWN_WAIT_S)
+        if thread.is_alive():
+            log_event(
+                log,
+                logging.WARNING,
+                "step_down_slow",
+                scheduler_name=scheduler_name,
+                detail=f"still stepping down after {STEP_DOWN_WAIT_S:g} s; the Lease expires",
+            )
 
+    service.step_down.append(stop.set)
     service.stoppers.append(stop_campaign)
     service.description += f"; secondary scheduler '{scheduler_name}' under a Lease"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -40,6 +41,8 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
+    stop_never,
+    stop_when_event_set,
     wait_random_exponential,
 )
 
@@ -165,8 +168,11 @@ class Binder:
         node: str,
         *,
         annotations: dict[str, str] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
-        """Bind pod ``namespace/name`` (with ``uid``) to ``node``; raise BindError if not."""
+        """Bind pod ``namespace/name`` (with ``uid``) to ``node``; raise BindError if not.
+        Once ``stop`` is set (this replica lost its Lease) no further attempt is made and
+        a wait between attempts ends at once: only a request already sent completes."""
         where = f"pod {namespace}/{name}"
         done = self._bound.get(uid) if uid else None
         if done is not None:
@@ -174,20 +180,27 @@ class Binder:
                 return
             raise BindConflictError(f"{where} was bound to {done} already", bound_node=done)
         retrying = Retrying(
-            stop=stop_after_attempt(self.attempts),
+            stop=stop_after_attempt(self.attempts)
+            | (stop_never if stop is None else stop_when_event_set(stop)),
             wait=self._wait,
             retry=retry_if_exception_type(_RetryableError),
             before_sleep=self._before_sleep(where),
-            sleep=self._sleep,
+            sleep=self._sleep if stop is None else stop.wait,
             reraise=True,
         )
+        tries = 0
         try:
             for attempt in retrying:
                 with attempt:
+                    if stop is not None and stop.is_set() and tries:
+                        raise BindError(f"binding {where} to {node}: stopped before a retry")
+                    tries += 1
                     self._attempt(namespace, name, uid, node, annotations or {}, where)
         except _RetryableError as exc:
+            stopped = "; stopped" if stop is not None and stop.is_set() else ""
             raise BindError(
-                f"binding {where} to {node} failed after {self.attempts} attempts: {exc}"
+                f"binding {where} to {node} failed after {tries} "
+                f"attempt{'' if tries == 1 else 's'}{stopped}: {exc}"
             ) from exc
         if uid:
             self._bound[uid] = node

@@ -388,6 +388,7 @@ class SecondaryScheduler:
                 uid,
                 placement.node,
                 annotations={**annotations, **(allocated.annotations if allocated else {})},
+                stop=self._stop,  # the Lease lost: no retry (another replica schedules)
             )
         except (DependencyError, AllocationRefusedError) as exc:  # BindError included
             if allocated is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,6 +73,23 @@ def test_server_errors_are_retried(fake: FakeApiServer) -> None:
     binder.bind("ml", "p", pod["metadata"]["uid"], "n1")
     assert fake.pod("ml", "p")["spec"]["nodeName"] == "n1"
     assert (binder.posts, binder.retries) == (3, 2)
+
+
+def test_a_replica_that_stopped_leading_retries_no_bind(fake: FakeApiServer) -> None:
+    """The Lease lost while a bind is being retried: another replica schedules now, so
+    no further attempt is made and the wait before it ends at once."""
+    pod = add(fake)
+    fake.fail("POST", BINDING, 503, times=100)
+    api = load_api_client(str(fake.kubeconfig))
+    assert api is not None
+    binder = Binder(api, attempts=5, backoff_s=30.0, max_backoff_s=30.0)  # long waits
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(BindError, match=r"failed after 1 attempt; stopped|stopped before"):
+        binder.bind("ml", "p", pod["metadata"]["uid"], "n1", stop=stop)
+    assert time.monotonic() - started < 10 and binder.posts == 1
+    assert not fake.pod("ml", "p")["spec"].get("nodeName")
 
 
 def test_lost_response_then_conflict_on_same_node_counts_as_done(fake: FakeApiServer) -> None:

@@ -240,3 +240,22 @@ def test_serve_starts_the_refresher_and_stops_it_on_shutdown(
     calls = lists(fake)
     time.sleep(0.3)
     assert lists(fake) == calls
+
+
+def test_serve_is_not_ready_until_the_policies_are_listed(fake: FakeApiServer) -> None:
+    """The webhook answers from the policy list: before it, every pod would be admitted
+    unchanged, so the replica is not Ready and says why."""
+    from kubesage.core.cli.serve_services import live_service
+    from tests.core.k8s import v1_node
+
+    fake.add_node(v1_node("gpu-a"))
+    fake.fail("GET", r"schedulingpolicies", 403, times=10_000)
+    service = live_service(fake.client())
+    try:
+        wait_until(lambda: "not listed yet" in service.health()[1], 30, "the sync")
+        ready, why = service.health()
+        assert not ready and why.startswith("SchedulingPolicy objects not listed yet")
+        fake.clear_faults()
+        wait_until(lambda: service.health()[0], 60, "the first list after the fault")
+    finally:
+        service.stop()

@@ -237,7 +237,10 @@ def test_scheduler_name_runs_the_secondary_scheduler_under_a_lease(tmp_path: Pat
                 "the secondary scheduler to bind the pod",
             )
             lease = api.lease("kubesage-system", "kubesage-kubesage")
+        # SIGTERM: the leader steps down and releases the Lease before the process ends.
+        released = api.lease("kubesage-system", "kubesage-kubesage")
     assert lease["spec"]["holderIdentity"] == "kubesage-0"
+    assert released["spec"]["holderIdentity"] == ""
 
 
 def test_serves_https_with_the_given_certificate(tmp_path: Path) -> None:
