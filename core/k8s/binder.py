@@ -124,6 +124,15 @@ def parse_gpu_indices(annotations: dict[str, str]) -> tuple[tuple[int, ...], int
     return indices, mig_start
 
 
+def _waiting_on(stop: threading.Event) -> Callable[[float], None]:
+    """A sleep that ends early once ``stop`` is set."""
+
+    def sleep(seconds: float) -> None:
+        stop.wait(seconds)
+
+    return sleep
+
+
 class Binder:
     """Binds pods through the Binding subresource (see the module docstring)."""
 
@@ -185,7 +194,7 @@ class Binder:
             wait=self._wait,
             retry=retry_if_exception_type(_RetryableError),
             before_sleep=self._before_sleep(where),
-            sleep=self._sleep if stop is None else stop.wait,
+            sleep=self._sleep if stop is None else _waiting_on(stop),
             reraise=True,
         )
         tries = 0
