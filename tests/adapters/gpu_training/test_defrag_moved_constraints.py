@@ -90,18 +90,24 @@ def test_no_migration_is_planned_for_a_pod_kube_scheduler_nominated() -> None:
     assert reconcile(state, pods)  # not nominated: a migration makes its room
 
 
+def with_cordoned_n3(state: ClusterState, *on_n0_n1_n2: tuple[str, str]) -> list[PodInfo]:
+    """One one-GPU pod (name, QoS) on GPU 0 of each of n0, n1, n2, and the 4-GPU pod
+    waiting, whose constraints allow those three nodes only (n3 is cordoned)."""
+    pods = [
+        run(state, request(name, qos=qos), f"n{i}", [0], owner=REPLICA_SET)
+        for i, (name, qos) in enumerate(on_n0_n1_n2)
+    ]
+    waiting = info(TRAIN, loop_places=False)
+    return [*pods, dataclasses.replace(waiting, eligible_nodes=frozenset({"n0", "n1", "n2"}))]
+
+
 def test_a_node_the_waiting_pod_may_not_use_is_no_room_for_it() -> None:
     """A cordoned node with every GPU free does not make the 4-GPU pod "fit": only the
     nodes its constraints allow count, so the migration is still planned there."""
     state = ClusterState([node(f"n{i}", gpus=4) for i in range(4)])
-    pods = [
-        run(state, request("server", qos="Burstable"), "n0", [0], owner=REPLICA_SET),
-        run(state, request("db-1", qos="Guaranteed"), "n1", [0], owner=REPLICA_SET),
-        run(state, request("db-2", qos="Guaranteed"), "n2", [0], owner=REPLICA_SET),
-        dataclasses.replace(
-            info(TRAIN, loop_places=False), eligible_nodes=frozenset({"n0", "n1", "n2"})
-        ),
-    ]
+    pods = with_cordoned_n3(
+        state, ("server", "Burstable"), ("db-1", "Guaranteed"), ("db-2", "Guaranteed")
+    )
     (plan,) = reconcile(state, pods)  # n3 (cordoned, empty) is not where it may go
     bind = [step for step in plan.steps if isinstance(step, Bind)][-1]
     assert str(bind.pod) == "default/train" and bind.placement.node == "n0"
@@ -112,14 +118,9 @@ def test_a_stopped_plans_pod_is_bound_only_where_its_constraints_allow() -> None
     where it may go, so it is planned for afresh, not bound there."""
     state = ClusterState([node(f"n{i}", gpus=4) for i in range(4)])
     target = state.placement(0, [0, 1, 2, 3], TRAIN).model_dump(mode="json")
-    pods = [
-        run(state, request("taker", qos="Guaranteed"), "n0", [0], owner=REPLICA_SET),
-        run(state, request("db-1", qos="Guaranteed"), "n1", [0], owner=REPLICA_SET),
-        run(state, request("server", qos="Burstable"), "n2", [0], owner=REPLICA_SET),
-        dataclasses.replace(
-            info(TRAIN, loop_places=False), eligible_nodes=frozenset({"n0", "n1", "n2"})
-        ),
-    ]
+    pods = with_cordoned_n3(
+        state, ("taker", "Guaranteed"), ("db-1", "Guaranteed"), ("server", "Burstable")
+    )
     memory = {STOPPED: {"default/train": {"plan": "gpu-defrag/x", "waiting": 1, "target": target}}}
     reconciler = DefragReconciler(make_policy("bestfit", PolicyContext()), DefragSettings())
     result = reconciler.reconcile(view(state, pods, memory=memory))
