@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
 from kubesage.core.cli.options import MetricMapOption, OutputFormat
 from kubesage.core.cli.tables import print_table
 from kubesage.core.cli.telemetry import (
@@ -132,14 +132,19 @@ def train_command(
         ),
     ] = None,
     range_: Annotated[
-        str, typer.Option("--range", help="With --prometheus: history to train on, ending now.")
-    ] = "6h",
-    step: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--step", help="With --prometheus: the history's step; use the loop's --tick-s."
+            "--range", help="With --prometheus: history to train on, ending now (default 6h)."
         ),
-    ] = f"{DEFAULT_TICK_S:g}s",
+    ] = None,
+    step: Annotated[
+        str | None,
+        typer.Option(
+            "--step",
+            help="With --prometheus: the history's step; use the loop's --tick-s "
+            f"(default {DEFAULT_TICK_S:g}s).",
+        ),
+    ] = None,
     metrics: Annotated[
         str | None,
         typer.Option(
@@ -190,9 +195,26 @@ def train_command(
                 "--train-until goes with --data; --prometheus trains on all of --range"
             )
         columns = ",".join(DEFAULT_COLUMNS) if metrics is None else metrics
-        panel = _prometheus_panel(prometheus, range_, step, columns, metric_map, rate_window)
+        panel = _prometheus_panel(
+            prometheus,
+            "6h" if range_ is None else range_,
+            f"{DEFAULT_TICK_S:g}s" if step is None else step,
+            columns,
+            metric_map,
+            rate_window,
+        )
     else:
         assert data is not None
+        refuse_unused_options(
+            {
+                "--range": range_ is not None,
+                "--step": step is not None,
+                "--metric-map": metric_map is not None,
+                "--rate-window": rate_window is not None,
+            },
+            "with --prometheus",
+            "--data trains on the metric files of the folder",
+        )
         panel = read_panel(data, metrics=_names(metrics))
         stderr.print(describe(panel))
     if train_until is None:

@@ -60,6 +60,10 @@ def qualify_command(
             raise UnknownPolicyError(name, known)
     if candidate == baseline:
         raise InputError(f"--candidate and --baseline are both '{candidate}'")
+    if model is not None and "ppo" not in (candidate, baseline):
+        raise InputError(
+            f"--model is the ppo policy's model file; neither {candidate} nor {baseline} reads it"
+        )
     if not math.isfinite(z):  # before the runs, not after them
         raise InputError(f"--z must be a finite number >= 0, got {z}")
     settings, base = simulation_settings(None, nodes=nodes, pods=pods, jobs=jobs, model=model)

@@ -253,6 +253,11 @@ def simulate(
         report_dir=report_dir,
         model=model,
     )
+    if settings.model is not None and "ppo" not in settings.policies:
+        raise InputError(
+            f"--model (model: in a config) is the ppo policy's model file; the policies run "
+            f"are {', '.join(settings.policies)}"
+        )
     if not no_report:
         check_output_dir(settings.report_dir, "--report-dir")
     node_specs, pod_specs, described = load_inputs(settings, base)

@@ -298,6 +298,10 @@ def test_train_on_prometheus_learns_the_loops_series_per_node(
         (["--prometheus", "http://x", "--step", "1m", "--range", "30s"], "longer than --range"),
         (["--data", "DATA", "--model", "gru"], "--model must be stgcn or lstm"),
         (["--data", "DATA", "--quantile", "1.5"], "--quantile must be between 0 and 1"),
+        (
+            ["--data", "DATA", "--range", "5x", "--step", "nonsense"],
+            "--range, --step only apply with --prometheus",
+        ),
     ],
 )
 def test_bad_train_arguments_are_clear_errors(

@@ -62,6 +62,10 @@ def test_the_table_says_which_policy_to_serve(tmp_path: Path, trace: tuple[Path,
         (["--candidate", "fgd"], "--candidate and --baseline are both 'fgd'"),
         (["--pods", "missing.csv"], "missing.csv: no such file"),
         (["--z", "1e400", "--pods", "missing.csv"], "--z must be a finite number >= 0, got inf"),
+        (
+            ["--candidate", "bestfit", "--model", "nope.bin"],
+            "--model is the ppo policy's model file; neither bestfit nor fgd reads it",
+        ),
     ],
 )
 def test_bad_input_is_a_clear_error_with_exit_code_2(

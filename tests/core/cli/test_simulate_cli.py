@@ -149,6 +149,10 @@ def test_openb_csv_inputs_and_table_output(tmp_path: Path) -> None:
             "untimed.csv:2, field 'creation_time': pod 'p0' has no creation time",
         ),
         (["--nodes", "cpu_nodes.csv"], "cpu_nodes.csv: the cluster has no GPUs"),
+        (
+            ["--policy", "fgd", "--model", "nope.safetensors"],
+            "--model (model: in a config) is the ppo policy's model file; the policies run are fgd",
+        ),
     ],
 )
 def test_bad_input_is_a_clear_error_with_exit_code_2(
