@@ -102,6 +102,7 @@ class Service:
             health=self.health,
             bind_waits_on_io=self.bind_waits_on_io,
             loop=self.loop.debug if self.loop is not None else None,
+            forecaster=self.loop.forecaster_words if self.loop is not None else None,
         )
 
     def stop(self) -> None:

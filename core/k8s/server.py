@@ -214,9 +214,12 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     bind_waits_on_io: bool = True,
     loop: LoopDebug | None = None,
+    forecaster: Callable[[], str] | None = None,
 ) -> App:
     """The app; ``mutate`` is the webhook handler (``/mutate`` answers 404 without one),
-    ``loop`` the control loop's debug state (``/debug/loop`` answers 404 without one).
+    ``loop`` the control loop's debug state (``/debug/loop`` answers 404 without one),
+    ``forecaster`` the loop's forecaster in words (``/healthz`` shows it; the debug
+    state serialises the audit records, too much for every probe).
 
     ``bind_waits_on_io``: binding calls the API server, so it runs in the thread pool;
     the embedded cluster binds in memory and passes False to stay on the event loop
@@ -242,9 +245,9 @@ def create_app(
         except DependencyError as exc:
             ready, detail = False, str(exc)
         document = {"status": "ok" if ready else "unavailable", "detail": detail}
-        if loop is not None:
+        if forecaster is not None:
             # A forecaster in cold start (the last value) is no reason to be unhealthy.
-            document["forecaster"] = str(loop().get("forecaster", ""))
+            document["forecaster"] = forecaster()
         return Reply(200 if ready else 503, orjson.dumps(document))
 
     def debug_loop(_: bytes) -> Reply:

@@ -161,7 +161,7 @@ class ControlLoop:
                 self._last_notes,
                 stop,
             )
-            context.note(LOOP, (f"forecaster: {self._forecaster_words()}",))
+            context.note(LOOP, (f"forecaster: {self.forecaster_words()}",))
             errors: dict[str, str] = {}
             notes: dict[str, tuple[str, ...]] = {}
             if not self.world.ready:
@@ -399,7 +399,8 @@ class ControlLoop:
 
     # -- records ----------------------------------------------------------------------
 
-    def _forecaster_words(self) -> str:
+    def forecaster_words(self) -> str:
+        """The forecaster in use, in words (cheap: ``/healthz`` reads it on every probe)."""
         panel = self.world.forecasts
         if panel.cold_start:
             return f"{panel.source} (cold start)"
@@ -465,7 +466,7 @@ class ControlLoop:
         return {
             "ticks": self.ticks,
             "clock": self.clock.kind,
-            "forecaster": self._forecaster_words(),
+            "forecaster": self.forecaster_words(),
             "dry_run": self.dry_run,
             "reconcilers": self.reconciler_names,
             "actions": [record.to_json() for record in self.audit.recent()],

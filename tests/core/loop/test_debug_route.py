@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
+
 from kubesage.core.k8s.server import create_app
 from kubesage.core.loop.clock import SimulatedClock
 from kubesage.core.loop.control import ControlLoop
@@ -33,11 +35,13 @@ def test_debug_loop_answers_the_loops_state_and_404_without_a_loop() -> None:
     )
     loop.tick()
     extender, _ = make_extender()
-    with TestClient(create_app(extender, loop=loop.debug)) as client:
+    app = create_app(extender, loop=loop.debug, forecaster=loop.forecaster_words)
+    with TestClient(app) as client:
         debug = client.get("/debug/loop").json()
         assert debug["ticks"] == 1 and debug["clock"] == "simulated"
         assert debug["reconcilers"] == ["defrag"]
         assert [r["outcome"] for r in debug["actions"]] == ["noted", "done"]
+        loop.audit.recent = lambda: pytest.fail("a probe serialised the audit records")  # type: ignore[method-assign]
         health = client.get("/healthz")
         assert health.status_code == 200
         assert health.json()["forecaster"] == "last-value (cold start)"
