@@ -4,6 +4,7 @@ member's reservation however long the binds before it take."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -81,10 +82,11 @@ def test_a_slow_gang_keeps_every_members_reservation_until_its_binding_is_posted
             node: str,
             *,
             annotations: dict[str, str] | None = None,
+            stop: threading.Event | None = None,
         ) -> None:
             now[0] += 11
             seen.append((name, sync.placement_of(uid) is not None, free_gpus(sync, node)))
-            super().bind(namespace, name, uid, node, annotations=annotations)
+            super().bind(namespace, name, uid, node, annotations=annotations, stop=stop)
 
     scheduler = SecondaryScheduler(
         fake.client(),
