@@ -107,10 +107,7 @@ def only_fragmentation(
     if request.num_gpu == 0:
         return False
     report = fit_report(state, request)
-    mine = np.ones(report.fits.size, dtype=bool)
-    if allowed is not None:
-        mine[:] = False
-        mine[allowed_index(state, allowed)] = True
+    mine = slice(None) if allowed is None else allowed_index(state, allowed)
     if report.fits[mine].any():
         return False
     gpu_free = np.isin(report.reasons, [int(reason) for reason in GPU_FREE_REASONS])

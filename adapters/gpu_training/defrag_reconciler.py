@@ -170,10 +170,13 @@ class DefragReconciler:
         """The running pods no plan moves: those that never move, and those whose
         eviction the world refused a few minutes ago (a PodDisruptionBudget): asked again
         now they would be refused again, and another plan may do without them."""
+        pinned = pinned_pods(infos, self.settings)
+        if not view.refused:
+            return pinned
         refused = {
             name for name, info in infos.items() if f"{ActionKind.EVICT}:{info.ref}" in view.refused
         }
-        return pinned_pods(infos, self.settings) | refused
+        return pinned | refused
 
     def _finish_stopped(
         self, view: WorldView, state: ClusterState

@@ -44,6 +44,7 @@ def fetch(
     genai: every hour of the GenAI trace's per-pod metrics, as .csv.gz files.
 
     The last two are not pinned by checksum: the first download's sums are checked later."""
+    cache_dir = None if cache_dir is None else cache_dir.expanduser()
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=stderr
     )
@@ -57,11 +58,11 @@ def fetch(
     with progress:
         paths = fetch_dataset(
             dataset,
-            cache_dir=None if cache_dir is None else cache_dir.expanduser(),
+            cache_dir=cache_dir,
             base_url=base_url,
             on_progress=on_progress,
         )
-    root = (cache_dir.expanduser() if cache_dir else default_cache_dir()) / dataset
+    root = (cache_dir or default_cache_dir()) / dataset
     how = "verified" if pinned(dataset) else "checked against their first download"
     stderr.print(f"{len(paths)} file(s) {how} in {root}", markup=False)
     for path in paths:

@@ -35,6 +35,11 @@ from kubesage.core.model_files import check_output, write_replacing
 
 forecast_app = typer.Typer(help="Load forecasting: ST-GCN and its baselines.", no_args_is_help=True)
 
+TRAIN_RANGE = "6h"
+"""``forecast train --prometheus``: the history it trains on by default."""
+TRAIN_STEP = f"{DEFAULT_TICK_S:g}s"
+"""``forecast train --prometheus``: the history's step by default (the loop's tick)."""
+
 
 def cut_off_step(panel: MetricPanel, train_until: str) -> tuple[int, float]:
     """The first test step for ``train_until``: a timestamp, or ``+12h``/``+90m``/``+600s``
@@ -134,7 +139,8 @@ def train_command(
     range_: Annotated[
         str | None,
         typer.Option(
-            "--range", help="With --prometheus: history to train on, ending now (default 6h)."
+            "--range",
+            help=f"With --prometheus: history to train on, ending now (default {TRAIN_RANGE}).",
         ),
     ] = None,
     step: Annotated[
@@ -142,7 +148,7 @@ def train_command(
         typer.Option(
             "--step",
             help="With --prometheus: the history's step; use the loop's --tick-s "
-            f"(default {DEFAULT_TICK_S:g}s).",
+            f"(default {TRAIN_STEP}).",
         ),
     ] = None,
     metrics: Annotated[
@@ -197,8 +203,8 @@ def train_command(
         columns = ",".join(DEFAULT_COLUMNS) if metrics is None else metrics
         panel = _prometheus_panel(
             prometheus,
-            "6h" if range_ is None else range_,
-            f"{DEFAULT_TICK_S:g}s" if step is None else step,
+            TRAIN_RANGE if range_ is None else range_,
+            TRAIN_STEP if step is None else step,
             columns,
             metric_map,
             rate_window,
