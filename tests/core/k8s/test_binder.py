@@ -76,17 +76,36 @@ def test_server_errors_are_retried(fake: FakeApiServer) -> None:
 
 
 def test_a_replica_that_stopped_leading_retries_no_bind(fake: FakeApiServer) -> None:
-    """The Lease lost while a bind is being retried: another replica schedules now, so
-    no further attempt is made and the wait before it ends at once."""
+    """The Lease lost while a bind is failing: another replica schedules now, so no
+    further attempt is made."""
     pod = add(fake)
-    fake.fail("POST", BINDING, 503, times=100)
+    stop = threading.Event()
+    # the Lease is lost while the first attempt fails: set before the 503 is answered
+    fake.fail("POST", BINDING, 503, times=100, on_hit=stop.set)
     api = load_api_client(str(fake.kubeconfig))
     assert api is not None
     binder = Binder(api, attempts=5, backoff_s=30.0, max_backoff_s=30.0)  # long waits
+    started = time.monotonic()
+    with pytest.raises(BindError, match=r"failed after 1 attempt; stopped"):
+        binder.bind("ml", "p", pod["metadata"]["uid"], "n1", stop=stop)
+    assert time.monotonic() - started < 10 and binder.posts == 1
+    assert not fake.pod("ml", "p")["spec"].get("nodeName")
+
+
+def test_a_lease_lost_during_the_wait_between_attempts_ends_the_wait(
+    fake: FakeApiServer,
+) -> None:
+    """A 429 asking for 30 s makes the wait at least that long (not jittered), so the
+    Lease is surely lost during it: the wait ends at once and nothing more is sent."""
+    pod = add(fake)
+    fake.fail("POST", BINDING, 429, times=100, retry_after_s=30)
+    api = load_api_client(str(fake.kubeconfig))
+    assert api is not None
+    binder = Binder(api, attempts=5, backoff_s=0.01, max_retry_after_s=30.0)
     stop = threading.Event()
     threading.Timer(0.5, stop.set).start()
     started = time.monotonic()
-    with pytest.raises(BindError, match=r"failed after 1 attempt; stopped|stopped before"):
+    with pytest.raises(BindError, match=r"stopped"):
         binder.bind("ml", "p", pod["metadata"]["uid"], "n1", stop=stop)
     assert time.monotonic() - started < 10 and binder.posts == 1
     assert not fake.pod("ml", "p")["spec"].get("nodeName")

@@ -228,6 +228,8 @@ class Fault:
     retry_after_s: int | None = None
     """With a 429: the ``Retry-After`` (and ``details.retryAfterSeconds``) it carries."""
     hits: int = 0
+    on_hit: Callable[[], None] | None = None
+    """Called each time the fault is taken, before the error is answered."""
 
     def error(self) -> ApiError:
         """The error this fault answers with."""

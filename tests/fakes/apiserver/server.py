@@ -253,11 +253,22 @@ class FakeApiServer(WatchedStore):
         after_apply: bool = False,
         message: str = "injected fault",
         retry_after_s: int | None = None,
+        on_hit: Callable[[], None] | None = None,
     ) -> Fault:
         """Answer the next ``times`` requests matching ``method`` and the ``path`` regex
         with ``code``; with ``after_apply`` the change is made first (a lost response);
-        with ``retry_after_s`` (a 429) the answer asks the client to wait that long."""
-        fault = Fault(method, re.compile(path), code, times, after_apply, message, retry_after_s)
+        with ``retry_after_s`` (a 429) the answer asks the client to wait that long;
+        ``on_hit`` is called each time, before the error is answered."""
+        fault = Fault(
+            method,
+            re.compile(path),
+            code,
+            times,
+            after_apply,
+            message,
+            retry_after_s,
+            on_hit=on_hit,
+        )
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -284,5 +295,9 @@ class FakeApiServer(WatchedStore):
                 if fault.method == method and fault.path.search(path) and fault.times > 0:
                     fault.times -= 1
                     fault.hits += 1
-                    return fault
-        return None
+                    break
+            else:
+                return None
+        if fault.on_hit is not None:
+            fault.on_hit()
+        return fault
