@@ -164,7 +164,7 @@ def test_slow_headers_get_408_even_while_bytes_keep_arriving(small: int) -> None
         # A byte every 0.1 s until the answer: the keep-alive timer (0.5 s without a
         # byte) never fires, the header timer (0.5 s after the first byte) does.
         while not select.select([connection], [], [], 0.1)[0]:
-            assert time.monotonic() - started < 2.0, "no answer to slow headers"
+            assert time.monotonic() - started < 5.0, "no answer to slow headers"
             connection.sendall(b"s")
         status, headers, body = responses.next()
         assert status == 408 and headers["connection"] == "close"
