@@ -61,9 +61,18 @@ def shared_trace_dir(trace: str) -> Path | None:
     """The shared trace ``trace`` (``openb`` or ``genai``): ``$KUBESAGE_SHARED_DATA/<trace>``
     when the variable is set (it alone decides), else ``shared/data/<trace>`` beside the
     checkout kubesage runs from, else beside the current folder; None when the chosen
-    place has no such folder. The traces are never copied into the repository."""
+    place has no such folder. The traces are never copied into the repository.
+
+    Raises ConfigError when the variable names no folder: a mistyped path would
+    otherwise fall back to synthetic data without a word."""
     if explicit := os.environ.get(SHARED_DATA_ENV):
-        roots = [Path(explicit)]
+        root = Path(explicit).expanduser()
+        if not root.is_dir():
+            raise ConfigError(
+                f"{SHARED_DATA_ENV} is set to '{explicit}', which is not a folder "
+                "(unset it to look beside the checkout)"
+            )
+        roots = [root]
     else:
         checkout = Path(str(resources.files(SHIPPED_PACKAGE))).resolve().parent
         roots = [checkout.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]

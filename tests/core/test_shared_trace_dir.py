@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kubesage.core import paths
+from kubesage.core.errors import ConfigError
 from kubesage.core.paths import SHARED_DATA_ENV, shared_trace_dir
 
 
@@ -18,6 +19,14 @@ def test_the_variable_alone_decides_when_set(
     (tmp_path / "genai").mkdir()
     assert shared_trace_dir("genai") == tmp_path / "genai"
     assert shared_trace_dir("openb") is None
+
+
+def test_a_variable_that_names_no_folder_is_an_error_not_synthetic_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SHARED_DATA_ENV, str(tmp_path / "mistyped"))
+    with pytest.raises(ConfigError, match=rf"{SHARED_DATA_ENV} is set to '.*mistyped'"):
+        shared_trace_dir("genai")
 
 
 def test_beside_the_checkout_then_beside_the_current_folder(
