@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kubesage.core.adapter import LoopParts, adapter_parts, load_adapters
-from kubesage.core.cli.errors import refuse_unused_options, user_errors
+from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
 from kubesage.core.cli.loop_options import (
     AuditLogOption,
     DryRunOption,
@@ -43,7 +44,7 @@ from kubesage.core.loop.audit import AuditLog
 from kubesage.core.loop.clock import Clock, WallClock
 from kubesage.core.loop.control import ControlLoop
 from kubesage.core.loop.forecasts import DEFAULT_HISTORY, ForecastPanel
-from kubesage.core.loop.reconciler import Actuator, Reconciler
+from kubesage.core.loop.reconciler import Actuator, Outcome, Reconciler
 from kubesage.core.loop.report import TickReport
 from kubesage.core.loop.settings import (
     DEFAULT_TICK_S,
@@ -270,7 +271,14 @@ def live_loop(
 
 @user_errors
 def loop(
-    once: Annotated[bool, typer.Option("--once", help="Run one tick, print it and exit.")] = False,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help="Run one tick, print it and exit (1 if a collector, reconciler or "
+            "action failed).",
+        ),
+    ] = False,
     dry_run: DryRunOption = False,
     kubeconfig: Annotated[
         Path | None, typer.Option("--kubeconfig", help="kubeconfig of the cluster.")
@@ -352,7 +360,12 @@ def loop(
             control = _live(api, policy, settings, stoppers)
         stoppers.append(control.close)
         if once:
-            _print(control.tick(), output)
+            report = control.tick()
+            _print(report, output)
+            if failures := _failures(report):
+                # printed in full above; the exit status tells a script (a CronJob) too
+                stderr.print(Text(f"the tick did not go cleanly: {'; '.join(failures)}"))
+                raise typer.Exit(code=1)
             return
         stop = threading.Event()
         try:
@@ -376,6 +389,17 @@ def _live(
         raise DependencyError(f"the cluster was not listed within {SYNC_TIMEOUT_S:g} s")
     workload = synthetic_workload(DEFAULT_SYNTHETIC_PODS, seed=0)
     return live_loop(api, sync, policy, workload, settings)
+
+
+def _failures(report: TickReport) -> list[str]:
+    """What went wrong in a tick: failed collectors, reconcilers that raised, failed
+    actions (``loop --once`` exits 1 when there is any)."""
+    failed = [f"collector {c.name} failed" for c in report.collectors if not c.ok]
+    failed += [f"reconciler {name} raised" for name in report.reconciler_errors]
+    actions = sum(1 for record in report.records if record.outcome == Outcome.FAILED)
+    if actions:
+        failed.append(f"{actions} action{'' if actions == 1 else 's'} failed")
+    return failed
 
 
 def _print(report: TickReport, output: OutputFormat) -> None:

@@ -85,6 +85,18 @@ def test_loop_once_as_a_table_and_bad_options() -> None:
     assert bad.exit_code == 2 and "--tick-s must be a positive" in bad.output
 
 
+def test_loop_once_exits_1_when_a_collector_failed() -> None:
+    """The tick is printed in full, and the exit status says it did not go cleanly, so
+    a script or CronJob running ``loop --once`` sees the failure."""
+    options = ["loop", "--once", "--embedded", "--nodes", "10", "--dry-run"]
+    unreachable = ["--prometheus", "http://127.0.0.1:1", "--format", "json"]
+    result = CliRunner().invoke(app, options + unreachable)
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert [c["name"] for c in report["collectors"] if not c["ok"]] == ["prometheus"]
+    assert "the tick did not go cleanly: collector prometheus failed" in result.stderr
+
+
 def test_loop_refuses_embedded_options_when_it_would_run_on_a_live_cluster(
     tmp_path: Path,
 ) -> None:
