@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubesage.core import retry_after
 from kubesage.core.k8s.apiclient import ApiException
 
 
@@ -44,11 +45,12 @@ def api_causes(exc: ApiException) -> list[str]:
 
 
 def retry_after_s(exc: ApiException) -> float | None:
-    """Seconds the API server asked to wait (``Retry-After`` header in seconds, else the
+    """Seconds the API server asked to wait (``Retry-After`` header, else the
     Status' ``details.retryAfterSeconds``); None when it did not say."""
     header = (exc.headers or {}).get("Retry-After")
-    if header is not None and str(header).strip().isdecimal():
-        return float(str(header).strip())
+    asked = retry_after.retry_after_s(None if header is None else str(header))
+    if asked is not None:
+        return asked
     details = api_status(exc).get("details")
     seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
     return float(seconds) if isinstance(seconds, int) and seconds > 0 else None

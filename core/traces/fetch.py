@@ -31,7 +31,8 @@ bytes. A failed attempt removes its temporary file; one left by a killed run is
 removed by a later successful fetch of that file once it is an hour old. A cache that
 cannot be written is a :class:`FetchError` naming the folder; a read-only cache that
 already holds verified files keeps working. Only ``http://`` and ``https://`` base
-URLs are accepted (a ``file://`` mirror is an InputError, not retried).
+URLs are accepted (a ``file://`` mirror is an InputError, not retried). What is
+tried again, and after how long, is :mod:`~kubesage.core.traces.fetch_retry`'s rule.
 """
 
 from __future__ import annotations
@@ -46,12 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from tenacity import (
-    retry,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import retry, retry_if_exception, stop_after_attempt
 
 from kubesage.core import paths
 from kubesage.core.errors import FetchError, InputError, KubesageError
@@ -61,6 +57,7 @@ from kubesage.core.traces.fetch_archives import (
     extracted_path,
     lfs_pointer,
 )
+from kubesage.core.traces.fetch_retry import is_transient, wait_s
 from kubesage.core.traces.openb import read_pods
 
 CLUSTERDATA_COMMIT = "7a6c496"
@@ -187,14 +184,6 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, httpx.UnsupportedProtocol):
-        return False  # e.g. a redirect to file://: asking again gives the same answer
-    if isinstance(exc, httpx.TransportError):
-        return True
-    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
 
 
 def _cache_error(what: str, path: Path, exc: OSError) -> FetchError:
@@ -459,9 +448,9 @@ def _fetch_one(
     made = 0
 
     @retry(
-        retry=retry_if_exception(_is_transient),
+        retry=retry_if_exception(is_transient),
         stop=stop_after_attempt(attempts),
-        wait=wait_exponential(multiplier=0.5, max=8.0),
+        wait=wait_s,
         reraise=True,
     )
     def download() -> None:

@@ -7,6 +7,7 @@ registered for the test, served by a ``ThreadingHTTPServer`` on an ephemeral por
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -62,7 +63,14 @@ def server(tmp_path: Path) -> Iterator[Server]:
             state.requests[name] += 1
             pending = state.failures.get(name)
             if pending:
-                self.send_error(pending.pop(0))
+                code = pending.pop(0)
+                if code == 429:  # a throttling mirror says how long to wait
+                    self.send_response(429)
+                    self.send_header("Retry-After", "1")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_error(code)
                 return
             path = state.root / name
             if "/" in name or not path.is_file():
@@ -186,6 +194,20 @@ def test_server_error_is_retried(tmp_path: Path, server: Server, dataset: Datase
     assert paths[0].read_bytes() == FILES["alpha.csv"]
     assert server.requests == {"alpha.csv": 2, "beta.csv": 1}
     assert cached_files(cache) == sorted(FILES)
+
+
+def test_a_throttled_or_timed_out_request_is_asked_again_after_the_wait_asked_for(
+    tmp_path: Path, server: Server, dataset: Dataset
+) -> None:
+    """429 and 408 mean "not now": retried, and a 429's Retry-After (1 s) is waited for
+    although the backoff alone would be 0.5 s."""
+    server.failures["alpha.csv"] = [429]
+    server.failures["beta.csv"] = [408]
+    started = time.monotonic()
+    paths = fetch_dataset(NAME, cache_dir=tmp_path / "cache", attempts=2)
+    assert time.monotonic() - started >= 1.0
+    assert [path.read_bytes() for path in paths] == [FILES["alpha.csv"], FILES["beta.csv"]]
+    assert server.requests == {"alpha.csv": 2, "beta.csv": 2}
 
 
 def test_server_error_every_time_gives_up(tmp_path: Path, server: Server, dataset: Dataset) -> None:
