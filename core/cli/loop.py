@@ -275,8 +275,7 @@ def loop(
         bool,
         typer.Option(
             "--once",
-            help="Run one tick, print it and exit (1 if a collector, reconciler or "
-            "action failed).",
+            help="Run one tick, print it and exit (1 if a collector, reconciler or action failed).",
         ),
     ] = False,
     dry_run: DryRunOption = False,
