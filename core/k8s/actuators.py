@@ -143,7 +143,20 @@ class LiveEvictor:
     def execute(self, action: Action) -> Result:
         if not isinstance(action, Evict):
             return unexpected(action)
-        pod = action.pod
+        return self._evict(action.pod, dry_run=False)
+
+    def rehearse(self, action: Action) -> Result | None:
+        """The eviction with ``dryRun=All``: the API server checks the pod's
+        PodDisruptionBudgets and the UID precondition and changes nothing. REFUSED when
+        the real eviction would be; None otherwise (a dry run that fails cannot tell).
+        Two pods of one budget that allows one disruption each pass alone: the second
+        real eviction is still refused, and the plan stops there."""
+        if not isinstance(action, Evict):
+            return None
+        result = self._evict(action.pod, dry_run=True)
+        return result if result.outcome == Outcome.REFUSED else None
+
+    def _evict(self, pod: PodRef, *, dry_run: bool) -> Result:
         body = V1Eviction(
             api_version="policy/v1",
             kind="Eviction",
@@ -159,6 +172,7 @@ class LiveEvictor:
                 body,
                 _preload_content=False,
                 _request_timeout=self.request_timeout_s,
+                **({"dry_run": "All"} if dry_run else {}),
             ).read()
         except ApiException as exc:
             message = api_message(exc)

@@ -16,7 +16,9 @@
    ``max_data_age_s``: nothing of it is executed, counted) → the tick's budgets → dry
    run → the actuator for its kind.
    A :class:`~kubesage.core.loop.actions.Plan` is first played on a scratch copy (it
-   does not start if it could not fit even after its own evictions), then holds its
+   does not start if it could not fit even after its own evictions), and its steps
+   after the first are rehearsed where their actuator can (an eviction's ``dryRun``:
+   it does not start if one would be refused), then holds its
    reservations in the loop's ClusterState as they become free
    (:class:`~kubesage.core.loop.ledger.PlanLedger`), runs its steps in order, stops at
    the first that fails or is refused, and always releases what it still holds; a
@@ -52,6 +54,7 @@ from kubesage.core.loop.reconciler import (
     ReadsSources,
     Reconciled,
     Reconciler,
+    Rehearses,
     Result,
 )
 from kubesage.core.loop.report import CollectorStatus, TickReport
@@ -338,6 +341,10 @@ class ControlLoop:
         if impossible is not None:
             context.record(plan, Outcome.REFUSED, f"{impossible}; the plan was not started")
             return
+        refused = self._rehearse(plan, todo[1:], context)
+        if refused is not None:
+            context.record(plan, Outcome.REFUSED, f"{refused}; the plan was not started")
+            return
         ledger.reserve_free()
         failed: str | None = None
         outcome: Outcome = Outcome.ROLLED_BACK
@@ -370,6 +377,24 @@ class ControlLoop:
         else:
             before = f"; done before it: {', '.join(done_steps)}" if done_steps else ""
             context.record(plan, outcome, f"{failed}{before}; reservations released")
+
+    def _rehearse(self, plan: Plan, steps: Sequence[Action], context: TickContext) -> str | None:
+        """Why the plan would be refused part-way (a step's rehearsal refused, audited as
+        that step's refusal so reconcilers plan around it); None to go ahead."""
+        for step in steps:
+            actuator = self._actuators.get(step.kind)
+            if not isinstance(actuator, Rehearses):
+                continue
+            try:
+                result = actuator.rehearse(step)
+            except Exception:  # must not raise; one that does cannot tell, so go ahead
+                log.exception("rehearsing %s on %s failed", step.kind, step.target)
+                continue
+            if result is not None and result.outcome == Outcome.REFUSED:
+                context.record(step, Outcome.REFUSED, f"dry run: {result.detail}", plan=plan.id)
+                number = plan.steps.index(step) + 1
+                return f"step {number}/{len(plan.steps)} ({step.kind} {step.target}) would be refused"
+        return None
 
     def _act(self, action: Action, context: TickContext) -> Result:
         """Execute through the kind's actuator; spend the budget unless refused."""

@@ -120,3 +120,17 @@ class Actuator(Protocol):
     def execute(self, action: Action) -> Result:
         """Do ``action``; never raises for a refusal or a failing dependency."""
         ...
+
+
+@runtime_checkable
+class Rehearses(Protocol):
+    """An actuator that can ask whether an action would go through without doing it
+    (Kubernetes' ``dryRun``). The loop rehearses a plan's steps after its first before
+    starting it, so a step a PodDisruptionBudget would refuse stops the plan before any
+    pod is evicted in vain."""
+
+    def rehearse(self, action: Action) -> Result | None:
+        """REFUSED (with why) when ``action`` would be refused now; None when it would
+        go through or the rehearsal cannot tell. Never raises, changes nothing."""
+        ...
+

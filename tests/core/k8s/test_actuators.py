@@ -111,6 +111,27 @@ def test_eviction_a_budget_forbids_is_refused_and_the_pod_stays(
     assert post.path == "/api/v1/namespaces/ml/pods/web-0/eviction"
 
 
+def test_a_rehearsed_eviction_is_a_dry_run_that_answers_only_a_refusal(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    """``rehearse`` asks with ``?dryRun=All``: the budget's refusal comes back as the real
+    eviction's would, and nothing is deleted or spent either way."""
+    for name in ("web-0", "web-1"):
+        fake.add_pod(running(name))
+    fake.add_pdb(budget(minAvailable=1))
+    evictor = LiveEvictor(api)
+    action = Evict(pod=PodRef("ml", "web-0"), **WHY)
+    assert evictor.rehearse(action) is None  # it would go through
+    assert len(fake.pods()) == 2 and fake.pdb("ml", "web")["status"]["disruptionsAllowed"] == 1
+    assert evict(api, "web-1")[0] is Outcome.DONE  # spends the one disruption allowed
+    refused = evictor.rehearse(action)
+    assert refused is not None and refused.outcome is Outcome.REFUSED
+    assert "would violate the pod's disruption budget" in refused.detail
+    assert [p["metadata"]["name"] for p in fake.pods()] == ["web-0"]
+    posts = fake.requests_to("POST", r"/pods/web-0/eviction$")
+    assert [post.query.get("dryRun") for post in posts] == [["All"], ["All"]]
+
+
 def test_a_throttled_eviction_is_a_failure_not_a_budget_refusal(
     fake: FakeApiServer, api: ApiClient
 ) -> None:

@@ -129,6 +129,24 @@ class RecordingActuator:
         return self.outcomes.get(action.target, Result(Outcome.DONE))
 
 
+class RehearsingActuator(RecordingActuator):
+    """A RecordingActuator that can also rehearse evictions (a dry run, as the live
+    evictor does): ``refuses`` names the targets whose rehearsal answers REFUSED; every
+    rehearsal is kept."""
+
+    def __init__(self, refuses: Mapping[str, str], **options: Any) -> None:
+        super().__init__(**options)
+        self.refuses = dict(refuses)
+        self.rehearsed: list[Action] = []
+
+    def rehearse(self, action: Action) -> Result | None:
+        if not isinstance(action, Evict):
+            return None
+        self.rehearsed.append(action)
+        why = self.refuses.get(action.target)
+        return None if why is None else Result(Outcome.REFUSED, why)
+
+
 def evict(name: str, reconciler: str = "defrag", plan: str | None = None) -> Evict:
     return Evict(
         reconciler=reconciler,

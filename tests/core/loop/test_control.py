@@ -22,6 +22,7 @@ from tests.core.loop.doubles import (
     ClusterCollector,
     Raising,
     RecordingActuator,
+    RehearsingActuator,
     Scripted,
     evict,
     free_arrays,
@@ -253,6 +254,41 @@ def test_a_plan_whose_second_step_fails_is_rolled_back_and_its_reservation_relea
     assert isinstance(waiting, Bind)
     bound.allocate(waiting.request, waiting.placement)
     assert same_free(free_arrays(loop.world.state), free_arrays(bound))
+
+
+def test_a_plan_whose_later_step_would_be_refused_evicts_nothing() -> None:
+    """b's eviction would be refused (its rehearsal, a dry run, says so): the plan does
+    not start, so a is not evicted in vain, and the refusal is audited on b's eviction,
+    where the reconcilers' view of recent refusals finds it."""
+    planner = Scripted("defrag", lambda view: [migration()])
+    actuator = RehearsingActuator({"default/b": "eviction of pod default/b refused: PDB"})
+    loop, _, collector = make_loop([planner], actuator)
+    before = free_arrays(collector.state)
+    report = loop.tick()
+    assert outcomes(report.records) == [
+        ("evict", "default/b", "refused"),
+        ("plan", "migrate-waiting", "refused"),
+    ]
+    refused = [r for r in report.records if r.action == "evict"]
+    assert [r.detail for r in refused] == ["dry run: eviction of pod default/b refused: PDB"]
+    assert "step 2/3 (evict default/b) would be refused; the plan was not started" in (
+        report.records[-1].detail
+    )
+    assert actuator.executed == []
+    # the first step is not rehearsed: doing it when it would be refused is no worse
+    assert [a.target for a in actuator.rehearsed] == ["default/b"]
+    assert loop.world.state is not None and same_free(free_arrays(loop.world.state), before)
+    assert set(loop.audit.refused(loop.clock.now())) == {"evict:default/b"}
+
+
+def test_a_plan_whose_rehearsal_passes_runs_as_before() -> None:
+    planner = Scripted("defrag", lambda view: [migration()])
+    actuator = RehearsingActuator({})
+    loop, _, _ = make_loop([planner], actuator)
+    report = loop.tick()
+    assert outcomes(report.records)[-1] == ("plan", "migrate-waiting", "done")
+    assert [a.target for a in actuator.rehearsed] == ["default/b"]
+    assert [a.target for a in actuator.executed] == ["default/a", "default/b", "default/waiting"]
 
 
 def test_a_plan_whose_target_cannot_be_reserved_is_not_started() -> None:

@@ -40,7 +40,7 @@ fake writes. What it serves, with the shapes of the real API:
   message and a ``DisruptionBudget`` cause when the budget allows no disruption (the
   pod stays); 500 for a pod under two budgets; 404 for a missing pod; 409 when the
   ``deleteOptions.preconditions.uid`` is not the pod's; 400 when the Eviction names
-  another pod.
+  another pod. With ``?dryRun=All`` the same checks and answer, and nothing changes.
 - ``/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets``: GET, POST; ``status`` is
   kept as the disruption controller computes it, rewritten (a new resourceVersion and
   a ``MODIFIED`` event) whenever a pod or budget of the namespace changes.

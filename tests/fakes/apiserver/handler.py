@@ -157,7 +157,8 @@ def handler_for(fake: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if sub == "binding" and method == "POST" and name and ns:
                 return 201, fake.bind(ns, name, self._body())
             if sub == "eviction" and resource is PODS and method == "POST" and name and ns:
-                return 201, fake.evict(ns, name, self._body())
+                dry_run = arg("dryRun") == "All"
+                return 201, fake.evict(ns, name, self._body(), dry_run=dry_run)
             if sub == "status" and resource in WITH_STATUS and name is not None:
                 if method == "GET":
                     return 200, fake.get(resource, namespace, name)

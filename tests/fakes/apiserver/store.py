@@ -294,8 +294,9 @@ class ObjectStore:
                 pdb["metadata"]["resourceVersion"] = str(self._next_rv())
                 self._record(PDBS, "MODIFIED", copy.deepcopy(pdb), old)
 
-    def evict(self, namespace: str, name: str, eviction: Obj) -> Obj:
-        """The pods/eviction subresource (see the module docstring)."""
+    def evict(self, namespace: str, name: str, eviction: Obj, *, dry_run: bool = False) -> Obj:
+        """The pods/eviction subresource (see the module docstring); ``dry_run``
+        (``?dryRun=All``): every check and the same answer, nothing changed."""
         meta = eviction.get("metadata") or {}
         if meta.get("name") and meta["name"] != name:
             raise ApiError(400, "name in URL does not match name in Eviction object")
@@ -315,6 +316,8 @@ class ObjectStore:
             if refusal is not None:
                 code, reason, message, details = refusal
                 raise ApiError(code, message, reason, **(details or {}))
+            if dry_run:
+                return status(201, "", "")
             for key, pdb in self._objects[PDBS].items():
                 if covers(pdb, pod):
                     self._awaiting_replacement[key] = self._awaiting_replacement.get(key, 0) + 1
