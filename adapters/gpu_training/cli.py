@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 import yaml
+from rich.text import Text
 
 from kubesage.adapters.gpu_training.allreduce import place_gang
 from kubesage.adapters.gpu_training.launcher import (
@@ -19,7 +20,7 @@ from kubesage.adapters.gpu_training.launcher import (
 )
 from kubesage.adapters.gpu_training.mig import catalogue
 from kubesage.core.arrays import BoolArray
-from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
 from kubesage.core.cli.passthrough import PassThroughCommand
 from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
@@ -37,6 +38,7 @@ DEFAULT_TOPOLOGY = "dgx-h100-pod"
 
 YAML_WIDTH = 10_000
 TARGETS = ("kubernetes", "torchrun")
+DEFAULT_IMAGE = "pytorch/pytorch"
 
 
 @gpu_app.command("launch", cls=PassThroughCommand)
@@ -45,8 +47,18 @@ def launch(
     ctx: typer.Context,
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs for the job.")],
     mig: Annotated[str | None, typer.Option("--mig", help="A MIG profile, e.g. 3g.40gb.")] = None,
-    image: Annotated[str, typer.Option("--image", help="Container image.")] = "pytorch/pytorch",
-    name: Annotated[str, typer.Option("--name", help="Job name (a DNS label).")] = "train",
+    image: Annotated[
+        str | None, typer.Option("--image", help=f"Container image [default: {DEFAULT_IMAGE}].")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Job name (a DNS label) [default: train].")
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace", "-n", help="Namespace of the Jobs and the Service [default: default]."
+        ),
+    ] = None,
     topology: Annotated[
         Path | None,
         typer.Option(
@@ -82,6 +94,27 @@ def launch(
         raise InputError("give the training command after --, e.g. -- python train.py")
     if target not in TARGETS:
         raise InputError(f"--target must be {' or '.join(TARGETS)}, got '{target}'")
+    if target == "torchrun":
+        refuse_unused_options(
+            {
+                "--image": image is not None,
+                "--name": name is not None,
+                "--namespace": namespace is not None,
+                "--devices": devices is not None,
+                "--kubeconfig": kubeconfig is not None,
+                "--context": context is not None,
+            },
+            "to --target kubernetes",
+            "--target torchrun prints command lines, not manifests",
+        )
+    if topology is None:
+        stderr.print(
+            Text(
+                f"warning: no --topology: the plan is on the shipped example "
+                f"'{DEFAULT_TOPOLOGY}', whose node names are not your cluster's (its Jobs "
+                "would stay Pending). `kubesage topology discover` writes your cluster's."
+            )
+        )
     topology = topology_file(topology) if topology else example_topology(DEFAULT_TOPOLOGY)
     drtg = DRTG.from_yaml(topology)
     free = np.ones(drtg.num_gpus, dtype=bool)  # no live occupancy without a cluster
@@ -113,7 +146,13 @@ def launch(
     if dry_run:
         stderr.print(f"devices: {mode.value} ({why})", highlight=False)
     manifests = kubernetes_manifests(
-        name, shares, command, image=image, mig_profile=mig, devices=mode
+        "train" if name is None else name,
+        shares,
+        command,
+        image=DEFAULT_IMAGE if image is None else image,
+        namespace="default" if namespace is None else namespace,
+        mig_profile=mig,
+        devices=mode,
     )
     # Wide lines: a CEL selector stays on one line instead of folding mid-expression.
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=YAML_WIDTH).rstrip())

@@ -118,6 +118,20 @@ def visible_devices(share: NodeShare) -> str:
     return ",".join(map(str, share.gpu_indices))
 
 
+def torchrun_program(command: Sequence[str]) -> list[str]:
+    """What follows torchrun's own options for the user's ``command``: a ``.py`` script
+    (or torchrun options given first) as it is, which torchrun runs with its own Python;
+    anything else (``python train.py``, ``python -m pkg``, ``./run.sh``) after
+    ``--no-python``, run as typed. torchrun takes its first argument for a script and
+    would run ``python -u python train.py`` on every rank."""
+    if not command:
+        raise InputError("the training command is empty")
+    first = command[0]
+    if first.startswith("-") or first.endswith(".py"):
+        return list(command)
+    return ["--no-python", *command]
+
+
 def torchrun_commands(
     shares: Sequence[NodeShare], command: Sequence[str], *, master_addr: str
 ) -> list[str]:
@@ -125,8 +139,7 @@ def torchrun_commands(
     node's chosen GPUs in ring order (``env CUDA_DEVICE_ORDER=PCI_BUS_ID
     CUDA_VISIBLE_DEVICES=…``): torchrun gives local rank i the i-th visible GPU."""
     _check_shares(shares)
-    if not command:
-        raise InputError("the training command is empty")
+    program = torchrun_program(command)
     lines = []
     for rank, share in enumerate(shares):
         devices = visible_devices(share)
@@ -144,7 +157,7 @@ def torchrun_commands(
                     f"--node-rank={rank}",
                     f"--master-addr={master_addr}",
                     f"--master-port={MASTER_PORT}",
-                    *command,
+                    *program,
                 ]
             )
         )
@@ -168,8 +181,7 @@ def kubernetes_manifests(
     _check_shares(shares)
     for share in shares:
         _check_node(share.node)
-    if not command:
-        raise InputError("the training command is empty")
+    program = torchrun_program(command)
     if mig_profile is not None and any(share.gpus != 1 for share in shares):
         raise InputError("a MIG job takes one MIG slice per node")
     if mig_profile is not None:
@@ -212,7 +224,7 @@ def kubernetes_manifests(
         container: dict[str, Any] = {
             "name": "trainer",
             "image": image,
-            "command": [*torchrun, *command],
+            "command": [*torchrun, *program],
             "env": [{"name": k, "value": v} for k, v in env.items()],
             "ports": [{"containerPort": MASTER_PORT}],
         }
@@ -229,6 +241,7 @@ def kubernetes_manifests(
             pod_spec = claim_pod_spec(pod_spec, template)
         else:
             container["resources"] = {"limits": {resource: str(share.gpus)}}
+        indices = {"kubesage.io/gpu-indices": ",".join(map(str, share.gpu_indices))}
         jobs.append(
             {
                 "apiVersion": "batch/v1",
@@ -237,13 +250,15 @@ def kubernetes_manifests(
                     "name": f"{name}-{rank}",
                     "namespace": namespace,
                     "labels": dict(pod_labels),
-                    "annotations": {
-                        "kubesage.io/gpu-indices": ",".join(map(str, share.gpu_indices)),
-                    },
+                    "annotations": dict(indices),
                 },
                 "spec": {
                     "backoffLimit": 0,
-                    "template": {"metadata": {"labels": dict(pod_labels)}, "spec": pod_spec},
+                    # on the pod too: the downward API can hand the ring order to the trainer
+                    "template": {
+                        "metadata": {"labels": dict(pod_labels), "annotations": dict(indices)},
+                        "spec": pod_spec,
+                    },
                 },
             }
         )

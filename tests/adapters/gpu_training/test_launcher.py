@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+import shlex
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +18,7 @@ from kubesage.adapters.gpu_training.launcher import (
     NodeShare,
     kubernetes_manifests,
     torchrun_commands,
+    torchrun_program,
 )
 from kubesage.core.cli.main import app
 from kubesage.core.errors import InputError
@@ -36,7 +41,7 @@ def test_manifests_pin_nodes_and_set_the_rendezvous() -> None:
         # by the node's name: its kubernetes.io/hostname label may differ from it
         assert pod["affinity"] == on_nodes([SHARES[rank].node]) and "nodeSelector" not in pod
         assert container["resources"]["limits"] == {"nvidia.com/gpu": str(SHARES[rank].gpus)}
-        assert container["command"][-2:] == ["python", "train.py"]
+        assert container["command"][-3:] == ["--no-python", "python", "train.py"]
     assert first["metadata"]["annotations"]["kubesage.io/gpu-indices"] == "0,1,2,3,4,5,6,7"
 
 
@@ -60,6 +65,50 @@ def test_mig_jobs_ask_for_the_mig_resource() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("command", "program"),
+    [
+        (["train.py", "--lr", "1"], ["train.py", "--lr", "1"]),  # torchrun's own Python
+        (["python", "train.py"], ["--no-python", "python", "train.py"]),
+        (["python3", "-m", "pkg.train"], ["--no-python", "python3", "-m", "pkg.train"]),
+        (["./run.sh"], ["--no-python", "./run.sh"]),
+        (["--max-restarts=3", "train.py"], ["--max-restarts=3", "train.py"]),  # torchrun's
+    ],
+)
+def test_the_command_is_what_torchrun_runs_on_each_rank(
+    command: list[str], program: list[str]
+) -> None:
+    assert torchrun_program(command) == program
+    with pytest.raises(InputError, match="the training command is empty"):
+        torchrun_program([])
+
+
+def test_a_torchrun_line_runs_the_users_python_command_on_every_rank(tmp_path: Path) -> None:
+    """The line as printed, run by the real torchrun on this machine (two CPU ranks):
+    ``-- python script.py`` had become ``python -u python script.py`` and failed."""
+    script = tmp_path / "ranks.py"
+    script.write_text(
+        "import os, pathlib, sys\n"
+        "folder = pathlib.Path(sys.argv[1])\n"
+        "(folder / f\"rank-{os.environ['RANK']}\").write_text(os.environ['WORLD_SIZE'])\n"
+    )
+    (line,) = torchrun_commands(
+        [NodeShare("localhost", 2)],
+        [sys.executable, str(script), str(tmp_path)],
+        master_addr="127.0.0.1",
+    )
+    argv = shlex.split(line)
+    with socket.socket() as probe:  # a free port, not the default 29500 another run may hold
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [f"--master-port={port}" if a.startswith("--master-port=") else a for a in argv]
+    argv[0] = str(Path(sys.executable).with_name("torchrun"))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ranks = {path.name: path.read_text() for path in tmp_path.glob("rank-*")}
+    assert ranks == {"rank-0": "2", "rank-1": "2"}, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("name", ["Train", "a" * 60, "under_score", "-x", "1job"])
 def test_bad_job_names_are_refused(name: str) -> None:
     with pytest.raises(InputError, match="DNS label"):
@@ -71,11 +120,12 @@ def test_torchrun_lines_follow_rank_order() -> None:
     assert lines[1] == (
         "env CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,2,4,6 "
         "torchrun --nnodes=2 --nproc-per-node=4 --node-rank=1 "
-        "--master-addr=node-a --master-port=29500 python train.py --lr 3e-4"
+        "--master-addr=node-a --master-port=29500 --no-python python train.py --lr 3e-4"
     )
-    unchosen = torchrun_commands([NodeShare("n", 2)], ["t"], master_addr="n")
+    unchosen = torchrun_commands([NodeShare("n", 2)], ["t.py"], master_addr="n")
     assert unchosen == [
-        "torchrun --nnodes=1 --nproc-per-node=2 --node-rank=0 --master-addr=n --master-port=29500 t"
+        "torchrun --nnodes=1 --nproc-per-node=2 --node-rank=0 --master-addr=n "
+        "--master-port=29500 t.py"
     ]
     with pytest.raises(InputError, match="the placement has no nodes"):
         torchrun_commands([], ["t"], master_addr="n")
@@ -119,6 +169,30 @@ def test_cli_launch_dry_run_explains_and_prints_valid_yaml() -> None:
     assert "plan: 2 nodes in 1 rack(s)" in result.stderr
     documents = list(yaml.safe_load_all(result.stdout))
     assert [d["kind"] for d in documents] == ["Service", "Job", "Job"]
+
+
+def test_cli_launch_into_a_namespace_with_the_ring_order_on_the_pods() -> None:
+    args = ["gpu", "launch", "--gpus", "12", "--namespace", "ml", "--", "python", "t.py"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "warning: no --topology: the plan is on the shipped example" in result.stderr
+    documents = list(yaml.safe_load_all(result.stdout))
+    assert {d["metadata"]["namespace"] for d in documents} == {"ml"}
+    for job in documents[1:]:
+        template = job["spec"]["template"]
+        env = {e["name"]: e["value"] for e in template["spec"]["containers"][0]["env"]}
+        assert env["MASTER_ADDR"] == "train-0.train-rdzv.ml.svc"
+        annotation = template["metadata"]["annotations"]["kubesage.io/gpu-indices"]
+        assert annotation == job["metadata"]["annotations"]["kubesage.io/gpu-indices"] != ""
+
+
+def test_cli_torchrun_lines_refuse_the_options_only_manifests_use() -> None:
+    args = ["gpu", "launch", "--gpus", "4", "--target", "torchrun", "--image", "x", "-n", "ml"]
+    result = CliRunner().invoke(app, [*args, "--", "t.py"])
+    assert result.exit_code == 2
+    assert "--image, --namespace only apply to --target kubernetes" in " ".join(
+        result.output.split()
+    )
 
 
 @pytest.mark.parametrize(
