@@ -63,6 +63,18 @@ def check_rest_url(url: str, option: str = "--jobmanager") -> str:
     return url
 
 
+def rest_url_key(url: str) -> str:
+    """``url`` as one JobManager: scheme and host in lower case, the port spelled out (80
+    or 443 when absent, as the REST client connects), no trailing slash; so
+    ``http://JM:80/`` and ``http://jm`` are the same cluster (another name for the same
+    host is not recognised)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme.lower()}://{host}:{port}{parts.path.rstrip('/')}"
+
+
 class _TransientError(Exception):
     """A failure worth retrying (connection, timeout, 5xx); becomes FlinkUnavailable.
 

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kubesage.adapters.flink.client import rest_url_key
 from kubesage.core.errors import ConfigError
 from kubesage.core.field_errors import config_error, yaml_error
 from kubesage.core.paths import cache_dir
@@ -96,9 +97,18 @@ class JobRegistry:
         if not self.path.exists():
             return RegistryDocument()
         try:
-            data: Any = yaml.safe_load(self.path.read_text()) or {}
+            text = self.path.read_text()
         except OSError as exc:
             raise ConfigError(f"cannot read the job registry: {exc}", path=self.path) from exc
+        if not text.strip():
+            # every write replaces the file whole: an empty one was cut short (a crash)
+            raise ConfigError(
+                "the job registry is empty: it was cut short; restore it from a backup, or "
+                "remove it to start an empty one (the jobs' history is lost)",
+                path=self.path,
+            )
+        try:
+            data: Any = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise yaml_error(exc, path=self.path) from exc
         try:
@@ -107,12 +117,15 @@ class JobRegistry:
             raise config_error(exc, path=self.path) from exc
 
     def runs(self, *, job_key: str | None = None, jobmanager: str | None = None) -> list[RunRecord]:
-        """Runs, oldest first, optionally of one job and/or one JobManager."""
+        """Runs, oldest first, optionally of one job and/or one JobManager (the same
+        cluster however its URL is spelled:
+        :func:`~kubesage.adapters.flink.client.rest_url_key`)."""
+        wanted = None if jobmanager is None else rest_url_key(jobmanager)
         return [
             run
             for run in self.load().runs
             if (job_key is None or run.job_key == job_key)
-            and (jobmanager is None or run.jobmanager == jobmanager)
+            and (jobmanager is None or rest_url_key(run.jobmanager) == wanted)
         ]
 
     def find(self, job_id: str) -> RunRecord | None:
@@ -145,6 +158,10 @@ class JobRegistry:
             try:
                 with os.fdopen(handle, "w") as out:
                     out.write(text)
+                    out.flush()
+                    os.fsync(out.fileno())  # on disk before it replaces the old file
+                if self.path.exists():  # keep the file's mode (mkstemp's is 0600)
+                    os.chmod(temp, self.path.stat().st_mode & 0o7777)
                 os.replace(temp, self.path)
             except BaseException:
                 Path(temp).unlink(missing_ok=True)

@@ -49,6 +49,7 @@ from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.flink_duration import flink_duration_ms
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.adapters.flink.run_arguments import local_files
 from kubesage.adapters.flink.submit import (
     Runner,
     flink_environment,
@@ -170,6 +171,13 @@ def plan_apply(
             f"job {job_id} {why} ({registry.path}): --apply restarts a job by resubmitting "
             "its `flink run` arguments, which `kubesage flink submit` records; submit it "
             "with `kubesage flink submit --jobmanager URL -- <flink run arguments>` first"
+        )
+    missing = [path for path in local_files(run.flink_args) if not Path(path).exists()]
+    if missing:
+        raise InputError(
+            f"job {job_id}: its program's files are not here ({', '.join(missing)}): --apply "
+            "would stop the job and fail to resubmit it; run it where `flink submit` ran, "
+            "or where those paths exist"
         )
     wanted = dict(settings)
     notes: list[str] = []

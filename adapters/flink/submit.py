@@ -45,6 +45,11 @@ from kubesage.adapters.flink.client import FlinkClient, check_rest_url
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.flink_home import find_flink_home
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.adapters.flink.run_arguments import (
+    parallelism_set,
+    program_name,
+    with_absolute_files,
+)
 from kubesage.adapters.flink.taskmanager_gpus import taskmanager_gpus, write_files
 from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import InputError
@@ -98,11 +103,15 @@ class SubmitRequest:
             ("--forecast-rate", self.forecast_rate),
             ("--subtask-rate", self.subtask_rate),
         ):
-            if value is not None and not value > 0:
-                raise InputError(f"{option} must be positive, got {value}")
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise InputError(f"{option} must be a positive number, got {value}")
         if self.checkpoint_interval_ms is not None and self.checkpoint_interval_ms <= 0:
             raise InputError("--checkpoint-interval-s must be positive")
         check_rest_url(self.jobmanager)
+
+
+MAX_PARALLELISM = 32_768
+"""Flink's largest parallelism (its maximum number of key groups, 2^15)."""
 
 
 @dataclass(frozen=True)
@@ -120,57 +129,31 @@ class SubmitOutcome:
 
 
 def job_key(request: SubmitRequest) -> str:
-    """``--name``, else the program: the ``-py`` file, the ``-c`` class or the jar."""
+    """``--name``, else the program: the ``-py`` file, the ``-pym`` module, the ``-c``
+    class or the jar (:func:`~kubesage.adapters.flink.run_arguments.program_name`)."""
     if request.name:
         return request.name
-    args = list(request.flink_args)
-    for flag in ("-py", "--python", "-c", "--class", "-pym", "--pyModule"):
-        if flag in args and args.index(flag) + 1 < len(args):
-            return Path(args[args.index(flag) + 1]).name
-    jars = [a for a in args if a.endswith(".jar")]
-    if jars:
-        return Path(jars[0]).name
-    raise InputError("cannot tell which program this is: pass --name")
-
-
-_DEFAULT_PARALLELISM = "parallelism.default="
-
-
-def user_parallelism(flink_args: Sequence[str]) -> int | None:
-    """The parallelism the user's own arguments set: ``-p N``, ``-pN``, ``-p=N``,
-    ``--parallelism N`` / ``=N`` (the CLI's option), or ``-Dparallelism.default=N`` /
-    ``-D parallelism.default=N`` (the configuration it falls back to); the first wins."""
-    args = list(flink_args)
-    for index, arg in enumerate(args):
-        value = None
-        following = args[index + 1] if index + 1 < len(args) else None
-        if arg in ("-p", "--parallelism") and following is not None:
-            value = following
-        elif arg.startswith(("-p=", "--parallelism=")):
-            value = arg.split("=", 1)[1]
-        elif arg.startswith("-p") and arg[2:].isdecimal():  # commons-cli's attached form
-            value = arg[2:]
-        elif arg.startswith("-D" + _DEFAULT_PARALLELISM):
-            value = arg.removeprefix("-D" + _DEFAULT_PARALLELISM)
-        elif arg == "-D" and following is not None and following.startswith(_DEFAULT_PARALLELISM):
-            value = following.removeprefix(_DEFAULT_PARALLELISM)
-        if value is not None:
-            try:
-                return int(value)
-            except ValueError:
-                raise InputError(f"{arg} {value}: the parallelism is not an integer") from None
-    return None
+    name = program_name(request.flink_args)
+    if name is None:
+        raise InputError("cannot tell which program this is: pass --name")
+    return name
 
 
 def choose_parallelism(request: SubmitRequest, history: Sequence[RunRecord]) -> ParallelismChoice:
     """The initial parallelism and why (rules in the module docstring)."""
-    theirs = user_parallelism(request.flink_args)
+    theirs = parallelism_set(request.flink_args)
     if theirs is not None:
         return ParallelismChoice(None, f"parallelism {theirs} from your own flink run arguments")
     if request.parallelism is not None:
         return ParallelismChoice(request.parallelism, "parallelism from --parallelism")
     if request.forecast_rate is not None and request.subtask_rate is not None:
         needed = request.forecast_rate / (request.subtask_rate * TARGET_UTILISATION)
+        if needed > MAX_PARALLELISM:
+            raise InputError(
+                f"--forecast-rate {request.forecast_rate:g} at --subtask-rate "
+                f"{request.subtask_rate:g} needs parallelism {needed:.3g}, over Flink's "
+                f"maximum of {MAX_PARALLELISM}"
+            )
         chosen = max(1, math.ceil(needed - 1e-9))
         return ParallelismChoice(
             chosen,
@@ -197,10 +180,11 @@ def flink_run_command(
 ) -> list[str]:
     """``bin/flink run -d -m host:port [-p N] -Dk=v … <user args>`` (user args last)."""
     parts = urlsplit(jobmanager)
-    port = parts.port or (443 if parts.scheme == "https" else 8081)
+    port = parts.port or (443 if parts.scheme == "https" else 80)  # as the REST client
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
     # Through bash: a wheel's copy of bin/flink may have lost its executable bit.
     script = str(flink_home / "bin" / "flink")
-    command = ["bash", script, "run", "-d", "-m", f"{parts.hostname}:{port}"]
+    command = ["bash", script, "run", "-d", "-m", f"{host}:{port}"]
     if parallelism is not None:
         command += ["-p", str(parallelism)]
     command += [f"-D{key}={value}" for key, value in conf.items()]
@@ -221,12 +205,21 @@ def run_flink(command: Sequence[str], env: dict[str, str]) -> subprocess.Complet
     )
 
 
+def _text(captured: bytes | str | None) -> str:
+    """What a timed-out process had printed (bytes or text, as subprocess kept it)."""
+    if isinstance(captured, bytes):
+        return captured.decode("utf-8", "replace")
+    return captured or ""
+
+
 def flink_environment(flink_home: Path) -> dict[str, str]:
-    """The caller's environment, with the Flink venv's ``bin`` first on PATH if there is one."""
+    """The caller's environment, with ``bin`` of the venv the Flink home is in (pyflink's
+    ``<venv>/lib/python3.x/site-packages/pyflink``: the folder holding ``pyvenv.cfg``)
+    first on PATH, so a ``-py`` job's client runs the Python that has pyflink."""
     env = dict(os.environ)
-    venv_bin = flink_home.parents[2] / "bin" if len(flink_home.parents) > 2 else None
-    if venv_bin is not None and (venv_bin / "python").exists():
-        env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
+    venv = next((p for p in flink_home.resolve().parents if (p / "pyvenv.cfg").is_file()), None)
+    if venv is not None and (venv / "bin" / "python").exists():
+        env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return env
 
 
@@ -280,10 +273,23 @@ def submit(
             conf,
             request.flink_args,
         )
-        done = runner(command, flink_environment(flink_home))
-        output = (done.stdout or "") + (done.stderr or "")
-        if done.returncode != 0:
-            raise FlinkSubmitError(f"flink run exited {done.returncode}:\n{output[-3000:]}")
+        try:
+            done = runner(command, flink_environment(flink_home))
+        except subprocess.TimeoutExpired as exc:
+            # detached: a JobID printed before the hang means the job was submitted
+            output = _text(exc.stdout) + _text(exc.stderr)
+            if JOB_ID.search(output) is None:
+                raise FlinkSubmitError(
+                    f"flink run did not finish within {exc.timeout:g} s and printed no "
+                    f"JobID:\n{output[-3000:]}"
+                ) from exc
+            reasons.append(f"flink run did not exit within {exc.timeout:g} s after submitting")
+        except OSError as exc:
+            raise FlinkSubmitError(f"cannot run flink ({command[1]}): {exc}") from exc
+        else:
+            output = (done.stdout or "") + (done.stderr or "")
+            if done.returncode != 0:
+                raise FlinkSubmitError(f"flink run exited {done.returncode}:\n{output[-3000:]}")
         job_id = parse_job_id(output)
         run = RunRecord(
             job_id=job_id,
@@ -299,7 +305,8 @@ def submit(
                 checkpointing.duration_ms if checkpointing.duration_measured else None
             ),
             reasons=reasons,
-            flink_args=list(request.flink_args),
+            # absolute, so a restart (`flink state --apply`) resubmits from anywhere
+            flink_args=with_absolute_files(request.flink_args, Path.cwd()),
             conf=conf,
         )
         registry.add(run)

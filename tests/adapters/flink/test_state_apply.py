@@ -64,19 +64,32 @@ def cold_state_recommendation(remote_dir: str) -> dict[str, str]:
     return recommend(observation, remote_dir=remote_dir).config
 
 
-def registered(tmp_path: Path, conf: dict[str, str] | None = None) -> JobRegistry:
+def registered(
+    tmp_path: Path, conf: dict[str, str] | None = None, *, program: Path | None = None
+) -> JobRegistry:
     registry = JobRegistry(tmp_path / "jobs.yaml")
+    if program is None:
+        program = tmp_path / "job.py"
+        program.write_text("print('the job')\n")
     registry.add(
         RunRecord(
             job_id="a" * 32,
             job_key="keyed",
             jobmanager="http://127.0.0.1:8081",
             submitted_at_ms=0,
-            flink_args=["-py", "job.py"],
+            flink_args=["-py", str(program)],
             conf=conf or {},
         )
     )
     return registry
+
+
+def test_a_job_whose_program_is_not_here_is_refused_before_it_is_stopped(
+    tmp_path: Path,
+) -> None:
+    registry = registered(tmp_path, program=tmp_path / "gone" / "job.py")
+    with pytest.raises(InputError, match=r"its program's files are not here \(.*gone/job.py\)"):
+        plan_apply("a" * 32, {"state.backend.type": "rocksdb"}, registry)
 
 
 def test_an_unregistered_job_is_refused_with_how_to_register_it(tmp_path: Path) -> None:

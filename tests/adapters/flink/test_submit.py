@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,15 +15,16 @@ from typer.testing import CliRunner
 from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_checkpoints
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.adapters.flink.run_arguments import parallelism_set, with_absolute_files
 from kubesage.adapters.flink.submit import (
     FlinkSubmitError,
     SubmitRequest,
     choose_parallelism,
+    flink_environment,
     flink_run_command,
     job_key,
     parse_job_id,
     submit,
-    user_parallelism,
 )
 from kubesage.adapters.flink.taskmanager_gpus import GPU_DRIVER_FACTORY, taskmanager_gpus
 from kubesage.core.cli.main import app
@@ -89,14 +92,50 @@ def test_job_key_needs_a_program_or_a_name() -> None:
     ],
 )
 def test_user_parallelism(args: tuple[str, ...], expected: int | None) -> None:
-    assert user_parallelism(args) == expected
+    assert parallelism_set(args) == expected
 
 
 def test_user_parallelism_must_be_an_integer() -> None:
     with pytest.raises(InputError, match="not an integer"):
-        user_parallelism(["-p", "many"])
+        parallelism_set(["-p", "many"])
     with pytest.raises(InputError, match="not an integer"):
-        user_parallelism(["-Dparallelism.default=lots"])
+        parallelism_set(["-Dparallelism.default=lots"])
+
+
+@pytest.mark.parametrize(
+    ("args", "parallelism", "key"),
+    [
+        # after the jar, or after an option Flink does not know, it is the program's
+        (("app.jar", "-p", "/etc/job.properties"), None, "app.jar"),
+        (("-d", "app.jar", "--parallelism", "32"), None, "app.jar"),
+        (("app.jar", "-c", "conf.yaml"), None, "app.jar"),
+        (("-py", "job.py", "--input", "x", "-p", "9"), None, "job.py"),
+        (("-p", "4", "-c", "com.example.Main", "app.jar", "-p", "1"), 4, "com.example.Main"),
+        (("-pym", "pkg.job", "--parallelism=2"), 2, "pkg.job"),
+    ],
+)
+def test_the_programs_own_arguments_are_not_read_as_flinks(
+    args: tuple[str, ...], parallelism: int | None, key: str
+) -> None:
+    assert parallelism_set(args) == parallelism
+    assert job_key(request(*args)) == key
+
+
+def test_the_registry_keeps_the_programs_files_as_absolute_paths(tmp_path: Path) -> None:
+    """A restart (`flink state --apply`) resubmits these arguments from wherever it runs."""
+    args = [
+        "-py", "jobs/enrich.py", "-pyfs", "lib/a.py,/opt/b.py,s3://bucket/c.py",
+        "-pyarch", "venv.zip#venv", "--input", "data/in.csv",
+    ]  # fmt: skip
+    assert with_absolute_files(args, tmp_path) == [
+        "-py", f"{tmp_path}/jobs/enrich.py",
+        "-pyfs", f"{tmp_path}/lib/a.py,/opt/b.py,s3://bucket/c.py",
+        "-pyarch", f"{tmp_path}/venv.zip#venv",
+        "--input", "data/in.csv",  # the program's own: as typed
+    ]  # fmt: skip
+    assert with_absolute_files(["-d", "app.jar", "x.txt"], tmp_path) == [
+        "-d", f"{tmp_path}/app.jar", "x.txt",
+    ]  # fmt: skip
 
 
 def test_parallelism_rules_in_order() -> None:
@@ -176,7 +215,8 @@ def test_parse_job_id() -> None:
         ({"flink_args": ()}, "after '--'"),
         ({"parallelism": 0}, "--parallelism"),
         ({"forecast_rate": 10.0}, "go together"),
-        ({"forecast_rate": -1.0, "subtask_rate": 1.0}, "--forecast-rate must be positive"),
+        ({"forecast_rate": -1.0, "subtask_rate": 1.0}, "--forecast-rate must be a positive"),
+        ({"forecast_rate": math.inf, "subtask_rate": 1.0}, "--forecast-rate must be a positive"),
         ({"checkpoint_interval_ms": 0}, "--checkpoint-interval-s"),
         ({"jobmanager": "jm:8081"}, "http"),
     ],
@@ -185,6 +225,29 @@ def test_bad_requests(kwargs: dict[str, object], message: str) -> None:
     fields: dict[str, object] = {"flink_args": ("-py", "a.py"), "jobmanager": JM} | kwargs
     with pytest.raises(InputError, match=message):
         SubmitRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_a_forecast_beyond_flinks_largest_parallelism_is_refused() -> None:
+    fields: dict[str, object] = {"flink_args": ("-py", "a.py"), "jobmanager": JM}
+    huge = SubmitRequest(**fields, forecast_rate=1e9, subtask_rate=1e-3)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="over Flink's maximum of 32768"):
+        choose_parallelism(huge, [])
+
+
+def test_an_empty_registry_file_is_an_error_and_writes_keep_the_files_mode(
+    tmp_path: Path,
+) -> None:
+    """Every write replaces the file whole, so an empty file was cut short: read as an
+    empty registry, every job's history would be dropped without a word."""
+    path = tmp_path / "flink-jobs.yaml"
+    registry = JobRegistry(path)
+    registry.add(run("a", parallelism=2))
+    path.chmod(0o644)
+    registry.add(run("b"))
+    assert path.stat().st_mode & 0o777 == 0o644
+    path.write_text("")
+    with pytest.raises(ConfigError, match="the job registry is empty: it was cut short"):
+        registry.runs()
 
 
 def test_registry_round_trip_and_update(tmp_path: Path) -> None:
@@ -242,6 +305,47 @@ def test_submit_runs_flink_and_registers_the_job(
     # The recorded job enables checkpoints itself (every 10 s): not driven, and said so.
     assert stored.driven is False
     assert any("periodic checkpoints itself" in reason for reason in outcome.reasons)
+
+
+def test_a_flink_run_that_hangs_after_submitting_still_registers_the_job(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    flink_home = fake_flink_home(tmp_path)
+
+    def hangs(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(list(command), 300, output=FLINK_OUTPUT.encode())
+
+    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
+    outcome = submit(
+        request(flink_home=flink_home, wait_running_s=5),
+        registry,
+        runner=hangs,
+        client_factory=lambda url: replay_client("jobs_overview", "job_running"),
+    )
+    assert outcome.job_id == JOB and registry.find(JOB) is not None
+    assert "flink run did not exit within 300 s after submitting" in outcome.reasons
+
+    def silent(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(list(command), 300, output=b"Starting...")
+
+    with pytest.raises(FlinkSubmitError, match="did not finish within 300 s and printed no JobID"):
+        submit(
+            request(flink_home=flink_home),
+            registry,
+            runner=silent,
+            client_factory=lambda url: replay_client("jobs_overview"),
+        )
+
+    def missing(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        raise FileNotFoundError(2, "No such file or directory", "bash")
+
+    with pytest.raises(FlinkSubmitError, match="cannot run flink"):
+        submit(
+            request(flink_home=flink_home),
+            registry,
+            runner=missing,
+            client_factory=lambda url: replay_client("jobs_overview"),
+        )
 
 
 @pytest.mark.parametrize("driven", [True, False])
@@ -427,3 +531,41 @@ def test_submit_plans_beside_what_running_jobs_checkpoints_measure(
     # Not inside the running job's measured checkpoints, [5102, 5420) mod 10 s.
     assert not 5_102 - 1_000 < planned.phase_ms < 5_102 + 318
     assert any("beside 1 running job(s)" in reason for reason in planned.reasons)
+
+
+def test_a_python_jobs_client_runs_the_python_of_the_venv_flink_is_in(tmp_path: Path) -> None:
+    """pyflink's Flink home is ``<venv>/lib/python3.x/site-packages/pyflink``: that venv's
+    ``bin`` goes first on PATH (it had looked one folder too low and never found it)."""
+    venv = tmp_path / "venv"
+    home = venv / "lib" / "python3.11" / "site-packages" / "pyflink"
+    (home / "bin").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").write_text("")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    path = flink_environment(home)["PATH"]
+    assert path.split(os.pathsep)[0] == str((venv / "bin").resolve())
+    elsewhere = tmp_path / "flink-1.20"
+    (elsewhere / "bin").mkdir(parents=True)
+    assert flink_environment(elsewhere)["PATH"] == os.environ.get("PATH", "")
+
+
+def test_one_jobmanager_however_its_url_is_spelled(tmp_path: Path) -> None:
+    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
+    registry.add(run("earlier", parallelism=8, jobmanager="http://JM:80/"))
+    for spelling in ("http://jm", "http://jm:80", "http://jm/"):
+        assert [r.job_id for r in registry.runs(jobmanager=spelling)] == ["earlier"], spelling
+    assert registry.runs(jobmanager="http://jm:8081") == []
+    assert registry.runs(jobmanager="https://jm") == []
+
+
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("http://flink.example.com", "flink.example.com:80"),  # where the REST client goes
+        ("https://flink.example.com", "flink.example.com:443"),
+        ("http://[::1]:8081", "[::1]:8081"),
+    ],
+)
+def test_the_m_address_is_the_rest_clients(tmp_path: Path, url: str, address: str) -> None:
+    command = flink_run_command(fake_flink_home(tmp_path), url, None, {}, ["app.jar"])
+    assert command[command.index("-m") + 1] == address
