@@ -296,7 +296,8 @@ def submit(
             job_key=key,
             jobmanager=request.jobmanager,
             submitted_at_ms=int(clock() * 1000),
-            parallelism=parallelism.parallelism,
+            # what it was submitted with: kubesage's -p, else the user's own
+            parallelism=parallelism.parallelism or parallelism_set(request.flink_args),
             checkpoint_interval_ms=checkpointing.interval_ms,
             phase_ms=checkpointing.phase_ms,
             phase_window_ms=checkpointing.phase_window_ms,

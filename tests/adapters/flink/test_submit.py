@@ -307,6 +307,31 @@ def test_submit_runs_flink_and_registers_the_job(
     assert any("periodic checkpoints itself" in reason for reason in outcome.reasons)
 
 
+def test_the_users_own_parallelism_is_recorded_for_the_next_run(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    """``-p 16`` of the user's own is what the job was submitted with: the next run of
+    the job, without its own -p, starts there (it had been recorded as None)."""
+    flink_home = fake_flink_home(tmp_path)
+
+    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT, "")
+
+    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
+    outcome = submit(
+        SubmitRequest(
+            flink_args=("-p", "16", "-py", "enrich.py"), jobmanager=JM, flink_home=flink_home,
+            wait_running_s=5,
+        ),
+        registry,
+        runner=flink,
+        client_factory=lambda url: replay_client("jobs_overview", "job_running"),
+    )
+    assert outcome.run.parallelism == 16
+    later = SubmitRequest(flink_args=("-py", "enrich.py"), jobmanager=JM)
+    assert choose_parallelism(later, registry.runs(job_key="enrich.py")).parallelism == 16
+
+
 def test_a_flink_run_that_hangs_after_submitting_still_registers_the_job(
     tmp_path: Path, replay_client: Callable[..., FlinkClient]
 ) -> None:
