@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from rich.text import Text
 
 from kubesage.adapters.spark.app_kind import OVERHEAD_FACTOR, AppKind, app_kind_of
 from kubesage.adapters.spark.cluster_room import live_room
@@ -32,7 +32,9 @@ from kubesage.adapters.spark.placement import (
     spread_placement,
 )
 from kubesage.adapters.spark.shuffle_model import ShuffleProfile, rack_locality
+from kubesage.adapters.spark.user_overrides import overridden
 from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.foreground import run_in_foreground
 from kubesage.core.cli.passthrough import PassThroughCommand
 from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import CapacityError, InputError
@@ -339,10 +341,12 @@ def submit(
         context,
         app_kind or app_kind_of(ctx.args),
     )
-    # Yours come last, so an explicit --conf of yours wins.
+    # Yours come last, so an explicit --conf of yours wins; each such key is named.
+    for warning in overridden(settings.submit_args(), ctx.args):
+        stderr.print(Text(f"warning: {warning}"))
     command = [find_spark_submit(), *settings.submit_args(), *ctx.args]
     sys.stdout.flush()
-    raise typer.Exit(subprocess.run(command, check=False).returncode)
+    raise typer.Exit(run_in_foreground(command))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,77 @@ def test_bad_options_are_named(tmp_path: Path) -> None:
     assert done.returncode == 2 and "'nowhere', which is neither a rack nor a zone" in done.stderr
     missing = kubesage("submit", "--executors", "1", "--cores", "1", "--memory", "512")
     assert missing.returncode == 2 and "after '--'" in missing.stderr
+
+
+def test_submit_names_the_settings_the_users_arguments_replace(tmp_path: Path) -> None:
+    """spark-submit keeps the last value of a key: the user's win over kubesage's
+    --conf, a properties file loses to it. Neither is silent."""
+    home = fake_spark_home(tmp_path, "exit 0")
+    properties = tmp_path / "mine.conf"
+    properties.write_text("# site settings\nspark.executor.cores   8\nspark.ui.port=4050\n")
+    done = kubesage_with(
+        {"SPARK_HOME": str(home)},
+        "submit", "--executors", "4", "--cores", "2", "--memory", "4096",
+        "--out", str(tmp_path / "conf"), "--",
+        "--conf", "spark.kubernetes.executor.podTemplateFile=mine.yaml",
+        "--executor-memory", "32g", "--properties-file", str(properties),
+        "app.py", "--executor-memory", "1g",  # the application's own: not Spark's
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "your --conf spark.kubernetes.executor.podTemplateFile=mine.yaml replaces" in said
+    assert "your --executor-memory=32g replaces kubesage's spark.executor.memory=4096m" in said
+    assert "executor-memory=1g" not in said
+    assert f"your --properties-file {properties} sets spark.executor.cores 8" in said
+    assert "spark.ui.port" not in said
+
+
+def test_submit_passes_a_sigterm_on_to_spark_submit_and_exits_as_it_did(tmp_path: Path) -> None:
+    """A supervisor's SIGTERM reaches spark-submit (it had been orphaned, still running),
+    and kubesage exits with its status (128 + 15 for a shell's TERM exit)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = (
+        f"trap 'echo > {marks}/got-term; exit 143' TERM\necho > {marks}/started\nsleep 60 & wait\n"
+    )
+    home = fake_spark_home(tmp_path, script)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kubesage.core.cli", "spark", "submit", "--executors", "1",
+         "--cores", "1", "--memory", "512", "--out", str(tmp_path / "conf"), "--", "app.py"],
+        env={**os.environ, "SPARK_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (marks / "started").exists():
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "spark-submit never started"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 143
+        assert (marks / "got-term").exists()
+    finally:
+        process.kill()
+        process.wait()
+
+
+def fake_spark_home(tmp_path: Path, body: str) -> Path:
+    """A ``$SPARK_HOME`` whose ``bin/spark-submit`` is the bash ``body``."""
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    submit = home / "bin" / "spark-submit"
+    submit.write_text(f"#!/bin/bash\n{body}\n")
+    submit.chmod(0o755)
+    return home
+
+
+def kubesage_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kubesage.core.cli", "spark", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, **env},
+    )
