@@ -133,6 +133,7 @@ def run_scenario_command(
                 seeds,
                 runs,
                 sweep=by_load,
+                profiles=profiles.source,
                 description=(
                     f"Mixed workload on {settings.gpu_nodes} DGX-class nodes "
                     f"({settings.gpu_nodes * 8} GPUs) for {settings.hours:g} h at offered load "

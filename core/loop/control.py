@@ -392,8 +392,8 @@ class ControlLoop:
                 continue
             if result is not None and result.outcome == Outcome.REFUSED:
                 context.record(step, Outcome.REFUSED, f"dry run: {result.detail}", plan=plan.id)
-                number = plan.steps.index(step) + 1
-                return f"step {number}/{len(plan.steps)} ({step.kind} {step.target}) would be refused"
+                where = f"step {plan.steps.index(step) + 1}/{len(plan.steps)}"
+                return f"{where} ({step.kind} {step.target}) would be refused"
         return None
 
     def _act(self, action: Action, context: TickContext) -> Result:

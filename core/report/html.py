@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubesage.core.report.svg import line_chart
 from kubesage.core.sim.runner import RunResult
-from kubesage.core.sim.summary import json_document, summarise, summary_table
+from kubesage.core.sim.summary import json_document, missing_points, summarise, summary_table
 
 
 def _table(results: Sequence[RunResult]) -> str:
@@ -67,8 +67,10 @@ figure {{ margin: 1.5em 0; }}
 </style></head><body>
 <h1>{escape(title)}</h1>
 <p>{escape(description)}</p>
-<p>Mode: <code>{escape(mode)}</code>. Generated {generated}. Values are means over seeds.</p>
+<p>Mode: <code>{escape(mode)}</code>. Generated {generated}. Values are means over the
+seeds that have a value at that point. {escape(_what_curves_show(mode, results))}</p>
 {_table(results)}
+{_caveats(missing_points(results))}
 {"".join(f"<figure>{chart}</figure>" for chart in charts)}
 <p>Raw numbers: <a href="results.json">results.json</a>.</p>
 </body></html>
@@ -79,3 +81,22 @@ figure {{ margin: 1.5em 0; }}
     document["description"] = description
     (directory / "results.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
     return html_path
+
+
+def _what_curves_show(mode: str, results: Sequence[RunResult]) -> str:
+    """What the charts plot: a mean over seeds only where every seed has a point."""
+    if mode == "fgd":
+        return (
+            "The curves are means over seeds at the arrived shares every seed reached "
+            "(they end where the shortest run ends)."
+        )
+    seed = results[0].seed if results else None
+    return f"The curves are one run each: seed {seed} (the time series differ per seed)."
+
+
+def _caveats(notes: Sequence[str]) -> str:
+    """The runs whose figures need a caveat (the CLI prints the same on stderr)."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{escape(note)}</li>" for note in notes)
+    return f"<h2>Caveats</h2><ul>{items}</ul>"

@@ -180,11 +180,14 @@ def write_scenario_report(
     *,
     sweep: Mapping[float, Mapping[str, Sequence[VariantRun]]] | None = None,
     description: str,
+    profiles: str | None = None,
 ) -> Path:
     """Write ``index.html`` and ``results.json`` into ``directory``; return the HTML path.
 
     ``runs``: variant → its runs, one per seed (the first seed's run is the one plotted
-    over time); ``sweep``: load → the same, at each load of a sweep.
+    over time); ``sweep``: load → the same, at each load of a sweep; ``profiles``: where
+    the inference utilisation profiles came from (the trace or synthetic), said on the
+    page and kept as ``scenario.profiles`` in ``results.json``, as ``--format json`` has it.
     """
     directory.mkdir(parents=True, exist_ok=True)
     title = "Mixed-workload scenario"
@@ -199,9 +202,13 @@ def write_scenario_report(
     if sweep:
         sections += [
             "<h2>Against load</h2>",
-            "<p>Each headline figure at every load of the sweep, means over the seeds: "
-            "where a line leaves <code>k8s-default</code>'s, its reconciler starts to "
-            "matter.</p>",
+            "<p>Each headline figure at every load of the sweep, means over the seeds"
+            + (
+                ": where a line leaves <code>k8s-default</code>'s, its reconciler starts to "
+                "matter.</p>"
+                if "k8s-default" in runs
+                else ".</p>"
+            ),
             *(f"<figure>{chart}</figure>" for chart in _sweep_charts(sweep)),
             _sweep_table(sweep),
         ]
@@ -211,7 +218,9 @@ def write_scenario_report(
 <style>{STYLE}</style></head><body>
 <h1>{escape(title)}</h1>
 <p>{escape(description)}</p>
-<p>Generated {generated}. Figures are means over the seeds.</p>
+<p>Generated {generated}. Figures are means over the seeds.{
+        f" Inference utilisation profiles: {escape(profiles)}." if profiles else ""
+    }</p>
 {"".join(sections)}
 <p>Raw numbers: <a href="results.json">results.json</a>.</p>
 </body></html>
@@ -219,6 +228,8 @@ def write_scenario_report(
     html_path = directory / "index.html"
     html_path.write_text(page, encoding="utf-8")
     result = document(settings, seeds, runs)
+    if profiles is not None and isinstance(result["scenario"], dict):
+        result["scenario"]["profiles"] = profiles
     result["description"] = description
     if sweep:
         result["sweep"] = sweep_figures(settings, seeds, sweep)

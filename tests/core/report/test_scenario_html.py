@@ -84,10 +84,14 @@ def test_report_shows_every_variant_and_chart(tmp_path: Path) -> None:
 
 def test_report_without_sweep_has_no_load_charts(tmp_path: Path) -> None:
     settings = ScenarioSettings(gpu_nodes=4, hours=0.25)
-    write_scenario_report(tmp_path, settings, [7], _runs([7], 0.0), description="no sweep")
+    write_scenario_report(
+        tmp_path, settings, [7], _runs([7], 0.0), description="no sweep", profiles="synthetic"
+    )
     page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "Inference utilisation profiles: synthetic." in page
     assert "against load" not in page
     assert page.count("<svg") == len(TIME_CHARTS)
     document = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert "sweep" not in document
+    assert document["scenario"]["profiles"] == "synthetic"  # as --format json has it
     assert document["variants"]["k8s-default"]["actions"] == {}
