@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +44,45 @@ def run_main(main: Callable[[], int]) -> None:
     raise SystemExit(status)
 
 
+def json_line(document: object) -> str:
+    """``document`` as the one compact JSON line a benchmark prints last with ``--format
+    json``. A non-finite figure (NaN, ±inf: "not measured") is written ``null``, which is
+    JSON; a bare ``NaN`` is not and breaks a strict reader."""
+    return json.dumps(_finite(document), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number ≥ 1 (a count of runs, pods, seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number > 0 (a duration, a scale)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: '{text}'") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def tiny_from_environment() -> bool:
     """Whether ``$KUBESAGE_BENCH_TINY`` asks for the tiny size."""
     return os.environ.get(TINY_ENV, "").strip().lower() in {"1", "true", "yes"}
@@ -67,6 +108,7 @@ def parse_args(
     if args.tiny:
         parser.set_defaults(**tiny)
         args = parser.parse_args(argv)
+        print(f"tiny run ({parser.prog}): its figures mean nothing", file=sys.stderr)
     return args
 
 
@@ -138,8 +180,8 @@ def format_table(
 
 
 def _cell(value: object, digits: int) -> str:
-    if value is None:
-        return "–"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"  # not measured (null in JSON)
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)

@@ -16,12 +16,11 @@ JSON: ``{"<topology>": {"busbw_ours", "busbw_spread", "busbw_packed",
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
 import numpy as np
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, run_main
 
 from kubesage.adapters.gpu_training.allreduce import (
     exhaustive_best,
@@ -99,7 +98,7 @@ def main() -> int:
             ]
         )
     if args.format == "json":
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     print(f"Ring bus bandwidth (GB/s), medians over seeds {args.seeds} and jobs of 4/8/16/24 GPUs")
     print(

@@ -34,13 +34,13 @@ nodes and 1,000 pods, 4 MIG nodes and 200 MIG requests (figures meaningless).
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, run_main, trace_dir
+from _common import format_table, json_line, parse_args, run_main, trace_dir
 
 from kubesage.adapters.gpu_training.compaction import Compactor
 from kubesage.adapters.gpu_training.defrag import Defragmenter
@@ -91,9 +91,12 @@ def simulate(
     failed = {d.request for d in simulator.failed}
     requested_before = np.cumsum([0, *(p.total_gpu_milli for p in pods)])[:-1]
     large = [p for p, before in zip(pods, requested_before, strict=True) if is_large(p, before)]
-    return {
-        "large_task_schedulable_pct": 100.0 * sum(p.name not in failed for p in large) / len(large),
-        "pods_migrated_pct": 100.0 * simulator.migrations / (len(pods) - len(failed)),
+    placed = len(pods) - len(failed)
+    return {  # nan (null in JSON): no large task, or nothing placed, to take a share of
+        "large_task_schedulable_pct": (
+            100.0 * sum(p.name not in failed for p in large) / len(large) if large else math.nan
+        ),
+        "pods_migrated_pct": 100.0 * simulator.migrations / placed if placed else math.nan,
         "large_tasks": float(len(large)),
     }
 
@@ -173,7 +176,7 @@ def main() -> int:
     replay = scenarios["openb_replay"]
     if args.format == "json":
         print(
-            json.dumps(
+            json_line(
                 {
                     "large_task_schedulable_pct": {
                         "without": replay["off"]["large_task_schedulable_pct"],

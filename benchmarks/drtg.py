@@ -13,12 +13,11 @@ JSON: ``{"update_s_1k", "update_s_10k"}`` (seconds). ``--tiny``: one round each.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import numpy as np
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, positive_int, run_main
 
 from kubesage.core.config import parse_config
 from kubesage.core.topology.graph import DRTG
@@ -66,7 +65,7 @@ def topology(nodes: int) -> TopologySpec:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=positive_int, default=5)
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     rng = np.random.default_rng(0)
@@ -87,7 +86,7 @@ def main() -> int:
         results[key] = statistics.median(times)
         rows.append([f"{drtg.num_nodes:,}", f"{drtg.num_edges:,}", build_s, results[key], 0.5])
     if args.format == "json":
-        print(json.dumps({k: round(v, 4) for k, v in results.items()}))
+        print(json_line({k: round(v, 4) for k, v in results.items()}))
         return 0
     print(f"DRTG telemetry round: one sample on every edge (median of {args.repeats})")
     print(format_table(["nodes", "edges", "build s", "update s", "target s"], rows, digits=3))

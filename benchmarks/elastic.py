@@ -15,11 +15,10 @@ and ``2:8``. ``--tiny``: two jobs.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 
 import numpy as np
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, positive_int, run_main
 
 from kubesage.adapters.gpu_training.elastic import Segment, detect_phases, scale_plan
 
@@ -49,7 +48,7 @@ def generate(rng: np.random.Generator, hours: float = 8.0) -> tuple[np.ndarray, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--jobs", type=positive_int, default=50)
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
     rng = np.random.default_rng(0)
@@ -75,7 +74,7 @@ def main() -> int:
         }
         rows.append([key, document[key]["freed_pct_detected"], document[key]["freed_pct_oracle"]])
     if args.format == "json":
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     print(
         f"GPU time freed by elastic scaling through validation (% of the job's GPU time, "

@@ -86,7 +86,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from _common import REPO, format_table, parse_args, run_main
+from _common import REPO, format_table, json_line, parse_args, positive_int, run_main
 from _extender_client import Cycle, feasible_nodes_to_find, shape, v1_pod
 from _extender_granian import granian_server
 from _extender_profile import print_stage_profile
@@ -284,7 +284,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=int, action="append", help="Cluster sizes (repeatable).")
-    parser.add_argument("--pods", type=int, default=2_000, help="Measured pods per run.")
+    parser.add_argument("--pods", type=positive_int, default=2_000, help="Measured pods per run.")
     parser.add_argument(
         "--warmup", type=int, default=WARMUP_PODS, help="Warm-up pods before the measured ones."
     )
@@ -357,7 +357,7 @@ def main() -> int:
             "server": args.server,
             "policy": args.policy,
         }
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     rows = []
     for size, by_mode in results.items():

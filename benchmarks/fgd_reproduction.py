@@ -17,7 +17,6 @@ JSON: ``{"seeds": [...], "traces": {"<trace>": {"<policy>": {"ours_at_100",
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from _common import (
     PUBLISHED_NAMES,
     format_table,
+    json_line,
     openb_traces,
     parse_args,
     published_allocation,
@@ -96,7 +96,7 @@ def main() -> int:
             )
     elapsed = time.perf_counter() - started
     if args.format == "json":
-        print(json.dumps({"seeds": list(seeds), "traces": document}))
+        print(json_line({"seeds": list(seeds), "traces": document}))
         return 0
     print(
         f"GPU allocation ratio (%) at 100 % and 130 % arrived workload, mean over seeds "

@@ -39,7 +39,6 @@ minute (``--schedule-duration-s 60``).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import statistics
@@ -47,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, run_main
 from flink_support.cluster import LocalFlinkCluster
 from flink_support.ramp_scenario import FIGURES as RAMP_FIGURES
 from flink_support.ramp_scenario import RampOptions, run_ramp
@@ -228,13 +227,13 @@ def main() -> int:
         logging.getLogger("flink_support").setLevel(logging.INFO)
         ramp = run_ramp(RampOptions.from_args(args))
         if args.format == "json":
-            print(json.dumps(ramp))
+            print(json_line(ramp))
         else:
             print_ramp_table(ramp)
         return 0
     result = run(args.rate, args.capacity, args.slots, args.deadline_s)
     if args.format == "json":
-        print(json.dumps(result))
+        print(json_line(result))
         return 0
     print(
         f"Sample job: {args.rate:g} rec/s offered, {args.capacity:g} rec/s per subtask of the "

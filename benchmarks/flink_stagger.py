@@ -50,7 +50,6 @@ so a storm loads the storage. ``state_mb`` in the JSON says which job ran.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import tempfile
 import time
@@ -58,7 +57,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, run_main
 from flink_support.cluster import LocalFlinkCluster
 from flink_support.io_sampler import IoTimeline, sample_io
 from flink_support.samples import BACKLOGGED_NO_PERIODIC, SAMPLE_JOB, sample_copies
@@ -249,7 +248,7 @@ def main() -> int:
         "scenarios": results,
     }
     if args.format == "json":
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     print(
         f"{args.jobs} jobs, equal intervals, {args.periods} intervals each run; "

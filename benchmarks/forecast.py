@@ -26,11 +26,10 @@ blocks after the first two hours, q = 0.9.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from _common import format_table, parse_args, run_main, trace_dir
+from _common import format_table, json_line, parse_args, run_main, trace_dir
 
 from kubesage.core.cli.forecast import cut_off_step, parse_quantiles, quantile_table
 from kubesage.core.forecast import ABLATION_NAMES, MODEL_NAMES
@@ -74,7 +73,7 @@ def main() -> int:
     document = dict(result.document)
     document["train_seconds"] = {k: round(v, 1) for k, v in result.train_seconds.items()}
     if args.format == "json":
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     print_tables(document, list(panel.metrics), args.train_until, panel.step_s)
     for name, note in result.notes.items():

@@ -29,12 +29,11 @@ JSON: ``{"train_until_step", "test_steps", "gateway_rows", "horizons": {"<h>":
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, run_main, trace_dir
+from _common import format_table, json_line, parse_args, run_main, trace_dir
 
 from kubesage.core.arrays import BoolArray, FloatArray
 from kubesage.core.cli.forecast import cut_off_step, parse_horizons
@@ -124,7 +123,7 @@ def main() -> int:
         "horizons": evaluate(panel, gateway, cut, horizons),
     }
     if args.format == "json":
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     rows = []
     for horizon, entry in document["horizons"].items():  # type: ignore[union-attr]

@@ -49,14 +49,13 @@ the figures add up over more hours, so that a few bursts decide less.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import find_trace, format_table, parse_args, replay_start, run_main
+from _common import find_trace, format_table, json_line, parse_args, replay_start, run_main
 
 from kubesage.core.arrays import FloatArray, IntArray
 from kubesage.core.cli.forecast import parse_quantiles
@@ -270,7 +269,7 @@ def main() -> int:
     if sweep:
         document["quantile_sweep"] = sweep
     if args.format == "json":
-        print(json.dumps(document, separators=(",", ":")))
+        print(json_line(document))
         return 0
     print(
         f"{source}: {len(panel.entities)} pods, {panel.step_s:g} s steps; forecasters train on "

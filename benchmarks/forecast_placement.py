@@ -43,7 +43,6 @@ run's settings.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -52,7 +51,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import find_trace, format_table, parse_args, replay_start, run_main
+from _common import (
+    find_trace,
+    format_table,
+    json_line,
+    parse_args,
+    positive_float,
+    positive_int,
+    replay_start,
+    run_main,
+)
 
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import InputError
@@ -278,7 +286,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--lifetime", type=int, default=120, help="Mean lifetime, in steps.")
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=positive_int, default=5)
     parser.add_argument("--steps", type=int, default=0, help="Replay only the first N steps.")
     parser.add_argument("--weights", default="0.25,0.5,1")
     parser.add_argument(
@@ -294,7 +302,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="Training seed.")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
-    weights = [float(w) for w in args.weights.split(",") if w]
+    try:
+        weights = [positive_float(w) for w in args.weights.split(",") if w]
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"--weights: {exc}")
+    if not weights:
+        parser.error("--weights names no weight")
     found = find_trace(args.data_dir, "genai")
     if found is not None:
         data = found
@@ -368,7 +381,7 @@ def main() -> int:
             "train_seconds": train_seconds,
         }
     if args.format == "json":
-        print(json.dumps(document, separators=(",", ":")))
+        print(json_line(document))
         return 0
     rows = [["fgd (requests only)", *_cells(baseline, baseline)]]
     rows += [[name, *_cells(v, baseline)] for name, v in variants.items()]

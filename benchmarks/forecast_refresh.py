@@ -30,7 +30,6 @@ training and the refreshes). JSON: ``{"history", "horizon", "ticks", "train_step
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import resource
 import statistics
@@ -39,7 +38,7 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, run_main
 
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
 from kubesage.core.forecast.loop_adapter import LoopForecaster
@@ -159,7 +158,7 @@ def main() -> int:
         "nodes": results,
     }
     if args.format == "json":
-        print(json.dumps(document, separators=(",", ":")))
+        print(json_line(document))
         return 0
     print(
         f"forecast panel refresh per tick, {GPUS} GPU columns per node, an ST-GCN of "

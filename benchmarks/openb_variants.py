@@ -50,7 +50,6 @@ the first 100 nodes, qualification on 2 orders (figures meaningless).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -60,6 +59,7 @@ from typing import Any
 from _common import (
     PUBLISHED_NAMES,
     format_table,
+    json_line,
     parse_args,
     published_allocation,
     run_main,
@@ -206,7 +206,7 @@ def main() -> int:
     )
     if args.format == "json":
         print(
-            json.dumps(
+            json_line(
                 {
                     "variants": document,
                     "mean": mean,

@@ -36,7 +36,6 @@ meaningless).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -46,7 +45,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from _common import format_table, openb_traces, parse_args, run_main, trace_dir
+from _common import format_table, json_line, openb_traces, parse_args, run_main, trace_dir
 
 from kubesage.core.sim.hindsight import (
     DEFAULT_CHECKPOINTS_PCT,
@@ -230,7 +229,7 @@ def main() -> int:
     }
     wall = round(time.perf_counter() - started, 1)
     if args.format == "json":
-        print(json.dumps({"seeds": list(seeds), "traces": document, "wall_s": wall}))
+        print(json_line({"seeds": list(seeds), "traces": document, "wall_s": wall}))
         return 0
     print(
         f"GPU allocation (%) at 130 % arrived, mean over seeds {args.seeds}: FGD, the hindsight "

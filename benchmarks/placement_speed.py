@@ -28,14 +28,13 @@ if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from _common import format_table, parse_args, run_main, trace_dir  # noqa: E402
+from _common import format_table, json_line, parse_args, run_main, trace_dir  # noqa: E402
 
 from kubesage.core.policy import PolicyContext, make_policy, policy_names  # noqa: E402
 from kubesage.core.sim.protocol import fgd_arrivals  # noqa: E402
@@ -108,7 +107,7 @@ def main() -> int:
             )
     if args.format == "json":
         print(
-            json.dumps(
+            json_line(
                 {"placements_per_s": results, "repeats": args.repeats, "arrivals": args.arrivals}
             )
         )

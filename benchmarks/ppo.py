@@ -23,14 +23,13 @@ and a few rollout steps).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, openb_traces, parse_args, run_main, trace_dir
+from _common import format_table, json_line, openb_traces, parse_args, run_main, trace_dir
 
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.rl.network import PlacementNetwork
@@ -158,7 +157,7 @@ def main() -> int:
     rates = throughput(openb, args.steps, args.node_limit)
     if args.format == "json":
         print(
-            json.dumps(
+            json_line(
                 {
                     "alloc_at_130": alloc,
                     "latency_ms_p50_10k": round(p50, 3),

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import multiprocessing
 import os
@@ -78,7 +77,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, positive_float, run_main
 from _extender_client import KeepAlive, binding_args, feasible_nodes_to_find, v1_pod
 from _soak_memory import (
     MARK,
@@ -455,7 +454,7 @@ def main() -> int:
     )
     parser.add_argument("--minutes", type=float, default=10.0, help="How long to soak.")
     parser.add_argument(
-        "--interval-s", type=float, default=60.0, help="Length of one measured 'minute'."
+        "--interval-s", type=positive_float, default=60.0, help="Length of one measured 'minute'."
     )
     parser.add_argument("--nodes", type=int, default=10_000, help="Nodes of the cluster.")
     parser.add_argument("--churn-s", type=float, default=15.0, help="Seconds between churn steps.")
@@ -471,7 +470,7 @@ def main() -> int:
     args = parse_args(parser, TINY)
     document = run(args)
     if args.format == "json":
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     print(
         f"soak: {document['minutes']:g} minutes at {args.nodes:,} nodes, 1 % malformed "

@@ -20,7 +20,6 @@ the local Spark job over 20,000 lineitem rows.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import format_table, parse_args, run_main
+from _common import format_table, json_line, parse_args, positive_float, run_main
 
 from kubesage.adapters.spark import tpch_job
 from kubesage.adapters.spark.cli import find_spark_submit
@@ -90,7 +89,7 @@ def background(drtg: DRTG, seed: int) -> ClusterState:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--event-log", type=Path)
-    parser.add_argument("--scale", type=float, default=10_000.0)
+    parser.add_argument("--scale", type=positive_float, default=10_000.0)
     parser.add_argument("--seeds", default="0-4", help="Background-load seeds.")
     parser.add_argument("--job-rows", type=int, help="Lineitem rows of the local Spark job.")
     parser.add_argument("--format", choices=["table", "json"], default="table")
@@ -135,7 +134,7 @@ def main() -> int:
         }
         rows.append([name, medians["ours"], medians["spread"], medians["random"], ratio, worst])
     if args.format == "json":
-        print(json.dumps(document))
+        print(json_line(document))
         return 0
     print(
         f"Expected cross-rack bytes (GB), medians over seeds {args.seeds} and jobs of "

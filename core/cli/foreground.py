@@ -40,10 +40,10 @@ def run_in_foreground(command: Sequence[str]) -> int:
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        for number in PASSED_ON:
-            previous[number] = signal.signal(number, pass_on)
+        for passed in PASSED_ON:
+            previous[passed] = signal.signal(passed, pass_on)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         status = child.wait()

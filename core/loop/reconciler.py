@@ -133,4 +133,3 @@ class Rehearses(Protocol):
         """REFUSED (with why) when ``action`` would be refused now; None when it would
         go through or the rehearsal cannot tell. Never raises, changes nothing."""
         ...
-
