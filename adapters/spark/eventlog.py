@@ -302,6 +302,12 @@ def _files(path: Path) -> tuple[list[Path], bool]:
 
 def _events(path: Path, notes: list[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
     files, in_progress = _files(_local(path))
+    compacted = [file for file in files if ".compact" in file.name]
+    if compacted:
+        notes.append(
+            f"{compacted[-1]}: a compacted part: Spark's compactor drops the events of jobs "
+            "that had finished, so their stages and shuffle are not in this profile"
+        )
     for index, file in enumerate(files):
         decoded = _Decoded(file)
         for number, line, cut_off in _lines(decoded, in_progress):
