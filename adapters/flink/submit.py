@@ -291,6 +291,12 @@ def submit(
             if done.returncode != 0:
                 raise FlinkSubmitError(f"flink run exited {done.returncode}:\n{output[-3000:]}")
         job_id = parse_job_id(output)
+        others = sorted(set(JOB_ID.findall(output)) - {job_id})
+        if others:
+            reasons.append(
+                f"the program submitted {len(others) + 1} jobs; only the first ({job_id}) is "
+                f"registered, not {', '.join(others)}: submit each job on its own"
+            )
         run = RunRecord(
             job_id=job_id,
             job_key=key,

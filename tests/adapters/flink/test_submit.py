@@ -320,7 +320,9 @@ def test_the_users_own_parallelism_is_recorded_for_the_next_run(
     registry = JobRegistry(tmp_path / "flink-jobs.yaml")
     outcome = submit(
         SubmitRequest(
-            flink_args=("-p", "16", "-py", "enrich.py"), jobmanager=JM, flink_home=flink_home,
+            flink_args=("-p", "16", "-py", "enrich.py"),
+            jobmanager=JM,
+            flink_home=flink_home,
             wait_running_s=5,
         ),
         registry,
@@ -330,6 +332,26 @@ def test_the_users_own_parallelism_is_recorded_for_the_next_run(
     assert outcome.run.parallelism == 16
     later = SubmitRequest(flink_args=("-py", "enrich.py"), jobmanager=JM)
     assert choose_parallelism(later, registry.runs(job_key="enrich.py")).parallelism == 16
+
+
+def test_a_program_that_submits_two_jobs_says_which_one_is_registered(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    flink_home = fake_flink_home(tmp_path)
+    second = "0" * 31 + "1"
+
+    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        output = FLINK_OUTPUT + f"Job has been submitted with JobID {second}\n"
+        return subprocess.CompletedProcess(list(command), 0, output, "")
+
+    outcome = submit(
+        request(flink_home=flink_home, wait_running_s=5),
+        JobRegistry(tmp_path / "flink-jobs.yaml"),
+        runner=flink,
+        client_factory=lambda url: replay_client("jobs_overview", "job_running"),
+    )
+    assert outcome.job_id == JOB
+    assert any(f"only the first ({JOB}) is registered, not {second}" in r for r in outcome.reasons)
 
 
 def test_a_flink_run_that_hangs_after_submitting_still_registers_the_job(
