@@ -379,8 +379,8 @@ def _after_running(
             break
         time.sleep(0.5)
     if since is None:
-        reasons.append(f"job not RUNNING within {wait_s:.0f} s: phase not confirmed")
-        return run
+        reasons.append(f"job not RUNNING within {wait_s:g} s: phase not confirmed")
+        return registry.update(run.job_id, reasons=list(reasons)) or run
     changes: dict[str, object] = {"running_since_ms": since}
     try:
         periodic = periodic_interval_ms(client, run.job_id)
