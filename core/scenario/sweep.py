@@ -33,9 +33,7 @@ import functools
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +49,7 @@ from kubesage.core.scenario.result import (
 )
 from kubesage.core.scenario.runner import run_variant
 from kubesage.core.scenario.workload import WorkloadSettings, generate_workload
+from kubesage.core.worker_pool import run_in_workers
 
 BASELINE = "k8s-default"
 """The variant every throughput gain is measured against."""
@@ -116,18 +115,7 @@ def run_tasks(
                 on_result(result)
             results.append(result)
         return results
-    ordered: dict[int, VariantRun] = {}
-    # spawn, not fork: the parent may hold threads (Ray, torch) that fork would copy
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(tasks)), mp_context=get_context("spawn")
-    ) as pool:
-        futures = {pool.submit(run_task, task): i for i, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            result = future.result()
-            ordered[futures[future]] = result
-            if on_result is not None:
-                on_result(result)
-    return [ordered[i] for i in range(len(tasks))]
+    return run_in_workers(run_task, tasks, jobs, on_result)
 
 
 def _start_ray(address: str, jobs: int) -> tuple[Any, bool]:

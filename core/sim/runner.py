@@ -9,12 +9,11 @@ shipped model; how many of a run's decisions fell back is in :attr:`RunResult.fa
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -30,6 +29,7 @@ from kubesage.core.sim.protocol import DEFAULT_TUNE, check_gpu_capacity, fgd_arr
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.state.fragmentation import FragmentationMeasure, typical_pods
 from kubesage.core.types import NodeSpec, PodRequest
+from kubesage.core.worker_pool import run_in_workers
 
 Mode = Literal["fgd", "replay"]
 T = TypeVar("T")
@@ -213,15 +213,14 @@ def run_many(
                 on_result(result)
             results.append(result)
         return results
-    ordered: dict[int, RunResult] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, spec, nodes, workload): i for i, spec in enumerate(specs)}
-        for future in as_completed(futures):
-            result = future.result()
-            ordered[futures[future]] = result
-            if on_result:
-                on_result(result)
-    return [ordered[i] for i in range(len(specs))]
+    return run_in_workers(functools.partial(_run_spec, nodes, workload), specs, jobs, on_result)
+
+
+def _run_spec(
+    nodes: Sequence[NodeSpec], workload: Sequence[PodRequest], spec: RunSpec
+) -> RunResult:
+    """:func:`run_one` without progress (a worker process's task)."""
+    return run_one(spec, nodes, workload)
 
 
 def _bind_progress(

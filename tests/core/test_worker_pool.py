@@ -1,0 +1,50 @@
+"""Tasks on worker processes (``kubesage.core.worker_pool``): order, and Ctrl-C."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from kubesage.core.worker_pool import run_in_workers
+
+STOPPED_BY_CTRL_C = """
+import time
+from kubesage.core.worker_pool import run_in_workers
+print("started", flush=True)
+run_in_workers(time.sleep, [60, 60, 60], 2)
+"""
+
+
+def test_results_come_back_in_task_order() -> None:
+    seen: list[int] = []
+    assert run_in_workers(math.factorial, [5, 3, 4], 2, seen.append) == [120, 6, 24]
+    assert sorted(seen) == [6, 24, 120]
+
+
+def test_ctrl_c_stops_the_workers_at_once_with_one_traceback_not_one_per_worker() -> None:
+    """Ctrl-C reaches the whole process group: the workers leave it to the parent, which
+    stops them at once instead of waiting for the runs in flight (60 s each here)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_BY_CTRL_C],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: the signal below reaches it alone
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "started\n"
+        time.sleep(5)  # the workers are spawned and sleeping in their tasks
+        started = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        assert time.monotonic() - started < 20, "waited for the runs in flight"
+        assert process.returncode != 0
+        assert stderr.count("Traceback") == 1 and "KeyboardInterrupt" in stderr, stderr
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
