@@ -4,8 +4,8 @@ Every script takes ``--tiny`` (or reads ``KUBESAGE_BENCH_TINY=1`` from the
 environment): the same code at a size that runs in seconds, so a test
 (``tests/benchmarks``) runs every benchmark in ``make test`` and they cannot rot
 unseen. Tiny figures mean nothing; options given explicitly still win over the tiny
-defaults. With ``--format json`` the last line of stdout is one compact JSON object;
-progress goes to stderr.
+defaults. With ``--format json`` the last line of stdout is one compact JSON object
+(:func:`json_line`: a figure not measured is ``null``); progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -63,23 +63,21 @@ def _finite(value: object) -> object:
 
 def positive_int(text: str) -> int:
     """An argparse ``type``: a whole number ≥ 1 (a count of runs, pods, seeds)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return int(_positive(text, int, "a whole number"))
 
 
 def positive_float(text: str) -> float:
     """An argparse ``type``: a finite number > 0 (a duration, a scale)."""
+    return _positive(text, float, "a number")
+
+
+def _positive(text: str, parse: Callable[[str], float], what: str) -> float:
     try:
-        value = float(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: '{text}'") from None
+        raise argparse.ArgumentTypeError(f"not {what}: '{text}'") from None
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
 
 

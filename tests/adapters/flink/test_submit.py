@@ -52,6 +52,11 @@ def run(job_id: str, **kwargs: object) -> RunRecord:
     return RunRecord.model_validate(fields | kwargs)
 
 
+def succeeds(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A ``flink run`` that submits the job and prints its JobID (the runner replaced)."""
+    return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT, "")
+
+
 def fake_flink_home(tmp_path: Path) -> Path:
     """A Flink home whose ``bin/flink`` exists (the runner is replaced, never run)."""
     home = tmp_path / "flink"
@@ -314,9 +319,6 @@ def test_the_users_own_parallelism_is_recorded_for_the_next_run(
     the job, without its own -p, starts there (it had been recorded as None)."""
     flink_home = fake_flink_home(tmp_path)
 
-    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT, "")
-
     registry = JobRegistry(tmp_path / "flink-jobs.yaml")
     outcome = submit(
         SubmitRequest(
@@ -326,7 +328,7 @@ def test_the_users_own_parallelism_is_recorded_for_the_next_run(
             wait_running_s=5,
         ),
         registry,
-        runner=flink,
+        runner=succeeds,
         client_factory=lambda url: replay_client("jobs_overview", "job_running"),
     )
     assert outcome.run.parallelism == 16
@@ -352,6 +354,21 @@ def test_a_program_that_submits_two_jobs_says_which_one_is_registered(
     )
     assert outcome.job_id == JOB
     assert any(f"only the first ({JOB}) is registered, not {second}" in r for r in outcome.reasons)
+
+
+def test_a_job_not_running_in_time_keeps_why_in_the_registry(
+    tmp_path: Path, replay_client: Callable[..., FlinkClient]
+) -> None:
+    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
+    outcome = submit(
+        request(flink_home=fake_flink_home(tmp_path), wait_running_s=0.2),
+        registry,
+        runner=succeeds,
+        client_factory=lambda url: replay_client("jobs_overview"),  # the job is never seen
+    )
+    stored = registry.find(outcome.job_id)
+    assert stored is not None and stored.running_since_ms is None
+    assert "job not RUNNING within 0.2 s: phase not confirmed" in stored.reasons
 
 
 def test_a_flink_run_that_hangs_after_submitting_still_registers_the_job(
@@ -404,16 +421,13 @@ def test_a_code_set_interval_is_what_the_registry_keeps(
     interval to it), and no planned phase: later phases are read modulo that interval."""
     flink_home = fake_flink_home(tmp_path)
 
-    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT, "")
-
     registry = JobRegistry(tmp_path / "flink-jobs.yaml")
     outcome = submit(
         request(
             checkpoint_interval_ms=30_000, driven=driven, flink_home=flink_home, wait_running_s=5
         ),
         registry,
-        runner=flink,
+        runner=succeeds,
         client_factory=lambda url: replay_client(
             "jobs_overview", "job_running", "checkpoint_config"
         ),

@@ -17,13 +17,15 @@ from kubesage.core.k8s.validation import validate_manifests
 from tests.adapters.spark.conftest import local_spark_args, only_log
 
 
-def kubesage(*args: str) -> subprocess.CompletedProcess[str]:
+def kubesage(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``kubesage spark …`` in a process of its own (``env``: variables to add)."""
     return subprocess.run(
         [sys.executable, "-m", "kubesage.core.cli", "spark", *args],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -92,13 +94,13 @@ def test_submit_names_the_settings_the_users_arguments_replace(tmp_path: Path) -
     home = fake_spark_home(tmp_path, "exit 0")
     properties = tmp_path / "mine.conf"
     properties.write_text("# site settings\nspark.executor.cores   8\nspark.ui.port=4050\n")
-    done = kubesage_with(
-        {"SPARK_HOME": str(home)},
+    done = kubesage(
         "submit", "--executors", "4", "--cores", "2", "--memory", "4096",
         "--out", str(tmp_path / "conf"), "--",
         "--conf", "spark.kubernetes.executor.podTemplateFile=mine.yaml",
         "--executor-memory", "32g", "--properties-file", str(properties),
         "app.py", "--executor-memory", "1g",  # the application's own: not Spark's
+        env={"SPARK_HOME": str(home)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
@@ -147,14 +149,3 @@ def fake_spark_home(tmp_path: Path, body: str) -> Path:
     submit.write_text(f"#!/bin/bash\n{body}\n")
     submit.chmod(0o755)
     return home
-
-
-def kubesage_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kubesage.core.cli", "spark", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, **env},
-    )
