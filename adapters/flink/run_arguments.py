@@ -4,6 +4,8 @@ the program, the parallelism they set, and the local files they name.
 ``flink run [OPTIONS] <jar> <program arguments>`` parses its options with commons-cli,
 stopping at the first token that is not one of its options: the jar, or an option it does
 not know (a Python job's ``-py job.py --input x`` hands ``--input x`` to the program).
+When ``-py``, ``-pym`` or ``-j`` names the program, no positional argument is a jar: all
+of them are the program's (``-py job.py topic-a``).
 Everything from there on is the program's, so a program's own ``-p`` or ``-c`` is never
 read as Flink's. The option table is Flink's ``run`` action (1.17 to 2.x).
 """
@@ -18,7 +20,8 @@ from kubesage.core.errors import InputError
 
 WITH_VALUE = frozenset(
     {
-        "-c", "--class", "-C", "--classpath", "-D", "-e", "--executor", "-j", "--jarfile",
+        "-a", "--arguments", "-c", "--class", "-C", "--classpath", "-D", "-e", "--executor",
+        "-j", "--jarfile",
         "-m", "--jobmanager", "-p", "--parallelism", "-py", "--python", "-pyarch",
         "--pyArchives", "-pyclientexec", "--pyClientExecutable", "-pyexec", "--pyExecutable",
         "-pyfs", "--pyFiles", "-pym", "--pyModule", "-pypath", "--pyPythonPath", "-pyreq",
@@ -28,8 +31,11 @@ WITH_VALUE = frozenset(
 )  # fmt: skip
 """``flink run`` options that take a value (``-p 4``, ``-p4``, ``--parallelism=4``)."""
 FLAGS = frozenset(
-    {"-d", "--detached", "-n", "--allowNonRestoredState", "-sae", "--shutdownOnAttachedExit"}
-)
+    {
+        "-d", "--detached", "-n", "--allowNonRestoredState", "-sae",
+        "--shutdownOnAttachedExit", "-v", "--verbose", "-yd", "--yarndetached",
+    }
+)  # fmt: skip
 """``flink run`` options without a value."""
 FILE_OPTIONS = {
     "-py": False, "--python": False, "-j": False, "--jarfile": False, "-pyreq": False,
@@ -39,6 +45,8 @@ FILE_OPTIONS = {
 """Options whose value names local files (True: a comma-separated list); a value may
 carry ``#name`` after the path (``-pyarch venv.zip#venv``)."""
 _DEFAULT_PARALLELISM = "parallelism.default="
+_PROGRAM_NAMED = frozenset({"-py", "--python", "-pym", "--pyModule", "-j", "--jarfile"})
+"""Options that name the program: then no positional argument is a jar."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,9 @@ def split_run_arguments(args: Sequence[str]) -> RunArguments:
         elif arg.startswith("-p") and arg[2:].isdecimal():  # commons-cli's attached form
             options.append(("-p", arg[2:]))
         elif arg.startswith("-"):  # not Flink's: the program's arguments start here
+            return RunArguments(tuple(options), None, tuple(args[index:]))
+        elif any(option in _PROGRAM_NAMED for option, _ in options):
+            # the program is -py/-pym/-j's: every positional is an argument of it
             return RunArguments(tuple(options), None, tuple(args[index:]))
         else:
             return RunArguments(tuple(options), arg, tuple(args[index + 1 :]))

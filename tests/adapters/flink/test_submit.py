@@ -117,6 +117,10 @@ def test_user_parallelism_must_be_an_integer() -> None:
         (("-py", "job.py", "--input", "x", "-p", "9"), None, "job.py"),
         (("-p", "4", "-c", "com.example.Main", "app.jar", "-p", "1"), 4, "com.example.Main"),
         (("-pym", "pkg.job", "--parallelism=2"), 2, "pkg.job"),
+        # the program named by -py or -j: a positional is its argument, not a jar
+        (("-py", "job.py", "topic-a", "-p", "3"), None, "job.py"),
+        (("-j", "app.jar", "2024-01-01"), None, "app.jar"),
+        (("-v", "-p", "4", "app.jar"), 4, "app.jar"),  # -v is Flink's flag
     ],
 )
 def test_the_programs_own_arguments_are_not_read_as_flinks(
@@ -140,6 +144,9 @@ def test_the_registry_keeps_the_programs_files_as_absolute_paths(tmp_path: Path)
     ]  # fmt: skip
     assert with_absolute_files(["-d", "app.jar", "x.txt"], tmp_path) == [
         "-d", f"{tmp_path}/app.jar", "x.txt",
+    ]  # fmt: skip
+    assert with_absolute_files(["-py", "job.py", "topic-a"], tmp_path) == [
+        "-py", f"{tmp_path}/job.py", "topic-a",  # the program's argument: as typed
     ]  # fmt: skip
 
 
