@@ -111,19 +111,27 @@ def test_submit_names_the_settings_the_users_arguments_replace(tmp_path: Path) -
     assert "spark.ui.port" not in said
 
 
-def test_submit_passes_a_sigterm_on_to_spark_submit_and_exits_as_it_did(tmp_path: Path) -> None:
-    """A supervisor's SIGTERM reaches spark-submit (it had been orphaned, still running),
-    and kubesage exits with its status (128 + 15 for a shell's TERM exit)."""
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_submit_passes_a_signal_on_to_spark_submit_and_exits_as_it_did(
+    tmp_path: Path, signum: signal.Signals, status: int
+) -> None:
+    """A supervisor's SIGTERM, or a SIGINT sent to kubesage's pid alone (no terminal),
+    reaches spark-submit (it had been orphaned, or the SIGINT swallowed), and kubesage
+    exits with its status (128 + N, as a shell's trap exits)."""
     marks = tmp_path / "marks"
     marks.mkdir()
     script = (
-        f"trap 'echo > {marks}/got-term; exit 143' TERM\necho > {marks}/started\nsleep 60 & wait\n"
+        f"trap 'echo > {marks}/got-term; exit 143' TERM\n"
+        f"trap 'echo > {marks}/got-int; exit 130' INT\n"
+        f"echo > {marks}/started\n"
+        "sleep 60 & wait\n"
     )
     home = fake_spark_home(tmp_path, script)
     process = subprocess.Popen(
         [sys.executable, "-m", "kubesage.core.cli", "spark", "submit", "--executors", "1",
          "--cores", "1", "--memory", "512", "--out", str(tmp_path / "conf"), "--", "app.py"],
         env={**os.environ, "SPARK_HOME": str(home)},
+        stdin=subprocess.DEVNULL,  # no terminal: the signal reaches kubesage alone
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -133,9 +141,9 @@ def test_submit_passes_a_sigterm_on_to_spark_submit_and_exits_as_it_did(tmp_path
             assert process.poll() is None, process.stderr.read() if process.stderr else ""
             assert time.monotonic() < deadline, "spark-submit never started"
             time.sleep(0.1)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 143
-        assert (marks / "got-term").exists()
+        process.send_signal(signum)
+        assert process.wait(timeout=30) == status
+        assert (marks / ("got-term" if signum == signal.SIGTERM else "got-int")).exists()
     finally:
         process.kill()
         process.wait()
