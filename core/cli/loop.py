@@ -361,7 +361,7 @@ def loop(
         if once:
             report = control.tick()
             _print(report, output)
-            if failures := _failures(report):
+            if failures := tick_failures(report):
                 # printed in full above; the exit status tells a script (a CronJob) too
                 stderr.print(Text(f"the tick did not go cleanly: {'; '.join(failures)}"))
                 raise typer.Exit(code=1)
@@ -390,12 +390,14 @@ def _live(
     return live_loop(api, sync, policy, workload, settings)
 
 
-def _failures(report: TickReport) -> list[str]:
+def tick_failures(report: TickReport) -> list[str]:
     """What went wrong in a tick: failed collectors, reconcilers that raised, failed
     actions (``loop --once`` exits 1 when there is any)."""
     failed = [f"collector {c.name} failed" for c in report.collectors if not c.ok]
     failed += [f"reconciler {name} raised" for name in report.reconciler_errors]
-    actions = sum(1 for record in report.records if record.outcome == Outcome.FAILED)
+    actions = sum(  # a raising reconciler's note says "failed" too: counted above
+        1 for r in report.records if r.outcome == Outcome.FAILED and r.action != "note"
+    )
     if actions:
         failed.append(f"{actions} action{'' if actions == 1 else 's'} failed")
     return failed

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubesage.core.cli.loop import tick_failures
 from kubesage.core.loop.actions import Action, ActionKind, Bind, Plan, PodRef, Reservation
 from kubesage.core.loop.audit import AuditLog, AuditRecord
 from kubesage.core.loop.budgets import Budgets
@@ -489,3 +490,13 @@ def test_close_closes_the_audit_log_and_every_part_that_can_be_closed(tmp_path: 
     audit.append(AuditRecord(1, 0.0, "test", "note", "", "", None, "after close", "noted"))
     assert audit.recent()[-1].explanation == "after close"
     assert (tmp_path / "audit.jsonl").read_text() == ""
+
+
+def test_what_loop_once_reports_as_failed_counts_a_raising_reconciler_once() -> None:
+    """``kubesage loop --once`` exits 1 on these; a raising reconciler's audit note (its
+    outcome is "failed" too) is not also counted as a failed action."""
+    loop, _, _ = make_loop([Raising()])
+    assert tick_failures(loop.tick()) == ["reconciler broken raised"]
+    failing = RecordingActuator({"default/a": Result(Outcome.FAILED, "API server said 500")})
+    loop, _, _ = make_loop([Scripted("defrag", lambda view: [evict("a")])], failing)
+    assert tick_failures(loop.tick()) == ["1 action failed"]
