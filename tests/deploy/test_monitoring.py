@@ -154,6 +154,7 @@ def test_the_issue_asks_for_these_alerts_and_each_says_how_bad_it_is() -> None:
         "KubesageLeaderLost",
         "KubesageLoopStalled",
         "KubesageDown",
+        "KubesageTargetsMissing",
     ):
         assert wanted in alerts
     for name, rule in alerts.items():
