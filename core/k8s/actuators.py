@@ -117,8 +117,10 @@ class LiveEvictor:
     - 200/201: DONE (the API server deletes the pod gracefully; its controller
       re-creates it and the loop re-places the new one).
     - 429 TooManyRequests with a ``DisruptionBudget`` cause: REFUSED with the API's
-      message — a PodDisruptionBudget allows no disruption now (or its controller has
-      not caught up). Not an error. A 429 without that cause is throttling (API
+      message — a PodDisruptionBudget allows no disruption now. Not an error. When it
+      also asks to retry (``retryAfterSeconds``: the budget's controller has not caught
+      up with a change), FAILED instead: a later tick asks again, and the refusal is not
+      remembered for five minutes. A 429 without that cause is throttling (API
       Priority and Fairness): FAILED, with the ``Retry-After`` the API server asked for.
     - 404 NotFound: DONE. The eviction's purpose — the pod no longer holds its node's
       resources — is already met (deleted, or evicted by an earlier attempt whose
@@ -178,6 +180,13 @@ class LiveEvictor:
             message = api_message(exc)
             if exc.status == 429 and has_cause(exc, DISRUPTION_BUDGET_CAUSE):
                 reasons = "; ".join([message, *api_causes(exc)])
+                wait = retry_after_s(exc)
+                if wait:  # the budget is still being processed: ask again, not refused
+                    return Result(
+                        Outcome.FAILED,
+                        f"evicting pod {pod}: {reasons}; the API server asks to retry after "
+                        f"{wait:g} s",
+                    )
                 return Result(Outcome.REFUSED, f"eviction of pod {pod} refused: {reasons}")
             if exc.status == 429:  # throttled (API Priority and Fairness), not refused
                 wait = retry_after_s(exc)

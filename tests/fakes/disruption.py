@@ -151,7 +151,19 @@ def eviction_refusal(pod: Obj, budgets: list[Obj]) -> tuple[int, str, str, Obj |
         if policy == "AlwaysAllow" or (healthy >= desired and desired > 0):
             return None
     if status.get("observedGeneration", 0) < pdb["metadata"].get("generation", 1):
-        return 429, "TooManyRequests", TOO_MANY_REQUESTS, None
+        # the API server's createTooManyRequestsError: a DisruptionBudget cause, and a
+        # wait (the budget's controller has not caught up yet)
+        name = pdb["metadata"]["name"]
+        cause = f"The disruption budget {name} is still being processed by the server."
+        return (
+            429,
+            "TooManyRequests",
+            TOO_MANY_REQUESTS,
+            {
+                "causes": [{"reason": "DisruptionBudget", "message": cause}],
+                "retryAfterSeconds": 10,
+            },
+        )
     if status.get("disruptionsAllowed", 0) == 0:
         cause = (
             f"The disruption budget {pdb['metadata']['name']} needs "

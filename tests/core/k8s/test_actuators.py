@@ -132,6 +132,22 @@ def test_a_rehearsed_eviction_is_a_dry_run_that_answers_only_a_refusal(
     assert [post.query.get("dryRun") for post in posts] == [["All"], ["All"]]
 
 
+def test_a_budget_still_being_processed_is_asked_again_not_refused(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    """A budget whose controller has not caught up with a change (observedGeneration
+    behind): the API server says DisruptionBudget and asks to retry in 10 s. FAILED, so a
+    later tick asks again; REFUSED would keep the pod from every plan for five minutes."""
+    for name in ("web-0", "web-1"):
+        fake.add_pod(running(name))
+    fake.add_pdb(budget(minAvailable=1))
+    fake.budget_lags("ml", "web")
+    outcome, detail = evict(api, "web-0")
+    assert outcome is Outcome.FAILED
+    assert "is still being processed by the server" in detail and "retry after 10 s" in detail
+    assert len(fake.pods()) == 2
+
+
 def test_a_throttled_eviction_is_a_failure_not_a_budget_refusal(
     fake: FakeApiServer, api: ApiClient
 ) -> None:

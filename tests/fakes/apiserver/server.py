@@ -185,6 +185,14 @@ class FakeApiServer(WatchedStore):
     def pdb(self, namespace: str, name: str) -> Obj:
         return self.get(PDBS, namespace, name)
 
+    def budget_lags(self, namespace: str, name: str) -> None:
+        """The disruption controller has not yet observed the budget's latest change
+        (``status.observedGeneration`` behind) until the next pod or budget change: an
+        eviction meets the API server's "still being processed" answer meanwhile."""
+        with self._lock:
+            pdb = self._objects[PDBS][(namespace, name)]
+            pdb["status"]["observedGeneration"] = pdb["metadata"].get("generation", 1) - 1
+
     def add_job(self, job: Obj) -> Obj:
         return self.create(JOBS, job)
 
