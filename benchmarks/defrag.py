@@ -104,14 +104,18 @@ def simulate(
 def scenario(
     runs: Callable[[int, str], dict[str, float]], seeds: list[int]
 ) -> dict[str, dict[str, float]]:
-    """Median over seeds, per mode."""
+    """Median over the seeds that measured it, per mode (nan when none did)."""
     document = {}
     for mode in MODES:
         results = [runs(seed, mode) for seed in seeds]
-        document[mode] = {
-            key: round(statistics.median(r[key] for r in results), 2) for key in results[0]
-        }
+        document[mode] = {key: _median([r[key] for r in results]) for key in results[0]}
     return document
+
+
+def _median(values: list[float]) -> float:
+    """The median of the measured (finite) values: a nan would make it depend on order."""
+    measured = [value for value in values if math.isfinite(value)]
+    return round(statistics.median(measured), 2) if measured else math.nan
 
 
 def whole_gpu(pod: PodRequest, _: float) -> bool:

@@ -1,13 +1,15 @@
 """How long an HTTP answer asks the client to wait: its ``Retry-After`` header.
 
 RFC 9110 §10.2.3 allows delay-seconds (``120``) or an HTTP-date
-(``Fri, 31 Dec 1999 23:59:59 GMT``). One reading for every client that retries (the
-Kubernetes binder and actuators, the trace downloader).
+(``Fri, 31 Dec 1999 23:59:59 GMT``, or the obsolete forms a recipient must accept, such
+as asctime's ``Fri Dec 31 23:59:59 1999``, read as GMT). One reading for every client
+that retries (the Kubernetes binder and actuators, the trace downloader).
 """
 
 from __future__ import annotations
 
 import time
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 
@@ -24,7 +26,7 @@ def retry_after_s(header: str | None, *, now_s: float | None = None) -> float | 
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if when.tzinfo is None:  # an HTTP-date is always GMT; parsedate leaves "-0000" naive
-        return None
+    if when.tzinfo is None:  # an HTTP-date is GMT; asctime's form and "-0000" carry no zone
+        when = when.replace(tzinfo=UTC)
     now = time.time() if now_s is None else now_s
     return max(0.0, when.timestamp() - now)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from kubesage.core.paths import shared_trace_dir
 from kubesage.core.state import ClusterState
 from kubesage.core.types import NodeSpec, PodRequest
 
@@ -83,11 +83,11 @@ def set_gpu_free(state: ClusterState, node_index: int, free: list[int]) -> None:
 
 
 def shared_data_dir() -> Path | None:
-    """``$KUBESAGE_SHARED_DATA`` or ``../shared/data`` beside the repository, if present."""
-    explicit = os.environ.get("KUBESAGE_SHARED_DATA")
-    path = (
-        Path(explicit)
-        if explicit
-        else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    )
-    return path if path.is_dir() else None
+    """The shared data folder, found by the commands' own rule
+    (:func:`kubesage.core.paths.shared_trace_dir`: a ``$KUBESAGE_SHARED_DATA`` that names
+    no folder is an error, not a skip); None when it holds neither trace."""
+    for trace in ("openb", "genai"):
+        found = shared_trace_dir(trace)
+        if found is not None:
+            return found.parent
+    return None

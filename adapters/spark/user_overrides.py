@@ -26,7 +26,12 @@ SHORTHANDS: Mapping[str, str] = {
     "--total-executor-cores": "spark.cores.max",
 }
 """spark-submit options that set a configuration key."""
-FLAGS = frozenset({"--verbose", "-v", "--supervise", "--help", "-h", "--version"})
+FLAGS = frozenset(
+    {
+        "--verbose", "-v", "--supervise", "--help", "-h", "--version", "--usage-error",
+        "--load-spark-defaults",
+    }
+)  # fmt: skip
 """spark-submit options without a value."""
 _PROPERTY = re.compile(r"(?P<key>[^=:\s]+)\s*[=:\s]\s*(?P<value>.*)")
 """A properties line: the key ends at the first ``=``, ``:`` or blank."""

@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from kubesage.core.arrays import FloatArray, IntArray
-from kubesage.core.errors import InputError
+from kubesage.core.errors import InputError, KubesageError
 from kubesage.core.forecast.panel import MetricPanel, read_panel
 from kubesage.core.paths import SHARED_DATA_ENV, shared_trace_dir
 
@@ -352,10 +352,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--speed", type=float, default=1.0, help="trace seconds per second")
     args = parser.parse_args(argv)
-    data_dir = args.data_dir or default_genai_dir()
-    if data_dir is None:
-        parser.error(f"give --data-dir (the GenAI trace's genai/ folder) or set {SHARED_DATA_ENV}")
-    panel = read_panel(data_dir)
+    try:
+        data_dir = args.data_dir or default_genai_dir()
+        if data_dir is None:
+            parser.error(
+                f"give --data-dir (the GenAI trace's genai/ folder) or set {SHARED_DATA_ENV}"
+            )
+        panel = read_panel(data_dir)
+    except KubesageError as exc:  # a bad folder or trace file: one line, not a traceback
+        parser.error(str(exc))
     replay = DcgmReplay(
         panel, hostname=args.hostname, pods=busiest_pods(panel, args.gpus), speed=args.speed
     )

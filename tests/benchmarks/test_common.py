@@ -7,11 +7,14 @@ shared data behind the user's back.
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
 from pathlib import Path
 
 import pytest
 
-from benchmarks._common import find_trace, trace_dir
+from benchmarks._common import find_trace, json_line, positive_float, positive_int, trace_dir
 
 
 def test_data_dir_may_hold_the_trace_folder_or_be_it(tmp_path: Path) -> None:
@@ -65,3 +68,23 @@ def test_bad_input_ends_a_benchmark_with_one_line_and_status_2(
     with pytest.raises(SystemExit) as ended:
         run_main(lambda: 0)
     assert ended.value.code == 0
+
+
+def test_the_json_line_is_compact_and_strict_json() -> None:
+    line = json_line({"a": [1.5, math.nan, {"b": math.inf}], "c": (1, 2)})
+    assert line == '{"a":[1.5,null,{"b":null}],"c":[1,2]}'
+    assert json.loads(line, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "1.5", "many"])
+def test_a_count_must_be_a_whole_number_of_at_least_one(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        positive_int(text)
+    assert positive_int("7") == 7
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "x"])
+def test_a_scale_must_be_a_finite_positive_number(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        positive_float(text)
+    assert positive_float("0.25") == 0.25

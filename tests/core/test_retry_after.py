@@ -16,6 +16,8 @@ NOW = 1_445_412_470.0  # 2015-10-21 07:27:50 UTC
         (" 7 ", 7.0),
         ("Wed, 21 Oct 2015 07:28:00 GMT", 10.0),  # an HTTP-date, 10 s from NOW
         ("Wed, 21 Oct 2015 07:00:00 GMT", 0.0),  # already past: ask again now
+        ("Wed Oct 21 07:28:00 2015", 10.0),  # asctime's form, GMT
+        ("Wednesday, 21-Oct-15 07:28:00 GMT", 10.0),  # RFC 850's
         (None, None),
         ("", None),
         ("-3", None),

@@ -163,3 +163,14 @@ def test_the_command_needs_a_data_dir_or_the_shared_data_variable(
     )
     (tmp_path / "genai").mkdir()
     assert default_genai_dir() == tmp_path / "genai"
+
+
+def test_a_shared_data_variable_naming_no_folder_is_one_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv(SHARED_DATA_ENV, str(tmp_path / "mistyped"))
+    with pytest.raises(SystemExit) as stopped:
+        main(["--gpus", "1"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{SHARED_DATA_ENV} is set to" in err and "Traceback" not in err

@@ -66,7 +66,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
                 code = pending.pop(0)
                 if code == 429:  # a throttling mirror says how long to wait
                     self.send_response(429)
-                    self.send_header("Retry-After", "1")
+                    self.send_header("Retry-After", "2")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
@@ -199,13 +199,13 @@ def test_server_error_is_retried(tmp_path: Path, server: Server, dataset: Datase
 def test_a_throttled_or_timed_out_request_is_asked_again_after_the_wait_asked_for(
     tmp_path: Path, server: Server, dataset: Dataset
 ) -> None:
-    """429 and 408 mean "not now": retried, and a 429's Retry-After (1 s) is waited for
-    although the backoff alone would be 0.5 s."""
+    """429 and 408 mean "not now": retried, and a 429's Retry-After (2 s) is waited for
+    although the backoff alone would be 0.5 s (1 s for both files)."""
     server.failures["alpha.csv"] = [429]
     server.failures["beta.csv"] = [408]
     started = time.monotonic()
     paths = fetch_dataset(NAME, cache_dir=tmp_path / "cache", attempts=2)
-    assert time.monotonic() - started >= 1.0
+    assert time.monotonic() - started >= 2.0
     assert [path.read_bytes() for path in paths] == [FILES["alpha.csv"], FILES["beta.csv"]]
     assert server.requests == {"alpha.csv": 2, "beta.csv": 2}
 
