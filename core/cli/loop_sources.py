@@ -22,7 +22,7 @@ from kubesage.core.k8s.gang import GangAnnotationError, gang_of
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.translate import pod_request
-from kubesage.core.k8s.unsupported_constraints import unsupported_constraints
+from kubesage.core.k8s.unsupported_constraints import claimed_volumes, unsupported_constraints
 from kubesage.core.loop.actions import ObjectRef, PodRef
 from kubesage.core.loop.settings import LoopSettings
 from kubesage.core.loop.view import PodInfo
@@ -283,9 +283,15 @@ class _Eligibility:
         )
 
     def nodes_of(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
-        """The nodes ``pod`` may use now (None: every node)."""
+        """The nodes ``pod`` may use now (None: every node). None at all for a pod with
+        constraints kubesage does not check: the loop neither binds nor moves it."""
         if unsupported_constraints(pod):
             return frozenset()  # kube-scheduler's to place (the bind path's rule, too)
+        if claimed_volumes(pod):
+            # its volume's reach (a zonal disk, a local PV, WaitForFirstConsumer) is not
+            # known here: moved or bound by the loop, it could land where the volume
+            # cannot follow; kube-scheduler's VolumeBinding places it
+            return frozenset()
         if self._source is None:
             return None
         if self._cache is None:

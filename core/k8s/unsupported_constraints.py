@@ -22,6 +22,12 @@ telling it needs the PVC, PV and StorageClass objects, which kubesage does not c
 only kube-scheduler's VolumeBinding writes the ``volume.kubernetes.io/selected-node`` a
 WaitForFirstConsumer provisioner waits for. So the webhook does not redirect a pod with
 a claimed volume (:func:`claimed_volumes`); a pod that names kubesage itself is bound.
+The control loop neither moves nor binds a pod with a claimed volume (no node is
+eligible for it there).
+
+Nor are the required anti-affinity terms of the pods already placed checked against an
+incoming pod (kube-scheduler's InterPodAffinity filter does): a pod may be bound into a
+domain whose pods repel it.
 
 A pod with ``spec.nodeName`` set, or a kubelet's mirror pod, is never scheduled
 (:func:`never_scheduled`): the webhook leaves it as it is, since affinity or a MIG

@@ -228,3 +228,25 @@ def test_the_live_collector_tells_where_a_running_gpu_pod_may_be_moved(
     later = collector.collect().data
     assert isinstance(later, ClusterObservation)
     assert later.pods["ml/picky"].eligible_nodes is None  # every node may take it now
+
+
+def test_a_pod_with_a_claimed_volume_is_neither_moved_nor_bound_by_the_loop(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    """Where its volume can be attached (a zonal disk, a local PersistentVolume) is not
+    known to the loop: a StatefulSet's GPU pod moved, or a waiting pod bound, could land
+    where the volume cannot follow. No node is eligible; kube-scheduler places them."""
+    running = gpu_pod("db-0")
+    running["spec"]["nodeName"] = "gpu-b"
+    waiting = gpu_pod("db-1")
+    for pod in (running, waiting):
+        pod["spec"]["tolerations"] = [{"operator": "Exists"}]
+        pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]
+        fake.add_pod(pod)
+    wait_until(lambda: len(sync.bound_pods()) == 1, what="the running pod seen")
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 1, what="the waiting pod seen")
+    observation = LiveClusterCollector(sync, [SCHEDULER]).collect().data
+    assert isinstance(observation, ClusterObservation)
+    assert observation.pods["ml/db-0"].eligible_nodes == frozenset()
+    assert observation.pods["ml/db-1"].eligible_nodes == frozenset()
+    assert allowed_nodes(observation.pods)["ml/db-0"] == frozenset()
