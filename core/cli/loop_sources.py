@@ -18,6 +18,7 @@ from typing import Any
 from kubesage.core.errors import InputError
 from kubesage.core.k8s.binding import NodeObjects
 from kubesage.core.k8s.embedded import BoundPod, EmbeddedCluster, PendingPod
+from kubesage.core.k8s.existing_anti_affinity import RepelIndex
 from kubesage.core.k8s.gang import GangAnnotationError, gang_of
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
@@ -203,7 +204,7 @@ class LiveClusterCollector:
             if scheduler != DEFAULT_SCHEDULER or not _nominated(pod)
         ]
         snapshot = self._state(placing)
-        eligible = _Eligibility(self.sync, snapshot.data.node_names)
+        eligible = _Eligibility(self.sync, snapshot.data.node_names, self.sync.bound_pods())
         nodes = eligible.version()
         nodes_changed = nodes != self._nodes_seen
         movable: dict[str, tuple[object, frozenset[str] | None]] = {}
@@ -259,10 +260,18 @@ class _Eligibility:
     objects the source keeps, worked out once per distinct set of constraints and only
     when asked. A source without Node objects rules no node out."""
 
-    def __init__(self, source: object, node_names: Sequence[str]) -> None:
+    def __init__(
+        self,
+        source: object,
+        node_names: Sequence[str],
+        placed: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         self._source = source if isinstance(source, NodeObjects) else None
         self._node_names = node_names
+        self._placed = placed
+        """The pods already placed: their required anti-affinity keeps others off."""
         self._cache: EligibilityCache | None = None
+        self._repel: RepelIndex | None = None
         self._sets: dict[int, frozenset[str]] = {}
 
     def of(self, pod: Mapping[str, Any], info: PodInfo) -> PodInfo:
@@ -277,10 +286,18 @@ class _Eligibility:
         resourceVersions); None for a source without them."""
         if self._source is None:
             return None
-        return tuple(
+        nodes = tuple(
             (name, (node.get("metadata") or {}).get("resourceVersion"))
             for name, node in self._source.nodes().items()
         )
+        # a placed pod's anti-affinity that comes or goes changes where others may go
+        return nodes, self._repelled(self._source).repellers
+
+    def _repelled(self, source: NodeObjects) -> RepelIndex:
+        """The placed pods' required anti-affinity, read once per collect."""
+        if self._repel is None:
+            self._repel = RepelIndex(self._placed, source.nodes(), self._node_names)
+        return self._repel
 
     def nodes_of(self, pod: Mapping[str, Any]) -> frozenset[str] | None:
         """The nodes ``pod`` may use now (None: every node). None at all for a pod with
@@ -296,7 +313,7 @@ class _Eligibility:
             return None
         if self._cache is None:
             self._cache = EligibilityCache(self._source.nodes(), self._node_names)
-        mask = self._cache.eligible(pod)
+        mask = self._repelled(self._source).narrow(self._cache.eligible(pod), pod)
         if mask is None:
             return None
         names = self._sets.get(id(mask))  # the cache shares one mask per constraint set

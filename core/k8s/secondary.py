@@ -58,6 +58,7 @@ from kubesage.core.k8s.binder import Binder, placement_annotations
 from kubesage.core.k8s.dra_allocation import AllocationRefusedError
 from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.dra_requests import ClaimsPendingError
+from kubesage.core.k8s.existing_anti_affinity import RepelIndex
 from kubesage.core.k8s.extras_ledger import ledger_for
 from kubesage.core.k8s.gang import GangAnnotationError, GangSpec, gang_of
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
@@ -135,6 +136,8 @@ class SecondaryScheduler:
         self._waits: dict[str, _Wait] = {}
         self.events = SchedulingEvents(self._core, scheduler_name, self.identity)
         self._masks: EligibilityCache | None = None
+        self._repel: RepelIndex | None = None
+        """The required anti-affinity of the pods already placed, for one cycle."""
         self._extras: NodeExtras | None = None
         """What the pods on each node use of the resources the core does not count, and
         their host ports (:mod:`kubesage.core.k8s.node_extras`), for one cycle."""
@@ -175,6 +178,7 @@ class SecondaryScheduler:
         self.cycles += 1
         self._masks = None  # node objects may have changed since the last cycle
         self._extras = None  # and the pods on them
+        self._repel = None
         report = CycleReport()
         self.sync.expire_assumed()
         now = self._clock()
@@ -286,7 +290,7 @@ class SecondaryScheduler:
         """Place all members (else the first ``need``) and assume them; or say why not."""
         # Pending pods kube-scheduler nominated to a node (preemption) hold their room.
         with self.sync.locked_placing([m.pod for m in members]) as (state, node_names):
-            masks, extras = self._filters(node_names)
+            masks, extras, repel = self._filters(node_names)
             attempts = [list(members)]
             if need < len(members):
                 attempts.append(list(members[:need]))
@@ -299,7 +303,9 @@ class SecondaryScheduler:
                     state.copy(),
                     [
                         ExtrasMember(
-                            m.request, masks.eligible(m.pod), self._ledger.extras_of(m.pod)
+                            m.request,
+                            repel.narrow(masks.eligible(m.pod), m.pod),
+                            self._ledger.extras_of(m.pod),
                         )
                         for m in attempt
                     ],
@@ -324,22 +330,26 @@ class SecondaryScheduler:
                 return placed, outcome.reason
             return None, reason
 
-    def _filters(self, node_names: list[str]) -> tuple[EligibilityCache, NodeExtras]:
+    def _filters(self, node_names: list[str]) -> tuple[EligibilityCache, NodeExtras, RepelIndex]:
         """This cycle's node filters over the state's ``node_names`` (a rebuild of the
-        state makes a new list): its spec's, and its extras' with what is on each node."""
-        masks, extras = self._masks, self._extras
+        state makes a new list): its spec's, its extras' with what is on each node, and
+        the required anti-affinity of the pods already there."""
+        masks, extras, repel = self._masks, self._extras, self._repel
         if (
             masks is None
             or extras is None
+            or repel is None
             or masks.node_names is not node_names
             or extras.node_names is not node_names
         ):
             nodes = self.sync.nodes()
+            bound = self.sync.bound_pods()
             masks = self._masks = EligibilityCache(nodes, node_names, binds_now=True)
             extras = self._extras = self._ledger.use(
-                nodes, node_names, self.sync.bound_pods(), self.sync.placement_of
+                nodes, node_names, bound, self.sync.placement_of
             )
-        return masks, extras
+            repel = self._repel = RepelIndex(bound, nodes, node_names)
+        return masks, extras, repel
 
     def _bind(
         self, placed: list[tuple[_Member, Placement]], report: CycleReport, now: float

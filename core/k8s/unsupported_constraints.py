@@ -25,9 +25,9 @@ a claimed volume (:func:`claimed_volumes`); a pod that names kubesage itself is 
 The control loop neither moves nor binds a pod with a claimed volume (no node is
 eligible for it there).
 
-Nor are the required anti-affinity terms of the pods already placed checked against an
-incoming pod (kube-scheduler's InterPodAffinity filter does): a pod may be bound into a
-domain whose pods repel it.
+The required anti-affinity of the pods already placed is honoured
+(:mod:`~kubesage.core.k8s.existing_anti_affinity`): it depends on the incoming pod's
+labels, not on constraints of its own.
 
 A pod with ``spec.nodeName`` set, or a kubelet's mirror pod, is never scheduled
 (:func:`never_scheduled`): the webhook leaves it as it is, since affinity or a MIG

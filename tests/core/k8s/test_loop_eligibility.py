@@ -250,3 +250,36 @@ def test_a_pod_with_a_claimed_volume_is_neither_moved_nor_bound_by_the_loop(
     assert observation.pods["ml/db-0"].eligible_nodes == frozenset()
     assert observation.pods["ml/db-1"].eligible_nodes == frozenset()
     assert allowed_nodes(observation.pods)["ml/db-0"] == frozenset()
+
+
+def test_a_running_pods_anti_affinity_narrows_where_a_pending_pod_may_go(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    guard = gpu_pod("guard")
+    guard["metadata"]["labels"] = {"app": "guard"}
+    guard["spec"]["nodeName"] = "gpu-b"
+    guard["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"app": "trainer"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    fake.add_pod(guard)
+    trainer = gpu_pod("trainer")
+    trainer["metadata"]["labels"] = {"app": "trainer"}
+    trainer["spec"]["tolerations"] = [{"operator": "Exists"}]  # gpu-a's cordon too
+    fake.add_pod(trainer)
+    other = gpu_pod("other")
+    other["metadata"]["labels"] = {"app": "other"}
+    other["spec"]["tolerations"] = [{"operator": "Exists"}]
+    fake.add_pod(other)
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 2, what="the pods seen")
+    wait_until(lambda: len(sync.bound_pods()) == 1, what="the guard seen")
+    observation = LiveClusterCollector(sync, [SCHEDULER]).collect().data
+    assert isinstance(observation, ClusterObservation)
+    assert observation.pods["ml/trainer"].eligible_nodes == frozenset({"gpu-a"})
+    assert observation.pods["ml/other"].eligible_nodes is None  # not selected by the guard

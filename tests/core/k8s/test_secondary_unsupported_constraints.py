@@ -101,3 +101,21 @@ def test_a_refused_member_does_not_count_towards_its_gang(cluster: Harness) -> N
     assert report.bound == {}
     assert report.waiting == {"ml/job": "gang ml/job: 1 of 2 members present"}
     assert cluster.fake.requests_to("POST", r"/binding$") == []
+
+
+def test_a_running_pods_anti_affinity_keeps_a_pod_it_selects_off_its_node(
+    cluster: Harness,
+) -> None:
+    """kube-scheduler's InterPodAffinity checks the running pods' terms too: a guard on n1
+    that repels app=inference keeps kubesage's replica off n1 (it had been bound there)."""
+    guard = v1_pod("guard", containers=[v1_container(requests={"cpu": "1"})])
+    guard["metadata"]["labels"] = {"app": "guard"}
+    guard["spec"]["nodeName"] = "n1"
+    guard["spec"]["affinity"] = {"podAntiAffinity": {REQUIRED: [TERM]}}
+    cluster.fake.add_pod(guard)
+    for index in range(3):
+        cluster.fake.add_pod(replica(f"r{index}"))
+    cluster.seen(3)
+    report = cluster.scheduler.schedule_once()
+    assert sorted(report.bound) == ["ml/r0", "ml/r1", "ml/r2"]
+    assert {cluster.node_of(f"r{index}") for index in range(3)} == {"n2"}
