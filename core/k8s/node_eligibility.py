@@ -62,8 +62,10 @@ def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]
         if operator == "Exists":
             if not key or key == taint.get("key"):
                 return True
-        elif key == taint.get("key") and (toleration.get("value") or "") == (
-            taint.get("value") or ""
+        elif (
+            operator == "Equal"  # another (Lt/Gt, behind a feature gate) tolerates nothing here
+            and key == taint.get("key")
+            and (toleration.get("value") or "") == (taint.get("value") or "")
         ):
             return True
     return False

@@ -185,6 +185,8 @@ def _and_terms(pod_terms: list[Any], policy_terms: list[Any]) -> list[Any]:
         return pod_terms
     combined = []
     for term in pod_terms:
+        if not (term.get("matchExpressions") or term.get("matchFields")):
+            continue  # an empty term matches no node; ANDed with a policy's, it still must not
         for policy_term in policy_terms:
             merged = dict(term)
             for kind in ("matchExpressions", "matchFields"):
@@ -193,7 +195,7 @@ def _and_terms(pod_terms: list[Any], policy_terms: list[Any]) -> list[Any]:
                 if items:
                     merged[kind] = items
             combined.append(merged)
-    return combined
+    return combined or pod_terms  # only empty terms: the pod's, which match nothing, stay
 
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -241,6 +241,12 @@ def test_node_selector_taints_and_cordons_are_honoured(harness: Harness) -> None
             {"gen": "4"},
             False,
         ),
+        (  # an operator other than Exists/Equal (Lt, behind a feature gate) tolerates nothing
+            {"tolerations": [{"key": "a", "operator": "Lt", "value": "5", "effect": "NoSchedule"}]},
+            {"taints": [{"key": "a", "value": "5", "effect": "NoSchedule"}]},
+            {},
+            False,
+        ),
     ],
 )
 def test_node_filters(

@@ -186,6 +186,16 @@ def test_required_node_affinity_is_anded_with_the_pods_own_terms() -> None:
     ]["nodeSelectorTerms"]
     # (zone OR fast) AND gpu == (zone AND gpu) OR (fast AND gpu)
     assert terms == [{"matchExpressions": [zone, gpu]}, {"matchExpressions": [fast, gpu]}]
+    # an empty term matches no node: ANDed with the policy's it must not become the
+    # policy's own term (which matches nodes)
+    obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ] = [{}, {"matchExpressions": [fast]}]
+    after = admit(webhook, obj)
+    terms = after["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [fast, gpu]}]
     webhook.close()
 
 
