@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from kubesage.core.errors import CapacityError, KubesageError
-from kubesage.core.k8s.node_eligibility import UNSCHEDULABLE_TAINT, node_fits_pod, tolerates
+from kubesage.core.k8s.node_eligibility import (
+    UNSCHEDULABLE_TAINT,
+    advertises_plugin_gpus,
+    asks_plugin_gpus,
+    node_fits_pod,
+    tolerates,
+)
 from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.loop.actions import Action, ActionKind, Bind, PodRef
 from kubesage.core.loop.reconciler import Outcome, Result
@@ -143,6 +149,8 @@ def node_refusal(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     node_spec = node.get("spec") or {}
     name = (node.get("metadata") or {}).get("name") or "?"
     labels: Mapping[str, str] = (node.get("metadata") or {}).get("labels") or {}
+    if asks_plugin_gpus(pod) and not advertises_plugin_gpus(node):
+        return f"NodeResourcesFit: node {name} advertises no nvidia.com/gpu (Insufficient)"
     tolerations: Sequence[Mapping[str, Any]] = spec.get("tolerations") or []
     cordon = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
     if node_spec.get("unschedulable") and not tolerates(tolerations, cordon):

@@ -156,6 +156,10 @@ def test_refusals_name_the_filter_that_rules_the_node_out() -> None:
     }
     refusal = node_refusal(apart, v1_node("n5"))
     assert refusal is not None and "podAntiAffinity" in refusal and "kube-scheduler" in refusal
+    # A GPU pod on a node without GPUs: the resource is named, not an affinity it lacks.
+    assert node_refusal(gpu_pod("g"), v1_node("cpu", gpus=0)) == (
+        "NodeResourcesFit: node cpu advertises no nvidia.com/gpu (Insufficient)"
+    )
 
 
 def test_the_live_collector_tells_which_nodes_each_pending_pod_may_use(
