@@ -48,15 +48,15 @@ def launch(
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs for the job.")],
     mig: Annotated[str | None, typer.Option("--mig", help="A MIG profile, e.g. 3g.40gb.")] = None,
     image: Annotated[
-        str | None, typer.Option("--image", help=f"Container image [default: {DEFAULT_IMAGE}].")
+        str | None, typer.Option("--image", help=f"Container image (default: {DEFAULT_IMAGE}).")
     ] = None,
     name: Annotated[
-        str | None, typer.Option("--name", help="Job name (a DNS label) [default: train].")
+        str | None, typer.Option("--name", help="Job name, a DNS label (default: train).")
     ] = None,
     namespace: Annotated[
         str | None,
         typer.Option(
-            "--namespace", "-n", help="Namespace of the Jobs and the Service [default: default]."
+            "--namespace", "-n", help="Namespace of the Jobs and the Service (default: default)."
         ),
     ] = None,
     topology: Annotated[
@@ -108,11 +108,16 @@ def launch(
             "--target torchrun prints command lines, not manifests",
         )
     if topology is None:
+        consequence = (
+            "its lines name hosts you may not have"
+            if target == "torchrun"
+            else "its Jobs would stay Pending"
+        )
         stderr.print(
             Text(
                 f"warning: no --topology: the plan is on the shipped example "
-                f"'{DEFAULT_TOPOLOGY}', whose node names are not your cluster's (its Jobs "
-                "would stay Pending). `kubesage topology discover` writes your cluster's."
+                f"'{DEFAULT_TOPOLOGY}', whose node names are not your cluster's ({consequence}). "
+                "`kubesage topology discover` writes your cluster's."
             )
         )
     topology = topology_file(topology) if topology else example_topology(DEFAULT_TOPOLOGY)

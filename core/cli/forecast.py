@@ -306,7 +306,10 @@ def _prometheus_panel(
         )
     loaded = metric_map_from_options(metric_map, rate_window)
     wanted = loaded.only(select_columns(loaded.columns, patterns))  # query only those
-    chosen = node_panel(read_history(url, range_, step, wanted, timeout=30.0), patterns)
+    history = read_history(
+        url, range_, step, wanted, timeout=30.0, selected=f"--metrics {','.join(patterns)}"
+    )
+    chosen = node_panel(history, patterns)
     panel = chosen.panel
     stderr.print(
         f"{panel.steps} steps of {panel.step_s:g} s, {len(panel.entities)} node(s), "

@@ -115,7 +115,12 @@ def simulate(
         ),
     ] = None,
     seeds: Annotated[
-        str | None, typer.Option("--seeds", help="Seeds: 42-51, 1,2,3 or a mix.")
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="Seeds: 42-51, 1,2,3 or a mix (default: configs/simulate.yaml's; "
+            f"{SCENARIO_SEEDS[0]}-{SCENARIO_SEEDS[-1]} with --scenario).",
+        ),
     ] = None,
     tune: Annotated[
         float | None,

@@ -300,10 +300,17 @@ def components_for(model: PcaModel, share: float) -> int | None:
 
 
 def read_history(
-    prometheus: str, range_: str, step: str, metric_map: MetricMap, timeout: float
+    prometheus: str,
+    range_: str,
+    step: str,
+    metric_map: MetricMap,
+    timeout: float,
+    *,
+    selected: str | None = None,
 ) -> MetricHistory:
     """``--range`` of the metric map's columns at ``--step``, ending now, from Prometheus;
-    a clear error when it is unreachable or holds none of the map's series."""
+    a clear error when it is unreachable or holds none of the map's series (``selected``:
+    the option that chose the columns, named there)."""
     url = prometheus_url(prometheus)
     range_s = parse_duration_s(range_, "--range", maximum_s=MAX_RANGE_S)
     step_s = parse_duration_s(step, "--step")
@@ -329,8 +336,9 @@ def read_history(
         collector.close()
     if not history.nodes:
         dropped = "; ".join(d.describe() for d in collector.dropped.values())
+        which = f"the metric map's columns {selected} chose" if selected else "the metric map"
         raise InputError(
-            f"Prometheus at {url} has no series of the metric map in the last {range_}: "
+            f"Prometheus at {url} has no series of {which} in the last {range_}: "
             "nothing to learn from (are the exporters scraped? is --metric-map right?)"
             + (f"; dropped: {dropped}" if dropped else "")
         )

@@ -77,8 +77,9 @@ class RunResult:
     single requests its model scored as non-finite)."""
 
     def summary_row(self) -> dict[str, object]:
-        """The fields of the CLI's JSON ``runs`` entries."""
-        return {
+        """The fields of the CLI's JSON ``runs`` entries (a replay adds its peak and
+        time-mean allocation, the figures its table shows)."""
+        row: dict[str, object] = {
             "policy": self.policy,
             "seed": self.seed,
             "alloc_at_100": _round(self.alloc_at_100),
@@ -86,6 +87,10 @@ class RunResult:
             "frag_ratio_at_90": _round(self.frag_ratio_at_90),
             "failed_pods": self.failed_pods,
         }
+        if self.mode != "fgd":
+            row["alloc_peak"] = _round(self.alloc_peak)
+            row["alloc_time_mean"] = _round(self.alloc_time_mean)
+        return row
 
 
 def _round(value: float | None) -> float | None:

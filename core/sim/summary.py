@@ -167,11 +167,15 @@ def summary_table(results: Sequence[RunResult]) -> tuple[str, list[str], list[li
 def json_document(results: Sequence[RunResult]) -> dict[str, object]:
     """The CLI's ``--format json`` object: every run, and per-policy means over seeds."""
     summary: dict[str, dict[str, float | None]] = {}
+    replay = any(result.mode != "fgd" for result in results)
     for item in summarise(results):
         summary[item.policy] = {
             "alloc_at_100": None if item.alloc_at_100 is None else round(item.alloc_at_100, 3),
             "alloc_at_130": None if item.alloc_at_130 is None else round(item.alloc_at_130, 3),
         }
+        if replay:  # and the peak and time-mean allocation its table shows
+            summary[item.policy]["alloc_peak"] = round(item.alloc_peak, 3)
+            summary[item.policy]["alloc_time_mean"] = round(item.alloc_time_mean, 3)
     document: dict[str, object] = {
         "runs": [r.summary_row() for r in results],
         "summary": summary,

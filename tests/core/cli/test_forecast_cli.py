@@ -243,6 +243,21 @@ def test_a_bad_argument_exits_2_with_the_message_on_stderr(tmp_path: Path) -> No
     assert "Traceback" not in done.stderr
 
 
+def test_train_on_columns_prometheus_does_not_have_names_the_metrics_option(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        forecast_app,
+        [
+            *f"train --prometheus {prometheus.url} --range 30s --step 1s".split(),
+            *("--metrics", "ebpf.*", "--out", str(tmp_path / "m.safetensors")),  # not scraped
+        ],
+    )
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "no series of the metric map's columns --metrics ebpf.* chose" in said
+
+
 def test_train_on_prometheus_learns_the_loops_series_per_node(
     prometheus: PrometheusServer, tmp_path: Path
 ) -> None:

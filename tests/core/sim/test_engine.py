@@ -8,6 +8,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.sim.engine import Simulator
 from kubesage.core.sim.runner import RunSpec, run_many, run_one
+from kubesage.core.sim.summary import json_document
 from kubesage.core.state.fragmentation import FragmentationMeasure, typical_pods
 from kubesage.core.traces.synthetic import synthetic_cluster, synthetic_workload
 from kubesage.core.types import NodeSpec, PodRequest
@@ -91,3 +92,10 @@ def test_replay_mode_through_the_runner() -> None:
     result = run_one(RunSpec("fgd", 1, mode="replay"), nodes, workload)
     assert result.pods == 500
     assert result.curves["allocation_by_time"][0]
+    # a replay's JSON also carries the peak and the time-mean allocation (its table's)
+    row = result.summary_row()
+    assert 0 < float(row["alloc_time_mean"]) <= float(row["alloc_peak"]) <= 100  # type: ignore[arg-type]
+    summary = json_document([result])["summary"]
+    assert isinstance(summary, dict) and set(summary["fgd"]) == {
+        "alloc_at_100", "alloc_at_130", "alloc_peak", "alloc_time_mean",
+    }  # fmt: skip
