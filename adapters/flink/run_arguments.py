@@ -4,10 +4,12 @@ the program, the parallelism they set, and the local files they name.
 ``flink run [OPTIONS] <jar> <program arguments>`` parses its options with commons-cli,
 stopping at the first token that is not one of its options: the jar, or an option it does
 not know (a Python job's ``-py job.py --input x`` hands ``--input x`` to the program).
-When ``-py``, ``-pym`` or ``-j`` names the program, no positional argument is a jar: all
-of them are the program's (``-py job.py topic-a``).
 Everything from there on is the program's, so a program's own ``-p`` or ``-c`` is never
-read as Flink's. The option table is Flink's ``run`` action (1.17 to 2.x).
+read as Flink's. When ``-py``, ``-pym`` or ``-j`` names the program, no positional
+argument is a jar: all of them are the program's (``-py job.py topic-a``). ``-a`` takes
+every value up to Flink's next option as the program's arguments (the first is the jar
+unless the program is named otherwise), and positional ones are then not read. The
+option table is Flink's ``run`` action (1.17 to 2.x).
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from kubesage.core.errors import InputError
 
 WITH_VALUE = frozenset(
     {
-        "-a", "--arguments", "-c", "--class", "-C", "--classpath", "-D", "-e", "--executor",
-        "-j", "--jarfile",
+        "-c", "--class", "-C", "--classpath", "-D", "-e", "--executor", "-j", "--jarfile",
         "-m", "--jobmanager", "-p", "--parallelism", "-py", "--python", "-pyarch",
         "--pyArchives", "-pyclientexec", "--pyClientExecutable", "-pyexec", "--pyExecutable",
         "-pyfs", "--pyFiles", "-pym", "--pyModule", "-pypath", "--pyPythonPath", "-pyreq",
@@ -49,6 +50,12 @@ _PROGRAM_NAMED = frozenset({"-py", "--python", "-pym", "--pyModule", "-j", "--ja
 """Options that name the program: then no positional argument is a jar."""
 
 
+_ARGUMENTS = frozenset({"-a", "--arguments"})
+"""Flink's option whose values (as many as follow) are the program's arguments, the
+first the jar when no other option names the program; positional arguments are then
+not read."""
+
+
 @dataclass(frozen=True)
 class RunArguments:
     """``flink run``'s own options, each ``(option, value or None)`` in order, then the
@@ -57,20 +64,44 @@ class RunArguments:
     options: tuple[tuple[str, str | None], ...]
     jar: str | None
     program_args: tuple[str, ...]
+    flink_end: int = 0
+    """Where Flink's options end in the arguments: the jar or the program's first."""
+    jar_at: int | None = None
+    """The jar's index in the arguments (None: no jar, or named by ``-j``)."""
 
     def value(self, *names: str) -> str | None:
         """The first value given to any of ``names``."""
         return next((value for option, value in self.options if option in names), None)
 
 
+def _is_flink_option(arg: str) -> bool:
+    name, equals, _ = arg.partition("=")
+    return (
+        arg in FLAGS
+        or arg in WITH_VALUE
+        or arg in _ARGUMENTS
+        or (bool(equals) and name in WITH_VALUE)
+        or (arg.startswith("-D") and len(arg) > 2)
+        or (arg.startswith("-p") and arg[2:].isdecimal())
+    )
+
+
 def split_run_arguments(args: Sequence[str]) -> RunArguments:
     """Split ``args`` as ``flink run`` does (module docstring)."""
     options: list[tuple[str, str | None]] = []
+    passed: list[tuple[int, str]] = []  # -a's values, with their indices
     index = 0
+    end = len(args)
     while index < len(args):
         arg = args[index]
         following = args[index + 1] if index + 1 < len(args) else None
         name, equals, attached = arg.partition("=")
+        if arg in _ARGUMENTS:  # every value up to the next of Flink's own options
+            index += 1
+            while index < len(args) and not _is_flink_option(args[index]):
+                passed.append((index, args[index]))
+                index += 1
+            continue
         if arg in FLAGS:
             options.append((arg, None))
         elif arg in WITH_VALUE:
@@ -84,15 +115,21 @@ def split_run_arguments(args: Sequence[str]) -> RunArguments:
             options.append(("-D", arg[2:]))
         elif arg.startswith("-p") and arg[2:].isdecimal():  # commons-cli's attached form
             options.append(("-p", arg[2:]))
-        elif arg.startswith("-"):  # not Flink's: the program's arguments start here
-            return RunArguments(tuple(options), None, tuple(args[index:]))
-        elif any(option in _PROGRAM_NAMED for option, _ in options):
-            # the program is -py/-pym/-j's: every positional is an argument of it
-            return RunArguments(tuple(options), None, tuple(args[index:]))
-        else:
-            return RunArguments(tuple(options), arg, tuple(args[index + 1 :]))
+        else:  # the jar, or an option Flink does not know: the program's from here
+            end = index
+            break
         index += 1
-    return RunArguments(tuple(options), None, ())
+    named = any(option in _PROGRAM_NAMED for option, _ in options)
+    if passed:  # the program's arguments are -a's; positional ones are not read
+        values = tuple(value for _, value in passed)
+        if named:
+            return RunArguments(tuple(options), None, values, end)
+        return RunArguments(tuple(options), values[0], values[1:], end, passed[0][0])
+    rest = tuple(args[end:])
+    if not rest or rest[0].startswith("-") or named:
+        # an option Flink does not know, or the program is -py/-pym/-j's: all the program's
+        return RunArguments(tuple(options), None, rest, end)
+    return RunArguments(tuple(options), rest[0], rest[1:], end, end)
 
 
 def parallelism_set(args: Sequence[str]) -> int | None:
@@ -152,9 +189,8 @@ def with_absolute_files(args: Sequence[str], folder: Path) -> list[str]:
         return ",".join(parts)
 
     split = split_run_arguments(args)
-    flink_part = len(args) - len(split.program_args) - (1 if split.jar else 0)
     out = list(args)
-    for index in range(flink_part):
+    for index in range(split.flink_end):
         previous = out[index - 1] if index else ""
         if previous in FILE_OPTIONS:
             out[index] = absolute(out[index])
@@ -162,6 +198,6 @@ def with_absolute_files(args: Sequence[str], folder: Path) -> list[str]:
             name, equals, value = out[index].partition("=")
             if equals and name in FILE_OPTIONS:
                 out[index] = f"{name}={absolute(value)}"
-    if split.jar and split.jar in relative:
-        out[flink_part] = str(folder / split.jar)
+    if split.jar is not None and split.jar_at is not None and split.jar in relative:
+        out[split.jar_at] = str(folder / split.jar)
     return out

@@ -15,19 +15,10 @@ from rich.table import Table
 from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
 from kubesage.core.cli.options import MetricMapOption, OutputFormat
 from kubesage.core.cli.tables import print_table
-from kubesage.core.cli.telemetry import (
-    RateWindowOption,
-    metric_map_from_options,
-    read_history,
-)
+from kubesage.core.cli.telemetry import RateWindowOption, metric_map_from_options, read_history
 from kubesage.core.durations import format_duration, parse_duration_s
 from kubesage.core.errors import InputError
-from kubesage.core.forecast import (
-    ABLATION_NAMES,
-    DEFAULT_HISTORY,
-    DEFAULT_HORIZON,
-    MODEL_NAMES,
-)
+from kubesage.core.forecast import ABLATION_NAMES, DEFAULT_HISTORY, DEFAULT_HORIZON, MODEL_NAMES
 from kubesage.core.forecast.node_panel import DEFAULT_COLUMNS, node_panel, select_columns
 from kubesage.core.forecast.panel import MetricPanel, describe, read_panel
 from kubesage.core.loop.settings import DEFAULT_TICK_S
@@ -306,9 +297,7 @@ def _prometheus_panel(
         )
     loaded = metric_map_from_options(metric_map, rate_window)
     wanted = loaded.only(select_columns(loaded.columns, patterns))  # query only those
-    history = read_history(
-        url, range_, step, wanted, timeout=30.0, selected=f"--metrics {','.join(patterns)}"
-    )
+    history = read_history(url, range_, step, wanted, timeout=30.0, selected=f"--metrics {metrics}")
     chosen = node_panel(history, patterns)
     panel = chosen.panel
     stderr.print(

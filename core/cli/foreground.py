@@ -9,7 +9,8 @@ SIGHUP and SIGINT are passed on, and the wrapper waits. One exception: when this
 group is a terminal's foreground group, the terminal's Ctrl-C already reaches the
 program, so SIGINT is not passed on again (it would arrive twice). The handlers are in
 place before the program starts, and a signal that arrives before it exists is passed
-on as soon as it does.
+on as soon as it does. A signal this process was started ignoring (``nohup``, a
+script's ``cmd &``) stays ignored and is not passed on.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
@@ -31,12 +31,19 @@ PASSED_ON = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 def _terminal_sends_sigint() -> bool:
-    """Whether this process group is the foreground group of the terminal on stdin (a
-    Ctrl-C there reaches every process of the group, the program included)."""
+    """Whether this process group is the foreground group of its controlling terminal
+    (a Ctrl-C there reaches every process of the group, the program included), whatever
+    stdin is redirected from."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):  # no terminal, or stdin replaced
+        terminal = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal
         return False
+    try:
+        return os.tcgetpgrp(terminal) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(terminal)
 
 
 def run_in_foreground(command: Sequence[str]) -> int:
@@ -49,20 +56,22 @@ def run_in_foreground(command: Sequence[str]) -> int:
     terminal = _terminal_sends_sigint()
 
     def pass_on(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT and terminal:
-            return  # the terminal sent it to the program as well
         if child is None:
             early.append(signum)  # before the program exists: passed on once it does
             return
+        if signum == signal.SIGINT and terminal:
+            return  # the terminal sent it to the program as well
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
     # Python-level handlers, not SIG_IGN: the program starts with the default action
-    # (an ignored signal would stay ignored across exec).
+    # (an ignored signal would stay ignored across exec). A signal this process was
+    # started ignoring (nohup, a script's `cmd &`) stays ignored, for the program too.
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for passed in PASSED_ON:
-            previous[passed] = signal.signal(passed, pass_on)
+            if signal.getsignal(passed) is not signal.SIG_IGN:
+                previous[passed] = signal.signal(passed, pass_on)
     try:
         try:
             child = subprocess.Popen(list(command))

@@ -93,11 +93,19 @@ def loop_inputs(
 
 def loop_claims(control: ControlLoop) -> Callable[[Sequence[Mapping[str, Any]]], bool]:
     """What the secondary scheduler asks before placing a gang: does the loop place
-    these v1 Pods itself (:meth:`ControlLoop.claims`)?"""
+    these v1 Pods itself (:meth:`ControlLoop.claims`)? Never a gang with a pod the loop
+    gives no node (a claimed volume, a constraint kubesage does not check): claimed, it
+    would be placed by nobody."""
 
     from kubesage.core.cli.loop_sources import pod_info
+    from kubesage.core.k8s.unsupported_constraints import (
+        claimed_volumes,
+        unsupported_constraints,
+    )
 
     def claims(pods: Sequence[Mapping[str, Any]]) -> bool:
+        if any(claimed_volumes(pod) or unsupported_constraints(pod) for pod in pods):
+            return False  # the secondary scheduler keeps it (its own rules apply)
         infos = [pod_info(pod) for pod in pods]
         known = [info for info in infos if info is not None]
         return len(known) == len(infos) and control.claims(known)

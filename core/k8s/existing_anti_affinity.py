@@ -154,3 +154,21 @@ class RepelIndex:
         if key not in self._narrowed:
             self._narrowed[key] = (eligible, allowed, eligible & allowed)
         return self._narrowed[key][2]
+
+
+def repelled_from(
+    pod: Mapping[str, Any],
+    node: str,
+    placed: Iterable[Mapping[str, Any]],
+    nodes: Mapping[str, Mapping[str, Any]],
+) -> str | None:
+    """Why a running pod's required anti-affinity keeps ``pod`` off ``node`` (None: none
+    does), for the check just before a bind."""
+    index = RepelIndex(placed, nodes, [node])
+    allowed = index.allowed(pod)
+    if allowed is None or bool(allowed[0]):
+        return None
+    return (
+        f"InterPodAffinity: a running pod's required podAntiAffinity keeps this pod out of "
+        f"node {node}'s topology domain"
+    )

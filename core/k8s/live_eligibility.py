@@ -8,6 +8,7 @@ from kubesage.core.k8s.api_reads import read_node, read_pod
 from kubesage.core.k8s.api_results import DEFAULT_REQUEST_TIMEOUT_S
 from kubesage.core.k8s.apiclient import ApiClient, CoreV1Api
 from kubesage.core.k8s.binding import BindTarget, NodeObjects, node_refusal
+from kubesage.core.k8s.existing_anti_affinity import repelled_from
 from kubesage.core.k8s.extras_ledger import BoundPods, ledger_for
 from kubesage.core.k8s.mig_readiness import mig_resources, mig_wait_for
 from kubesage.core.k8s.schedulable import pod_key
@@ -25,8 +26,10 @@ class LiveEligibility:
     also keeps the bound pods (ClusterSync), its resources the core does not count, the
     node's pod count and host ports
     (:meth:`~kubesage.core.k8s.extras_ledger.ExtrasLedger.admit`, with the ledger the
-    secondary scheduler shares). A pod that is gone, or a node the cache does not know,
-    passes: the bind path refuses those itself (the Binding's 404; no room in the state)."""
+    secondary scheduler shares), and the running pods' required anti-affinity as it
+    stands now (a pod placed since the plan was made may repel this one). A pod that is
+    gone, or a node the cache does not know, passes: the bind path refuses those itself
+    (the Binding's 404; no room in the state)."""
 
     def __init__(
         self,
@@ -56,6 +59,8 @@ class LiveEligibility:
             refusal = mig_wait_for(migs, current if current is not None else node)
         if refusal is None and isinstance(self._nodes, BoundPods):
             refusal = ledger_for(self._nodes).admit(pod, target.node, node, self._nodes)
+        if refusal is None and isinstance(self._nodes, BoundPods):
+            refusal = repelled_from(pod, target.node, self._nodes.bound_pods(), self._nodes.nodes())
         return refusal
 
     def bind_failed(self, target: BindTarget) -> None:

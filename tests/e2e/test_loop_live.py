@@ -290,3 +290,22 @@ def test_gang_is_placed_on_the_ring_all_members_or_none(
     (note,) = report.notes["gpu-gang"]
     assert note.startswith("gang ml/big: 2 member(s) × 8 GPU(s) do not fit")
     assert note.endswith("none bound")
+
+
+def test_a_gang_with_a_claimed_volume_is_left_to_the_secondary_scheduler(
+    dgx_pod: LiveCluster, tmp_path: Path
+) -> None:
+    """The loop gives a pod with a PersistentVolumeClaim no node (where the volume can
+    follow is not known to it), so it must not claim its gang either: claimed, the gang
+    would be placed by nobody. The secondary scheduler keeps it and binds it."""
+    live = dgx_pod
+    control = live.loop(loop_settings(audit_log=tmp_path / "audit.jsonl", topology="dgx-h100-pod"))
+    secondary = live.secondary(control)
+    for role in ("worker", "master"):
+        member = gang_member("db", role)
+        member["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]
+        live.fake.add_pod(member)
+    live.settle()
+    cycle = secondary.schedule_once()
+    assert "ml/db" not in cycle.waiting
+    assert sorted(cycle.bound) == ["ml/db-master-0", "ml/db-worker-0"]

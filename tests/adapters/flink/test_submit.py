@@ -121,6 +121,9 @@ def test_user_parallelism_must_be_an_integer() -> None:
         (("-py", "job.py", "topic-a", "-p", "3"), None, "job.py"),
         (("-j", "app.jar", "2024-01-01"), None, "app.jar"),
         (("-v", "-p", "4", "app.jar"), 4, "app.jar"),  # -v is Flink's flag
+        # -a takes every value up to Flink's next option; its first is the jar unless -j
+        (("-j", "app.jar", "-a", "in", "out", "-p", "2"), 2, "app.jar"),
+        (("-a", "app.jar", "in", "out"), None, "app.jar"),
     ],
 )
 def test_the_programs_own_arguments_are_not_read_as_flinks(
@@ -144,6 +147,9 @@ def test_the_registry_keeps_the_programs_files_as_absolute_paths(tmp_path: Path)
     ]  # fmt: skip
     assert with_absolute_files(["-d", "app.jar", "x.txt"], tmp_path) == [
         "-d", f"{tmp_path}/app.jar", "x.txt",
+    ]  # fmt: skip
+    assert with_absolute_files(["-a", "app.jar", "in"], tmp_path) == [
+        "-a", f"{tmp_path}/app.jar", "in",
     ]  # fmt: skip
     assert with_absolute_files(["-py", "job.py", "topic-a"], tmp_path) == [
         "-py", f"{tmp_path}/job.py", "topic-a",  # the program's argument: as typed

@@ -131,7 +131,8 @@ def test_submit_passes_a_signal_on_to_spark_submit_and_exits_as_it_did(
         [sys.executable, "-m", "kubesage.core.cli", "spark", "submit", "--executors", "1",
          "--cores", "1", "--memory", "512", "--out", str(tmp_path / "conf"), "--", "app.py"],
         env={**os.environ, "SPARK_HOME": str(home)},
-        stdin=subprocess.DEVNULL,  # no terminal: the signal reaches kubesage alone
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # no controlling terminal: the signal reaches kubesage alone
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -146,6 +147,37 @@ def test_submit_passes_a_signal_on_to_spark_submit_and_exits_as_it_did(
         assert (marks / ("got-term" if signum == signal.SIGTERM else "got-int")).exists()
     finally:
         process.kill()
+        process.wait()
+
+
+def test_a_signal_kubesage_was_started_ignoring_stays_ignored(tmp_path: Path) -> None:
+    """Under ``nohup`` SIGHUP is ignored: a hangup reaching the process group leaves
+    kubesage and spark-submit running (it had killed spark-submit)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    home = fake_spark_home(tmp_path, f"echo > {marks}/started\nsleep 3\necho > {marks}/done\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kubesage.core.cli", "spark", "submit", "--executors", "1",
+         "--cores", "1", "--memory", "512", "--out", str(tmp_path / "conf"), "--", "app.py"],
+        env={**os.environ, "SPARK_HOME": str(home)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (marks / "started").exists():
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "spark-submit never started"
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGHUP)
+        assert process.wait(timeout=30) == 0
+        assert (marks / "done").exists()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
 

@@ -111,6 +111,30 @@ def test_the_loop_never_binds_to_a_cordoned_tainted_node(
     assert fake.pod("ml", "ops")["spec"]["nodeName"] == "gpu-a"
 
 
+def test_a_bind_into_a_domain_a_running_pod_repels_is_refused_at_bind_time(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    """A plan is made ticks before its bind: a pod kube-scheduler placed meanwhile may
+    repel the one to be bound. The bind re-checks and is refused."""
+    pod = fake.add_pod(gpu_pod("w"))
+    guard = gpu_pod("guard")
+    guard["metadata"]["labels"] = {"app": "guard"}
+    guard["spec"]["nodeName"] = "gpu-b"
+    guard["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    fake.add_pod(guard)
+    wait_until(lambda: len(sync.bound_pods()) == 1, what="the guard seen")
+    refused = binder(fake, sync).execute(bind_to(sync, pod, "gpu-b"))
+    assert refused.outcome is Outcome.REFUSED, refused.detail
+    assert "InterPodAffinity" in refused.detail and "gpu-b" in refused.detail
+    assert "nodeName" not in fake.pod("ml", "w")["spec"]
+
+
 def test_a_node_outside_the_pods_node_selector_is_refused(
     fake: FakeApiServer, sync: ClusterSync
 ) -> None:

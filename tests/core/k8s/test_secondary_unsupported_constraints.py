@@ -12,6 +12,7 @@ import pytest
 from tests.core.k8s import v1_container, v1_node, v1_pod
 from tests.core.k8s.test_secondary import NAME, Harness, gang
 from tests.fakes.apiserver import FakeApiServer
+from tests.fakes.apiserver.resources import wait_until
 
 SELECTOR = {"matchLabels": {"app": "inference"}}
 TERM = {"labelSelector": SELECTOR, "topologyKey": "kubernetes.io/hostname"}
@@ -119,3 +120,10 @@ def test_a_running_pods_anti_affinity_keeps_a_pod_it_selects_off_its_node(
     report = cluster.scheduler.schedule_once()
     assert sorted(report.bound) == ["ml/r0", "ml/r1", "ml/r2"]
     assert {cluster.node_of(f"r{index}") for index in range(3)} == {"n2"}
+    # n2 cordoned: n1, where the guard repels it, is the only node left, and is not taken
+    cluster.fake.modify_node("n2", lambda node: node["spec"].update(unschedulable=True))
+    wait_until(lambda: cluster.sync.nodes()["n2"]["spec"].get("unschedulable"), what="cordon")
+    cluster.fake.add_pod(replica("r3"))
+    cluster.seen(1)
+    report = cluster.scheduler.schedule_once()
+    assert report.bound == {} and cluster.node_of("r3") is None
