@@ -126,22 +126,8 @@ def test_submit_passes_a_signal_on_to_spark_submit_and_exits_as_it_did(
         f"echo > {marks}/started\n"
         "sleep 60 & wait\n"
     )
-    home = fake_spark_home(tmp_path, script)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kubesage.core.cli", "spark", "submit", "--executors", "1",
-         "--cores", "1", "--memory", "512", "--out", str(tmp_path / "conf"), "--", "app.py"],
-        env={**os.environ, "SPARK_HOME": str(home)},
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # no controlling terminal: the signal reaches kubesage alone
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    process = submit_started(tmp_path, fake_spark_home(tmp_path, script), marks)
     try:
-        deadline = time.monotonic() + 120
-        while not (marks / "started").exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "spark-submit never started"
-            time.sleep(0.1)
         process.send_signal(signum)
         assert process.wait(timeout=30) == status
         assert (marks / ("got-term" if signum == signal.SIGTERM else "got-int")).exists()
@@ -156,6 +142,28 @@ def test_a_signal_kubesage_was_started_ignoring_stays_ignored(tmp_path: Path) ->
     marks = tmp_path / "marks"
     marks.mkdir()
     home = fake_spark_home(tmp_path, f"echo > {marks}/started\nsleep 3\necho > {marks}/done\n")
+    process = submit_started(tmp_path, home, marks, ignoring=signal.SIGHUP)  # as nohup does
+    try:
+        os.killpg(process.pid, signal.SIGHUP)
+        assert process.wait(timeout=30) == 0
+        assert (marks / "done").exists()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def submit_started(
+    tmp_path: Path, home: Path, marks: Path, ignoring: signal.Signals | None = None
+) -> subprocess.Popen[bytes]:
+    """``kubesage spark submit`` with ``home``'s spark-submit, in a session of its own (no
+    controlling terminal: a signal reaches it alone), once the script wrote ``started``;
+    ``ignoring``: a signal it starts with ignored."""
+
+    def ignore() -> None:
+        if ignoring is not None:
+            signal.signal(ignoring, signal.SIG_IGN)
+
     process = subprocess.Popen(
         [sys.executable, "-m", "kubesage.core.cli", "spark", "submit", "--executors", "1",
          "--cores", "1", "--memory", "512", "--out", str(tmp_path / "conf"), "--", "app.py"],
@@ -164,21 +172,16 @@ def test_a_signal_kubesage_was_started_ignoring_stays_ignored(tmp_path: Path) ->
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # as nohup does
+        preexec_fn=ignore,
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not (marks / "started").exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "spark-submit never started"
-            time.sleep(0.1)
-        os.killpg(process.pid, signal.SIGHUP)
-        assert process.wait(timeout=30) == 0
-        assert (marks / "done").exists()
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    deadline = time.monotonic() + 120
+    while not (marks / "started").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            stderr = process.stderr.read() if process.stderr else b""
+            pytest.fail(f"spark-submit never started: {stderr.decode()[-2000:]}")
+        time.sleep(0.1)
+    return process
 
 
 def fake_spark_home(tmp_path: Path, body: str) -> Path:

@@ -51,6 +51,19 @@ def gpu_pod(name: str, **options: Any) -> dict[str, Any]:
     )
 
 
+def guard_on(node: str, selector: dict[str, Any]) -> dict[str, Any]:
+    """A pod running on ``node`` whose required anti-affinity repels, from that node, the
+    pods ``selector`` matches."""
+    guard = gpu_pod("guard")
+    guard["metadata"]["labels"] = {"app": "guard"}
+    guard["spec"]["nodeName"] = node
+    term = {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
+    guard["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
+    return guard
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeApiServer]:
     with FakeApiServer() as server:
@@ -117,17 +130,7 @@ def test_a_bind_into_a_domain_a_running_pod_repels_is_refused_at_bind_time(
     """A plan is made ticks before its bind: a pod kube-scheduler placed meanwhile may
     repel the one to be bound. The bind re-checks and is refused."""
     pod = fake.add_pod(gpu_pod("w"))
-    guard = gpu_pod("guard")
-    guard["metadata"]["labels"] = {"app": "guard"}
-    guard["spec"]["nodeName"] = "gpu-b"
-    guard["spec"]["affinity"] = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {}, "topologyKey": "kubernetes.io/hostname"}
-            ]
-        }
-    }
-    fake.add_pod(guard)
+    fake.add_pod(guard_on("gpu-b", {}))  # repels every pod
     wait_until(lambda: len(sync.bound_pods()) == 1, what="the guard seen")
     refused = binder(fake, sync).execute(bind_to(sync, pod, "gpu-b"))
     assert refused.outcome is Outcome.REFUSED, refused.detail
@@ -283,20 +286,7 @@ def test_a_pod_with_a_claimed_volume_is_neither_moved_nor_bound_by_the_loop(
 def test_a_running_pods_anti_affinity_narrows_where_a_pending_pod_may_go(
     fake: FakeApiServer, sync: ClusterSync
 ) -> None:
-    guard = gpu_pod("guard")
-    guard["metadata"]["labels"] = {"app": "guard"}
-    guard["spec"]["nodeName"] = "gpu-b"
-    guard["spec"]["affinity"] = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "labelSelector": {"matchLabels": {"app": "trainer"}},
-                    "topologyKey": "kubernetes.io/hostname",
-                }
-            ]
-        }
-    }
-    fake.add_pod(guard)
+    fake.add_pod(guard_on("gpu-b", {"matchLabels": {"app": "trainer"}}))
     trainer = gpu_pod("trainer")
     trainer["metadata"]["labels"] = {"app": "trainer"}
     trainer["spec"]["tolerations"] = [{"operator": "Exists"}]  # gpu-a's cordon too
