@@ -158,9 +158,13 @@ def submit_started(
 ) -> subprocess.Popen[bytes]:
     """``kubesage spark submit`` with ``home``'s spark-submit, in a session of its own (no
     controlling terminal: a signal reaches it alone), once the script wrote ``started``;
-    ``ignoring``: a signal it starts with ignored."""
+    it starts with the default signal actions, and ``ignoring`` ignored."""
 
     def ignore() -> None:
+        # the defaults first: a test run started in the background (`cmd &` in a script,
+        # as CI may) ignores SIGINT, and kubesage rightly leaves an ignored signal alone
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, signal.SIG_DFL)
         if ignoring is not None:
             signal.signal(ignoring, signal.SIG_IGN)
 
