@@ -34,6 +34,8 @@ def test_ctrl_c_stops_the_workers_at_once_with_one_traceback_not_one_per_worker(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own group: the signal below reaches it alone
+        # Ctrl-C's default action: a test run started in the background ignores SIGINT
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert process.stdout is not None and process.stdout.readline() == "started\n"
