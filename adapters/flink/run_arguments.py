@@ -163,7 +163,10 @@ def program_name(args: Sequence[str]) -> str | None:
 
 def local_files(args: Sequence[str]) -> list[str]:
     """The local paths Flink's options and the jar name (no URL, no ``#name``)."""
-    split = split_run_arguments(args)
+    return _local_files(split_run_arguments(args))
+
+
+def _local_files(split: RunArguments) -> list[str]:
     paths = [split.jar] if split.jar else []
     for option, value in split.options:
         if option in FILE_OPTIONS and value:
@@ -176,7 +179,8 @@ def with_absolute_files(args: Sequence[str], folder: Path) -> list[str]:
     """``args`` with every relative local path of :func:`local_files` made absolute
     against ``folder`` (where ``flink run`` ran), so the arguments can be run again from
     anywhere; the program's own arguments are left as they are."""
-    relative = {path for path in local_files(args) if not Path(path).is_absolute()}
+    split = split_run_arguments(args)
+    relative = {path for path in _local_files(split) if not Path(path).is_absolute()}
     if not relative:
         return list(args)
 
@@ -188,7 +192,6 @@ def with_absolute_files(args: Sequence[str], folder: Path) -> list[str]:
             parts.append(path + hash_ + name)
         return ",".join(parts)
 
-    split = split_run_arguments(args)
     out = list(args)
     for index in range(split.flink_end):
         previous = out[index - 1] if index else ""

@@ -342,7 +342,7 @@ def submit(
         app_kind or app_kind_of(ctx.args),
     )
     # Yours come last, so an explicit --conf of yours wins; each such key is named.
-    for warning in overridden(settings.submit_args(), ctx.args):
+    for warning in overridden(settings.conf, ctx.args):
         stderr.print(Text(f"warning: {warning}"))
     command = [find_spark_submit(), *settings.submit_args(), *ctx.args]
     sys.stdout.flush()

@@ -84,14 +84,13 @@ def _properties(path: str) -> dict[str, str]:
     return settings
 
 
-def overridden(ours: Sequence[str], theirs: Sequence[str]) -> list[str]:
+def overridden(ours: Mapping[str, str], theirs: Sequence[str]) -> list[str]:
     """One sentence per key both set to different values: which value spark-submit uses
-    and which it drops (``ours``: kubesage's ``--conf`` pairs; ``theirs``: the user's
-    arguments)."""
-    planned, _ = _settings(ours)
+    and which it drops (``ours``: kubesage's conf, passed as ``--conf`` pairs;
+    ``theirs``: the user's arguments)."""
     given, files = _settings(theirs)
     notes = []
-    for key, (ours_value, _) in planned.items():
+    for key, ours_value in ours.items():
         if key in given and given[key][0] != ours_value:
             value, how = given[key]
             notes.append(
@@ -100,9 +99,9 @@ def overridden(ours: Sequence[str], theirs: Sequence[str]) -> list[str]:
             )
     for path in files:
         for key, value in _properties(path).items():
-            if key in planned and key not in given and planned[key][0] != value:
+            if key in ours and key not in given and ours[key] != value:
                 notes.append(
                     f"your --properties-file {path} sets {key} {value}; kubesage's --conf "
-                    f"{key}={planned[key][0]} replaces it (pass yours as --conf to keep it)"
+                    f"{key}={ours[key]} replaces it (pass yours as --conf to keep it)"
                 )
     return notes

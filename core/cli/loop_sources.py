@@ -204,12 +204,13 @@ class LiveClusterCollector:
             if scheduler != DEFAULT_SCHEDULER or not _nominated(pod)
         ]
         snapshot = self._state(placing)
-        eligible = _Eligibility(self.sync, snapshot.data.node_names, self.sync.bound_pods())
+        bound = self.sync.bound_pods()  # a copy of every bound pod: once per collect
+        eligible = _Eligibility(self.sync, snapshot.data.node_names, bound)
         nodes = eligible.version()
         nodes_changed = nodes != self._nodes_seen
         movable: dict[str, tuple[object, frozenset[str] | None]] = {}
         pods: dict[str, PodInfo] = {}
-        for pod in self.sync.bound_pods():
+        for pod in bound:
             key = pod_key(pod)
             placement = self.sync.placement_of(key)
             version = _resource_version(pod)
