@@ -73,6 +73,7 @@ def run_stagger_rounds(
     once and return (a dry run; nothing recorded). ``duration_s``: stop that long after
     the first plan starts being driven (probing and planning do not count)."""
     rounds = StaggerRounds()
+    deadline_ms: int | None = None
     while not stop.is_set():
         jobs = list(named) or running()
         profiles = stagger_profiles(
@@ -116,15 +117,21 @@ def run_stagger_rounds(
         if not rounds.plans:
             rounds.started_ms = coordinator.now_ms()
             if duration_s is not None:
+                deadline_ms = rounds.started_ms + int(duration_s * 1000)
+                # The timer only ends a wait for jobs; the coordinator stops at the
+                # deadline itself, so a late timer on a loaded machine triggers nothing.
                 timer = threading.Timer(duration_s, stop.set)
                 timer.daemon = True
                 timer.start()
         rounds.plans.append(plan)
         either = _either(stop, round_over)
-        rounds.reports.append(coordinator.run(stop=either))
+        left_s = None if deadline_ms is None else max(0, deadline_ms - coordinator.now_ms()) / 1000
+        rounds.reports.append(coordinator.run(stop=either, duration_s=left_s))
         round_over.set()  # ends the watcher of a round that stop ended
         if watcher is not None:
             watcher.join()
+        if deadline_ms is not None and coordinator.now_ms() >= deadline_ms:
+            break
     return rounds
 
 
