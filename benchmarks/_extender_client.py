@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION
+from kubesage.core.annotations import GPU_MILLI_ANNOTATION
 from kubesage.core.types import PodRequest
 
 FLOOR_PATH = "/scheduler/floor"

@@ -54,6 +54,7 @@ from kubesage.adapters.gpu_training.elastic import (
     PhaseDetector,
     detect_phases,
 )
+from kubesage.core.annotations import ELASTIC_MAX_ANNOTATION, ELASTIC_MIN_ANNOTATION
 from kubesage.core.loop.actions import ObjectRef, Plan, Scale
 from kubesage.core.loop.forecasts import GPU_UTIL_METRIC, MetricTable
 from kubesage.core.loop.reconciler import Reconciled
@@ -61,8 +62,6 @@ from kubesage.core.loop.view import PodInfo, WorldView
 
 NAME = "gpu-elastic"
 
-ELASTIC_MIN_ANNOTATION = "kubesage.io/elastic-min"
-ELASTIC_MAX_ANNOTATION = "kubesage.io/elastic-max"
 ELASTIC_KINDS = ("PyTorchJob", "Job")
 """Owner kinds whose replicas the loop's Scale actuator can set."""
 PHASE_WORDS: Mapping[str, Phase] = {

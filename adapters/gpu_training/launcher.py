@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION
 from kubesage.core.dra.api import GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
 from kubesage.core.dra.claims import (
     DeviceMode,
@@ -241,7 +242,7 @@ def kubernetes_manifests(
             pod_spec = claim_pod_spec(pod_spec, template)
         else:
             container["resources"] = {"limits": {resource: str(share.gpus)}}
-        indices = {"kubesage.io/gpu-indices": ",".join(map(str, share.gpu_indices))}
+        indices = {GPU_INDICES_ANNOTATION: ",".join(map(str, share.gpu_indices))}
         jobs.append(
             {
                 "apiVersion": "batch/v1",

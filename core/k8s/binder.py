@@ -46,6 +46,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION, MIG_START_ANNOTATION
 from kubesage.core.errors import DependencyError, InputError
 from kubesage.core.k8s.api_status import api_message, retry_after_s
 from kubesage.core.k8s.apiclient import (
@@ -60,11 +61,6 @@ from kubesage.core.k8s.schedulable import bound_node, is_terminating, scheduling
 from kubesage.core.types import Placement
 
 log = logging.getLogger(__name__)
-
-GPU_INDICES_ANNOTATION = "kubesage.io/gpu-indices"
-"""Comma-separated GPU indices kubesage chose on the node (``"0,1"``)."""
-MIG_START_ANNOTATION = "kubesage.io/mig-start"
-"""For a MIG instance: the memory slice it starts at."""
 
 _REMEMBERED_BINDS = 65_536
 """How many bound UIDs the Binder remembers (oldest forgotten first)."""

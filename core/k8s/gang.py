@@ -34,10 +34,14 @@ from typing import Any
 
 import numpy as np
 
+from kubesage.core.annotations import (
+    GANG_ANNOTATION,
+    GANG_MIN_AVAILABLE_ANNOTATION,
+    GANG_WAITING_TIME_ANNOTATION,
+)
 from kubesage.core.arrays import BoolArray
 from kubesage.core.durations import DurationError, parse_duration_s
 from kubesage.core.errors import CapacityError, InputError
-from kubesage.core.k8s.translate import GANG_ANNOTATION
 from kubesage.core.policy.base import Policy
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.types import Placement, PodRequest
@@ -50,12 +54,12 @@ GANG_NAME_KEYS = (
 )
 """Annotations (then labels) naming a pod's gang, first found wins."""
 MIN_AVAILABLE_KEYS = (
-    "kubesage.io/gang-min-available",
+    GANG_MIN_AVAILABLE_ANNOTATION,
     "gang.scheduling.koordinator.sh/min-available",
     "pod-group.scheduling.sigs.k8s.io/min-available",
 )
 WAITING_TIME_KEYS = (
-    "kubesage.io/gang-waiting-time",
+    GANG_WAITING_TIME_ANNOTATION,
     "gang.scheduling.koordinator.sh/waiting-time",
 )
 DEFAULT_WAITING_TIME_S = 120.0

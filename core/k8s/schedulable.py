@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from kubesage.core.annotations import GPU_MILLI_ANNOTATION
 from kubesage.core.k8s.translate import (
-    GPU_MILLI_ANNOTATION,
     MIG_RESOURCE_PREFIX,
     TranslateError,
     bytes_to_mib,

@@ -40,6 +40,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kubesage.core.annotations import (
+    GANG_ANNOTATION,
+    GPU_MILLI_ANNOTATION,
+    GPU_MODELS_ANNOTATION,
+)
 from kubesage.core.field_errors import first_problem
 
 # Re-exported: what translating a pod raises, and the MIG names it reads, are imported
@@ -69,12 +74,6 @@ from kubesage.core.types import (
     PodRequest,
 )
 
-GPU_MILLI_ANNOTATION = "kubesage.io/gpu-milli"
-"""A GPU-sharing pod's share of one GPU in milli-GPU (``"1"`` .. ``"1000"``)."""
-GPU_MODELS_ANNOTATION = "kubesage.io/gpu-models"
-"""Comma-separated GPU models the pod may run on (core model names or GFD products)."""
-GANG_ANNOTATION = "kubesage.io/gang"
-"""Pods with the same value (in one namespace) are placed all-or-nothing."""
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 """GPU Feature Discovery: memory of one GPU in MiB."""
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 
+from kubesage.core.annotations import GPU_MILLI_ANNOTATION
 from kubesage.core.errors import InputError
 from kubesage.core.field_errors import first_problem
 from kubesage.core.k8s.policy_source import PolicySource
@@ -50,7 +51,7 @@ from kubesage.core.k8s.scheduling_policy import (
     by_priority,
     name_only_namespace_labels,
 )
-from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION, effective_requests
+from kubesage.core.k8s.translate import effective_requests
 from kubesage.core.k8s.unsupported_constraints import (
     KUBESAGE_SCHEDULER,
     never_scheduled,

@@ -25,6 +25,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kubesage.core.annotations import (
+    ELASTIC_MAX_ANNOTATION,
+    ELASTIC_MIN_ANNOTATION,
+    GANG_ANNOTATION,
+    GANG_MIN_AVAILABLE_ANNOTATION,
+)
 from kubesage.core.arrays import FloatArray
 from kubesage.core.errors import CapacityError
 from kubesage.core.loop.actions import Action, ActionKind, Bind, Evict, ObjectRef, PodRef, Scale
@@ -163,8 +169,8 @@ class SimCluster:
         if training is not None:
             owner = ObjectRef(JOB_API_VERSION, JOB_KIND, NAMESPACE, arrival.id)
             annotations = {
-                "kubesage.io/elastic-min": str(training.min_members),
-                "kubesage.io/elastic-max": str(training.members),
+                ELASTIC_MIN_ANNOTATION: str(training.min_members),
+                ELASTIC_MAX_ANNOTATION: str(training.members),
             }
             labels = {
                 "training.kubeflow.org/replica-type": "master" if pod.index == 0 else "worker",
@@ -173,8 +179,8 @@ class SimCluster:
             job = self.jobs.get(arrival.id)
             if not pod.regrown and (job is None or job.started_s is None):
                 gang = f"{NAMESPACE}/{arrival.id}"
-                annotations["kubesage.io/gang"] = arrival.id
-                annotations["kubesage.io/gang-min-available"] = str(training.members)
+                annotations[GANG_ANNOTATION] = arrival.id
+                annotations[GANG_MIN_AVAILABLE_ANNOTATION] = str(training.members)
         return PodInfo(
             pod.ref,
             pod.request,

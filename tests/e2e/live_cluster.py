@@ -22,12 +22,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION, GPU_MILLI_ANNOTATION
 from kubesage.core.cli.loop import live_loop, loop_claims
 from kubesage.core.k8s.apiclient import ApiClient, load_api_client
-from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, Binder
+from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.informer import ClusterSync
 from kubesage.core.k8s.secondary import SecondaryScheduler
-from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION
 from kubesage.core.loop.clock import SimulatedClock
 from kubesage.core.loop.control import ControlLoop
 from kubesage.core.loop.report import TickReport

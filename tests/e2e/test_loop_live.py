@@ -22,8 +22,8 @@ from kubesage.adapters.gpu_training.gang_reconciler import (
     GANG_RANK_ANNOTATION,
     GANG_SIZE_ANNOTATION,
 )
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION
 from kubesage.core.cli.loop_options import loop_settings
-from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION
 from kubesage.core.perception import Snapshot
 from kubesage.core.telemetry.features import NodeMetrics
 from kubesage.core.topology.examples import topology_file

@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 
 from kubesage.adapters.gpu_training.elastic import PhaseDetector
-from kubesage.adapters.gpu_training.elastic_reconciler import (
-    ELASTIC_MAX_ANNOTATION,
-    ELASTIC_MIN_ANNOTATION,
-    ElasticReconciler,
-    ElasticSettings,
-)
+from kubesage.adapters.gpu_training.elastic_reconciler import ElasticReconciler, ElasticSettings
+from kubesage.core.annotations import ELASTIC_MAX_ANNOTATION, ELASTIC_MIN_ANNOTATION
 from kubesage.core.errors import InputError
 from kubesage.core.loop.actions import ObjectRef, Plan, Scale
 from kubesage.core.loop.reconciler import Reconciled

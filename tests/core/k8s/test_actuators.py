@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION
 from kubesage.core.k8s.actuators import (
     LiveEvictor,
     LiveNodeLabeler,
@@ -17,7 +18,7 @@ from kubesage.core.k8s.actuators import (
     live_actuators,
 )
 from kubesage.core.k8s.apiclient import ApiClient
-from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, Binder
+from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.binding import BindActuator, assume_and_bind
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.loop.actions import (

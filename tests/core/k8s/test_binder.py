@@ -13,10 +13,9 @@ import pytest
 import urllib3
 from kubernetes.client.rest import RESTResponse
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION, MIG_START_ANNOTATION
 from kubesage.core.k8s.apiclient import ApiException, load_api_client
 from kubesage.core.k8s.binder import (
-    GPU_INDICES_ANNOTATION,
-    MIG_START_ANNOTATION,
     BindConflictError,
     Binder,
     BindError,

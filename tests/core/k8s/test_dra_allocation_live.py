@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION
 from kubesage.core.dra import api as dra_api
 from kubesage.core.k8s.actuators import MIG_CONFIG_LABEL, LiveNodeLabeler
 from kubesage.core.k8s.apiclient import ApiClient, load_api_client
-from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, Binder
+from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.binding import BindActuator, assume_and_bind
 from kubesage.core.k8s.dra_allocation import DELETE_PROTECTION_FINALIZER, DRA_DEVICES_ANNOTATION
 from kubesage.core.k8s.dra_binding import ClaimAllocator

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION
 from kubesage.core.errors import DependencyError
-from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, placement_annotations
+from kubesage.core.k8s.binder import placement_annotations
 from kubesage.core.k8s.binding import (
     BindRefusedError,
     BindTarget,

@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 
+from kubesage.core.annotations import GPU_MILLI_ANNOTATION
 from kubesage.core.k8s.embedded import EmbeddedCluster
 from kubesage.core.k8s.extender import Extender
 from kubesage.core.k8s.extender_wire import ExtenderRequestError
-from kubesage.core.k8s.translate import GPU_MILLI_ANNOTATION
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.traces.synthetic import synthetic_workload
 from kubesage.core.types import PodRequest

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION, MIG_START_ANNOTATION
 from kubesage.core.k8s.apiclient import load_api_client
-from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, MIG_START_ANNOTATION
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync
 from kubesage.core.k8s.translate import pod_request
 from tests.core.k8s import v1_container, v1_node, v1_pod

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION
 from kubesage.core.k8s.apiclient import load_api_client
-from kubesage.core.k8s.binder import GPU_INDICES_ANNOTATION, Binder
+from kubesage.core.k8s.binder import Binder
 from kubesage.core.k8s.informer import ClusterSync
 from kubesage.core.k8s.leader import LeaderElector
 from kubesage.core.k8s.node_eligibility import node_fits_pod
