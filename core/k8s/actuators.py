@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import urllib3
@@ -57,6 +57,7 @@ from kubesage.core.k8s.apiclient import (
     BatchV1Api,
     CoreV1Api,
     CustomObjectsApi,
+    PolicyV1Api,
     V1DeleteOptions,
     V1Eviction,
     V1ObjectMeta,
@@ -69,6 +70,7 @@ from kubesage.core.k8s.binding import (
     NodeObjects,
     assume_and_bind,
 )
+from kubesage.core.k8s.disruption_budgets import budget_exceeded
 from kubesage.core.k8s.dra_binding import ClaimAllocator
 from kubesage.core.k8s.live_eligibility import LiveEligibility
 from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
@@ -136,6 +138,7 @@ class LiveEvictor:
         # Any: called with _preload_content=False (the answer is a Status, not the
         # Eviction the generated signature promises).
         self._core: Any = CoreV1Api(api)
+        self._policy: Any = PolicyV1Api(api)
         self.request_timeout_s = request_timeout_s
 
     @property
@@ -147,16 +150,22 @@ class LiveEvictor:
             return unexpected(action)
         return self._evict(action.pod, dry_run=False)
 
-    def rehearse(self, action: Action) -> Result | None:
+    def rehearse(self, action: Action, before: Sequence[Action] = ()) -> Result | None:
         """The eviction with ``dryRun=All``: the API server checks the pod's
         PodDisruptionBudgets and the UID precondition and changes nothing. REFUSED when
-        the real eviction would be; None otherwise (a dry run that fails cannot tell).
-        Two pods of one budget that allows one disruption each pass alone: the second
-        real eviction is still refused, and the plan stops there."""
+        the real eviction would be, also when the evictions in ``before`` would have
+        spent what its budget allows (a dry run sees the budget as it is now); None
+        otherwise (a dry run or a read that fails cannot tell)."""
         if not isinstance(action, Evict):
             return None
         result = self._evict(action.pod, dry_run=True)
-        return result if result.outcome == Outcome.REFUSED else None
+        if result.outcome != Outcome.DONE:
+            return result if result.outcome == Outcome.REFUSED else None
+        earlier = [step.pod for step in before if isinstance(step, Evict)]
+        spent = budget_exceeded(
+            self._core, self._policy, action.pod, earlier, self.request_timeout_s
+        )
+        return None if spent is None else Result(Outcome.REFUSED, spent)
 
     def _evict(self, pod: PodRef, *, dry_run: bool) -> Result:
         body = V1Eviction(

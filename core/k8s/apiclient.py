@@ -30,6 +30,7 @@ from kubernetes.client import (
     CoordinationV1Api,
     CoreV1Api,
     CustomObjectsApi,
+    PolicyV1Api,
     ResourceV1Api,  # resource.k8s.io/v1 (DRA): ResourceSlices, claims
     V1Binding,
     V1DeleteOptions,
@@ -51,6 +52,7 @@ __all__ = [
     "CoordinationV1Api",
     "CoreV1Api",
     "CustomObjectsApi",
+    "PolicyV1Api",
     "ResourceV1Api",
     "V1Binding",
     "V1DeleteOptions",

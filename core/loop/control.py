@@ -17,9 +17,9 @@
    run → the actuator for its kind.
    A :class:`~kubesage.core.loop.actions.Plan` is first played on a scratch copy (it
    does not start if it could not fit even after its own evictions), and its steps
-   after the first are rehearsed where their actuator can (an eviction's ``dryRun``:
-   it does not start if one would be refused), then holds its
-   reservations in the loop's ClusterState as they become free
+   after the first are rehearsed where their actuator can, after the steps before them
+   (an eviction's ``dryRun`` and budget: it does not start if one would be refused),
+   then holds its reservations in the loop's ClusterState as they become free
    (:class:`~kubesage.core.loop.ledger.PlanLedger`), runs its steps in order, stops at
    the first that fails or is refused, and always releases what it still holds; a
    stopped plan is audited as rolled back (``stopped`` when the loop was told to
@@ -341,7 +341,7 @@ class ControlLoop:
         if impossible is not None:
             context.record(plan, Outcome.REFUSED, f"{impossible}; the plan was not started")
             return
-        refused = self._rehearse(plan, todo[1:], context)
+        refused = self._rehearse(plan, todo, context)
         if refused is not None:
             context.record(plan, Outcome.REFUSED, f"{refused}; the plan was not started")
             return
@@ -378,15 +378,15 @@ class ControlLoop:
             before = f"; done before it: {', '.join(done_steps)}" if done_steps else ""
             context.record(plan, outcome, f"{failed}{before}; reservations released")
 
-    def _rehearse(self, plan: Plan, steps: Sequence[Action], context: TickContext) -> str | None:
-        """Why the plan would be refused part-way (a step's rehearsal refused, audited as
-        that step's refusal so reconcilers plan around it); None to go ahead."""
-        for step in steps:
+    def _rehearse(self, plan: Plan, todo: Sequence[Action], context: TickContext) -> str | None:
+        """Why the plan would be refused after its first step (a rehearsal refused, audited
+        as that step's refusal so reconcilers plan around it); None to go ahead."""
+        for number, step in enumerate(todo[1:], 1):
             actuator = self._actuators.get(step.kind)
             if not isinstance(actuator, Rehearses):
                 continue
             try:
-                result = actuator.rehearse(step)
+                result = actuator.rehearse(step, todo[:number])
             except Exception:  # must not raise; one that does cannot tell, so go ahead
                 log.exception("rehearsing %s on %s failed", step.kind, step.target)
                 continue

@@ -255,6 +255,7 @@ CLIENT_CALLS: dict[str, set[tuple[str, str, str]]] = {
     "replace_namespaced_lease": {("coordination.k8s.io", "leases", "update")},
     "list_cluster_custom_object": {("kubesage.io", "schedulingpolicies", "list")},
     "create_namespaced_pod_eviction": {("", "pods/eviction", "create")},
+    "list_namespaced_pod_disruption_budget": {("policy", "poddisruptionbudgets", "list")},
     "read_node": {("", "nodes", "get")},  # LiveNodeLabeler: the config label before a change
     "patch_node": {("", "nodes", "patch")},
     "patch_namespaced_job": {("batch", "jobs", "patch")},

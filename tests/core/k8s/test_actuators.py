@@ -133,6 +133,47 @@ def test_a_rehearsed_eviction_is_a_dry_run_that_answers_only_a_refusal(
     assert [post.query.get("dryRun") for post in posts] == [["All"], ["All"]]
 
 
+def test_a_rehearsal_counts_what_the_plans_earlier_evictions_take_from_the_budget(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    """Two pods under one budget that allows one disruption: each dry run alone passes,
+    but after the plan's first eviction the second would be refused, so the rehearsal
+    refuses it and names the budget and the eviction that spends it."""
+    for name in ("web-0", "web-1", "web-2"):
+        fake.add_pod(running(name))
+    fake.add_pod(running("db-0", app="db"))
+    fake.add_pdb(budget(minAvailable=2))
+    evictor = LiveEvictor(api)
+    second = Evict(pod=PodRef("ml", "web-1"), **WHY)
+    first = Evict(pod=PodRef("ml", "web-0"), **WHY)
+    assert evictor.rehearse(second) is None  # alone, as the dry run sees it
+    refused = evictor.rehearse(second, [first])
+    assert refused is not None and refused.outcome is Outcome.REFUSED
+    assert refused.detail == (
+        "eviction of pod ml/web-1 would be refused: PodDisruptionBudget ml/web allows 1 "
+        "disruption(s) now and the plan evicts 1 of its pods before this one (ml/web-0)"
+    )
+    # pods the budget does not cover, or that take nothing from it, leave it alone
+    other = Evict(pod=PodRef("ml", "db-0"), **WHY)
+    assert evictor.rehearse(second, [other]) is None
+    assert len(fake.pods()) == 4  # nothing was evicted
+
+
+def test_an_earlier_eviction_of_a_pod_that_is_not_ready_spends_nothing(
+    fake: FakeApiServer, api: ApiClient
+) -> None:
+    fake.add_pod(running("web-0", ready=False))
+    for name in ("web-1", "web-2"):
+        fake.add_pod(running(name))
+    fake.add_pdb(budget(minAvailable=1))  # two healthy, one disruption allowed
+    evictor = LiveEvictor(api)
+    first = Evict(pod=PodRef("ml", "web-0"), **WHY)
+    assert evictor.rehearse(Evict(pod=PodRef("ml", "web-1"), **WHY), [first]) is None
+    # as the API server spends it: the unready pod goes, the budget still allows one
+    assert evict(api, "web-0")[0] is Outcome.DONE
+    assert evict(api, "web-1")[0] is Outcome.DONE
+
+
 def test_a_budget_still_being_processed_is_asked_again_not_refused(
     fake: FakeApiServer, api: ApiClient
 ) -> None:

@@ -138,11 +138,14 @@ class RehearsingActuator(RecordingActuator):
         super().__init__(**options)
         self.refuses = dict(refuses)
         self.rehearsed: list[Action] = []
+        self.before: list[list[str]] = []
+        """The targets of the steps before each rehearsed one."""
 
-    def rehearse(self, action: Action) -> Result | None:
+    def rehearse(self, action: Action, before: Sequence[Action]) -> Result | None:
         if not isinstance(action, Evict):
             return None
         self.rehearsed.append(action)
+        self.before.append([step.target for step in before])
         why = self.refuses.get(action.target)
         return None if why is None else Result(Outcome.REFUSED, why)
 

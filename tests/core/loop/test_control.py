@@ -289,6 +289,7 @@ def test_a_plan_whose_rehearsal_passes_runs_as_before() -> None:
     report = loop.tick()
     assert outcomes(report.records)[-1] == ("plan", "migrate-waiting", "done")
     assert [a.target for a in actuator.rehearsed] == ["default/b"]
+    assert actuator.before == [["default/a"]]  # rehearsed as it will run: after a's eviction
     assert [a.target for a in actuator.executed] == ["default/a", "default/b", "default/waiting"]
 
 
