@@ -171,13 +171,16 @@ class CheckpointCoordinator:
         duration_s: float | None = None,
         stop: threading.Event | None = None,
         drain_s: float = 30.0,
+        started_ms: int | None = None,
     ) -> CoordinatorReport:
-        """Trigger on schedule until ``duration_s`` has passed or ``stop`` is set.
+        """Trigger the slots in ``[started_ms, started_ms + duration_s)`` (from now by
+        default; for ever without a duration) until ``stop`` is set. A slot of that
+        window the loop reaches late is still triggered, within the late limit.
 
         Checkpoints still in flight at the end are awaited for up to ``drain_s``.
         """
         stop = stop or threading.Event()
-        started = self.now_ms()
+        started = self.now_ms() if started_ms is None else started_ms
         until = started + int(duration_s * 1000) if duration_s is not None else None
         due = {
             job: self.epoch_ms + self.plan.first_trigger_ms(job, started - self.epoch_ms)
@@ -185,10 +188,10 @@ class CheckpointCoordinator:
         }
         while not stop.is_set():
             now = self.now_ms()
-            if until is not None and now >= until:
+            if until is not None and now >= until and min(due.values(), default=until) >= until:
                 break
             for job in sorted(due, key=lambda j: (due[j], j)):
-                if due[job] > now:
+                if due[job] > now or (until is not None and due[job] >= until):
                     continue
                 interval = self.plan.intervals_ms[job]
                 if now - due[job] > late_limit_ms(interval):

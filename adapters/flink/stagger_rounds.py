@@ -74,7 +74,10 @@ def run_stagger_rounds(
     the first plan starts being driven (probing and planning do not count)."""
     rounds = StaggerRounds()
     deadline_ms: int | None = None
-    while not stop.is_set():
+    # Set duration_s after the driving started; it ends a wait for jobs. A coordinator
+    # keeps to its window itself, so a timer late on a loaded machine triggers nothing.
+    timed_out = threading.Event()
+    while not (stop.is_set() or timed_out.is_set()):
         jobs = list(named) or running()
         profiles = stagger_profiles(
             client,
@@ -102,7 +105,7 @@ def run_stagger_rounds(
             )
             watcher.start()
         if not profiles:  # every driven job has gone: wait for one
-            _wait_for(round_over, stop)
+            _wait_for(round_over, stop, timed_out)
             continue
         plan = plan_jobs(profiles)
         on_plan(plan, profiles)
@@ -114,19 +117,20 @@ def run_stagger_rounds(
                 checkpoint_size_bytes=profile.size_bytes,
             )
         coordinator = CheckpointCoordinator(client, plan, on_record=on_record)
+        started_ms = coordinator.now_ms()
         if not rounds.plans:
-            rounds.started_ms = coordinator.now_ms()
+            rounds.started_ms = started_ms
             if duration_s is not None:
-                deadline_ms = rounds.started_ms + int(duration_s * 1000)
-                # The timer only ends a wait for jobs; the coordinator stops at the
-                # deadline itself, so a late timer on a loaded machine triggers nothing.
-                timer = threading.Timer(duration_s, stop.set)
+                deadline_ms = started_ms + int(duration_s * 1000)
+                timer = threading.Timer(duration_s, timed_out.set)
                 timer.daemon = True
                 timer.start()
         rounds.plans.append(plan)
         either = _either(stop, round_over)
-        left_s = None if deadline_ms is None else max(0, deadline_ms - coordinator.now_ms()) / 1000
-        rounds.reports.append(coordinator.run(stop=either, duration_s=left_s))
+        left_s = None if deadline_ms is None else max(0, deadline_ms - started_ms) / 1000
+        rounds.reports.append(
+            coordinator.run(stop=either, duration_s=left_s, started_ms=started_ms)
+        )
         round_over.set()  # ends the watcher of a round that stop ended
         if watcher is not None:
             watcher.join()
@@ -173,6 +177,6 @@ def _either(first: threading.Event, second: threading.Event) -> threading.Event:
     return both
 
 
-def _wait_for(round_over: threading.Event, stop: threading.Event) -> None:
-    while not (round_over.is_set() or stop.is_set()):
-        stop.wait(0.1)
+def _wait_for(round_over: threading.Event, *stops: threading.Event) -> None:
+    while not (round_over.is_set() or any(stop.is_set() for stop in stops)):
+        round_over.wait(0.1)

@@ -51,6 +51,23 @@ def completed_as(checkpoint_id: int) -> dict[str, Any]:
     return reply
 
 
+class SteppedTime(threading.Event):
+    """A clock that moves only while the coordinator waits: as the coordinator's ``stop``,
+    ``wait(t)`` advances it by ``t`` (whole milliseconds) at once. The slots a window
+    holds are then exact, however loaded the machine."""
+
+    def __init__(self, start_ms: int = 1_000_050) -> None:
+        super().__init__()
+        self.now_ms = start_ms
+
+    def clock(self) -> float:
+        return (self.now_ms + 0.5) / 1000  # half a millisecond in: no float rounding down
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.now_ms += round((timeout or 0) * 1000)
+        return self.is_set()
+
+
 def one_job_coordinator(client: FlinkClient, **kwargs: Any) -> CheckpointCoordinator:
     return CheckpointCoordinator(client, single_job_plan(JOB, 10_000), poll_s=0.001, **kwargs)
 
@@ -107,12 +124,34 @@ def test_flink_errors_are_counted_and_never_stop_the_loop(replay_client: Build) 
     client = replay_client()
     plan = plan_stagger([CheckpointProfile(JOB, 100, 10), CheckpointProfile("other", 100, 10)])
     seen: list[CheckpointRecord] = []
-    coordinator = CheckpointCoordinator(client, plan, poll_s=0.005, on_record=seen.append)
-    report = coordinator.run(duration_s=0.45)
-    assert report.count("trigger-error") >= 4
+    time = SteppedTime()
+    coordinator = CheckpointCoordinator(
+        client, plan, poll_s=0.005, on_record=seen.append, clock=time.clock
+    )
+    report = coordinator.run(duration_s=0.45, stop=time)
+    # both jobs' slots at 100, 200, 300 and 400 ms: the window starts 50 ms past one
+    assert report.count("trigger-error") == 8
     assert report.flink_errors == report.count("trigger-error")
     assert {r.job_id for r in seen} == {JOB, "other"}
     assert all("not found" in r.detail for r in seen)
+
+
+class LateTime(SteppedTime):
+    """Every wait ends 20 ms late, as on a loaded machine."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return super().wait((timeout or 0) + 0.020)
+
+
+def test_a_slot_of_the_window_reached_late_is_still_triggered(replay_client: Build) -> None:
+    """The window [1,000,006, 1,001,006) ms holds one slot, at 1,001,000; the loop wakes
+    for it 20 ms late, past the window's end, and triggers it all the same."""
+    time = LateTime(start_ms=1_000_006)
+    coordinator = CheckpointCoordinator(
+        replay_client(), single_job_plan(JOB, 1_000), poll_s=0.005, clock=time.clock
+    )
+    report = coordinator.run(duration_s=1.0, stop=time, drain_s=0)
+    assert [(r.outcome, r.scheduled_ms) for r in report.records] == [("trigger-error", 1_001_000)]
 
 
 def test_the_loop_triggers_on_the_plan_and_skips_a_slot_still_in_flight(
@@ -121,13 +160,13 @@ def test_the_loop_triggers_on_the_plan_and_skips_a_slot_still_in_flight(
     client = replay_client(
         "checkpoint_trigger", "checkpoints", **{STATUS: recorded("checkpoint_trigger_in_progress")}
     )
+    time = SteppedTime()  # 50 ms past a slot: the window holds the slots at 100, 200, 300
     coordinator = CheckpointCoordinator(
-        client, single_job_plan(JOB, 100), poll_s=0.005, trigger_timeout_s=10
+        client, single_job_plan(JOB, 100), poll_s=0.005, trigger_timeout_s=10, clock=time.clock
     )
-    report = coordinator.run(duration_s=0.35, drain_s=0.05)
+    report = coordinator.run(duration_s=0.35, drain_s=0.05, stop=time)
     outcomes = [r.outcome for r in report.records]
-    assert outcomes.count("skipped") >= 2
-    assert outcomes[-1] == "timed-out"
+    assert outcomes == ["skipped", "skipped", "timed-out"]
     scheduled = [r.scheduled_ms for r in report.records if r.outcome == "skipped"]
     assert all(b - a == 100 for a, b in itertools.pairwise(scheduled))
 
@@ -176,12 +215,13 @@ def test_slots_a_stall_made_late_are_skipped_not_fired_together() -> None:
             if len(skipped) == 3:
                 stop.set()
 
+    base = time.time()  # read once: run() must start in the same millisecond as the epoch
     coordinator = CheckpointCoordinator(
         client,
         plan,
-        epoch_ms=int(time.time() * 1000) - min(plan.phases_ms.values()),
+        epoch_ms=int(base * 1000) - min(plan.phases_ms.values()),
         poll_s=0.005,
-        clock=lambda: time.time() + offset[0],
+        clock=lambda: base + offset[0],
         on_record=seen,
     )
     coordinator.run(duration_s=120, stop=stop, drain_s=0)
@@ -201,13 +241,15 @@ def test_a_trigger_is_given_up_only_past_the_jobs_own_checkpoint_timeout(
     timeouts = {}
     for names in (("checkpoint_trigger", "checkpoints", "checkpoint_config"),
                   ("checkpoint_trigger", "checkpoints")):  # fmt: skip
+        time = SteppedTime()
         coordinator = CheckpointCoordinator(
             replay_client(*names, **in_progress),
             single_job_plan(JOB, 100),
             poll_s=0.005,
             trigger_timeout_s=0.05,
+            clock=time.clock,
         )
-        report = coordinator.run(duration_s=0.3, drain_s=0.02)
+        report = coordinator.run(duration_s=0.3, drain_s=0.02, stop=time)
         timeouts[len(names)] = [r.detail for r in report.records if r.outcome == "timed-out"]
     assert not any("trigger timeout" in detail for detail in timeouts[3]), timeouts
     assert any("trigger timeout" in detail for detail in timeouts[2]), timeouts

@@ -31,7 +31,7 @@ class DrivingCoordinator:
     def now_ms(self) -> int:
         return 0
 
-    def run(self, *, stop: threading.Event) -> CoordinatorReport:
+    def run(self, *, stop: threading.Event, **window: Any) -> CoordinatorReport:
         DrivingCoordinator.driven.append(sorted(self.plan.phases_ms))
         stop.wait(5.0)
         return CoordinatorReport()
