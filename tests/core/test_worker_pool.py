@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from kubesage.core.worker_pool import run_in_workers
 
@@ -17,6 +18,28 @@ from kubesage.core.worker_pool import run_in_workers
 print("started", flush=True)
 run_in_workers(time.sleep, [60, 60, 60], 2)
 """
+
+
+def workers_ignoring_ctrl_c(pid: int) -> int | None:
+    """How many worker processes of ``pid`` ignore SIGINT (not its resource tracker,
+    which always does); None where ``/proc`` does not list children (a kernel without
+    CONFIG_PROC_CHILDREN)."""
+    count = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        listed = task / "children"
+        if not listed.exists():
+            return None
+        for child in listed.read_text().split():
+            try:
+                status = Path(f"/proc/{child}/status").read_text()
+                command = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:  # gone meanwhile
+                continue
+            if b"spawn_main" not in command:
+                continue
+            ignored = next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+            count += bool(int(ignored.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return count
 
 
 def test_results_come_back_in_task_order() -> None:
@@ -39,7 +62,15 @@ def test_ctrl_c_stops_the_workers_at_once_with_one_traceback_not_one_per_worker(
     )
     try:
         assert process.stdout is not None and process.stdout.readline() == "started\n"
-        time.sleep(5)  # the workers are spawned and sleeping in their tasks
+        # the workers are spawned and leave Ctrl-C to the parent (a loaded machine may
+        # take seconds to import them); a Ctrl-C before that would kill them too
+        deadline = time.monotonic() + 60
+        while (ready := workers_ignoring_ctrl_c(process.pid)) != 2:
+            if ready is None:  # cannot tell: give them time
+                time.sleep(5)
+                break
+            assert time.monotonic() < deadline, "the workers did not start in 60 s"
+            time.sleep(0.05)
         started = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=30)

@@ -14,10 +14,11 @@ import orjson
 import pytest
 
 from kubesage.core.k8s.http_limits import HttpLimits
-from kubesage.core.k8s.http_server import HttpServer
+from kubesage.core.k8s.http_server import _IDLE, HttpProtocol, HttpServer
 from kubesage.core.k8s.server import App, Endpoint, Reply, create_app
 from kubesage.core.observability import metrics
 from tests.core.k8s.test_extender import NAMES, args, gpu_pod, make_extender
+from tests.fakes.apiserver import wait_until
 
 LIMIT = 64 * 1024
 
@@ -303,12 +304,16 @@ def test_a_request_still_arriving_when_the_server_stops_is_answered() -> None:
     sending, idle = connect(sock.getsockname()[1]), connect(sock.getsockname()[1])
     try:
         sending.sendall(request[:half])
-        deadline = time.monotonic() + 10
-        while len(server.connections) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)  # the first half read: the message has begun
+
+        # The first half read (its message has begun), then the stop seen by it: polled
+        # on the server's own state, so a loaded machine cannot reorder the two.
+        def begun() -> list[HttpProtocol]:  # tuple(): one step, however the loop runs
+            return [c for c in tuple(server.connections) if c._phase != _IDLE]
+
+        wait_until(lambda: len(server.connections) == 2 and begun(), 10, "the first half read")
+        (receiving,) = begun()
         server.stop()
-        time.sleep(0.2)
+        wait_until(lambda: receiving._last_message, 10, "the stop to be seen")
         sending.sendall(request[half:])
         status, headers, _ = Responses(sending).next()
         assert (status, headers["connection"]) == (200, "close")

@@ -21,10 +21,12 @@ from kubesage.core.k8s.webhook import AdmissionWebhook
 from tests.core.k8s.webhook_support import call, fallbacks, pod_object, review
 from tests.fakes.apiserver import SCHEDULING_POLICIES, FakeApiServer, wait_until
 
-BUDGET_S = 0.5
-"""The webhook's real time budget (the default of AdmissionWebhook)."""
-SLOW_LIST_S = 1.5
-"""How long the slow LIST takes: three budgets."""
+BUDGET_S = 5.0
+"""The webhook's time budget here: ten times the default, so a stall of a loaded test
+machine does not answer for the webhook; a request that waited on a LIST held back
+(below) still runs out of it."""
+HELD_LIST_S = 30.0
+"""The longest a held LIST waits to be let go (the test lets it go much sooner)."""
 LIST_PATH = "apis/kubesage.io/v1alpha1/schedulingpolicies"
 
 
@@ -61,11 +63,13 @@ def injected_scheduler(webhook: AdmissionWebhook, uid: str = "u-0") -> str | Non
 
 
 class SlowLists:
-    """Makes the fake answer every SchedulingPolicy LIST after ``SLOW_LIST_S``, like an
-    API server under load; ``started`` is set once such a LIST is being served."""
+    """Makes the fake hold every SchedulingPolicy LIST until ``release`` is set (at most
+    ``HELD_LIST_S``), like an API server under load; ``started`` is set once such a LIST
+    is being served."""
 
     def __init__(self, fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
         self.started = threading.Event()
+        self.release = threading.Event()
         self.finished = threading.Event()
         record = fake.record
 
@@ -73,7 +77,7 @@ class SlowLists:
             record(request)
             if request.method == "GET" and request.path.endswith(LIST_PATH):
                 self.started.set()
-                time.sleep(SLOW_LIST_S)
+                self.release.wait(HELD_LIST_S)
                 self.finished.set()
 
         monkeypatch.setattr(fake, "record", slow_record)
@@ -84,18 +88,20 @@ def test_requests_during_a_slow_list_are_patched_from_the_last_list(
 ) -> None:
     source = ApiPolicySource(fake.client(), refresh_s=0.2)
     webhook = AdmissionWebhook(source, budget_s=BUDGET_S)
+    slow: SlowLists | None = None
     try:
         assert injected_scheduler(webhook) == "kubesage"  # also starts the refresher
         slow = SlowLists(fake, monkeypatch)
-        time.sleep(0.3)  # the list is due again (refresh_s)
-        slow.started.wait(5)
+        # the list is due again after refresh_s
+        assert slow.started.wait(HELD_LIST_S), "the refresher did not list again"
         # Four members of one Job created while the refresh is still waiting on the API.
         with ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(lambda i: injected_scheduler(webhook, f"u-{i}"), range(4)))
         assert answers == ["kubesage"] * 4
-        assert slow.started.is_set(), "the refresher did not list again"
         assert not slow.finished.is_set(), "the requests were not made during the slow LIST"
     finally:
+        if slow is not None:
+            slow.release.set()
         source.stop()
         webhook.close()
 

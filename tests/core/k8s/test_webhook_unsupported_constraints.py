@@ -11,7 +11,14 @@ import pytest
 
 from kubesage.core.k8s.unsupported_constraints import unsupported_constraints
 from kubesage.core.k8s.webhook import AdmissionWebhook, json_patch, mutate_pod
-from tests.core.k8s.webhook_support import StaticSource, call, pod_object, policy, review
+from tests.core.k8s.webhook_support import (
+    StaticSource,
+    call,
+    pod_object,
+    policy,
+    review,
+    webhook_for,
+)
 
 ANTI = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 REQUIRED_ANTI = {
@@ -181,7 +188,7 @@ def test_the_rule(spec: dict[str, Any], expected: tuple[str, ...]) -> None:
 def test_a_pod_with_a_claimed_volume_is_not_redirected(volume: dict[str, Any]) -> None:
     """Only kube-scheduler's VolumeBinding writes the selected-node a WaitForFirstConsumer
     provisioner waits for: moved to kubesage, the claim would stay Pending."""
-    webhook = AdmissionWebhook(StaticSource(redirect()))
+    webhook = webhook_for(StaticSource(redirect()))
     stored, warnings = admitted(webhook, inference_pod(volumes=[volume]))
     assert stored["spec"].get("schedulerName") != "kubesage"
     kind = next(k for k in volume if k != "name")
@@ -203,7 +210,7 @@ def test_a_pod_with_a_claimed_volume_is_not_redirected(volume: dict[str, Any]) -
 def test_a_pod_no_scheduler_places_is_left_as_it_is(field: str, value: dict[str, Any]) -> None:
     """A pod with spec.nodeName (kubectl debug node/…) or a mirror pod goes to the kubelet
     directly: affinity or a MIG resource added to it would only make the kubelet refuse it."""
-    webhook = AdmissionWebhook(StaticSource(redirect(labels={"team": "ml"})))
+    webhook = webhook_for(StaticSource(redirect(labels={"team": "ml"})))
     pod = inference_pod()
     pod[field].update(value)
     assert call(webhook, review(pod))[1] == []
@@ -212,7 +219,7 @@ def test_a_pod_no_scheduler_places_is_left_as_it_is(field: str, value: dict[str,
 
 
 def test_metadata_of_the_wrong_type_is_allowed_unchanged_not_a_server_error() -> None:
-    webhook = AdmissionWebhook(StaticSource(redirect()))
+    webhook = webhook_for(StaticSource(redirect()))
     pod = inference_pod()
     pod["metadata"] = ["not", "an", "object"]
     body = review(pod)
