@@ -17,7 +17,7 @@ from kubesage.adapters.flink.checkpoint_history import (
 from kubesage.adapters.flink.checkpoint_settings import driven_conf, submit_time_conf
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.errors import FlinkError
-from kubesage.adapters.flink.registry import RunRecord
+from kubesage.adapters.flink.registry import PhaseReservation, RunRecord
 from kubesage.adapters.flink.stagger import CheckpointProfile, best_phase
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,13 @@ def choose_checkpointing(
     history: Sequence[RunRecord],
     running: Sequence[RunRecord],
     *,
+    reserved: Sequence[PhaseReservation] = (),
     resolution_ms: int = DEFAULT_PHASE_RESOLUTION_MS,
 ) -> CheckpointChoice:
-    """Interval, phase and ``-D`` options for the new job beside the ``running`` ones:
-    ``requested_interval_ms`` (--checkpoint-interval-s) else its last run's; ``driven``:
-    the coordinator triggers its checkpoints (else Flink does, in a phase window)."""
+    """Interval, phase and ``-D`` options for the new job beside the ``running`` ones and
+    the phases ``reserved`` by submits still going: ``requested_interval_ms``
+    (--checkpoint-interval-s) else its last run's; ``driven``: the coordinator triggers
+    its checkpoints (else Flink does, in a phase window)."""
     interval = requested_interval_ms
     source = "--checkpoint-interval-s"
     if interval is None:
@@ -82,9 +84,23 @@ def choose_checkpointing(
         for r in running
         if r.checkpoint_interval_ms and r.phase_ms is not None
     ]
+    placed = len(fixed)
+    fixed += [
+        (
+            CheckpointProfile(
+                f"being submitted ({r.token})",
+                r.checkpoint_interval_ms,
+                min(r.checkpoint_duration_ms, r.checkpoint_interval_ms),
+            ),
+            r.phase_ms,
+        )
+        for r in reserved
+    ]
     new = CheckpointProfile("new", interval, duration)
     phase, peak, _ = best_phase(fixed, new, resolution_ms=resolution_ms)
-    where = f"phase {phase} ms of {interval} ms ({source}) beside {len(fixed)} running job(s)"
+    where = f"phase {phase} ms of {interval} ms ({source}) beside {placed} running job(s)"
+    if reserved:
+        where += f" and {len(reserved)} being submitted"
     if driven:
         return CheckpointChoice(
             interval,

@@ -6,7 +6,9 @@ job read it to start at the parallelism the previous run ended at, and the stagg
 command reads the intervals of the jobs it drives. The file is small and local on
 purpose: it is history for one user, not cluster state (the JobManager is the truth
 for that). Writes are atomic (temp file + rename) under an advisory lock, so two
-commands never interleave their updates.
+commands never interleave their updates. A submit also reserves the phase it chose
+(``reservations``) until its job is registered, so submits started together place
+their phases beside each other instead of on the same one.
 
 File: ``$KUBESAGE_CACHE_DIR/flink-jobs.yaml`` (else ``$XDG_CACHE_HOME/kubesage`` or
 ``~/.cache/kubesage``)::
@@ -27,7 +29,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -74,12 +76,28 @@ class RunRecord(BaseModel):
     """The ``-D`` settings kubesage submitted it with (``flink state --apply`` adds to them)."""
 
 
+class PhaseReservation(BaseModel):
+    """A checkpoint phase chosen by a submit whose job is not registered yet (its
+    ``flink run`` is still going): a submit beside it places its phase around it too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1)
+    jobmanager: str
+    checkpoint_interval_ms: int = Field(gt=0)
+    phase_ms: int = Field(ge=0)
+    checkpoint_duration_ms: int = Field(ge=0)
+    expires_at_ms: int
+    """When it no longer counts (a submit that died without releasing it)."""
+
+
 class RegistryDocument(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     apiVersion: Literal["kubesage/v1"] = "kubesage/v1"  # noqa: N815 - the YAML key
     kind: Literal["FlinkJobRegistry"] = "FlinkJobRegistry"
     runs: list[RunRecord] = Field(default_factory=list)
+    reservations: list[PhaseReservation] = Field(default_factory=list)
 
 
 def default_registry_path() -> Path:
@@ -131,9 +149,37 @@ class JobRegistry:
     def find(self, job_id: str) -> RunRecord | None:
         return next((run for run in reversed(self.load().runs) if run.job_id == job_id), None)
 
-    def add(self, run: RunRecord) -> None:
+    def add(self, run: RunRecord, *, releasing: str | None = None) -> None:
+        """Register ``run`` (replacing a run of the same job id); ``releasing``: the token
+        of the phase reservation it takes the place of."""
         with self._locked() as document:
             document.runs = [r for r in document.runs if r.job_id != run.job_id] + [run]
+            document.reservations = [r for r in document.reservations if r.token != releasing]
+
+    def reserve_phase(
+        self,
+        jobmanager: str,
+        choose: Callable[[list[PhaseReservation]], PhaseReservation | None],
+        *,
+        now_ms: int,
+    ) -> str | None:
+        """Under the registry's lock, so concurrent submits see each other's choice:
+        ``choose`` gets the unexpired reservations of ``jobmanager`` (expired ones are
+        dropped) and returns the new one to keep, or None; the kept one's token."""
+        wanted = rest_url_key(jobmanager)
+        with self._locked() as document:
+            document.reservations = [r for r in document.reservations if r.expires_at_ms > now_ms]
+            beside = [r for r in document.reservations if rest_url_key(r.jobmanager) == wanted]
+            reservation = choose(beside)
+            if reservation is None:
+                return None
+            document.reservations.append(reservation)
+            return reservation.token
+
+    def release(self, token: str) -> None:
+        """Drop the phase reservation ``token`` (its submit failed)."""
+        with self._locked() as document:
+            document.reservations = [r for r in document.reservations if r.token != token]
 
     def update(self, job_id: str, **changes: Any) -> RunRecord | None:
         """Set fields of the run of ``job_id`` (validated); None if it is not registered."""

@@ -12,7 +12,9 @@ Initial parallelism, first match wins:
 
 Checkpoints: with an interval (``--checkpoint-interval-s``, else the job's last run),
 the new job's phase is placed beside the phases of the registered jobs still running
-on that JobManager (:func:`~kubesage.adapters.flink.stagger.best_phase`). A *driven*
+or starting on that JobManager (:func:`~kubesage.adapters.flink.stagger.best_phase`)
+and of the submits to it still going: each reserves its phase in the registry, under
+its lock, until its job is registered. A *driven*
 job is submitted without periodic checkpoints; ``kubesage flink stagger`` triggers it
 at its phase. Otherwise Flink checkpoints it and the phase is realised through
 ``min-pause`` to within a window (see
@@ -32,19 +34,24 @@ import os
 import re
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_checkpoints
+from kubesage.adapters.flink.checkpoint_choice import (
+    CheckpointChoice,
+    choose_checkpointing,
+    landed_checkpoints,
+)
 from kubesage.adapters.flink.checkpoint_settings import (
     periodic_interval_ms,
 )
 from kubesage.adapters.flink.client import FlinkClient, check_rest_url
 from kubesage.adapters.flink.errors import FlinkError
 from kubesage.adapters.flink.flink_home import find_flink_home
-from kubesage.adapters.flink.registry import JobRegistry, RunRecord
+from kubesage.adapters.flink.registry import JobRegistry, PhaseReservation, RunRecord
 from kubesage.adapters.flink.run_arguments import (
     parallelism_set,
     program_name,
@@ -58,6 +65,12 @@ log = logging.getLogger(__name__)
 
 JOB_ID = re.compile(r"JobID\s+([0-9a-f]{32})")
 TARGET_UTILISATION = 0.8
+RESERVATION_MS = 600_000
+"""How long a submit's phase reservation counts if the submit never ends it (twice the
+``flink run`` timeout)."""
+LIVE_STATES = frozenset({"INITIALIZING", "CREATED", "RUNNING", "RESTARTING", "RECONCILING"})
+"""Flink job states whose checkpoints are, or are about to be, on the JobManager's
+schedule: a new job's phase is placed beside the registered jobs in them."""
 Runner = Callable[[Sequence[str], dict[str, str]], "subprocess.CompletedProcess[str]"]
 
 
@@ -250,82 +263,123 @@ def submit(
         running = _refresh(client, registry, request.jobmanager, reasons)
         history = registry.runs(job_key=key, jobmanager=request.jobmanager)
         parallelism = choose_parallelism(request, history)
-        checkpointing = choose_checkpointing(
-            request.checkpoint_interval_ms, request.driven, history, running
-        )
+        chosen: list[CheckpointChoice] = []
+
+        def choose(reserved: list[PhaseReservation]) -> PhaseReservation | None:
+            choice = choose_checkpointing(
+                request.checkpoint_interval_ms, request.driven, history, running, reserved=reserved
+            )
+            chosen.append(choice)
+            if choice.interval_ms is None or choice.phase_ms is None:
+                return None
+            return PhaseReservation(
+                token=uuid.uuid4().hex,
+                jobmanager=request.jobmanager,
+                checkpoint_interval_ms=choice.interval_ms,
+                phase_ms=choice.phase_ms,
+                checkpoint_duration_ms=choice.duration_ms,
+                expires_at_ms=int(clock() * 1000) + RESERVATION_MS,
+            )
+
+        token = registry.reserve_phase(request.jobmanager, choose, now_ms=int(clock() * 1000))
+        (checkpointing,) = chosen
         reasons += [parallelism.reason, checkpointing.reason]
-        conf = dict(checkpointing.conf)
-        if request.taskmanager_gpus:
-            gpus = taskmanager_gpus(
-                request.taskmanager_gpus,
-                request.devices,
-                job=key,
-                template_dir=request.template_dir,
-            )
-            write_files(gpus, request.template_dir)
-            conf |= gpus.conf
-            reasons.append(gpus.reason)
-        flink_home = resolve_flink_home(request.flink_home)
-        command = flink_run_command(
-            flink_home,
-            request.jobmanager,
-            parallelism.parallelism,
-            conf,
-            request.flink_args,
-        )
         try:
-            done = runner(command, flink_environment(flink_home))
-        except subprocess.TimeoutExpired as exc:
-            # detached: a JobID printed before the hang means the job was submitted
-            output = _text(exc.stdout) + _text(exc.stderr)
-            if JOB_ID.search(output) is None:
-                raise FlinkSubmitError(
-                    f"flink run did not finish within {exc.timeout:g} s and printed no "
-                    f"JobID:\n{output[-3000:]}"
-                ) from exc
-            reasons.append(f"flink run did not exit within {exc.timeout:g} s after submitting")
-        except OSError as exc:
-            raise FlinkSubmitError(f"cannot run flink ({command[1]}): {exc}") from exc
-        else:
-            output = (done.stdout or "") + (done.stderr or "")
-            if done.returncode != 0:
-                raise FlinkSubmitError(f"flink run exited {done.returncode}:\n{output[-3000:]}")
-        job_id = parse_job_id(output)
-        others = sorted(set(JOB_ID.findall(output)) - {job_id})
-        if others:
-            reasons.append(
-                f"the program submitted {len(others) + 1} jobs; only the first ({job_id}) is "
-                f"registered, not {', '.join(others)}: submit each job on its own"
+            run, command = _run_and_register(
+                request, registry, key, parallelism, checkpointing, reasons, runner, clock, token
             )
-        run = RunRecord(
-            job_id=job_id,
-            job_key=key,
-            jobmanager=request.jobmanager,
-            submitted_at_ms=int(clock() * 1000),
-            # what it was submitted with: kubesage's -p, else the user's own
-            parallelism=parallelism.parallelism or parallelism_set(request.flink_args),
-            checkpoint_interval_ms=checkpointing.interval_ms,
-            phase_ms=checkpointing.phase_ms,
-            phase_window_ms=checkpointing.phase_window_ms,
-            driven=request.driven and checkpointing.interval_ms is not None,
-            checkpoint_duration_ms=(
-                checkpointing.duration_ms if checkpointing.duration_measured else None
-            ),
-            reasons=reasons,
-            # absolute, so a restart (`flink state --apply`) resubmits from anywhere
-            flink_args=with_absolute_files(request.flink_args, Path.cwd()),
-            conf=conf,
-        )
-        registry.add(run)
+        except BaseException:
+            if token is not None:
+                registry.release(token)
+            raise
         run = _after_running(client, registry, run, request.wait_running_s, reasons)
-    return SubmitOutcome(job_id, command, run, reasons)
+    return SubmitOutcome(run.job_id, command, run, reasons)
+
+
+def _run_and_register(
+    request: SubmitRequest,
+    registry: JobRegistry,
+    key: str,
+    parallelism: ParallelismChoice,
+    checkpointing: CheckpointChoice,
+    reasons: list[str],
+    runner: Runner,
+    clock: Callable[[], float],
+    token: str | None,
+) -> tuple[RunRecord, list[str]]:
+    """Run ``flink run`` with the choices and register the job it submitted in place of
+    the phase reservation ``token``; the run and the command."""
+    conf = dict(checkpointing.conf)
+    if request.taskmanager_gpus:
+        gpus = taskmanager_gpus(
+            request.taskmanager_gpus,
+            request.devices,
+            job=key,
+            template_dir=request.template_dir,
+        )
+        write_files(gpus, request.template_dir)
+        conf |= gpus.conf
+        reasons.append(gpus.reason)
+    flink_home = resolve_flink_home(request.flink_home)
+    command = flink_run_command(
+        flink_home,
+        request.jobmanager,
+        parallelism.parallelism,
+        conf,
+        request.flink_args,
+    )
+    try:
+        done = runner(command, flink_environment(flink_home))
+    except subprocess.TimeoutExpired as exc:
+        # detached: a JobID printed before the hang means the job was submitted
+        output = _text(exc.stdout) + _text(exc.stderr)
+        if JOB_ID.search(output) is None:
+            raise FlinkSubmitError(
+                f"flink run did not finish within {exc.timeout:g} s and printed no "
+                f"JobID:\n{output[-3000:]}"
+            ) from exc
+        reasons.append(f"flink run did not exit within {exc.timeout:g} s after submitting")
+    except OSError as exc:
+        raise FlinkSubmitError(f"cannot run flink ({command[1]}): {exc}") from exc
+    else:
+        output = (done.stdout or "") + (done.stderr or "")
+        if done.returncode != 0:
+            raise FlinkSubmitError(f"flink run exited {done.returncode}:\n{output[-3000:]}")
+    job_id = parse_job_id(output)
+    others = sorted(set(JOB_ID.findall(output)) - {job_id})
+    if others:
+        reasons.append(
+            f"the program submitted {len(others) + 1} jobs; only the first ({job_id}) is "
+            f"registered, not {', '.join(others)}: submit each job on its own"
+        )
+    run = RunRecord(
+        job_id=job_id,
+        job_key=key,
+        jobmanager=request.jobmanager,
+        submitted_at_ms=int(clock() * 1000),
+        # what it was submitted with: kubesage's -p, else the user's own
+        parallelism=parallelism.parallelism or parallelism_set(request.flink_args),
+        checkpoint_interval_ms=checkpointing.interval_ms,
+        phase_ms=checkpointing.phase_ms,
+        phase_window_ms=checkpointing.phase_window_ms,
+        driven=request.driven and checkpointing.interval_ms is not None,
+        checkpoint_duration_ms=(
+            checkpointing.duration_ms if checkpointing.duration_measured else None
+        ),
+        reasons=reasons,
+        # absolute, so a restart (`flink state --apply`) resubmits from anywhere
+        flink_args=with_absolute_files(request.flink_args, Path.cwd()),
+        conf=conf,
+    )
+    registry.add(run, releasing=token)
+    return run, command
 
 
 def _refresh(
     client: FlinkClient, registry: JobRegistry, jobmanager: str, reasons: list[str]
 ) -> list[RunRecord]:
     """Update registered runs' final parallelism and what their checkpoint history shows
-    (:func:`landed_checkpoints`); the registered runs still RUNNING."""
+    (:func:`landed_checkpoints`); the registered runs still live (:data:`LIVE_STATES`)."""
     try:
         states = {job.job_id: job.state for job in client.jobs()}
     except FlinkError as exc:
@@ -353,7 +407,7 @@ def _refresh(
                 changes["phase_ms"] = landed.phase_ms
             if any(getattr(run, name) != value for name, value in changes.items()):
                 run = registry.update(run.job_id, **changes) or run
-        if states[run.job_id] == "RUNNING":
+        if states[run.job_id] in LIVE_STATES:
             running.append(run)
     return running
 
