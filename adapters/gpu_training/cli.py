@@ -18,6 +18,7 @@ from kubesage.adapters.gpu_training.launcher import (
     kubernetes_manifests,
     torchrun_commands,
 )
+from kubesage.adapters.gpu_training.live_gpus import live_free_gpus
 from kubesage.adapters.gpu_training.mig import catalogue
 from kubesage.core.arrays import BoolArray
 from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
@@ -79,7 +80,11 @@ def launch(
     ] = None,
     kubeconfig: Annotated[
         Path | None,
-        typer.Option("--kubeconfig", help="kubeconfig of the cluster, to detect --devices."),
+        typer.Option(
+            "--kubeconfig",
+            help="kubeconfig of the cluster: the plan takes only its free GPUs, and "
+            "--devices is asked of it.",
+        ),
     ] = None,
     context: Annotated[
         str | None, typer.Option("--context", help="kubeconfig context (default: current).")
@@ -123,6 +128,12 @@ def launch(
     topology = topology_file(topology) if topology else example_topology(DEFAULT_TOPOLOGY)
     drtg = DRTG.from_yaml(topology)
     free = np.ones(drtg.num_gpus, dtype=bool)  # no live occupancy without a cluster
+    where = f"{topology.name} ({drtg.num_gpus} GPUs)"
+    if kubeconfig is not None and mig is None:
+        free &= _live_free(drtg, kubeconfig, context)
+        where = f"{topology.name}'s GPUs free on the cluster ({int(free.sum())})"
+    elif kubeconfig is not None:
+        stderr.print("note: MIG instances in use on the cluster are not read: any slot may be")
     if mig is not None:
         if gpus != 1:
             raise InputError("a MIG job runs on one MIG slice: use --gpus 1 with --mig")
@@ -136,7 +147,7 @@ def launch(
         free &= _has_profile(drtg, mig, topology.name)
     placement = place_gang(drtg, free, gpus)
     if placement is None:
-        raise InputError(f"{gpus} GPUs do not fit in {topology.name} ({drtg.num_gpus} GPUs)")
+        raise InputError(f"{gpus} GPUs do not fit in {where}")
     shares = _node_shares(drtg, placement.ranks)
     if dry_run:
         stderr.print(f"plan: {placement.explanation}")
@@ -161,6 +172,23 @@ def launch(
     )
     # Wide lines: a CEL selector stays on one line instead of folding mid-expression.
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=YAML_WIDTH).rstrip())
+
+
+def _live_free(drtg: DRTG, kubeconfig: Path, context: str | None) -> BoolArray:
+    """The GPUs free on the ``kubeconfig`` cluster now (:mod:`live_gpus`), saying what
+    was found on stderr."""
+    from kubesage.core.k8s.apiclient import load_api_client
+
+    api = load_api_client(str(kubeconfig), context)
+    if api is None:  # an explicit kubeconfig loads or raises: not reached
+        raise InputError(f"--kubeconfig {kubeconfig} configures no cluster")
+    try:
+        free, notes = live_free_gpus(drtg, api)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    for note in notes:
+        stderr.print(note, highlight=False)
+    return free
 
 
 def _has_profile(drtg: DRTG, profile: str, where: str) -> BoolArray:

@@ -15,16 +15,15 @@ some of the topology's nodes, or have more:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.errors import InputError
+from kubesage.core.listing import a_few
 from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
 
-LIST_TIMEOUT_S = 30.0
 """How long :func:`live_room` waits for the cluster's first list of nodes and pods."""
 EXECUTOR_POD: dict[str, Any] = {"metadata": {"name": "executor"}, "spec": {}}
 """An executor pod as kubesage's templates write it, for kube-scheduler's node filters:
@@ -57,7 +56,7 @@ class TopologyRoom:
             return None
         return (
             f"{len(self.missing)} topology node(s) are not in the cluster and take no "
-            f"executors: {_first(self.missing)}"
+            f"executors: {a_few(self.missing)}"
         )
 
 
@@ -112,26 +111,20 @@ def only_on(state: ClusterState, nodes: frozenset[str] | None) -> ClusterState:
 
 
 def live_room(
-    drtg: DRTG, api: Any, *, timeout_s: float = LIST_TIMEOUT_S
+    drtg: DRTG, api: Any, *, timeout_s: float | None = None
 ) -> tuple[TopologyRoom, list[str]]:
     """A live cluster's room for executors on ``drtg``'s nodes now, and what to tell the
     user about it: the room kube-scheduler's preemptions hold for nominated pods is
     kept, and nodes an executor may not use (:func:`node_refusal`) have none.
-    DependencyError when the cluster is not listed within ``timeout_s``; InputError
-    when the topology shares no node with it."""
+    DependencyError when the cluster is not listed within ``timeout_s`` (default:
+    :data:`~kubesage.core.k8s.cluster_snapshot.LIST_TIMEOUT_S`); InputError when the
+    topology shares no node with it."""
     from kubesage.core.k8s.binding import node_refusal
-    from kubesage.core.k8s.informer import ClusterSync
+    from kubesage.core.k8s.cluster_snapshot import live_snapshot
 
-    sync = ClusterSync(api)
-    sync.start()
-    try:
-        if not sync.wait_until_ready(timeout_s):
-            raise DependencyError(f"the cluster was not listed within {timeout_s:g} s")
-        with sync.locked_placing([]) as (state, _):
-            room = topology_room(drtg, state)
-        node_objects = sync.nodes()
-    finally:
-        sync.stop()
+    snapshot = live_snapshot(api, timeout_s=timeout_s)
+    room = topology_room(drtg, snapshot.state)
+    node_objects = snapshot.nodes
     room.check_shared(drtg)
     usable = frozenset(
         name for name, node in node_objects.items() if node_refusal(EXECUTOR_POD, node) is None
@@ -141,7 +134,7 @@ def live_room(
     if ruled_out:
         notes.append(
             f"{len(ruled_out)} topology node(s) take no executors (cordoned or tainted): "
-            f"{_first(ruled_out)}"
+            f"{a_few(ruled_out)}"
         )
     state = only_on(room.state, usable)
     present = [i for i, name in enumerate(drtg.node_names) if name not in room.missing]
@@ -152,7 +145,3 @@ def live_room(
         f"{(cores - free) / 1000:.0f} of their {cores / 1000:.0f} cores in use"
     )
     return TopologyRoom(state, room.missing), notes
-
-
-def _first(names: Sequence[str]) -> str:
-    return ", ".join(names[:5]) + (", …" if len(names) > 5 else "")

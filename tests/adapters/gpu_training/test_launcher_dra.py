@@ -19,6 +19,7 @@ from kubesage.core.dra.nodes import node_devices
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
 from kubesage.core.topology.discovery import topology_from_nodes
 from kubesage.core.topology.spec import TOPOLOGY_KIND
+from tests.core.k8s import v1_node
 from tests.core.topology.test_discovery import k8s_node
 from tests.fakes import dra_fixtures as fx
 from tests.fakes.apiserver import FakeApiServer
@@ -131,6 +132,10 @@ def test_cli_everything_after_the_separator_is_the_users() -> None:
 @pytest.mark.parametrize(("dra", "kind"), [(True, "ResourceClaimTemplate"), (False, None)])
 def test_cli_detects_the_form_from_the_kubeconfigs_cluster(dra: bool, kind: str | None) -> None:
     with FakeApiServer(dra=dra) as fake:
+        # a node of the shipped topology, its GPUs free (the plan takes only free ones)
+        fake.add_node(v1_node("rack-a1-node-00"))
+        if dra:
+            fake.add_resource_slice(fx.dgx_h100_slice("rack-a1-node-00"))
         result = launch("--gpus", "4", "--kubeconfig", str(fake.kubeconfig), "--", "t")
     assert result.exit_code == 0, result.output
     kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout)]
