@@ -38,6 +38,16 @@ KeepAliveOption = Annotated[
     typer.Option(
         "--keep-alive-s",
         min=0.001,
-        help="Seconds an idle connection is kept open (and a stalled body waited for: 408).",
+        help="Seconds an idle connection is kept open: keep it above the clients' own idle "
+        "time (90 s for kube-scheduler and the API server), so they close first.",
+    ),
+]
+StallTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--stall-timeout-s",
+        min=0.001,
+        help="Seconds a request body may send nothing (then 408), or a client read none of "
+        "its answers (then dropped).",
     ),
 ]

@@ -35,6 +35,7 @@ from kubesage.core.cli.http_options import (
     MaxHeaderBytesOption,
     MaxHeadersOption,
     MaxUrlBytesOption,
+    StallTimeoutOption,
 )
 from kubesage.core.cli.loop import loop_inputs
 from kubesage.core.cli.loop_options import (
@@ -169,6 +170,7 @@ def serve(
     max_headers: MaxHeadersOption = http_limits.MAX_HEADERS,
     header_timeout_s: HeaderTimeoutOption = http_limits.HEADER_TIMEOUT_S,
     keep_alive_s: KeepAliveOption = http_limits.KEEP_ALIVE_S,
+    stall_timeout_s: StallTimeoutOption = http_limits.STALL_TIMEOUT_S,
     shutdown_delay_s: Annotated[
         float,
         typer.Option(
@@ -246,7 +248,12 @@ def serve(
         reloader = CertificateReloader(ssl_context, tls_cert, tls_key)
         service.stoppers.append(every(CHECK_EVERY_S, reloader.check, name="tls-reload"))
     limits = HttpLimits(
-        max_url_bytes, max_header_bytes, max_headers, header_timeout_s, keep_alive_s
+        max_url_bytes,
+        max_header_bytes,
+        max_headers,
+        header_timeout_s,
+        keep_alive_s,
+        stall_timeout_s,
     )
     server = HttpServer(app, ssl_context=ssl_context, limits=limits)
     log_event(

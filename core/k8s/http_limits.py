@@ -13,10 +13,17 @@ from dataclasses import dataclass
 from kubesage.core.errors import InputError
 from kubesage.core.observability import metrics
 
-KEEP_ALIVE_S = 5.0
-"""Idle keep-alive connections are closed after this long (as uvicorn does)."""
+KEEP_ALIVE_S = 120.0
+"""Idle keep-alive connections are closed after this long: longer than the 90 s Go's
+HTTP clients keep an idle connection (kube-scheduler's extender client, the API server's
+webhook client: ``IdleConnTimeout``), so the client closes first. A server that closes
+first can do so as the client sends a request on that connection, and Go does not
+retry a POST that may have been sent: the extender call or the admission fails."""
 HEADER_TIMEOUT_S = 10.0
 """A request's headers must be complete this long after their first byte (slowloris)."""
+STALL_TIMEOUT_S = 10.0
+"""A request body with no bytes this long gets 408; a client that reads none of its
+answers this long is dropped."""
 MAX_URL_BYTES = 8 * 1024
 """Longest request URL (the request line's target), as nginx and gunicorn allow."""
 MAX_HEADER_BYTES = 32 * 1024
@@ -38,14 +45,16 @@ class HttpLimits:
     header_timeout_s: float = HEADER_TIMEOUT_S
     """Headers not complete this long after the request's first byte get 408."""
     keep_alive_s: float = KEEP_ALIVE_S
-    """An idle connection is closed after this long, a body stalled this long gets 408,
-    and a client that reads none of its answers for this long is dropped."""
+    """An idle connection is closed after this long."""
+    stall_timeout_s: float = STALL_TIMEOUT_S
+    """A body stalled this long gets 408, and a client that reads none of its answers
+    for this long is dropped."""
 
     def __post_init__(self) -> None:
         for name in ("max_url_bytes", "max_header_bytes", "max_headers"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("header_timeout_s", "keep_alive_s"):
+        for name in ("header_timeout_s", "keep_alive_s", "stall_timeout_s"):
             if not getattr(self, name) > 0:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
 

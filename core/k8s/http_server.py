@@ -23,9 +23,9 @@ HTTP behaviour:
   more than ``max_headers`` of them 431 — decided while the head streams in, so a
   client cannot make the server buffer more than the limits and one read;
 - timeouts for slow or stalled clients: headers not complete ``header_timeout_s``
-  after their first byte, or a body with no bytes for ``keep_alive_s``, get a 408;
-  an idle keep-alive connection is closed (unanswered) after ``keep_alive_s``, and so
-  is one whose client reads nothing of the answers for that long;
+  after their first byte, or a body with no bytes for ``stall_timeout_s``, get a 408;
+  an idle keep-alive connection is closed (unanswered) after ``keep_alive_s``, and one
+  whose client reads nothing of the answers for ``stall_timeout_s`` is dropped;
 - malformed HTTP gets a 400 with a message, then the connection is closed;
 - every connection the server closes on its own (a limit, a timeout, malformed HTTP)
   is counted by reason in ``kubesage_http_connections_closed_total``;
@@ -216,7 +216,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
-        self._arm(self._limits.keep_alive_s)  # a client that never reads: see _expire
+        self._arm(self._limits.stall_timeout_s)  # a client that never reads: see _expire
 
     def resume_writing(self) -> None:
         self._write_paused = False
@@ -361,6 +361,8 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.close()
         elif self._phase == _HEAD:
             self._arm(max(self._head_deadline - self._loop.time(), 0.0))
+        elif self._phase == _BODY:
+            self._arm(self._limits.stall_timeout_s)
         else:
             self._arm(self._limits.keep_alive_s)
 
@@ -451,7 +453,7 @@ class HttpProtocol(asyncio.Protocol):
                 message = f"the request headers took over {self._limits.header_timeout_s:g} s"
             else:
                 reason = "body_timeout"
-                message = f"no request body bytes for {self._limits.keep_alive_s:g} s"
+                message = f"no request body bytes for {self._limits.stall_timeout_s:g} s"
             self._refuse(408, reason, message)
             self._pump()
 

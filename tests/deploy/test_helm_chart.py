@@ -139,6 +139,7 @@ CASES |= {
             "maxHeaders": 50,
             "headerTimeoutS": 5,
             "keepAliveS": 2.5,
+            "stallTimeoutS": 1.5,
             "shutdownDelayS": 8,
         },
         "webhook": {"failurePolicy": "Fail", "timeoutSeconds": 5, "excludedNamespaces": ["a", "b"]},
@@ -344,6 +345,7 @@ def test_the_arguments_parse_as_kubesage_serve_options(
     assert everything["forecast_weight"] == 0.3 and everything["max_headers"] == 50
     assert everything["prometheus"] == "http://prometheus.monitoring.svc:9090"
     assert everything["header_timeout_s"] == 5.0 and everything["keep_alive_s"] == 2.5
+    assert everything["stall_timeout_s"] == 1.5
     assert everything["forecast_model"] == Path("/etc/kubesage/forecast/gpu.safetensors")
     pod = find(renders["every-option"][1], "Deployment")["spec"]["template"]["spec"]
     item = {"key": "gpu.safetensors", "path": "gpu.safetensors"}

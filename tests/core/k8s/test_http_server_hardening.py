@@ -33,7 +33,12 @@ from tests.core.k8s.test_http_server import Responses, connect, post, running
 from tests.core.k8s.test_serve_cli import serving
 
 SMALL = HttpLimits(
-    max_url_bytes=256, max_header_bytes=1024, max_headers=8, header_timeout_s=0.5, keep_alive_s=0.5
+    max_url_bytes=256,
+    max_header_bytes=1024,
+    max_headers=8,
+    header_timeout_s=0.5,
+    keep_alive_s=0.5,
+    stall_timeout_s=0.4,
 )
 """Small limits and short timeouts, so each is reached quickly."""
 FILTER = args(gpu_pod("valid-0", gpus="1"))
@@ -181,7 +186,7 @@ def test_a_stalled_body_gets_408(small: int) -> None:
         connection.sendall(head + b'{"Pod": ')
         status, _, body = responses.next()
         assert status == 408
-        assert orjson.loads(body)["error"] == "no request body bytes for 0.5 s"
+        assert orjson.loads(body)["error"] == "no request body bytes for 0.4 s"
         assert responses.closed()
     assert closed("body_timeout") == before + 1
 

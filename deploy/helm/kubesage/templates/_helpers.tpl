@@ -117,6 +117,7 @@ empty string) passes no flag, so the binary's default applies.
   (list "max-headers" $server.maxHeaders)
   (list "header-timeout-s" $server.headerTimeoutS)
   (list "keep-alive-s" $server.keepAliveS)
+  (list "stall-timeout-s" $server.stallTimeoutS)
   (list "shutdown-delay-s" $server.shutdownDelayS) }}
 {{- range $options }}
 {{- $flag := index . 0 }}
