@@ -122,14 +122,18 @@ class GpuSample:
 
 def _held(panel: MetricPanel, columns: IntArray, metric: str) -> FloatArray:
     """``[steps, gpus]`` readings of ``metric`` with each gap holding the latest earlier
-    reading of the same pod (NaN before the first)."""
+    reading of the same pod, and the steps before its first reading holding that first
+    one: DCGM reports a pod's GPU from the start, the trace's sampling of it may begin
+    later. NaN only for a pod the trace never read."""
     m = panel.metrics.index(metric)
     observed = panel.mask[:, columns, m]
     steps = np.arange(panel.steps)[:, np.newaxis]
     latest = np.maximum.accumulate(np.where(observed, steps, -1), axis=0)
     values = panel.values[:, columns, m]
     held = np.take_along_axis(values, np.maximum(latest, 0), axis=0)
-    return np.where(latest >= 0, held, np.nan)
+    first = np.take_along_axis(values, np.argmax(observed, axis=0)[np.newaxis, :], axis=0)
+    before = np.where(observed.any(axis=0), first, np.nan)
+    return np.where(latest >= 0, held, before)
 
 
 def busiest_pods(panel: MetricPanel, count: int) -> list[str]:

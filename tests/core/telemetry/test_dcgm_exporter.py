@@ -130,6 +130,24 @@ def test_gap_in_the_trace_holds_the_latest_reading(genai_panel: MetricPanel) -> 
     assert sample.values["DCGM_FI_DEV_GPU_UTIL"] == round(genai_panel.values[latest, n, duty])
 
 
+def test_a_running_pod_before_its_first_reading_shows_that_reading(
+    genai_panel: MetricPanel,
+) -> None:
+    """The trace's sampling of a pod can begin after the pod did (at the trace's start,
+    where the replay comes back to whenever it loops); DCGM would report its GPU, so
+    the replay shows the first reading there rather than leaving the GPU's series out."""
+    duty = genai_panel.metrics.index("gpu_duty_cycle")
+    observed = genai_panel.mask[:, :, duty]
+    unread = genai_panel.alive & ~np.logical_or.accumulate(observed, axis=0)
+    steps, pods = np.nonzero(unread & observed.any(axis=0))
+    assert steps.size, "the trace has pods running before their first reading"
+    step, n = int(steps[0]), int(pods[0])
+    first = int(np.argmax(observed[:, n]))
+    replay = DcgmReplay(genai_panel, hostname="h", pods=[genai_panel.entities[n]])
+    [sample] = replay.samples(step)
+    assert sample.values["DCGM_FI_DEV_GPU_UTIL"] == round(genai_panel.values[first, n, duty])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
