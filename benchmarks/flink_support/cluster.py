@@ -51,9 +51,20 @@ def find_flink_venv() -> Path:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    (port,) = free_ports(1)
+    return port
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports on 127.0.0.1 that nothing listens on right now: each
+    probe stays bound until all are chosen, so the kernel cannot hand one out twice."""
+    with contextlib.ExitStack() as probes:
+        ports = []
+        for _ in range(count):
+            probe = probes.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            probe.bind(("127.0.0.1", 0))
+            ports.append(int(probe.getsockname()[1]))
+        return ports
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -65,6 +76,15 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+PORT_OPTIONS = (
+    "jobmanager.rpc.port",
+    "taskmanager.rpc.port",
+    "taskmanager.data.port",
+    "blob.server.port",
+)
+"""The ports besides REST a cluster listens on, each chosen free at start."""
 
 
 class LocalFlinkCluster:
@@ -90,6 +110,7 @@ class LocalFlinkCluster:
         self.extra_conf = dict(extra_conf or {})
         self.startup_timeout_s = startup_timeout_s
         self.rest_port = 0
+        self._ports: dict[str, int] = {}
         self._workdir: Path | None = None
         self._pids: set[int] = set()
         self._replacing = threading.Lock()  # one replacement TaskManager at a time
@@ -126,19 +147,19 @@ class LocalFlinkCluster:
             {
                 "jobmanager.bind-host": "127.0.0.1",
                 "jobmanager.rpc.address": "127.0.0.1",
-                "jobmanager.rpc.port": free_port(),
+                "jobmanager.rpc.port": self._ports["jobmanager.rpc.port"],
                 "jobmanager.memory.process.size": "1024m",
                 "taskmanager.bind-host": "127.0.0.1",
                 "taskmanager.host": "127.0.0.1",
-                "taskmanager.rpc.port": free_port(),
-                "taskmanager.data.port": free_port(),
+                "taskmanager.rpc.port": self._ports["taskmanager.rpc.port"],
+                "taskmanager.data.port": self._ports["taskmanager.data.port"],
                 "taskmanager.numberOfTaskSlots": self.task_slots,
                 "taskmanager.memory.process.size": f"{1280 + 160 * self.task_slots}m",
                 "taskmanager.memory.managed.fraction": 0.3,
                 "rest.address": "127.0.0.1",
                 "rest.bind-address": "127.0.0.1",
                 "rest.port": self.rest_port,
-                "blob.server.port": free_port(),
+                "blob.server.port": self._ports["blob.server.port"],
                 "env.log.dir": str(self._workdir / "log"),
                 "env.pid.dir": str(self._workdir / "pid"),
                 "io.tmp.dirs": str(self._workdir / "tmp"),
@@ -217,7 +238,9 @@ class LocalFlinkCluster:
         for sub in ("log", "pid", "tmp"):
             (self._workdir / sub).mkdir()
         shutil.copytree(self.flink_home / "conf", self.conf_dir)
-        self.rest_port = free_port()
+        names = ("rest.port", *PORT_OPTIONS)
+        self._ports = dict(zip(names, free_ports(len(names)), strict=True))
+        self.rest_port = self._ports["rest.port"]
         (self.conf_dir / "config.yaml").write_text(
             yaml.safe_dump(self.configuration(), sort_keys=True)
         )

@@ -149,6 +149,7 @@ def shape_results(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(RESULT_TIMEOUT_S + 60)  # above the wait below: a rerun case may need it
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_job_shape_end_state(
     case: ShapeCase, shape_results: dict[str, Future[ShapeResult]]

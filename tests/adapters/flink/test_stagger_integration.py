@@ -96,7 +96,7 @@ def test_stagger_command_drives_the_registered_jobs(
             str(registry.path),
             *_jobs(job_ids),
             "--duration-s",
-            str(1.5 * REGISTERED_INTERVAL_MS / 1000),
+            str(2.5 * REGISTERED_INTERVAL_MS / 1000),  # two slots each, at least
         ],
     )
     assert done.exit_code == 0, done.output
