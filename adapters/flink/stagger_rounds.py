@@ -12,6 +12,7 @@ in-flight checkpoints awaited), the profiles are read again and a new plan start
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -66,6 +67,7 @@ def run_stagger_rounds(
     job_check_s: float = JOB_CHECK_S,
     drive: bool = True,
     duration_s: float | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> StaggerRounds:
     """Plan and drive until ``stop`` (see the module docstring); ``running`` lists the
     running jobs' ids. A first round with nothing to drive ends it (``StaggerRounds``
@@ -74,10 +76,13 @@ def run_stagger_rounds(
     the first plan starts being driven (probing and planning do not count)."""
     rounds = StaggerRounds()
     deadline_ms: int | None = None
-    # Set duration_s after the driving started; it ends a wait for jobs. A coordinator
-    # keeps to its window itself, so a timer late on a loaded machine triggers nothing.
-    timed_out = threading.Event()
-    while not (stop.is_set() or timed_out.is_set()):
+
+    def over() -> bool:
+        """``duration_s`` has passed: read on the clock, not told by a timer that can fire
+        late on a loaded machine (a coordinator keeps to its window the same way)."""
+        return deadline_ms is not None and int(clock() * 1000) >= deadline_ms
+
+    while not (stop.is_set() or over()):
         jobs = list(named) or running()
         profiles = stagger_profiles(
             client,
@@ -94,6 +99,8 @@ def run_stagger_rounds(
             rounds.plans.append(plan_jobs(profiles))
             on_plan(rounds.plans[-1], profiles)
             return rounds
+        if over():  # reading the profiles took the rest: no plan to start after the end
+            break
         round_over = threading.Event()
         watcher = None
         if not named:
@@ -105,7 +112,10 @@ def run_stagger_rounds(
             )
             watcher.start()
         if not profiles:  # every driven job has gone: wait for one
-            _wait_for(round_over, stop, timed_out)
+            _wait_for(round_over, stop, over)
+            round_over.set()  # ends the watcher of a wait that stop or the deadline ended
+            if watcher is not None:
+                watcher.join()
             continue
         plan = plan_jobs(profiles)
         on_plan(plan, profiles)
@@ -116,15 +126,12 @@ def run_stagger_rounds(
                 checkpoint_duration_ms=profile.duration_ms,
                 checkpoint_size_bytes=profile.size_bytes,
             )
-        coordinator = CheckpointCoordinator(client, plan, on_record=on_record)
+        coordinator = CheckpointCoordinator(client, plan, on_record=on_record, clock=clock)
         started_ms = coordinator.now_ms()
         if not rounds.plans:
             rounds.started_ms = started_ms
             if duration_s is not None:
                 deadline_ms = started_ms + int(duration_s * 1000)
-                timer = threading.Timer(duration_s, timed_out.set)
-                timer.daemon = True
-                timer.start()
         rounds.plans.append(plan)
         either = _either(stop, round_over)
         left_s = None if deadline_ms is None else max(0, deadline_ms - started_ms) / 1000
@@ -134,8 +141,6 @@ def run_stagger_rounds(
         round_over.set()  # ends the watcher of a round that stop ended
         if watcher is not None:
             watcher.join()
-        if deadline_ms is not None and coordinator.now_ms() >= deadline_ms:
-            break
     return rounds
 
 
@@ -177,6 +182,6 @@ def _either(first: threading.Event, second: threading.Event) -> threading.Event:
     return both
 
 
-def _wait_for(round_over: threading.Event, *stops: threading.Event) -> None:
-    while not (round_over.is_set() or any(stop.is_set() for stop in stops)):
+def _wait_for(round_over: threading.Event, stop: threading.Event, over: Callable[[], bool]) -> None:
+    while not (round_over.is_set() or stop.is_set() or over()):
         round_over.wait(0.1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.flink_support.cluster import free_port
-from kubesage.adapters.flink import cli, cli_support, stagger_rounds
+from kubesage.adapters.flink import cli, cli_support
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.core.adapter import Adapter
@@ -121,19 +120,8 @@ def test_stagger_dry_run_prints_the_plan(tmp_path: Path) -> None:
     assert "optimum 1" in done.output
 
 
-class LateTimer(threading.Timer):
-    """A timer that fires 1.5 s late, as one can on a loaded machine."""
-
-    def __init__(self, interval: float, function: Callable[[], object]) -> None:
-        super().__init__(interval + 1.5, function)
-
-
 @pytest.mark.usefixtures("recorded_jobmanager")
-def test_stagger_drives_checkpoints_and_records_the_phase(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # --duration-s ends the driving on time even when the timer behind it is late.
-    monkeypatch.setattr(stagger_rounds.threading, "Timer", LateTimer)
+def test_stagger_drives_checkpoints_and_records_the_phase(tmp_path: Path) -> None:
     registry = tmp_path / "flink-jobs.yaml"
     # Phases count from the Unix epoch: with a 1 s interval, one slot falls in any 1 s.
     register_driven_job(registry, interval_ms=1_000)

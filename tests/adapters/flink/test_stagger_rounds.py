@@ -104,3 +104,42 @@ def test_named_jobs_are_planned_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
         job_check_s=0.02,
     )
     assert len(rounds.plans) == 1 and DrivingCoordinator.driven == [[A]]
+
+
+def test_no_plan_starts_after_the_duration_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs change near the end of --duration-s and reading their profiles (probe
+    checkpoints, for a job without history) takes past it: nothing is planned,
+    recorded or driven after the end."""
+    now = [0.0]
+    calls: list[list[str]] = []
+
+    def profiles(client: Any, registry: Any, jobs: list[str], **options: Any) -> list[Any]:
+        calls.append(jobs)
+        if len(calls) == 2:
+            now[0] = 20.0  # the probes of the new job took 20 s of a 10 s duration
+        return [CheckpointProfile(job, 10_000, 500) for job in jobs]
+
+    monkeypatch.setattr(stagger_rounds, "stagger_profiles", profiles)
+    monkeypatch.setattr(stagger_rounds, "CheckpointCoordinator", DrivingCoordinator)
+    DrivingCoordinator.driven = []
+    listed = [[A], [A, B]]
+    planned: list[list[str]] = []
+    rounds = stagger_rounds.run_stagger_rounds(
+        object(),  # type: ignore[arg-type]
+        JobRegistry(tmp_path / "jobs.yaml"),
+        named=[],
+        running=lambda: listed.pop(0) if len(listed) > 1 else listed[0],
+        stop=threading.Event(),
+        interval_ms=None,
+        probe_rounds=0,
+        say=lambda note: None,
+        on_plan=lambda plan, profiles: planned.append(sorted(plan.phases_ms)),
+        on_record=lambda record: None,
+        job_check_s=0.02,
+        duration_s=10.0,
+        clock=lambda: now[0],
+    )
+    assert calls == [[A], [A, B]]
+    assert planned == [[A]] and DrivingCoordinator.driven == [[A]] and len(rounds.plans) == 1
