@@ -90,7 +90,7 @@ def choose_checkpointing(
             CheckpointProfile(
                 f"being submitted ({r.token})",
                 r.checkpoint_interval_ms,
-                min(r.checkpoint_duration_ms, r.checkpoint_interval_ms),
+                min(r.checkpoint_duration_ms or DEFAULT_DURATION_MS, r.checkpoint_interval_ms),
             ),
             r.phase_ms,
         )

@@ -86,7 +86,8 @@ class PhaseReservation(BaseModel):
     jobmanager: str
     checkpoint_interval_ms: int = Field(gt=0)
     phase_ms: int = Field(ge=0)
-    checkpoint_duration_ms: int = Field(ge=0)
+    checkpoint_duration_ms: int | None = Field(None, ge=0)
+    """None: not measured (the default guess is planned with)."""
     expires_at_ms: int
     """When it no longer counts (a submit that died without releasing it)."""
 
@@ -162,14 +163,32 @@ class JobRegistry:
         choose: Callable[[list[PhaseReservation]], PhaseReservation | None],
         *,
         now_ms: int,
+        since_ms: int,
     ) -> str | None:
         """Under the registry's lock, so concurrent submits see each other's choice:
         ``choose`` gets the unexpired reservations of ``jobmanager`` (expired ones are
-        dropped) and returns the new one to keep, or None; the kept one's token."""
+        dropped), and as reservations too the runs registered there since ``since_ms``
+        (when the caller last read the running jobs: a submit that ended meanwhile took
+        its reservation away); it returns the new one to keep, or None; its token."""
         wanted = rest_url_key(jobmanager)
         with self._locked() as document:
             document.reservations = [r for r in document.reservations if r.expires_at_ms > now_ms]
             beside = [r for r in document.reservations if rest_url_key(r.jobmanager) == wanted]
+            beside += [
+                PhaseReservation(
+                    token=run.job_id,
+                    jobmanager=run.jobmanager,
+                    checkpoint_interval_ms=run.checkpoint_interval_ms,
+                    phase_ms=run.phase_ms,
+                    checkpoint_duration_ms=run.checkpoint_duration_ms,
+                    expires_at_ms=now_ms,
+                )
+                for run in document.runs
+                if run.submitted_at_ms >= since_ms
+                and rest_url_key(run.jobmanager) == wanted
+                and run.checkpoint_interval_ms
+                and run.phase_ms is not None
+            ]
             reservation = choose(beside)
             if reservation is None:
                 return None
@@ -199,7 +218,11 @@ class JobRegistry:
             fcntl.flock(lock, fcntl.LOCK_EX)
             document = self.load()
             yield document
-            text = yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False)
+            # no empty `reservations`: a registry without them reads in older versions too
+            dumped = document.model_dump(
+                mode="json", exclude={"reservations"} if not document.reservations else None
+            )
+            text = yaml.safe_dump(dumped, sort_keys=False)
             handle, temp = tempfile.mkstemp(dir=self.path.parent, prefix=".flink-jobs-")
             try:
                 with os.fdopen(handle, "w") as out:

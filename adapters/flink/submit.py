@@ -65,9 +65,10 @@ log = logging.getLogger(__name__)
 
 JOB_ID = re.compile(r"JobID\s+([0-9a-f]{32})")
 TARGET_UTILISATION = 0.8
-RESERVATION_MS = 600_000
-"""How long a submit's phase reservation counts if the submit never ends it (twice the
-``flink run`` timeout)."""
+FLINK_RUN_TIMEOUT_S = 300
+"""How long ``flink run`` may take (a JobID printed before it ends still counts)."""
+RESERVATION_MS = 2 * FLINK_RUN_TIMEOUT_S * 1000
+"""How long a submit's phase reservation counts if the submit never ends it."""
 LIVE_STATES = frozenset({"INITIALIZING", "CREATED", "RUNNING", "RESTARTING", "RECONCILING"})
 """Flink job states whose checkpoints are, or are about to be, on the JobManager's
 schedule: a new job's phase is placed beside the registered jobs in them."""
@@ -214,7 +215,12 @@ def parse_job_id(output: str) -> str:
 
 def run_flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        list(command), env=env, capture_output=True, text=True, timeout=300, check=False
+        list(command),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=FLINK_RUN_TIMEOUT_S,
+        check=False,
     )
 
 
@@ -260,12 +266,15 @@ def submit(
     history = registry.runs(job_key=key, jobmanager=request.jobmanager)
     reasons: list[str] = []
     with client_factory(request.jobmanager) as client:
+        read_ms = int(clock() * 1000)  # runs registered from here on are not in `running`
         running = _refresh(client, registry, request.jobmanager, reasons)
         history = registry.runs(job_key=key, jobmanager=request.jobmanager)
         parallelism = choose_parallelism(request, history)
         chosen: list[CheckpointChoice] = []
 
-        def choose(reserved: list[PhaseReservation]) -> PhaseReservation | None:
+        def choose(beside: list[PhaseReservation]) -> PhaseReservation | None:
+            listed = {run.job_id for run in running}  # a run read live and registered since
+            reserved = [r for r in beside if r.token not in listed]
             choice = choose_checkpointing(
                 request.checkpoint_interval_ms, request.driven, history, running, reserved=reserved
             )
@@ -281,7 +290,9 @@ def submit(
                 expires_at_ms=int(clock() * 1000) + RESERVATION_MS,
             )
 
-        token = registry.reserve_phase(request.jobmanager, choose, now_ms=int(clock() * 1000))
+        token = registry.reserve_phase(
+            request.jobmanager, choose, now_ms=int(clock() * 1000), since_ms=read_ms
+        )
         (checkpointing,) = chosen
         reasons += [parallelism.reason, checkpointing.reason]
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import subprocess
@@ -15,11 +14,10 @@ from typer.testing import CliRunner
 
 from kubesage.adapters.flink.checkpoint_choice import choose_checkpointing, landed_checkpoints
 from kubesage.adapters.flink.client import FlinkClient
-from kubesage.adapters.flink.registry import JobRegistry, PhaseReservation, RunRecord
+from kubesage.adapters.flink.registry import JobRegistry, RunRecord
 from kubesage.adapters.flink.run_arguments import parallelism_set, with_absolute_files
 from kubesage.adapters.flink.submit import (
     FlinkSubmitError,
-    SubmitOutcome,
     SubmitRequest,
     choose_parallelism,
     flink_environment,
@@ -33,8 +31,6 @@ from kubesage.core.cli.main import app
 from kubesage.core.dra.claims import DeviceMode
 from kubesage.core.errors import ConfigError, InputError
 from kubesage.core.k8s.validation import DRA_KUBERNETES_VERSION, validate_manifests
-
-from .conftest import recorded
 
 JOB = "fdb4749fec8f525bb194110b606c1048"
 JM = "http://127.0.0.1:8081"
@@ -386,100 +382,6 @@ def test_a_job_not_running_in_time_keeps_why_in_the_registry(
     stored = registry.find(outcome.job_id)
     assert stored is not None and stored.running_since_ms is None
     assert "job not RUNNING within 0.2 s: phase not confirmed" in stored.reasons
-
-
-def test_submits_started_together_place_their_phases_beside_each_other(
-    tmp_path: Path, replay_client: Callable[..., FlinkClient]
-) -> None:
-    """A second submit while the first's ``flink run`` is still going (a deploy script
-    submitting jobs in parallel): the first's job is not registered yet, but the phase
-    it reserved is, so the second does not pick the same one. Registering the job ends
-    the reservation; a submit that fails ends its own."""
-    flink_home = fake_flink_home(tmp_path)
-    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
-    other = "0" * 31 + "1"
-    seen: list[SubmitOutcome] = []
-
-    def second(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT.replace(JOB, other), "")
-
-    def first(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        assert [r.phase_ms for r in registry.load().reservations] == [0]
-        seen.append(submit(together, registry, runner=second, client_factory=client))
-        return succeeds(command, env)
-
-    def client(url: str) -> FlinkClient:
-        return replay_client("jobs_overview")  # neither job is seen running in time
-
-    together = request(
-        checkpoint_interval_ms=10_000, driven=True, flink_home=flink_home, wait_running_s=0.1
-    )
-    outcome = submit(together, registry, runner=first, client_factory=client)
-    (inner,) = seen
-    assert outcome.run.phase_ms == 0
-    assert inner.run.phase_ms not in (None, 0)
-    assert any("beside 0 running job(s) and 1 being submitted" in r for r in inner.reasons)
-    assert registry.load().reservations == []
-
-    def fails(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(list(command), 1, "", "no JobManager")
-
-    with pytest.raises(FlinkSubmitError, match="flink run exited 1"):
-        submit(together, registry, runner=fails, client_factory=client)
-    assert registry.load().reservations == []
-
-
-@pytest.mark.parametrize(("state", "beside"), [("INITIALIZING", 1), ("CANCELED", 0)])
-def test_a_registered_job_still_starting_keeps_its_phase(
-    tmp_path: Path, replay_client: Callable[..., FlinkClient], state: str, beside: int
-) -> None:
-    """A job submitted a moment ago is INITIALIZING or CREATED, not RUNNING yet: its
-    checkpoints are about to follow its phase, so a new job's phase goes beside it."""
-    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
-    registry.add(run(JOB, checkpoint_interval_ms=10_000, phase_ms=0, driven=True))
-    overview = copy.deepcopy(recorded("jobs_overview"))
-    overview["body"]["jobs"][0]["state"] = state
-    other = "0" * 31 + "1"
-
-    def flink(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.CompletedProcess(list(command), 0, FLINK_OUTPUT.replace(JOB, other), "")
-
-    outcome = submit(
-        request(
-            checkpoint_interval_ms=10_000,
-            driven=True,
-            flink_home=fake_flink_home(tmp_path),
-            wait_running_s=0.1,
-        ),
-        registry,
-        runner=flink,
-        client_factory=lambda url: replay_client("job_running", **{"GET /jobs/overview": overview}),
-    )
-    assert any(f"beside {beside} running job(s)" in reason for reason in outcome.reasons)
-    assert (outcome.run.phase_ms != 0) == bool(beside)
-
-
-def test_a_phase_reservation_counts_for_its_jobmanager_until_it_expires(tmp_path: Path) -> None:
-    registry = JobRegistry(tmp_path / "flink-jobs.yaml")
-    reservation = PhaseReservation(
-        token="a",
-        jobmanager=JM,
-        checkpoint_interval_ms=10_000,
-        phase_ms=0,
-        checkpoint_duration_ms=500,
-        expires_at_ms=1_000,
-    )
-    assert registry.reserve_phase(JM, lambda beside: reservation, now_ms=0) == "a"
-    seen: list[list[str]] = []
-
-    def look(beside: list[PhaseReservation]) -> None:
-        seen.append([r.token for r in beside])
-
-    registry.reserve_phase(f"{JM}/", look, now_ms=999)  # the same JobManager
-    registry.reserve_phase("http://flink-2:8081", look, now_ms=999)  # another one
-    registry.reserve_phase(JM, look, now_ms=1_000)  # expired: dropped
-    assert seen == [["a"], [], []]
-    assert registry.load().reservations == []
 
 
 def test_a_flink_run_that_hangs_after_submitting_still_registers_the_job(
