@@ -24,7 +24,8 @@ HTTP behaviour:
   client cannot make the server buffer more than the limits and one read;
 - timeouts for slow or stalled clients: headers not complete ``header_timeout_s``
   after their first byte, or a body with no bytes for ``stall_timeout_s``, get a 408;
-  an idle keep-alive connection is closed (unanswered) after ``keep_alive_s``, and one
+  an idle keep-alive connection is closed (unanswered) after ``keep_alive_s`` (a new
+  one that sends nothing, after ``header_timeout_s``), and one
   whose client reads nothing of the answers for ``stall_timeout_s`` is dropped;
 - malformed HTTP gets a 400 with a message, then the connection is closed;
 - every connection the server closes on its own (a limit, a timeout, malformed HTTP)
@@ -179,7 +180,9 @@ class HttpProtocol(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without deriving from it.
         self._transport = cast(asyncio.Transport, transport)
         self._server.connections.add(self)
-        self._arm(self._limits.keep_alive_s)
+        # A new connection's first request is due as soon as a request's headers are:
+        # keep_alive_s (long, for clients that reuse connections) is for between requests.
+        self._arm(self._limits.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)

@@ -166,8 +166,8 @@ def test_slow_headers_get_408_even_while_bytes_keep_arriving(small: int) -> None
     with connect(small) as connection:
         responses = Responses(connection)
         connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ")
-        # A byte every 0.1 s until the answer: the keep-alive timer (0.5 s without a
-        # byte) never fires, the header timer (0.5 s after the first byte) does.
+        # A byte every 0.1 s until the answer: bytes that keep coming do not hold off
+        # the header timer (0.5 s after the first byte).
         while not select.select([connection], [], [], 0.1)[0]:
             assert time.monotonic() - started < 5.0, "no answer to slow headers"
             connection.sendall(b"s")
@@ -198,6 +198,17 @@ def test_an_idle_connection_is_closed_unanswered_and_counted(small: int) -> None
         responses = Responses(connection)
         assert responses.next()[0] == 200
         assert responses.closed()  # after keep_alive_s, with no bytes
+    assert closed("idle_timeout") == before + 1
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout() -> None:
+    """Idle connections between requests are kept long (a client reusing them closes
+    first), but a new one owes its first request as soon as headers are due."""
+    extender, _ = make_extender()
+    limits = HttpLimits(header_timeout_s=0.3, keep_alive_s=60.0)
+    before = closed("idle_timeout")
+    with running(create_app(extender), limits) as port, connect(port) as connection:
+        assert Responses(connection).closed()  # within its 5 s read, not after 60 s
     assert closed("idle_timeout") == before + 1
 
 
