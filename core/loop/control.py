@@ -337,13 +337,13 @@ class ControlLoop:
             context.record(plan, Outcome.REFUSED, "no cluster state to reserve in")
             return
         ledger = PlanLedger(state, self.world.pods, plan)
-        impossible = ledger.check()
-        if impossible is not None:
-            context.record(plan, Outcome.REFUSED, f"{impossible}; the plan was not started")
-            return
-        refused = self._rehearse(plan, todo, context)
+        refused = ledger.check() or self._rehearse(plan, todo, context)
         if refused is not None:
             context.record(plan, Outcome.REFUSED, f"{refused}; the plan was not started")
+            return
+        stale = self._stale(context)  # the rehearsal's API calls took time too
+        if stale is not None:
+            context.record(plan, Outcome.STALE, stale)
             return
         ledger.reserve_free()
         failed: str | None = None

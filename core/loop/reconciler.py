@@ -129,7 +129,7 @@ class Rehearses(Protocol):
     starting it, so a step a PodDisruptionBudget would refuse stops the plan before any
     pod is evicted in vain."""
 
-    def rehearse(self, action: Action, before: Sequence[Action]) -> Result | None:
+    def rehearse(self, action: Action, before: Sequence[Action] = ()) -> Result | None:
         """REFUSED (with why) when ``action`` would be refused once the plan's steps
         ``before`` it are done; None when it would go through or the rehearsal cannot
         tell. Never raises, changes nothing."""

@@ -282,6 +282,24 @@ def test_a_plan_whose_later_step_would_be_refused_evicts_nothing() -> None:
     assert set(loop.audit.refused(loop.clock.now())) == {"evict:default/b"}
 
 
+def test_a_plan_whose_rehearsal_outlasts_its_data_is_not_started() -> None:
+    """The rehearsal's API calls take time: data fresh when the plan was reached can be
+    too old once they are done, and then nothing of the plan runs."""
+    planner = Scripted("defrag", lambda view: [migration()])
+    actuator = RehearsingActuator({})
+    loop, clock, _ = make_loop([planner], actuator, max_data_age_s=30.0)
+    rehearse = actuator.rehearse
+
+    def slow(action: Action, before: Sequence[Action] = ()) -> Result | None:
+        clock.advance(31.0)
+        return rehearse(action, before)
+
+    actuator.rehearse = slow  # type: ignore[method-assign]
+    report = loop.tick()
+    assert outcomes(report.records)[-1] == ("plan", "migrate-waiting", "stale")
+    assert actuator.executed == []
+
+
 def test_a_plan_whose_rehearsal_passes_runs_as_before() -> None:
     planner = Scripted("defrag", lambda view: [migration()])
     actuator = RehearsingActuator({})
