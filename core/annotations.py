@@ -1,7 +1,8 @@
-"""The pod annotation keys kubesage reads and writes, written once.
+"""The pod annotation keys that several layers share (the scheduler binds with them, the
+launcher and the scenario simulator write them), written once.
 
-A light module (no imports) so the launchers and simulators that write these keys
-need not load the Kubernetes client that reads them back.
+A light module (no imports) so those that write the keys need not load the Kubernetes
+client that reads them back. A key one module alone reads or writes stays with it.
 """
 
 from __future__ import annotations

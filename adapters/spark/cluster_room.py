@@ -24,7 +24,6 @@ from kubesage.core.state.cluster_state import ClusterState
 from kubesage.core.topology.graph import DRTG
 from kubesage.core.types import GPU_MILLI_PER_GPU, PodRequest
 
-"""How long :func:`live_room` waits for the cluster's first list of nodes and pods."""
 EXECUTOR_POD: dict[str, Any] = {"metadata": {"name": "executor"}, "spec": {}}
 """An executor pod as kubesage's templates write it, for kube-scheduler's node filters:
 no tolerations, no node selector (its rack affinity is what is being planned)."""

@@ -48,6 +48,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import Forecast, NeuralForecaster
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.quantile import MIN_RESIDUALS, QuantileForecaster
+from kubesage.core.listing import a_few
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +195,7 @@ class LoopForecaster:
 
 def _few(names: Iterable[str]) -> str:
     """Up to three of ``names``, sorted, and how many there are."""
-    ordered = sorted(names)
-    shown = ", ".join(ordered[:3])
-    return f"{shown}, … ({len(ordered)} in all)" if len(ordered) > 3 else shown
+    return a_few(sorted(names), 3)
 
 
 def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:

@@ -70,7 +70,6 @@ class SlowLists:
     def __init__(self, fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
         self.started = threading.Event()
         self.release = threading.Event()
-        self.finished = threading.Event()
         record = fake.record
 
         def slow_record(request: Any) -> None:
@@ -78,7 +77,6 @@ class SlowLists:
             if request.method == "GET" and request.path.endswith(LIST_PATH):
                 self.started.set()
                 self.release.wait(HELD_LIST_S)
-                self.finished.set()
 
         monkeypatch.setattr(fake, "record", slow_record)
 
@@ -97,8 +95,9 @@ def test_requests_during_a_slow_list_are_patched_from_the_last_list(
         # Four members of one Job created while the refresh is still waiting on the API.
         with ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(lambda i: injected_scheduler(webhook, f"u-{i}"), range(4)))
+        # answered while the LIST is held: a request that waited on it would have run
+        # out of its budget and been admitted unchanged (None)
         assert answers == ["kubesage"] * 4
-        assert not slow.finished.is_set(), "the requests were not made during the slow LIST"
     finally:
         if slow is not None:
             slow.release.set()
