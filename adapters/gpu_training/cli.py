@@ -133,7 +133,10 @@ def launch(
         free &= _live_free(drtg, kubeconfig, context)
         where = f"{topology.name}'s GPUs free on the cluster ({int(free.sum())})"
     elif kubeconfig is not None:
-        stderr.print("note: MIG instances in use on the cluster are not read: any slot may be")
+        stderr.print(
+            "note: the MIG instances in use on the cluster are not read: "
+            "the plan may pick a slot in use"
+        )
     if mig is not None:
         if gpus != 1:
             raise InputError("a MIG job runs on one MIG slice: use --gpus 1 with --mig")
