@@ -13,12 +13,22 @@ import pytest
 
 from kubesage.adapters.flink.client import FlinkClient
 from kubesage.adapters.flink.registry import JobRegistry, PhaseReservation
-from kubesage.adapters.flink.submit import FlinkSubmitError, SubmitOutcome, submit
+from kubesage.adapters.flink.submit import FlinkSubmitError, SubmitOutcome, SubmitRequest, submit
 
 from .conftest import recorded
 from .test_submit import FLINK_OUTPUT, JM, JOB, fake_flink_home, request, run, succeeds
 
 OTHER = "0" * 31 + "1"
+
+
+def driven_request(tmp_path: Path) -> SubmitRequest:
+    """A driven job checkpointing every 10 s, not waited for long to run."""
+    return request(
+        checkpoint_interval_ms=10_000,
+        driven=True,
+        flink_home=fake_flink_home(tmp_path),
+        wait_running_s=0.1,
+    )
 
 
 def submits_other(command: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -37,12 +47,7 @@ def test_a_registered_job_still_starting_keeps_its_phase(
     overview = copy.deepcopy(recorded("jobs_overview"))
     overview["body"]["jobs"][0]["state"] = state
     outcome = submit(
-        request(
-            checkpoint_interval_ms=10_000,
-            driven=True,
-            flink_home=fake_flink_home(tmp_path),
-            wait_running_s=0.1,
-        ),
+        driven_request(tmp_path),
         registry,
         runner=submits_other,
         client_factory=lambda url: replay_client("job_running", **{"GET /jobs/overview": overview}),
@@ -81,7 +86,6 @@ def test_submits_started_together_place_their_phases_beside_each_other(
     submitting jobs in parallel): the first's job is not registered yet, but the phase
     it reserved is, so the second does not pick the same one. Registering the job ends
     the reservation; a submit that fails ends its own."""
-    flink_home = fake_flink_home(tmp_path)
     registry = JobRegistry(tmp_path / "flink-jobs.yaml")
     seen: list[SubmitOutcome] = []
 
@@ -93,9 +97,7 @@ def test_submits_started_together_place_their_phases_beside_each_other(
     def client(url: str) -> FlinkClient:
         return replay_client("jobs_overview")  # neither job is seen running in time
 
-    together = request(
-        checkpoint_interval_ms=10_000, driven=True, flink_home=flink_home, wait_running_s=0.1
-    )
+    together = driven_request(tmp_path)
     outcome = submit(together, registry, runner=first, client_factory=client)
     (inner,) = seen
     assert outcome.run.phase_ms == 0
@@ -136,12 +138,7 @@ def test_a_job_registered_while_the_running_jobs_were_read_keeps_its_phase(
         return flink
 
     outcome = submit(
-        request(
-            checkpoint_interval_ms=10_000,
-            driven=True,
-            flink_home=fake_flink_home(tmp_path),
-            wait_running_s=0.1,
-        ),
+        driven_request(tmp_path),
         registry,
         runner=succeeds,
         client_factory=client,
