@@ -9,8 +9,8 @@ interval — per policy, below — fits each GPU (sum of duty ≤ 100 %, sum of 
 (``kubesage.core.forecast.packing_replay``, which also says how missing samples count).
 
 Policies: ``one_per_pod`` (a GPU per pod: what requests imply), ``history_peak``
-(each pod's peak so far), ``last_value``, ``lstm``, ``stgcn`` (each forecaster's
-``--quantile`` upper quantile of the pod's peak over the interval, calibrated
+(each pod's peak so far), ``last_value``, ``moving_median``, ``lstm``, ``stgcn`` (each
+forecaster's ``--quantile`` upper quantile of the pod's peak over the interval, calibrated
 conformally on the last ``--calibration-fraction`` of the training hours:
 ``kubesage.core.forecast.quantile``), and ``oracle`` (the interval's true peak: the
 bound). Forecasters train only on the hours before ``--train-until``; the replay is
@@ -79,7 +79,7 @@ from kubesage.core.forecast.rolling import Block, blocks_after
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.forecast.training import TrainConfig
 
-FORECASTERS = ("last_value", "lstm", "stgcn")
+FORECASTERS = ("last_value", "moving_median", "lstm", "stgcn")
 POLICIES = ("one_per_pod", "history_peak", *FORECASTERS, "oracle")
 GIB = 2.0**30
 TINY = {"steps": 160, "train_until": "+100m", "rolling": 2, "epochs": 1, "sweep": (0.9, 0.95)}

@@ -4,7 +4,15 @@ This package module stays light (no torch import) so the CLI starts fast; the
 models live in :mod:`kubesage.core.forecast.forecaster`.
 """
 
-MODEL_NAMES = ("stgcn", "lstm", "last_value", "moving_average", "linear", "linear_lad")
+MODEL_NAMES = (
+    "stgcn",
+    "lstm",
+    "last_value",
+    "moving_average",
+    "moving_median",
+    "linear",
+    "linear_lad",
+)
 """Every forecasting model, ST-GCN first; the rest are the baselines it is measured against."""
 
 ABLATION_NAMES = (

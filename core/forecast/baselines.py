@@ -1,4 +1,5 @@
-"""Forecasts that need no training (last value, moving average) and two linear models.
+"""Forecasts that need no training (last value, moving average and median) and two linear
+models.
 
 All of them see exactly what the neural models see — the windows of
 :mod:`kubesage.core.forecast.windows`, normalised — and return normalised
@@ -8,16 +9,24 @@ forecasts ``(B, H, N, M)``.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from kubesage.core.arrays import FloatArray
+from kubesage.core.forecast import anchor
 from kubesage.core.forecast.windows import Windows
 
 MOVING_AVERAGE_STEPS = 12
 RIDGE_LAMBDA = 1.0
 RECENT_STEPS = 3
 """The short mean :class:`LeastAbsoluteForecaster` reads beside the last value."""
-LAD_FEATURES = 4
-"""The linear model's features: last value, recent mean, moving average, bias."""
+LAD_MEDIAN_STEPS = (3, 12, 24)
+"""The recent medians :class:`LeastAbsoluteForecaster` reads."""
+LAD_FEATURES = 4 + len(LAD_MEDIAN_STEPS)
+"""The linear model's features: last value, recent mean, moving average, the recent
+medians, bias."""
+MEAN_ONLY_LAD_FEATURES = 4
+"""The features of a model fitted before the medians (last value, two means, bias):
+a saved ST-GCN's highway may hold one."""
 IRLS_ITERATIONS = 40
 
 
@@ -45,6 +54,23 @@ def moving_average(windows: Windows, horizon: int, steps: int = MOVING_AVERAGE_S
         where=count > 0,
     )
     return np.repeat(mean[:, None], horizon, axis=1)
+
+
+def recent_median(windows: Windows, steps: int = MOVING_AVERAGE_STEPS) -> FloatArray:
+    """Per series ``(B, N, M)``, the median of the observed values in the last ``steps``
+    steps (the last observed value where none): :func:`anchor.recent_median`."""
+    median = anchor.recent_median(
+        torch.from_numpy(windows.inputs), steps, torch.from_numpy(windows.last)
+    )
+    return median.numpy().astype(np.float64)
+
+
+def moving_median(windows: Windows, horizon: int, steps: int = MOVING_AVERAGE_STEPS) -> FloatArray:
+    """The median of the observed values in the last ``steps`` steps: what the least
+    absolute error asks for when the recent past is all there is to go on. On a sparse
+    series (mostly zeros, rare bursts) it is zero, where the mean and the last value
+    carry every burst into the next steps."""
+    return np.repeat(recent_median(windows, steps)[:, None], horizon, axis=1)
 
 
 class LinearForecaster:
@@ -124,26 +150,35 @@ class LeastAbsoluteForecaster:
     the least absolute error in each series' own units — what WAPE pools.
 
     Features: the last observed value, the means of the observed values in the last
-    3 and 12 steps (the last value where none), and a bias; all normalised, so one
-    model serves every entity. Each training error counts in its series' units (the
-    normalised error times the series' training scale, ``series_scale``).
+    3 and 12 steps and their medians in the last 3, 12 and 24 steps (the last value
+    where none), and a bias; all normalised, so one model serves every entity. The
+    medians let the fit keep a sparse series at its idle level, which the least
+    absolute error favours and the means and last value carry every burst away from.
+    Each training error counts in its series' units (the normalised error times the
+    series' training scale, ``series_scale``). A model fitted before the medians
+    (:data:`MEAN_ONLY_LAD_FEATURES` weights, from a saved highway) reads the first
+    three features and the bias.
     """
 
     name = "linear_lad"
 
     def __init__(self) -> None:
-        self.weights: FloatArray | None = None  # (M, H, LAD_FEATURES)
+        self.weights: FloatArray | None = None  # (M, H, features)
 
     @staticmethod
-    def _features(windows: Windows) -> FloatArray:
-        """``(B, N, M, LAD_FEATURES)``."""
+    def _features(windows: Windows, count: int = LAD_FEATURES) -> FloatArray:
+        """``(B, N, M, count)``: :data:`LAD_FEATURES`, or :data:`MEAN_ONLY_LAD_FEATURES`."""
         values, mask = _split(windows)
         last = windows.last.astype(np.float64)
         columns = [last]
         for steps in (RECENT_STEPS, MOVING_AVERAGE_STEPS):
-            count = mask[:, -steps:].sum(axis=1)
+            observed = mask[:, -steps:].sum(axis=1)
             total = (values[:, -steps:] * mask[:, -steps:]).sum(axis=1)
-            columns.append(np.divide(total, count, out=last.copy(), where=count > 0))
+            columns.append(np.divide(total, observed, out=last.copy(), where=observed > 0))
+        if count == LAD_FEATURES:
+            columns += [recent_median(windows, steps) for steps in LAD_MEDIAN_STEPS]
+        elif count != MEAN_ONLY_LAD_FEATURES:
+            raise ValueError(f"a least-absolute model has {LAD_FEATURES} features, not {count}")
         columns.append(np.ones_like(last))
         return np.stack(columns, axis=-1)
 
@@ -168,5 +203,6 @@ class LeastAbsoluteForecaster:
         if self.weights is None:
             raise RuntimeError("LeastAbsoluteForecaster.predict before fit")
         # (B, N, M, F) · (M, H, F) → (B, H, N, M)
-        forecast: FloatArray = np.einsum("bnmf,mhf->bhnm", self._features(windows), self.weights)
+        features = self._features(windows, self.weights.shape[-1])
+        forecast: FloatArray = np.einsum("bnmf,mhf->bhnm", features, self.weights)
         return forecast

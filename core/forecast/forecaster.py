@@ -27,6 +27,7 @@ from kubesage.core.forecast import (
     MODEL_NAMES,
     baselines,
 )
+from kubesage.core.forecast.anchor import ANCHOR_STEPS
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
 from kubesage.core.forecast.highway import LinearHighway
 from kubesage.core.forecast.panel import MetricPanel
@@ -49,7 +50,7 @@ from kubesage.core.forecast.windows import (
 )
 
 NeuralKind = Literal["stgcn", "lstm"]
-BaselineKind = Literal["last_value", "moving_average", "linear", "linear_lad"]
+BaselineKind = Literal["last_value", "moving_average", "moving_median", "linear", "linear_lad"]
 ABLATION_PARTS: dict[str, tuple[Spatial, bool]] = {
     "stgcn_temporal": ("none", False),
     "stgcn_no_adaptive": ("correlation", True),
@@ -242,6 +243,8 @@ class BaselineForecaster(WindowedForecaster):
             return baselines.last_value(windows, self.horizon)
         if self.kind == "moving_average":
             return baselines.moving_average(windows, self.horizon)
+        if self.kind == "moving_median":
+            return baselines.moving_median(windows, self.horizon)
         assert self._linear is not None
         return self._linear.predict(windows)
 
@@ -255,6 +258,9 @@ class NeuralForecaster(WindowedForecaster):
     """The ST-GCN's graphs (``none``: its temporal part alone); unused by the LSTM."""
     highway: bool = False
     """Whether the ST-GCN blends in its linear highway (:mod:`~kubesage.core.forecast.highway`)."""
+    anchor_steps: int = ANCHOR_STEPS
+    """The steps whose median the forecast is a change from (0: the last value; see
+    :mod:`~kubesage.core.forecast.anchor`)."""
     entities: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
     fixed_graph: EntityGraph | None = None
@@ -290,8 +296,11 @@ class NeuralForecaster(WindowedForecaster):
                 nodes=len(self.entities),
                 hidden=self.hidden,
                 spatial=self.spatial,
+                anchor_steps=self.anchor_steps,
             )
-        return LSTMBaseline(2 * metrics, metrics, self.horizon, hidden=self.hidden)
+        return LSTMBaseline(
+            2 * metrics, metrics, self.horizon, hidden=self.hidden, anchor_steps=self.anchor_steps
+        )
 
     def fit(
         self, panel: MetricPanel, until_step: int, on_epoch: ProgressCallback | None = None
@@ -390,7 +399,7 @@ def make_forecaster(
             highway=name == "stgcn",
             config=config or TrainConfig(),
         )
-    if name in ("last_value", "moving_average", "linear", "linear_lad"):
+    if name in ("last_value", "moving_average", "moving_median", "linear", "linear_lad"):
         return BaselineForecaster(history=history, horizon=horizon, kind=name)  # type: ignore[arg-type]
     known = ", ".join((*MODEL_NAMES, *ABLATION_NAMES))
     raise InputError(f"unknown model '{name}'; known: {known}")

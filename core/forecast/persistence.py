@@ -28,7 +28,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from kubesage.core.errors import InputError, ModelError
-from kubesage.core.forecast.baselines import LAD_FEATURES, LeastAbsoluteForecaster
+from kubesage.core.forecast.baselines import (
+    LAD_FEATURES,
+    MEAN_ONLY_LAD_FEATURES,
+    LeastAbsoluteForecaster,
+)
 from kubesage.core.forecast.forecaster import NeuralForecaster
 from kubesage.core.forecast.graph import EntityGraph
 from kubesage.core.forecast.highway import LinearHighway
@@ -36,10 +40,12 @@ from kubesage.core.forecast.quantile import Calibration, QuantileForecaster
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import Normaliser
 
-FORMAT = "kubesage.forecast/v3"
-"""v3: the ST-GCN is the LSTM temporal part, a gated graph residual and a linear highway
-(its weights and blend in ``highway.*``). v2 files (no highway) still load."""
-READABLE_FORMATS = ("kubesage.forecast/v2", FORMAT)
+FORMAT = "kubesage.forecast/v4"
+"""v4: the neural forecast is a change from the median of the last ``anchor_steps``
+observed values (header ``anchor_steps``). v3 files (the ST-GCN as the LSTM temporal
+part, a gated graph residual and a linear highway in ``highway.*``) and v2 files (no
+highway) still load, anchored at the last value as they were trained."""
+READABLE_FORMATS = ("kubesage.forecast/v2", "kubesage.forecast/v3", FORMAT)
 
 
 def save_forecaster(
@@ -82,6 +88,7 @@ def save_forecaster(
         "hidden": forecaster.hidden,
         "spatial": forecaster.spatial,
         "highway": forecaster.highway,
+        "anchor_steps": forecaster.anchor_steps,
         "seed": forecaster.config.seed,
         "entities": list(forecaster.entities),
         "metrics": list(forecaster.metrics),
@@ -159,6 +166,9 @@ def _point_model(
         ):
             raise ValueError("graph edges do not fit the entities")
         highway = _highway(tensors, len(metrics), horizon)
+        anchor_steps = header["anchor_steps"] if header["format"] == FORMAT else 0
+        if type(anchor_steps) is not int or anchor_steps < 0:
+            raise ValueError(f"anchor_steps {anchor_steps!r} is not a whole number of at least 0")
         forecaster = NeuralForecaster(
             history=history,
             horizon=horizon,
@@ -167,6 +177,7 @@ def _point_model(
             hidden=hidden,
             spatial=spatial,
             highway=bool(header.get("highway", False)),
+            anchor_steps=anchor_steps,
             linear_highway=highway,
             entities=entities,
             metrics=metrics,
@@ -258,7 +269,11 @@ def _highway(tensors: dict[str, torch.Tensor], metrics: int, horizon: int) -> Li
         return None
     linear = tensors["highway.linear"].numpy().astype(np.float64)
     weights = tensors["highway.weights"].numpy().astype(np.float64)
-    if linear.shape != (metrics, horizon, LAD_FEATURES) or weights.shape != (horizon, metrics):
+    features = (LAD_FEATURES, MEAN_ONLY_LAD_FEATURES)
+    if linear.shape not in {(metrics, horizon, f) for f in features} or weights.shape != (
+        horizon,
+        metrics,
+    ):
         raise ValueError(
             f"highway shapes {linear.shape} and {weights.shape} do not fit "
             f"{metrics} metrics and horizon {horizon}"

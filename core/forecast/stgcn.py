@@ -3,8 +3,11 @@
 Input ``(B, T, N, F)`` windows (normalised values and their mask, all of an
 entity's metrics as node features), a graph over the N entities, and each series'
 last observed value ``(B, N, M)``. Each window is rescaled by its own spread (see
-``window_scaled``) and every head predicts the change from the last observed
-value, in that scale, for all horizons and metrics at once (multi-task).
+``window_scaled``) and every head predicts the change from the window's anchor, in
+that scale, for all horizons and metrics at once (multi-task). The anchor is the
+median of the observed values in the last ``ANCHOR_STEPS`` steps
+(:mod:`~kubesage.core.forecast.anchor`); a model built with ``anchor_steps=0`` (one
+saved before the anchor) starts from the last observed value instead.
 
 The temporal part is one LSTM shared by every entity — the ``lstm`` baseline
 itself (:class:`LSTMBaseline`), so the comparison isolates the graph. The
@@ -33,6 +36,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch_geometric.nn import GATConv
+
+from kubesage.core.forecast.anchor import ANCHOR_STEPS, recent_median
 
 WINDOW_STD_FLOOR = 0.1
 """Smallest window scale, in units of the series' training standard deviation."""
@@ -68,9 +73,17 @@ def batched_edges(edge_index: torch.Tensor, copies: int, nodes: int) -> torch.Te
 class LSTMBaseline(nn.Module):
     """One LSTM shared by every entity (no graph); also the ST-GCN's temporal part."""
 
-    def __init__(self, in_features: int, metrics: int, horizon: int, *, hidden: int = 64):
+    def __init__(
+        self,
+        in_features: int,
+        metrics: int,
+        horizon: int,
+        *,
+        hidden: int = 64,
+        anchor_steps: int = ANCHOR_STEPS,
+    ):
         super().__init__()
-        self.metrics, self.horizon = metrics, horizon
+        self.metrics, self.horizon, self.anchor_steps = metrics, horizon, anchor_steps
         self.lstm = nn.LSTM(in_features, hidden, batch_first=True)
         self.head = nn.Linear(hidden, horizon * metrics)
 
@@ -81,6 +94,10 @@ class LSTMBaseline(nn.Module):
         output, _ = self.lstm(series)
         encoded: torch.Tensor = output.reshape(batch, nodes, steps, -1).permute(0, 2, 1, 3)
         return encoded
+
+    def anchor(self, x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """What the forecast is a change from, ``(B, N, M)``: see :func:`recent_median`."""
+        return recent_median(x, self.anchor_steps, last)
 
     def change(self, state: torch.Tensor) -> torch.Tensor:
         """The change ``(B, H, N, M)``, in window scale, from the last encodings ``(B, N, C)``."""
@@ -94,7 +111,10 @@ class LSTMBaseline(nn.Module):
         self, x: torch.Tensor, edge_index: torch.Tensor, last: torch.Tensor
     ) -> torch.Tensor:
         scaled, scale = window_scaled(x)
-        out: torch.Tensor = last[:, None] + self.change(self.encode(scaled)[:, -1]) * scale[:, None]
+        anchor = self.anchor(x, last)
+        out: torch.Tensor = (
+            anchor[:, None] + self.change(self.encode(scaled)[:, -1]) * scale[:, None]
+        )
         return out
 
 
@@ -188,10 +208,13 @@ class STGCN(nn.Module):
         nodes: int,
         hidden: int = 64,
         spatial: Spatial = "both",
+        anchor_steps: int = ANCHOR_STEPS,
     ):
         super().__init__()
         self.metrics, self.horizon = metrics, horizon
-        self.temporal = LSTMBaseline(in_features, metrics, horizon, hidden=hidden)
+        self.temporal = LSTMBaseline(
+            in_features, metrics, horizon, hidden=hidden, anchor_steps=anchor_steps
+        )
         self.residual = SpatialResidual(hidden, metrics, horizon, nodes=nodes, spatial=spatial)
         self.spatial: Spatial = spatial
 
@@ -204,18 +227,20 @@ class STGCN(nn.Module):
         self,
         state: torch.Tensor,
         scale: torch.Tensor,
-        last: torch.Tensor,
+        anchor: torch.Tensor,
         edge_index: torch.Tensor,
     ) -> torch.Tensor:
-        """The forecast from the entities' last encodings ``(B, N, C)``."""
+        """The forecast from the entities' last encodings ``(B, N, C)``, their window
+        scales and anchors ``(B, N, M)``."""
         change = self.temporal.change(state)
         if self.spatial != "none":
             change = change + self.residual(state, edge_index)
-        out: torch.Tensor = last[:, None] + change * scale[:, None]
+        out: torch.Tensor = anchor[:, None] + change * scale[:, None]
         return out
 
     def forward(
         self, x: torch.Tensor, edge_index: torch.Tensor, last: torch.Tensor
     ) -> torch.Tensor:
         scaled, scale = window_scaled(x)
-        return self.combine(self.temporal.encode(scaled)[:, -1], scale, last, edge_index)
+        anchor = self.temporal.anchor(x, last)
+        return self.combine(self.temporal.encode(scaled)[:, -1], scale, anchor, edge_index)

@@ -227,24 +227,26 @@ class _Encoded:
 
     state: torch.Tensor  # (B, N, C)
     scale: torch.Tensor  # (B, N, M)
-    last: torch.Tensor  # (B, N, M)
+    anchor: torch.Tensor  # (B, N, M)
     targets: torch.Tensor  # (B, H, N, M)
     mask: torch.Tensor  # (B, H, N, M)
 
 
 def _encode(model: STGCN, windows: Windows, device: torch.device, batch_size: int) -> _Encoded:
     model.eval()
-    states, scales = [], []
+    states, scales, anchors = [], [], []
     with torch.no_grad():
         for start in range(0, windows.inputs.shape[0], batch_size):
             inputs = torch.from_numpy(windows.inputs[start : start + batch_size]).to(device)
+            last = torch.from_numpy(windows.last[start : start + batch_size]).to(device)
             scaled, scale = window_scaled(inputs)
             states.append(model.temporal.encode(scaled)[:, -1])
             scales.append(scale)
+            anchors.append(model.temporal.anchor(inputs, last))
     return _Encoded(
         state=torch.cat(states),
         scale=torch.cat(scales),
-        last=torch.from_numpy(windows.last).to(device),
+        anchor=torch.cat(anchors),
         targets=torch.from_numpy(windows.targets).to(device),
         mask=torch.from_numpy(windows.target_mask).to(device),
     )
@@ -271,7 +273,9 @@ def train_residual(
 
     def loss_on(index: np.ndarray) -> torch.Tensor:
         chosen = torch.from_numpy(index).to(device)
-        prediction = model.combine(data.state[chosen], data.scale[chosen], data.last[chosen], edges)
+        prediction = model.combine(
+            data.state[chosen], data.scale[chosen], data.anchor[chosen], edges
+        )
         return masked_l1(prediction, data.targets[chosen], data.mask[chosen])
 
     def validation_loss() -> float:

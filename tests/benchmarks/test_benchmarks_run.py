@@ -369,16 +369,22 @@ def check_forecast_packing(document: dict[str, Any]) -> None:
     assert first["decisions"] + second["decisions"] == document["decisions"]
     assert set(document["quantile_sweep"]) == {"0.9", "0.95"}
     for at_quantile in document["quantile_sweep"].values():
-        assert set(at_quantile) == {"stgcn", "lstm", "last_value"}
+        assert set(at_quantile) == {"stgcn", "lstm", "last_value", "moving_median"}
         each_value_has(at_quantile, "gpu_hours", "overload_minutes")
     # Recalibrated at the run's own quantile, each forecaster packs exactly as trained.
     assert document["quantile"] == 0.95
     for name, swept in document["quantile_sweep"]["0.95"].items():
         policy = document["policies"][name]
         assert swept == {k: policy[k] for k in ("gpu_hours", "overload_minutes")}, name
-    assert {"one_per_pod", "history_peak", "stgcn", "lstm", "last_value", "oracle"} <= set(
-        document["policies"]
-    )
+    assert {
+        "one_per_pod",
+        "history_peak",
+        "stgcn",
+        "lstm",
+        "last_value",
+        "moving_median",
+        "oracle",
+    } <= set(document["policies"])
     each_value_has(
         document["policies"],
         "gpu_hours",

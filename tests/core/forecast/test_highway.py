@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kubesage.core.errors import InputError
+from kubesage.core.forecast.baselines import LAD_FEATURES, MEAN_ONLY_LAD_FEATURES
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
 from kubesage.core.forecast.highway import BLEND_WEIGHTS, choose_weights
 from kubesage.core.forecast.panel import MetricPanel
@@ -95,6 +96,26 @@ def test_the_highway_is_saved_and_a_v2_file_without_one_still_loads(
     _rewrite(path, tensors, {**header, "format": "kubesage.forecast/v2", "highway": False})
     old, _ = load_forecaster(path)
     assert old.linear_highway is None and old.name == "stgcn_no_highway"
+
+
+def test_a_v3_highway_fitted_before_the_medians_still_forecasts(
+    panel: MetricPanel, tmp_path: Path
+) -> None:
+    path = _saved(panel, tmp_path / "m.safetensors")
+    _, header = load_forecaster(path)
+    tensors = load_file(str(path))
+    linear = tensors["highway.linear"]
+    assert linear.shape[-1] == LAD_FEATURES
+    mean_only = torch.zeros(*linear.shape[:-1], MEAN_ONLY_LAD_FEATURES, dtype=linear.dtype)
+    mean_only[..., 0] = 1.0  # the last value
+    tensors["highway.linear"] = mean_only
+    tensors["highway.weights"] = torch.zeros_like(tensors["highway.weights"])  # linear only
+    _rewrite(path, tensors, {**header, "format": "kubesage.forecast/v3"})
+    old, _ = load_forecaster(path)
+    forecast = old.predict(panel.head(140), 5).values
+    seen = np.where(panel.mask[:140], np.arange(140)[:, None, None], -1).max(axis=0)
+    last = np.take_along_axis(panel.values[:140], seen[None], axis=0)[0]  # last observed
+    assert forecast == pytest.approx(np.repeat(last[None], 5, axis=0), rel=1e-6, abs=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,18 @@ CASES: dict[str, tuple[Callable[[Tensors], object], Callable[[Header], object], 
     "history -3": (lambda t: None, lambda h: h.update(history=-3), "history -3 is not a whole"),
     "horizon 0": (lambda t: None, lambda h: h.update(horizon=0), "horizon 0 is not a whole"),
     "no history": (lambda t: None, lambda h: h.pop("history"), "(no 'history')"),
+    "anchor -1": (lambda t: None, lambda h: h.update(anchor_steps=-1), "anchor_steps -1 is not"),
+    "anchor 1.5": (lambda t: None, lambda h: h.update(anchor_steps=1.5), "of at least 0"),
+    "anchor a string": (
+        lambda t: None,
+        lambda h: h.update(anchor_steps="12"),
+        "anchor_steps '12' is not",
+    ),
+    "no anchor in a v4 file": (
+        lambda t: None,
+        lambda h: h.pop("anchor_steps"),
+        "(no 'anchor_steps')",
+    ),
     "entities twice": (
         lambda t: None,
         lambda h: h.update(entities=[h["entities"][0]] * len(h["entities"])),
@@ -150,3 +162,15 @@ def test_the_loops_loader_refuses_a_model_saved_from_a_cold_start(
     path = variant(good, tmp_path, header=lambda h: h.update(fallback_reason=reason))
     with pytest.raises(InputError, match=r"bad\.safetensors was saved from a cold start \(cold"):
         load_loop_forecaster(path, STEP_S)
+
+
+def test_the_anchor_round_trips_and_a_v3_file_loads_anchored_at_the_last_value(
+    good: Path, tmp_path: Path, panel: MetricPanel
+) -> None:
+    loaded, header = load_forecaster(good)
+    assert header["format"] == "kubesage.forecast/v4" and loaded.anchor_steps == 12
+    history = panel.head(140)
+    path = variant(good, tmp_path, header=lambda h: h.update(format="kubesage.forecast/v3"))
+    old, _ = load_forecaster(path)
+    assert old.anchor_steps == 0  # files before v4 were trained from the last value
+    assert not np.allclose(old.predict(history, 5).values, loaded.predict(history, 5).values)
