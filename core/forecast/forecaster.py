@@ -13,7 +13,7 @@ baseline and says so in ``Forecast.note`` (and in ``fallback_reason``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 import torch
@@ -399,7 +399,7 @@ def make_forecaster(
             highway=name == "stgcn",
             config=config or TrainConfig(),
         )
-    if name in ("last_value", "moving_average", "moving_median", "linear", "linear_lad"):
+    if name in get_args(BaselineKind):
         return BaselineForecaster(history=history, horizon=horizon, kind=name)  # type: ignore[arg-type]
     known = ", ".join((*MODEL_NAMES, *ABLATION_NAMES))
     raise InputError(f"unknown model '{name}'; known: {known}")
