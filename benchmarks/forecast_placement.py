@@ -69,7 +69,6 @@ from kubesage.core.forecast.panel import MetricPanel, read_panel
 from kubesage.core.forecast.quantile import QuantileForecaster
 from kubesage.core.forecast.synthetic import write_synthetic_metrics
 from kubesage.core.forecast.training import TrainConfig
-from kubesage.core.forecast.windows import make_windows
 from kubesage.core.policy import PolicyContext, make_policy
 from kubesage.core.policy.forecast_aware import ForecastAwarePolicy
 from kubesage.core.state.cluster_state import ClusterState
@@ -154,9 +153,7 @@ def learned_forecasts(
     origins = np.arange(max(cut, point.history), panel.steps)
     m = panel.metrics.index(DUTY)
     for chunk in np.array_split(origins, max(1, origins.size // 64)) if origins.size else []:
-        windows = make_windows(
-            panel, point.normaliser, chunk, history=point.history, horizon=WINDOW
-        )
+        windows = point.windows_at(panel, chunk)
         mean = forecaster.forecast_windows(windows)[:, :, :, m].mean(axis=1)
         predicted[chunk] = np.clip(mean, 0.0, 100.0)
     return predicted, seconds

@@ -43,7 +43,6 @@ from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.quantile import check_quantile
 from kubesage.core.forecast.quantile_eval import fit_upper, score_upper
 from kubesage.core.forecast.training import TrainConfig
-from kubesage.core.forecast.windows import make_windows
 
 Progress = Callable[[str], None]
 
@@ -120,10 +119,7 @@ def evaluate(
         elif isinstance(forecaster, NeuralForecaster) and temporal is None:
             temporal = _temporal_part(forecaster, seconds[name])
         assert forecaster.normaliser is not None
-        windows = make_windows(
-            panel, forecaster.normaliser, origins, history=history, horizon=horizon
-        )
-        prediction = forecaster.forecast_windows(windows)
+        prediction = forecaster.forecast_windows(forecaster.windows_at(panel, origins))
         normalised = np.where(panel.mask, forecaster.normaliser.apply(panel.values), 0.0)
         burst = burst_cells(normalised, panel.mask)[clipped] & truth_mask
         results[name] = _score_horizons(

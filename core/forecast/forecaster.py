@@ -29,7 +29,7 @@ from kubesage.core.forecast import (
 )
 from kubesage.core.forecast.anchor import ANCHOR_STEPS
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
-from kubesage.core.forecast.highway import LinearHighway
+from kubesage.core.forecast.highway import RECENT_ORIGINS, LinearHighway
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, Spatial
 from kubesage.core.forecast.training import (
@@ -150,15 +150,26 @@ class WindowedForecaster:
             panel, self.normaliser, kept, history=self.history, horizon=self.horizon
         )
 
-    def _window_at_end(self, history: MetricPanel) -> Windows:
+    @property
+    def context(self) -> int:
+        """Input steps a window must hold for this model's forecast: its ``history``, and
+        for an ST-GCN whose highway chooses its weights online, what that looks back."""
+        return self.history
+
+    def windows_at(self, panel: MetricPanel, origins: IntArray) -> Windows:
+        """Windows of :attr:`context` steps for forecasts from ``origins`` of ``panel``
+        (after :meth:`fit`); steps before the panel's start count as unobserved."""
         assert self.normaliser is not None
+        origins = np.asarray(origins, dtype=np.int64)
+        missing = int(max(0, self.context - origins.min())) if origins.size else 0
+        if missing:
+            panel, origins = _pad_front(panel, panel.steps + missing), origins + missing
         return make_windows(
-            history,
-            self.normaliser,
-            np.array([history.steps]),
-            history=self.history,
-            horizon=self.horizon,
+            panel, self.normaliser, origins, history=self.context, horizon=self.horizon
         )
+
+    def _window_at_end(self, history: MetricPanel) -> Windows:
+        return self.windows_at(history, np.array([history.steps]))
 
     @property
     def name(self) -> str:
@@ -188,11 +199,8 @@ class WindowedForecaster:
             raise InputError(f"horizon {horizon} is beyond the trained horizon {self.horizon}")
         name = self.name
         if history.steps < self.history:
-            windows_history = _pad_front(history, self.history)
             values = np.asarray(
-                self.normaliser.invert(
-                    baselines.last_value(self._window_at_end(windows_history), horizon)
-                )
+                self.normaliser.invert(baselines.last_value(self._window_at_end(history), horizon))
             )
             return Forecast(
                 values=values[0],
@@ -276,6 +284,14 @@ class NeuralForecaster(WindowedForecaster):
     """The ST-GCN's first stage (its temporal part), when it was trained here."""
     linear_highway: LinearHighway | None = None
     """The fitted highway, when ``highway`` is set and there were windows to fit it on."""
+    highway_recent: int = RECENT_ORIGINS
+    """Recent matured origins the highway chooses its weights on at each forecast (0:
+    the validation weights throughout; see :mod:`~kubesage.core.forecast.highway`)."""
+
+    @property
+    def context(self) -> int:
+        lookback = self.linear_highway.lookback() if self.linear_highway is not None else 0
+        return self.history + lookback
 
     @property
     def name(self) -> str:
@@ -338,6 +354,7 @@ class NeuralForecaster(WindowedForecaster):
                 train_index,
                 validation_index,
                 self.normaliser.std,
+                self.highway_recent,
             )
 
     def _edge_index(self) -> torch.Tensor:
@@ -345,13 +362,15 @@ class NeuralForecaster(WindowedForecaster):
         return torch.from_numpy(self.graph.edge_index)
 
     def _predict_normalised(self, windows: Windows) -> FloatArray:
-        assert self.model is not None
-        neural = predict_windows(
-            self.model, windows, self._edge_index(), max_series=self.config.max_batch_series
-        )
+        model, edges = self.model, self._edge_index()
+        assert model is not None and self.normaliser is not None
+
+        def neural(some: Windows) -> FloatArray:
+            return predict_windows(model, some, edges, max_series=self.config.max_batch_series)
+
         if self.linear_highway is None:
-            return neural
-        return self.linear_highway.blend(neural, windows)
+            return neural(windows)
+        return self.linear_highway.forecast(neural, windows, self.history, self.normaliser.std)
 
     def predict(self, history: MetricPanel, horizon: int) -> Forecast:
         self.check_compatible(history)

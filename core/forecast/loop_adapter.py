@@ -244,7 +244,7 @@ def load_loop_forecaster(path: Path, tick_s: float) -> LoopForecaster:
         point.entities,
         point.metrics,
         step_s=float(step_s),
-        history_steps=point.history,
+        history_steps=point.context,
         horizon_steps=point.horizon,
         path=path,
     )

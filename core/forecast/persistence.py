@@ -40,12 +40,16 @@ from kubesage.core.forecast.quantile import Calibration, QuantileForecaster
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import Normaliser
 
-FORMAT = "kubesage.forecast/v4"
-"""v4: the neural forecast is a change from the median of the last ``anchor_steps``
-observed values (header ``anchor_steps``). v3 files (the ST-GCN as the LSTM temporal
-part, a gated graph residual and a linear highway in ``highway.*``) and v2 files (no
-highway) still load, anchored at the last value as they were trained."""
-READABLE_FORMATS = ("kubesage.forecast/v2", "kubesage.forecast/v3", FORMAT)
+FORMAT = "kubesage.forecast/v5"
+"""v5: the linear highway chooses its blend weights at each forecast from the latest
+``highway_recent`` matured origins (header ``highway_recent``; 0: its validation weights
+throughout). v4 files (the neural forecast a change from the median of the last
+``anchor_steps`` observed values, header ``anchor_steps``) load with the validation
+weights, as they were evaluated; v3 files (the ST-GCN as the LSTM temporal part, a gated
+graph residual and a linear highway in ``highway.*``) and v2 files (no highway) load
+anchored at the last value as they were trained."""
+ANCHORED_FORMATS = ("kubesage.forecast/v4", FORMAT)
+READABLE_FORMATS = ("kubesage.forecast/v2", "kubesage.forecast/v3", *ANCHORED_FORMATS)
 
 
 def save_forecaster(
@@ -89,6 +93,7 @@ def save_forecaster(
         "spatial": forecaster.spatial,
         "highway": forecaster.highway,
         "anchor_steps": forecaster.anchor_steps,
+        "highway_recent": forecaster.highway_recent,
         "seed": forecaster.config.seed,
         "entities": list(forecaster.entities),
         "metrics": list(forecaster.metrics),
@@ -165,10 +170,9 @@ def _point_model(
             or (edge_index.size and not 0 <= edge_index.min() <= edge_index.max() < len(entities))
         ):
             raise ValueError("graph edges do not fit the entities")
-        highway = _highway(tensors, len(metrics), horizon)
-        anchor_steps = header["anchor_steps"] if header["format"] == FORMAT else 0
-        if type(anchor_steps) is not int or anchor_steps < 0:
-            raise ValueError(f"anchor_steps {anchor_steps!r} is not a whole number of at least 0")
+        anchor_steps = _count(header, "anchor_steps", ANCHORED_FORMATS)
+        recent = _count(header, "highway_recent", (FORMAT,))
+        highway = _highway(tensors, len(metrics), horizon, recent)
         forecaster = NeuralForecaster(
             history=history,
             horizon=horizon,
@@ -179,6 +183,7 @@ def _point_model(
             highway=bool(header.get("highway", False)),
             anchor_steps=anchor_steps,
             linear_highway=highway,
+            highway_recent=recent,
             entities=entities,
             metrics=metrics,
             graph=EntityGraph(edge_index=edge_index, description=str(header["graph"])),
@@ -208,6 +213,17 @@ def _size(header: dict[str, Any], key: str) -> int:
     value = header[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{key} {value!r} is not a whole number of at least 1")
+    return value
+
+
+def _count(header: dict[str, Any], key: str, formats: tuple[str, ...]) -> int:
+    """The header's ``key``, a whole number of at least 0, in files of ``formats`` (required
+    there); 0 in the older files written before it (ValueError naming it if bad)."""
+    if header["format"] not in formats:
+        return 0
+    value = header[key]
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{key} {value!r} is not a whole number of at least 0")
     return value
 
 
@@ -263,7 +279,9 @@ def load_panel_forecaster(
     return upper, header
 
 
-def _highway(tensors: dict[str, torch.Tensor], metrics: int, horizon: int) -> LinearHighway | None:
+def _highway(
+    tensors: dict[str, torch.Tensor], metrics: int, horizon: int, recent: int
+) -> LinearHighway | None:
     """The saved linear highway, if the file holds one; ValueError if its shapes are wrong."""
     if "highway.linear" not in tensors and "highway.weights" not in tensors:
         return None
@@ -282,4 +300,4 @@ def _highway(tensors: dict[str, torch.Tensor], metrics: int, horizon: int) -> Li
         raise ValueError("highway weights are not finite, or a blend weight is outside [0, 1]")
     fitted = LeastAbsoluteForecaster()
     fitted.weights = linear
-    return LinearHighway(fitted, weights)
+    return LinearHighway(fitted, weights, recent)

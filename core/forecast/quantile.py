@@ -46,7 +46,7 @@ from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import Forecast, NeuralForecaster, WindowedForecaster
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.training import ProgressCallback
-from kubesage.core.forecast.windows import Windows, make_windows, thinned_origins
+from kubesage.core.forecast.windows import Windows, earlier, thinned_origins
 
 DEFAULT_QUANTILE = 0.95
 DEFAULT_CALIBRATION_FRACTION = 0.2
@@ -190,17 +190,11 @@ class QuantileForecaster:
         )
         forecast_shape = (0, horizon, len(panel.entities), len(panel.metrics))
         if origins.size:
-            windows = make_windows(
-                panel,
-                self.point.normaliser,
-                origins,
-                history=self.point.history,
-                horizon=horizon,
-            )
+            windows = self.point.windows_at(panel, origins)
             forecast = self.point.forecast_windows(windows)
             future = origins[:, None] + np.arange(horizon)[None, :]
             truth, mask = panel.values[future], panel.mask[future]
-            scale = residual_scale(windows, self.point.normaliser.std, self.scale)
+            scale = self._window_scale(windows)
         else:
             forecast = np.zeros(forecast_shape)
             truth, mask = forecast, np.zeros(forecast_shape, dtype=bool)
@@ -230,7 +224,14 @@ class QuantileForecaster:
     def _scale(self, windows: Windows) -> FloatArray:
         if self.calibration is None or self.point.normaliser is None:
             raise InputError("a quantile forecast before fit()")
-        return residual_scale(windows, self.point.normaliser.std, self.scale)
+        return self._window_scale(windows)
+
+    def _window_scale(self, windows: Windows) -> FloatArray:
+        """:func:`residual_scale` over the point model's own history, however long the
+        windows are (an online highway's are longer)."""
+        assert self.point.normaliser is not None
+        recent = earlier(windows, 0, self.point.history)
+        return residual_scale(recent, self.point.normaliser.std, self.scale)
 
     def forecast_windows(self, windows: Windows) -> FloatArray:
         """Per-step upper quantiles ``(B, H, N, M)`` in each metric's units."""
@@ -266,15 +267,7 @@ class QuantileForecaster:
     def peaks(self, panel: MetricPanel, origins: np.ndarray) -> FloatArray:
         """:meth:`peak_windows` for forecasts starting at each of ``origins`` (each sees
         only the steps before it)."""
-        assert self.point.normaliser is not None
-        windows = make_windows(
-            panel,
-            self.point.normaliser,
-            np.asarray(origins, dtype=np.int64),
-            history=self.point.history,
-            horizon=self.point.horizon,
-        )
-        return self.peak_windows(windows)
+        return self.peak_windows(self.point.windows_at(panel, np.asarray(origins)))
 
     def predict(self, history: MetricPanel, horizon: int) -> Forecast:
         """The per-step upper quantile of the ``horizon`` steps after ``history``."""
@@ -282,14 +275,7 @@ class QuantileForecaster:
         if self.calibration is None or self.point.normaliser is None:
             raise InputError("a quantile forecast before fit()")
         if history.steps >= self.point.history:
-            window = make_windows(
-                history,
-                self.point.normaliser,
-                np.array([history.steps]),
-                history=self.point.history,
-                horizon=self.point.horizon,
-            )
-            scale = self._scale(window)[0]
+            scale = self._scale(self.point.windows_at(history, np.array([history.steps])))[0]
         else:  # cold start: no full window to measure the spread on
             scale = self.point.normaliser.std
         upper = point.values + self.calibration.step_offsets[:horizon, None, :] * scale[None]

@@ -28,7 +28,6 @@ from kubesage.core.forecast.metrics import mean_of, quantile_scores
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.quantile import QuantileForecaster
 from kubesage.core.forecast.training import TrainConfig
-from kubesage.core.forecast.windows import make_windows
 
 
 @dataclass(frozen=True)
@@ -71,12 +70,7 @@ def score_upper(
 ) -> dict[str, dict[str, object]]:
     """``{"<h>": {"<q>": {"wql", "coverage", "per_metric"}}}`` for forecasts from
     ``origins`` against ``truth`` ``(B, H, N, M)`` where ``mask`` holds."""
-    point = upper.point
-    assert point.normaliser is not None
-    windows = make_windows(
-        panel, point.normaliser, origins, history=point.history, horizon=point.horizon
-    )
-    forecasts = upper.forecast_windows_at(windows, quantiles)
+    forecasts = upper.forecast_windows_at(upper.point.windows_at(panel, origins), quantiles)
     out: dict[str, dict[str, object]] = {str(h): {} for h in horizons}
     for q, forecast in forecasts.items():
         for h in horizons:

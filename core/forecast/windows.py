@@ -79,6 +79,28 @@ def last_observed(values: FloatArray, mask: BoolArray, fallback: FloatArray) -> 
     return np.where(index >= 0, picked, fallback)
 
 
+def earlier(windows: Windows, shift: int, steps: int) -> Windows:
+    """The windows of the origins ``shift`` steps before ``windows``' own, ``steps`` input
+    steps each, cut from longer windows (``shift + steps`` at most their length). Their
+    ``last`` is recomputed from the cut, as :func:`make_windows` computes it; targets are
+    not carried (zeros, unobserved)."""
+    length = windows.inputs.shape[1]
+    if shift < 0 or steps < 1 or shift + steps > length:
+        raise ValueError(f"cannot cut {steps} steps {shift} earlier from {length}-step windows")
+    inputs = windows.inputs[:, length - shift - steps : length - shift]
+    metrics = windows.targets.shape[3]
+    values, seen = inputs[..., :metrics], inputs[..., metrics:] > 0.5
+    index = np.where(seen, np.arange(steps)[None, :, None, None], -1).max(axis=1)
+    picked = np.take_along_axis(values, np.maximum(index, 0)[:, None], axis=1)[:, 0]
+    return Windows(
+        inputs=inputs,
+        targets=np.zeros_like(windows.targets),
+        target_mask=np.zeros_like(windows.target_mask),
+        last=np.where(index >= 0, picked, 0.0).astype(np.float32),
+        origins=windows.origins - shift,
+    )
+
+
 def thinned_origins(origins: IntArray, entities: int, budget: int, keep_at_least: int) -> IntArray:
     """``origins`` thinned evenly so that windows × ``entities`` stays within ``budget``
     (never below ``keep_at_least`` windows); unchanged when they already fit.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.baselines import LAD_FEATURES, MEAN_ONLY_LAD_FEATURES
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
-from kubesage.core.forecast.highway import BLEND_WEIGHTS, choose_weights
+from kubesage.core.forecast.highway import BLEND_WEIGHTS, RECENT_ORIGINS, choose_weights
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
 from kubesage.core.forecast.training import TrainConfig
@@ -55,7 +56,9 @@ def test_the_stgcn_blends_its_neural_forecast_with_its_linear_part(panel: Metric
     stgcn = make_forecaster("stgcn", config=TINY, horizon=5)
     neural = make_forecaster("stgcn_no_highway", config=TINY, horizon=5)
     assert isinstance(stgcn, NeuralForecaster) and isinstance(neural, NeuralForecaster)
+    stgcn.highway_recent = 0  # the validation weights throughout
     stgcn.fit(panel, 120)
+    assert stgcn.context == stgcn.history
     neural.fit(panel, 120)
     highway = stgcn.linear_highway
     assert highway is not None and neural.linear_highway is None
@@ -148,3 +151,92 @@ def test_every_combination_of_parts_has_a_name() -> None:
     assert make_forecaster("stgcn_no_highway").name == "stgcn_no_highway"
     unnamed = NeuralForecaster(kind="stgcn", spatial="none", highway=True)
     assert unnamed.name == "stgcn(spatial=none, highway=True)"
+
+
+def _online(panel: MetricPanel) -> NeuralForecaster:
+    stgcn = make_forecaster("stgcn", config=TINY, horizon=5)
+    assert isinstance(stgcn, NeuralForecaster)
+    stgcn.fit(panel, 120)
+    return stgcn
+
+
+def _fixed(stgcn: NeuralForecaster) -> NeuralForecaster:
+    """The same model with its highway's validation weights throughout."""
+    assert stgcn.linear_highway is not None
+    return replace(stgcn, highway_recent=0, linear_highway=replace(stgcn.linear_highway, recent=0))
+
+
+def test_the_online_highway_scores_each_weight_on_the_latest_matured_forecasts(
+    panel: MetricPanel,
+) -> None:
+    """Recomputed from scratch: each part's forecast at every earlier origin from its own
+    24-step window, each candidate blend's error on the targets known at the origin."""
+    stgcn = _online(panel)
+    highway, normaliser = stgcn.linear_highway, stgcn.normaliser
+    assert highway is not None and normaliser is not None
+    assert stgcn.context == 24 + 5 + RECENT_ORIGINS - 1
+    neural_only = replace(stgcn, linear_highway=None)
+    origin = 150
+    made_at = np.arange(origin - stgcn.context + 24, origin + 1)
+    windows = make_windows(panel, normaliser, made_at, history=24, horizon=5)
+    neural = neural_only.forecast_windows(windows)
+    linear = normaliser.invert(highway.linear.predict(windows))
+    chosen = np.empty((5, len(panel.metrics)))
+    for h in range(5):
+        made = np.arange(origin - h - RECENT_ORIGINS, origin - h)  # targets before the origin
+        at = made - made_at[0]
+        truth, seen = panel.values[made + h], panel.mask[made + h]
+        errors = np.array(
+            [
+                (np.abs(w * neural[at, h] + (1 - w) * linear[at, h] - truth) * seen).sum(
+                    axis=(0, 1)
+                )
+                for w in BLEND_WEIGHTS
+            ]
+        )
+        for m in range(len(panel.metrics)):
+            tied = BLEND_WEIGHTS[errors[:, m] <= errors[:, m].min() * (1 + 1e-9)]
+            prior = highway.weights[h, m]
+            everywhere = tied.size == BLEND_WEIGHTS.size
+            chosen[h, m] = prior if everywhere else tied[np.argmin(np.abs(tied - prior))]
+    assert (chosen != highway.weights).any()  # the recent errors chose something else
+    want = chosen[:, None] * neural[-1] + (1 - chosen[:, None]) * linear[-1]
+    got = stgcn.forecast_windows(stgcn.windows_at(panel, np.array([origin])))[0]
+    assert got == pytest.approx(want, rel=1e-6, abs=1e-6)
+    assert stgcn.predict(panel.head(origin), 5).values == pytest.approx(got, rel=1e-6, abs=1e-6)
+
+
+def test_with_no_target_known_lately_the_online_highway_keeps_its_validation_weights(
+    panel: MetricPanel,
+) -> None:
+    stgcn = _online(panel)
+    highway = stgcn.linear_highway
+    assert highway is not None
+    # Every step the scored forecasts target is unobserved: nothing to choose on.
+    mask = panel.mask[:150].copy()
+    mask[-highway.lookback() :] = False
+    history = replace(panel.head(150), mask=mask)
+    assert stgcn.predict(history, 5).values == pytest.approx(
+        _fixed(stgcn).predict(history, 5).values, rel=1e-6, abs=1e-6
+    )
+
+
+def test_the_online_highway_is_saved_and_a_v4_file_keeps_the_validation_weights(
+    panel: MetricPanel, tmp_path: Path
+) -> None:
+    path = _saved(panel, tmp_path / "m.safetensors")
+    loaded, header = load_forecaster(path)
+    assert header["format"] == "kubesage.forecast/v5"
+    assert header["highway_recent"] == RECENT_ORIGINS and loaded.context > loaded.history
+    history = panel.head(150)
+    online = loaded.predict(history, 5).values
+    fixed = _fixed(loaded).predict(history, 5).values
+    assert not np.allclose(online, fixed)
+    tensors = load_file(str(path))
+    _rewrite(path, tensors, {**header, "format": "kubesage.forecast/v4"})
+    old, _ = load_forecaster(path)
+    assert old.context == old.history
+    assert old.predict(history, 5).values == pytest.approx(fixed, rel=1e-6, abs=1e-6)
+    _rewrite(path, tensors, {**header, "highway_recent": -1})
+    with pytest.raises(InputError, match=r"m\.safetensors.*highway_recent -1"):
+        load_forecaster(path)

@@ -11,7 +11,7 @@ import pytest
 
 from kubesage.core.errors import InputError, TraceFormatError
 from kubesage.core.forecast.panel import describe, read_entityless, read_panel
-from kubesage.core.forecast.windows import Normaliser, last_observed, make_windows
+from kubesage.core.forecast.windows import Normaliser, earlier, last_observed, make_windows
 
 
 def write(directory: Path, name: str, text: str) -> None:
@@ -168,6 +168,23 @@ def test_windows_shapes_masks_and_last_value(tiny: Path) -> None:
     assert windows.last[0, 1, cpu] == pytest.approx(expected_last)
     with pytest.raises(InputError, match="history"):
         make_windows(panel, normaliser, np.array([1]), history=3, horizon=1)
+
+
+def test_earlier_windows_cut_from_longer_ones_are_those_made_at_the_earlier_origins(
+    tiny: Path,
+) -> None:
+    panel = read_panel(tiny)
+    normaliser = Normaliser.fit(panel, until_step=4)
+    long = make_windows(panel, normaliser, np.array([4, 5]), history=4, horizon=2)
+    for shift in (0, 1):
+        cut = earlier(long, shift, 3)
+        made = make_windows(panel, normaliser, np.array([4, 5]) - shift, history=3, horizon=2)
+        assert np.array_equal(cut.inputs, made.inputs)
+        assert np.array_equal(cut.last, made.last)  # recomputed over the shorter cut
+        assert cut.origins.tolist() == made.origins.tolist()
+        assert not cut.target_mask.any()
+    with pytest.raises(ValueError, match="cannot cut 3 steps 2 earlier from 4-step windows"):
+        earlier(long, 2, 3)
 
 
 def test_last_observed_falls_back_when_nothing_was_seen() -> None:
