@@ -19,7 +19,8 @@ set, the weight is chosen again at every forecast origin from the forecasts of t
 ``recent`` latest origins whose truth is already known at that origin: each part's
 forecast is recomputed there from the window (which holds :meth:`LinearHighway.lookback`
 steps beyond the neural part's history), each candidate blend scored on those matured
-cells as above, ties and origins with nothing observed keeping the validation weight.
+cells as above; among equally good weights the one nearest the validation weight wins,
+and where none of those cells was observed the validation weight is kept.
 A forecast still reads nothing after its origin.
 """
 

@@ -93,7 +93,7 @@ def save_forecaster(
         "spatial": forecaster.spatial,
         "highway": forecaster.highway,
         "anchor_steps": forecaster.anchor_steps,
-        "highway_recent": forecaster.highway_recent,
+        "highway_recent": highway.recent if highway is not None else forecaster.highway_recent,
         "seed": forecaster.config.seed,
         "entities": list(forecaster.entities),
         "metrics": list(forecaster.metrics),
