@@ -123,36 +123,51 @@ class LinearHighway:
     def forecast(
         self, neural: NeuralPredict, windows: Windows, history: int, series_scale: FloatArray
     ) -> FloatArray:
-        """The blend for ``windows`` of ``history + lookback()`` steps (normalised
-        ``(B, H, N, M)``), its weights chosen at each origin as the module says;
-        ``series_scale (N, M)`` puts each series' error in its own units."""
-        now = earlier(windows, 0, history)
+        """The blend for ``windows`` of ``history + lookback()`` steps, all cut from one
+        panel (normalised ``(B, H, N, M)``), its weights chosen at each origin as the
+        module says; ``series_scale (N, M)`` puts each series' error in its own units."""
         if self.recent == 0:
+            now = earlier(windows, 0, history)
             return self.blend(neural(now), now)
-        errors = self.recent_errors(neural, windows, history, series_scale)
+        lookback = self.lookback()
+        if windows.inputs.shape[1] < history + lookback:
+            raise ValueError(
+                f"the online highway needs {history + lookback}-step windows, "
+                f"got {windows.inputs.shape[1]}"
+            )
+        # Every origin a forecast is needed from: each window's own and the `lookback`
+        # before it. Windows of one panel share most of them, so each is forecast once.
+        made = windows.origins[:, None] - np.arange(lookback + 1)[None, :]  # (B, L + 1)
+        _, first, which = np.unique(made, return_index=True, return_inverse=True)
+        which = which.reshape(made.shape)
+        cut = earlier(subset(windows, first // (lookback + 1)), first % (lookback + 1), history)
+        parts = (neural(cut), self.linear.predict(cut))  # (U, H, N, M) each
+        errors = self.recent_errors(parts, which, windows, series_scale)
         weights = self.weights[None]  # the validation weights: the prior
         best = errors.min(axis=0)
         tied = errors <= best + 1e-9 * np.maximum(best, 1e-9)
         distance = np.where(tied, np.abs(BLEND_WEIGHTS[:, None, None, None] - weights), np.inf)
         chosen = BLEND_WEIGHTS[np.argmin(distance, axis=0)]  # (B, H, M)
         chosen = np.where(tied.all(axis=0), weights, chosen)[:, :, None, :]
-        blended: FloatArray = chosen * neural(now) + (1.0 - chosen) * self.linear.predict(now)
+        now = which[:, 0]
+        blended: FloatArray = chosen * parts[0][now] + (1.0 - chosen) * parts[1][now]
         return blended
 
     def recent_errors(
-        self, neural: NeuralPredict, windows: Windows, history: int, series_scale: FloatArray
+        self,
+        parts: tuple[FloatArray, FloatArray],
+        which: IntArray,
+        windows: Windows,
+        series_scale: FloatArray,
     ) -> FloatArray:
         """Per candidate weight, window, horizon step and metric ``(W, B, H, M)``, the
         absolute error of the blend over the ``recent`` latest matured forecasts (pooled
-        over entities, in their units)."""
+        over entities, in their units). ``parts`` are the neural and linear forecasts
+        from the distinct origins, ``which (B, L + 1)`` the one made ``shift`` steps
+        before each window's origin."""
         horizon = self.weights.shape[0]
-        needed = history + self.lookback()
-        if windows.inputs.shape[1] < needed:
-            raise ValueError(
-                f"the online highway needs {needed}-step windows, got {windows.inputs.shape[1]}"
-            )
-        batch, metrics = windows.inputs.shape[0], windows.targets.shape[3]
-        end = windows.inputs.shape[1]
+        batch, end = windows.inputs.shape[:2]
+        metrics = windows.targets.shape[3]
         values = windows.inputs[..., :metrics].astype(np.float64)
         seen = windows.inputs[..., metrics:] > 0.5
         scale = series_scale[None, None]
@@ -161,9 +176,8 @@ class LinearHighway:
             # The forecast made `shift` steps ago has matured at steps h < shift; it is among
             # the `recent` latest matured ones for step h while shift ≤ h + recent.
             steps = np.arange(max(0, shift - self.recent), min(horizon, shift))
-            past = earlier(windows, shift, history)
-            past_neural = neural(past)[:, steps]
-            past_linear = self.linear.predict(past)[:, steps]
+            past_neural = parts[0][which[:, shift]][:, steps]
+            past_linear = parts[1][which[:, shift]][:, steps]
             truth = values[:, end - shift + steps]
             weight = seen[:, end - shift + steps] * scale
             for k, w in enumerate(BLEND_WEIGHTS):

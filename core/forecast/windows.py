@@ -79,15 +79,20 @@ def last_observed(values: FloatArray, mask: BoolArray, fallback: FloatArray) -> 
     return np.where(index >= 0, picked, fallback)
 
 
-def earlier(windows: Windows, shift: int, steps: int) -> Windows:
-    """The windows of the origins ``shift`` steps before ``windows``' own, ``steps`` input
-    steps each, cut from longer windows (``shift + steps`` at most their length). Their
-    ``last`` is recomputed from the cut, as :func:`make_windows` computes it; targets are
-    not carried (zeros, unobserved)."""
-    length = windows.inputs.shape[1]
-    if shift < 0 or steps < 1 or shift + steps > length:
+def earlier(windows: Windows, shift: int | IntArray, steps: int) -> Windows:
+    """The windows of the origins ``shift`` steps before ``windows``' own (one shift for
+    all, or one per window), ``steps`` input steps each, cut from longer windows (``shift
+    + steps`` at most their length). Their ``last`` is recomputed from the cut, as
+    :func:`make_windows` computes it; targets are not carried (zeros, unobserved)."""
+    batch, length = windows.inputs.shape[:2]
+    shifts = np.broadcast_to(np.asarray(shift, dtype=np.int64), (batch,))
+    if steps < 1 or (shifts.size and (shifts.min() < 0 or shifts.max() + steps > length)):
         raise ValueError(f"cannot cut {steps} steps {shift} earlier from {length}-step windows")
-    inputs = windows.inputs[:, length - shift - steps : length - shift]
+    if np.ndim(shift) == 0:
+        inputs = windows.inputs[:, length - int(shift) - steps : length - int(shift)]
+    else:
+        at = (length - shifts)[:, None] + np.arange(-steps, 0)[None, :]
+        inputs = windows.inputs[np.arange(batch)[:, None], at]
     metrics = windows.targets.shape[3]
     values, seen = inputs[..., :metrics], inputs[..., metrics:] > 0.5
     index = np.where(seen, np.arange(steps)[None, :, None, None], -1).max(axis=1)
@@ -97,7 +102,7 @@ def earlier(windows: Windows, shift: int, steps: int) -> Windows:
         targets=np.zeros_like(windows.targets),
         target_mask=np.zeros_like(windows.target_mask),
         last=np.where(index >= 0, picked, 0.0).astype(np.float32),
-        origins=windows.origins - shift,
+        origins=windows.origins - shifts,
     )
 
 

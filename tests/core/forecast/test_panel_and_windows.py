@@ -183,6 +183,10 @@ def test_earlier_windows_cut_from_longer_ones_are_those_made_at_the_earlier_orig
         assert np.array_equal(cut.last, made.last)  # recomputed over the shorter cut
         assert cut.origins.tolist() == made.origins.tolist()
         assert not cut.target_mask.any()
+    each = earlier(long, np.array([1, 0]), 3)  # a shift per window
+    made = make_windows(panel, normaliser, np.array([3, 5]), history=3, horizon=2)
+    assert np.array_equal(each.inputs, made.inputs) and np.array_equal(each.last, made.last)
+    assert each.origins.tolist() == [3, 5]
     with pytest.raises(ValueError, match="cannot cut 3 steps 2 earlier from 4-step windows"):
         earlier(long, 2, 3)
 
