@@ -29,7 +29,7 @@ from kubesage.core.forecast import (
 )
 from kubesage.core.forecast.anchor import ANCHOR_STEPS
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
-from kubesage.core.forecast.highway import RECENT_ORIGINS, LinearHighway
+from kubesage.core.forecast.highway import RECENT_ORIGINS, LinearHighway, Made, NeuralPredict
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, Spatial
 from kubesage.core.forecast.training import (
@@ -287,6 +287,10 @@ class NeuralForecaster(WindowedForecaster):
     highway_recent: int = RECENT_ORIGINS
     """Recent matured origins the highway chooses its weights on at each forecast (0:
     the validation weights throughout; see :mod:`~kubesage.core.forecast.highway`)."""
+    made: Made = field(default_factory=dict, repr=False)
+    """The highway's parts' forecasts :meth:`predict` made, by the absolute step of their
+    origin: successive live forecasts share all but one earlier origin, so each is
+    forecast once (emptied by :meth:`fit`)."""
 
     @property
     def context(self) -> int:
@@ -327,6 +331,7 @@ class NeuralForecaster(WindowedForecaster):
         self.model = self.build(len(panel.metrics))
         self.report = self.temporal_report = None
         self.linear_highway = None
+        self.made = {}
         if windows is None:
             return
         edges = self._edge_index()
@@ -362,19 +367,46 @@ class NeuralForecaster(WindowedForecaster):
         return torch.from_numpy(self.graph.edge_index)
 
     def _predict_normalised(self, windows: Windows) -> FloatArray:
-        model, edges = self.model, self._edge_index()
-        assert model is not None and self.normaliser is not None
-
-        def neural(some: Windows) -> FloatArray:
-            return predict_windows(model, some, edges, max_series=self.config.max_batch_series)
-
+        assert self.normaliser is not None
+        neural = self._neural()
         if self.linear_highway is None:
             return neural(windows)
         return self.linear_highway.forecast(neural, windows, self.history, self.normaliser.std)
 
+    def _neural(self) -> NeuralPredict:
+        """The neural part's normalised forecasts for windows of its own history."""
+        model, edges = self.model, self._edge_index()
+        assert model is not None
+
+        def neural(some: Windows) -> FloatArray:
+            return predict_windows(model, some, edges, max_series=self.config.max_batch_series)
+
+        return neural
+
     def predict(self, history: MetricPanel, horizon: int) -> Forecast:
         self.check_compatible(history)
-        return super().predict(history, horizon)
+        highway, normaliser = self.linear_highway, self.normaliser
+        if (
+            highway is None
+            or highway.recent == 0
+            or normaliser is None
+            or self.fallback_reason
+            or not self.history <= history.steps
+            or not 0 < horizon <= self.horizon
+        ):
+            return super().predict(history, horizon)
+        # The forecasts made from earlier origins are those of earlier calls: reuse them.
+        window = self._window_at_end(history)
+        at = round(history.start_s / history.step_s) + history.steps
+        values = highway.forecast(
+            self._neural(),
+            window,
+            self.history,
+            normaliser.std,
+            memo=self.made,
+            offset=at - int(window.origins[0]),
+        )
+        return Forecast(values=np.asarray(normaliser.invert(values))[0, :horizon], model=self.name)
 
     def check_compatible(self, panel: MetricPanel) -> None:
         """Refuse data whose entities or metrics differ from the training data."""

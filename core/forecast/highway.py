@@ -43,6 +43,8 @@ RECENT_ORIGINS = 12
 
 NeuralPredict = Callable[[Windows], FloatArray]
 """Normalised neural forecasts ``(B, H, N, M)`` for windows."""
+Made = dict[int, tuple[FloatArray, FloatArray]]
+"""The highway's parts' forecasts ``(H, N, M)`` (neural, linear) by origin step."""
 
 
 def subset(windows: Windows, index: IntArray) -> Windows:
@@ -121,11 +123,22 @@ class LinearHighway:
         return blended
 
     def forecast(
-        self, neural: NeuralPredict, windows: Windows, history: int, series_scale: FloatArray
+        self,
+        neural: NeuralPredict,
+        windows: Windows,
+        history: int,
+        series_scale: FloatArray,
+        memo: Made | None = None,
+        offset: int = 0,
     ) -> FloatArray:
         """The blend for ``windows`` of ``history + lookback()`` steps, all cut from one
         panel (normalised ``(B, H, N, M)``), its weights chosen at each origin as the
-        module says; ``series_scale (N, M)`` puts each series' error in its own units."""
+        module says; ``series_scale (N, M)`` puts each series' error in its own units.
+
+        ``memo``: the parts' forecasts already made, by origin (a window's origin +
+        ``offset``: a clock shared by successive calls), taken from it instead of made
+        again, and the new ones added (those older than the lookback dropped) — the live
+        path, whose successive forecasts share all but one of their earlier origins."""
         if self.recent == 0:
             now = earlier(windows, 0, history)
             return self.blend(neural(now), now)
@@ -140,8 +153,7 @@ class LinearHighway:
         made = windows.origins[:, None] - np.arange(lookback + 1)[None, :]  # (B, L + 1)
         _, first, which = np.unique(made, return_index=True, return_inverse=True)
         which = which.reshape(made.shape)
-        cut = earlier(subset(windows, first // (lookback + 1)), first % (lookback + 1), history)
-        parts = (neural(cut), self.linear.predict(cut))  # (U, H, N, M) each
+        parts = self._parts(neural, windows, first, history, memo, offset)  # (U, H, N, M) each
         errors = self.recent_errors(parts, which, windows, series_scale)
         weights = self.weights[None]  # the validation weights: the prior
         best = errors.min(axis=0)
@@ -152,6 +164,38 @@ class LinearHighway:
         now = which[:, 0]
         blended: FloatArray = chosen * parts[0][now] + (1.0 - chosen) * parts[1][now]
         return blended
+
+    def _parts(
+        self,
+        neural: NeuralPredict,
+        windows: Windows,
+        first: IntArray,
+        history: int,
+        memo: Made | None,
+        offset: int,
+    ) -> tuple[FloatArray, FloatArray]:
+        """Both parts' forecasts ``(U, H, N, M)`` from the distinct origins, each cut from
+        the window and shift of its ``first`` use (flat over ``(B, L + 1)``), or taken
+        from ``memo`` where it holds the origin."""
+        rows, shifts = np.divmod(first, self.lookback() + 1)
+        if memo is None:
+            cut = earlier(subset(windows, rows), shifts, history)
+            return neural(cut), self.linear.predict(cut)
+        at = windows.origins[rows] - shifts + offset
+        new = np.array([int(origin) not in memo for origin in at], dtype=bool)
+        shape = (len(at), *windows.targets.shape[1:])
+        neural_parts, linear_parts = np.empty(shape), np.empty(shape)
+        if new.any():
+            cut = earlier(subset(windows, rows[new]), shifts[new], history)
+            neural_parts[new], linear_parts[new] = neural(cut), self.linear.predict(cut)
+        for row, origin in enumerate(int(origin) for origin in at):
+            if new[row]:
+                memo[origin] = (neural_parts[row].copy(), linear_parts[row].copy())
+            else:
+                neural_parts[row], linear_parts[row] = memo[origin]
+        for origin in [o for o in memo if o < int(at.max()) - self.lookback()]:
+            del memo[origin]
+        return neural_parts, linear_parts
 
     def recent_errors(
         self,

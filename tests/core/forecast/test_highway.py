@@ -240,3 +240,20 @@ def test_the_online_highway_is_saved_and_a_v4_file_keeps_the_validation_weights(
     _rewrite(path, tensors, {**header, "highway_recent": -1})
     with pytest.raises(InputError, match=r"m\.safetensors.*highway_recent -1"):
         load_forecaster(path)
+
+
+def test_successive_live_forecasts_reuse_the_earlier_origins_forecasts(
+    panel: MetricPanel,
+) -> None:
+    stgcn = _online(panel)
+    highway = stgcn.linear_highway
+    assert highway is not None
+    for origin in range(140, 146):
+        live = stgcn.predict(panel.head(origin), 5).values
+        fresh = replace(stgcn, made={}).predict(panel.head(origin), 5).values
+        assert live == pytest.approx(fresh, rel=1e-6, abs=1e-6)
+    step = round(panel.start_s / panel.step_s)
+    # One new origin a call; those older than the lookback are dropped.
+    assert sorted(stgcn.made) == list(range(step + 145 - highway.lookback(), step + 146))
+    stgcn.fit(panel, 120)
+    assert stgcn.made == {}
