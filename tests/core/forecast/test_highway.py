@@ -14,7 +14,12 @@ from safetensors.torch import load_file, save_file
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.baselines import LAD_FEATURES, MEAN_ONLY_LAD_FEATURES
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
-from kubesage.core.forecast.highway import BLEND_WEIGHTS, RECENT_ORIGINS, choose_weights
+from kubesage.core.forecast.highway import (
+    BLEND_WEIGHTS,
+    RECENT_ORIGINS,
+    LinearHighway,
+    choose_weights,
+)
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
 from kubesage.core.forecast.training import TrainConfig
@@ -153,11 +158,13 @@ def test_every_combination_of_parts_has_a_name() -> None:
     assert unnamed.name == "stgcn(spatial=none, highway=True)"
 
 
-def _online(panel: MetricPanel) -> NeuralForecaster:
+def _online(panel: MetricPanel) -> tuple[NeuralForecaster, LinearHighway]:
+    """An ST-GCN whose highway chooses its weights online, and that highway."""
     stgcn = make_forecaster("stgcn", config=TINY, horizon=5)
     assert isinstance(stgcn, NeuralForecaster)
     stgcn.fit(panel, 120)
-    return stgcn
+    assert stgcn.linear_highway is not None
+    return stgcn, stgcn.linear_highway
 
 
 def _fixed(stgcn: NeuralForecaster) -> NeuralForecaster:
@@ -171,9 +178,9 @@ def test_the_online_highway_scores_each_weight_on_the_latest_matured_forecasts(
 ) -> None:
     """Recomputed from scratch: each part's forecast at every earlier origin from its own
     24-step window, each candidate blend's error on the targets known at the origin."""
-    stgcn = _online(panel)
-    highway, normaliser = stgcn.linear_highway, stgcn.normaliser
-    assert highway is not None and normaliser is not None
+    stgcn, highway = _online(panel)
+    normaliser = stgcn.normaliser
+    assert normaliser is not None
     assert stgcn.context == 24 + 5 + RECENT_ORIGINS - 1
     neural_only = replace(stgcn, linear_highway=None)
     origin = 150
@@ -209,9 +216,7 @@ def test_the_online_highway_scores_each_weight_on_the_latest_matured_forecasts(
 def test_with_no_target_known_lately_the_online_highway_keeps_its_validation_weights(
     panel: MetricPanel,
 ) -> None:
-    stgcn = _online(panel)
-    highway = stgcn.linear_highway
-    assert highway is not None
+    stgcn, highway = _online(panel)
     # Every step the scored forecasts target is unobserved: nothing to choose on.
     mask = panel.mask[:150].copy()
     mask[-highway.lookback() :] = False
@@ -245,9 +250,7 @@ def test_the_online_highway_is_saved_and_a_v4_file_keeps_the_validation_weights(
 def test_successive_live_forecasts_reuse_the_earlier_origins_forecasts(
     panel: MetricPanel,
 ) -> None:
-    stgcn = _online(panel)
-    highway = stgcn.linear_highway
-    assert highway is not None
+    stgcn, highway = _online(panel)
     for origin in range(140, 146):
         live = stgcn.predict(panel.head(origin), 5).values
         fresh = replace(stgcn, made={}).predict(panel.head(origin), 5).values
