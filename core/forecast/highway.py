@@ -212,8 +212,8 @@ class LinearHighway:
         horizon = self.weights.shape[0]
         batch, end = windows.inputs.shape[:2]
         metrics = windows.targets.shape[3]
-        values = windows.inputs[..., :metrics].astype(np.float64)
-        seen = windows.inputs[..., metrics:] > 0.5
+        recent = windows.inputs[:, end - self.lookback() :]  # the steps scored forecasts target
+        values, seen = recent[..., :metrics].astype(np.float64), recent[..., metrics:] > 0.5
         scale = series_scale[None, None]
         errors = np.zeros((len(BLEND_WEIGHTS), batch, horizon, metrics))
         for shift in range(1, self.lookback() + 1):
@@ -222,9 +222,10 @@ class LinearHighway:
             steps = np.arange(max(0, shift - self.recent), min(horizon, shift))
             past_neural = parts[0][which[:, shift]][:, steps]
             past_linear = parts[1][which[:, shift]][:, steps]
-            truth = values[:, end - shift + steps]
-            weight = seen[:, end - shift + steps] * scale
+            at = self.lookback() - shift + steps
+            # w · neural + (1 − w) · linear − truth = miss + w · gap, for every weight w.
+            miss, gap = past_linear - values[:, at], past_neural - past_linear
+            weight = seen[:, at] * scale
             for k, w in enumerate(BLEND_WEIGHTS):
-                blend = w * past_neural + (1.0 - w) * past_linear
-                errors[k][:, steps] += (np.abs(blend - truth) * weight).sum(axis=2)
+                errors[k][:, steps] += (np.abs(miss + w * gap) * weight).sum(axis=2)
         return errors
