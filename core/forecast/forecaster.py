@@ -287,10 +287,10 @@ class NeuralForecaster(WindowedForecaster):
     highway_recent: int = RECENT_ORIGINS
     """Recent matured origins the highway chooses its weights on at each forecast (0:
     the validation weights throughout; see :mod:`~kubesage.core.forecast.highway`)."""
-    made: Made = field(default_factory=dict, repr=False)
-    """The highway's parts' forecasts :meth:`predict` made, by the absolute step of their
-    origin: successive live forecasts share all but one earlier origin, so each is
-    forecast once (emptied by :meth:`fit`)."""
+    made: Made = field(default_factory=Made, repr=False)
+    """What :meth:`predict` made for the highway, by the absolute step of each origin:
+    successive live forecasts share all but one earlier origin, so each is forecast once
+    and each of its steps scored once (emptied by :meth:`fit`)."""
 
     @property
     def context(self) -> int:
@@ -331,7 +331,7 @@ class NeuralForecaster(WindowedForecaster):
         self.model = self.build(len(panel.metrics))
         self.report = self.temporal_report = None
         self.linear_highway = None
-        self.made = {}
+        self.made = Made()
         if windows is None:
             return
         edges = self._edge_index()

@@ -27,7 +27,7 @@ A forecast still reads nothing after its origin.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,8 +43,22 @@ RECENT_ORIGINS = 12
 
 NeuralPredict = Callable[[Windows], FloatArray]
 """Normalised neural forecasts ``(B, H, N, M)`` for windows."""
-Made = dict[int, tuple[FloatArray, FloatArray]]
-"""The highway's parts' forecasts ``(H, N, M)`` (neural, linear) by origin step."""
+SCORED_CELLS = 4_000_000
+"""(Origin, step) pairs × entities × metrics scored at once, to bound memory."""
+
+
+@dataclass
+class Made:
+    """What successive live forecasts share, by the absolute step of each origin.
+
+    ``parts``: both parts' forecasts ``(H, N, M)`` (neural, linear), kept until every
+    step a later call may score has been scored. ``errors``: each step's error per candidate weight
+    ``(H, W, M)``, NaN until its target is known, kept while the origin is in the
+    lookback. A target is scored once, when it is first known: a value that arrives
+    later for a step already scored does not change it."""
+
+    parts: dict[int, tuple[FloatArray, FloatArray]] = field(default_factory=dict)
+    errors: dict[int, FloatArray] = field(default_factory=dict)
 
 
 def subset(windows: Windows, index: IntArray) -> Windows:
@@ -135,10 +149,15 @@ class LinearHighway:
         panel (normalised ``(B, H, N, M)``), its weights chosen at each origin as the
         module says; ``series_scale (N, M)`` puts each series' error in its own units.
 
-        ``memo``: the parts' forecasts already made, by origin (a window's origin +
-        ``offset``: a clock shared by successive calls), taken from it instead of made
-        again, and the new ones added (those older than the lookback dropped) — the live
-        path, whose successive forecasts share all but one of their earlier origins."""
+        Windows of one panel share most of the earlier origins they score, and each
+        origin's error at a step is the same for every window that scores it: each
+        distinct origin is forecast once, and each of its steps scored once.
+
+        ``memo``: what earlier calls made, by origin (a window's origin + ``offset``: a
+        clock shared by successive calls), taken from it instead of made again, and the
+        new ones added — the live path, whose successive forecasts share all but one of
+        their earlier origins, so that a call forecasts one new origin and scores the
+        one step of each earlier forecast whose target has just become known."""
         if self.recent == 0:
             now = earlier(windows, 0, history)
             return self.blend(neural(now), now)
@@ -149,83 +168,148 @@ class LinearHighway:
                 f"got {windows.inputs.shape[1]}"
             )
         # Every origin a forecast is needed from: each window's own and the `lookback`
-        # before it. Windows of one panel share most of them, so each is forecast once.
+        # before it (`which`: the distinct origin `shift` steps before each window's).
         made = windows.origins[:, None] - np.arange(lookback + 1)[None, :]  # (B, L + 1)
-        _, first, which = np.unique(made, return_index=True, return_inverse=True)
+        origins, first, which = np.unique(made, return_index=True, return_inverse=True)
         which = which.reshape(made.shape)
-        parts = self._parts(neural, windows, first, history, memo, offset)  # (U, H, N, M) each
-        errors = self.recent_errors(parts, which, windows, series_scale)
-        weights = self.weights[None]  # the validation weights: the prior
-        best = errors.min(axis=0)
-        tied = errors <= best + 1e-9 * np.maximum(best, 1e-9)
-        distance = np.where(tied, np.abs(BLEND_WEIGHTS[:, None, None, None] - weights), np.inf)
-        chosen = BLEND_WEIGHTS[np.argmin(distance, axis=0)]  # (B, H, M)
-        chosen = np.where(tied.all(axis=0), weights, chosen)[:, :, None, :]
-        now = which[:, 0]
+        horizon, metrics = self.weights.shape
+        scored = np.zeros((len(origins), horizon), dtype=bool)  # (origin, step) some window scores
+        for h in range(horizon):
+            scored[np.unique(which[:, h + 1 : h + self.recent + 1]), h] = True
+        errors = np.full((len(origins), horizon, len(BLEND_WEIGHTS), metrics), np.nan)
+        at = origins + offset
+        if memo is not None:
+            for u, origin in enumerate(at.tolist()):
+                if origin in memo.errors:
+                    errors[u] = memo.errors[origin]
+        todo = scored & np.isnan(errors[:, :, 0, 0])
+        want = todo.any(axis=1)
+        want[which[:, 0]] = True
+        slot, parts = self._parts(neural, windows, first, want, history, memo, offset)
+        pairs = np.argwhere(todo)
+        if len(pairs):
+            errors[pairs[:, 0], pairs[:, 1]] = self._scored_errors(
+                parts, slot[pairs[:, 0]], pairs[:, 1], origins[pairs[:, 0]], windows, series_scale
+            )
+        if memo is not None:
+            self._remember(memo, at, errors, slot, parts)
+        # Per window, step and metric, each weight's error over its `recent` latest
+        # matured forecasts: those made h + 1 to h + recent steps before its origin.
+        recent = np.stack(
+            [errors[which[:, h + 1 : h + self.recent + 1], h].sum(axis=1) for h in range(horizon)],
+            axis=1,
+        )  # (B, H, W, M)
+        chosen = self._choose(recent)[:, :, None, :]
+        now = slot[which[:, 0]]
         blended: FloatArray = chosen * parts[0][now] + (1.0 - chosen) * parts[1][now]
         return blended
+
+    def _choose(self, errors: FloatArray) -> FloatArray:
+        """Per window, step and metric ``(B, H, M)``, the weight with the least error
+        (``errors (B, H, W, M)``); among tied ones the nearest the validation weight, and
+        the validation weight where all are tied (nothing was observed)."""
+        best = errors.min(axis=2, keepdims=True)
+        tied = errors <= best + 1e-9 * np.maximum(best, 1e-9)
+        prior = self.weights[None, :, None, :]
+        distance = np.where(tied, np.abs(BLEND_WEIGHTS[None, None, :, None] - prior), np.inf)
+        chosen = BLEND_WEIGHTS[np.argmin(distance, axis=2)]
+        picked: FloatArray = np.where(tied.all(axis=2), self.weights[None], chosen)
+        return picked
 
     def _parts(
         self,
         neural: NeuralPredict,
         windows: Windows,
         first: IntArray,
+        want: np.ndarray,
         history: int,
         memo: Made | None,
         offset: int,
-    ) -> tuple[FloatArray, FloatArray]:
-        """Both parts' forecasts ``(U, H, N, M)`` from the distinct origins, each cut from
-        the window and shift of its ``first`` use (flat over ``(B, L + 1)``), or taken
-        from ``memo`` where it holds the origin."""
+    ) -> tuple[IntArray, tuple[FloatArray, FloatArray]]:
+        """Both parts' forecasts ``(K, H, N, M)`` from the distinct origins ``want``
+        marks, and each origin's row in them (−1 where not wanted); each is cut from the
+        window and shift of its ``first`` use (flat over ``(B, L + 1)``), or taken from
+        ``memo`` where it holds the origin."""
         rows, shifts = np.divmod(first, self.lookback() + 1)
-        if memo is None:
-            cut = earlier(subset(windows, rows), shifts, history)
-            return neural(cut), self.linear.predict(cut)
+        slot = np.full(len(first), -1, dtype=np.int64)
+        slot[want] = np.arange(int(want.sum()))
         at = windows.origins[rows] - shifts + offset
-        new = np.array([int(origin) not in memo for origin in at], dtype=bool)
-        shape = (len(at), *windows.targets.shape[1:])
+        kept = np.array([memo is not None and int(o) in memo.parts for o in at], dtype=bool)
+        new = want & ~kept
+        shape = (int(want.sum()), *windows.targets.shape[1:])
         neural_parts, linear_parts = np.empty(shape), np.empty(shape)
         if new.any():
             cut = earlier(subset(windows, rows[new]), shifts[new], history)
-            neural_parts[new], linear_parts[new] = neural(cut), self.linear.predict(cut)
-        for row, origin in enumerate(int(origin) for origin in at):
-            if new[row]:
-                memo[origin] = (neural_parts[row].copy(), linear_parts[row].copy())
-            else:
-                neural_parts[row], linear_parts[row] = memo[origin]
-        for origin in [o for o in memo if o < int(at.max()) - self.lookback()]:
-            del memo[origin]
-        return neural_parts, linear_parts
+            neural_parts[slot[new]], linear_parts[slot[new]] = neural(cut), self.linear.predict(cut)
+        if memo is not None:
+            for u in np.flatnonzero(want & kept):
+                neural_parts[slot[u]], linear_parts[slot[u]] = memo.parts[int(at[u])]
+        return slot, (neural_parts, linear_parts)
 
-    def recent_errors(
+    def _scored_errors(
         self,
         parts: tuple[FloatArray, FloatArray],
-        which: IntArray,
+        rows: IntArray,
+        steps: IntArray,
+        origins: IntArray,
         windows: Windows,
         series_scale: FloatArray,
     ) -> FloatArray:
-        """Per candidate weight, window, horizon step and metric ``(W, B, H, M)``, the
-        absolute error of the blend over the ``recent`` latest matured forecasts (pooled
-        over entities, in their units). ``parts`` are the neural and linear forecasts
-        from the distinct origins, ``which (B, L + 1)`` the one made ``shift`` steps
-        before each window's origin."""
-        horizon = self.weights.shape[0]
-        batch, end = windows.inputs.shape[:2]
-        metrics = windows.targets.shape[3]
-        recent = windows.inputs[:, end - self.lookback() :]  # the steps scored forecasts target
-        values, seen = recent[..., :metrics].astype(np.float64), recent[..., metrics:] > 0.5
-        scale = series_scale[None, None]
-        errors = np.zeros((len(BLEND_WEIGHTS), batch, horizon, metrics))
-        for shift in range(1, self.lookback() + 1):
-            # The forecast made `shift` steps ago has matured at steps h < shift; it is among
-            # the `recent` latest matured ones for step h while shift ≤ h + recent.
-            steps = np.arange(max(0, shift - self.recent), min(horizon, shift))
-            past_neural = parts[0][which[:, shift]][:, steps]
-            past_linear = parts[1][which[:, shift]][:, steps]
-            at = self.lookback() - shift + steps
+        """Per (origin, step) pair ``(P, W, M)``: each candidate blend's absolute error
+        at the pair's target, summed over entities in their own units. ``rows``: the
+        pairs' origins' rows in ``parts``; ``origins``: their steps on the windows' clock."""
+        truth, seen = self._strip(windows)
+        start = int(windows.origins.min()) - self.lookback()
+        entities, metrics = series_scale.shape
+        out = np.empty((len(rows), len(BLEND_WEIGHTS), metrics))
+        chunk = max(1, SCORED_CELLS // max(entities * metrics, 1))
+        for lo in range(0, len(rows), chunk):
+            part = slice(lo, lo + chunk)
+            target = origins[part] + steps[part] - start
+            neural, linear = parts[0][rows[part], steps[part]], parts[1][rows[part], steps[part]]
             # w · neural + (1 − w) · linear − truth = miss + w · gap, for every weight w.
-            miss, gap = past_linear - values[:, at], past_neural - past_linear
-            weight = seen[:, at] * scale
+            miss, gap = linear - truth[target], neural - linear
+            weight = seen[target] * series_scale[None]
             for k, w in enumerate(BLEND_WEIGHTS):
-                errors[k][:, steps] += (np.abs(miss + w * gap) * weight).sum(axis=2)
-        return errors
+                out[part, k] = (np.abs(miss + w * gap) * weight).sum(axis=1)
+        return out
+
+    def _strip(self, windows: Windows) -> tuple[FloatArray, np.ndarray]:
+        """The normalised values and their masks ``(S, N, M)`` at every step the scored
+        forecasts can target: the ``lookback()`` steps before each window's origin, from
+        the earliest window's to the latest's (windows of one panel agree where they
+        overlap)."""
+        lookback, metrics = self.lookback(), windows.targets.shape[3]
+        start = int(windows.origins.min()) - lookback
+        steps = int(windows.origins.max()) - start
+        recent = windows.inputs[:, windows.inputs.shape[1] - lookback :]
+        where = (windows.origins - start)[:, None] + np.arange(-lookback, 0)[None, :]
+        values = np.zeros((steps, *recent.shape[2:3], metrics))
+        seen = np.zeros(values.shape, dtype=bool)
+        values[where], seen[where] = recent[..., :metrics], recent[..., metrics:] > 0.5
+        return values, seen
+
+    def _remember(
+        self,
+        memo: Made,
+        at: IntArray,
+        errors: FloatArray,
+        slot: IntArray,
+        parts: tuple[FloatArray, FloatArray],
+    ) -> None:
+        """Keep the scored errors of the origins in the lookback, and the parts of those
+        with a step a later call may still score (its target not yet known)."""
+        newest = int(at.max())
+        for u, origin in enumerate(at.tolist()):
+            memo.errors[origin] = errors[u].copy()
+            if slot[u] >= 0 and origin not in memo.parts:
+                memo.parts[origin] = (parts[0][slot[u]].copy(), parts[1][slot[u]].copy())
+        for origin in list(memo.errors):
+            if origin < newest - self.lookback():
+                del memo.errors[origin]
+        for origin in list(memo.parts):
+            # Later calls score steps from `newest − origin − recent` on; once those all
+            # have been scored the forecasts are no longer needed.
+            later = max(0, newest - origin - self.recent)
+            if origin not in memo.errors or not np.isnan(memo.errors[origin][later:, 0, 0]).any():
+                del memo.parts[origin]

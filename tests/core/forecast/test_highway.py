@@ -18,6 +18,7 @@ from kubesage.core.forecast.highway import (
     BLEND_WEIGHTS,
     RECENT_ORIGINS,
     LinearHighway,
+    Made,
     choose_weights,
 )
 from kubesage.core.forecast.panel import MetricPanel
@@ -253,10 +254,19 @@ def test_successive_live_forecasts_reuse_the_earlier_origins_forecasts(
     stgcn, highway = _online(panel)
     for origin in range(140, 146):
         live = stgcn.predict(panel.head(origin), 5).values
-        fresh = replace(stgcn, made={}).predict(panel.head(origin), 5).values
+        fresh = replace(stgcn, made=Made()).predict(panel.head(origin), 5).values
         assert live == pytest.approx(fresh, rel=1e-6, abs=1e-6)
     step = round(panel.start_s / panel.step_s)
-    # One new origin a call; those older than the lookback are dropped.
-    assert sorted(stgcn.made) == list(range(step + 145 - highway.lookback(), step + 146))
+    # One new origin a call; the errors of those older than the lookback are dropped,
+    # and the forecasts of those whose every step a later call may score is known.
+    assert sorted(stgcn.made.errors) == list(range(step + 145 - highway.lookback(), step + 146))
+    assert sorted(stgcn.made.parts) == list(range(step + 145 - 4, step + 146))
+    scored = stgcn.made.errors[step + 143]  # made two steps ago: its first two steps known
+    assert not np.isnan(scored[:2]).any() and np.isnan(scored[2:]).all()
+    # Missed ticks: a call after a gap scores the steps the skipped calls would have.
+    for origin in (149, 150, 190):
+        live = stgcn.predict(panel.head(origin), 5).values
+        fresh = replace(stgcn, made=Made()).predict(panel.head(origin), 5).values
+        assert live == pytest.approx(fresh, rel=1e-6, abs=1e-6)
     stgcn.fit(panel, 120)
-    assert stgcn.made == {}
+    assert stgcn.made == Made()
