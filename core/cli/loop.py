@@ -62,6 +62,7 @@ from kubesage.core.types import PodRequest
 
 if TYPE_CHECKING:  # the Kubernetes modules import the kubernetes client: seconds, so late
     from kubesage.core.k8s.embedded import EmbeddedCluster
+    from kubesage.core.k8s.scheduling_policy import NamespaceLabels
 
 log = logging.getLogger("kubesage.loop")
 
@@ -238,9 +239,11 @@ def live_loop(
     clock: Clock | None = None,
     reconcilers: Sequence[Reconciler] | None = None,
     collectors: Sequence[Collector[Any]] = (),
+    namespace_labels: NamespaceLabels | None = None,
 ) -> ControlLoop:
     """The loop on a live cluster: ClusterSync (and Prometheus, and ``collectors``) in,
-    the API server's subresources out."""
+    the API server's subresources out; ``namespace_labels`` (the namespaces' labels) for
+    the placed pods' anti-affinity terms that select namespaces by label."""
     from kubesage.core.cli.loop_sources import (
         LiveClusterCollector,
         loop_topology,
@@ -256,7 +259,9 @@ def live_loop(
         workload=tuple(workload),
         relayouts=settings.mig_config_map is not None,
     )
-    collector = LiveClusterCollector(sync, [scheduler_name] if scheduler_name else [])
+    collector = LiveClusterCollector(
+        sync, [scheduler_name] if scheduler_name else [], namespace_labels
+    )
     # Its own policy instance: policy caches are not shared across threads.
     policy = make_policy(policy_name, PolicyContext(seed=0, workload=tuple(workload)))
     return build_loop(
@@ -266,6 +271,7 @@ def live_loop(
             sync,
             policy,
             binder=binder,
+            namespace_labels=namespace_labels,
             mig_config_map=(
                 MigConfigMap.parse(settings.mig_config_map) if settings.mig_config_map else None
             ),

@@ -22,6 +22,7 @@ from kubesage.core.k8s.existing_anti_affinity import RepelIndex
 from kubesage.core.k8s.gang import GangAnnotationError, gang_of
 from kubesage.core.k8s.informer import ClusterNotReadyError, ClusterSync, pod_key
 from kubesage.core.k8s.node_eligibility import EligibilityCache
+from kubesage.core.k8s.scheduling_policy import NamespaceLabels
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.unsupported_constraints import claimed_volumes, unsupported_constraints
 from kubesage.core.loop.actions import ObjectRef, PodRef
@@ -172,10 +173,18 @@ def _ref(key: str, namespace: str, name: str) -> PodRef:
 class LiveClusterCollector:
     """The ClusterSync's state with its bound pods and the pending pods of
     ``scheduler_names`` (each pending pod, and each running GPU pod, with the nodes its
-    spec lets it use); stale while list/watch fails (ClusterSync's fallback)."""
+    spec lets it use); stale while list/watch fails (ClusterSync's fallback).
+    ``namespace_labels``: the namespaces' labels, for the placed pods' anti-affinity
+    terms that select namespaces by label."""
 
-    def __init__(self, sync: ClusterSync, scheduler_names: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        sync: ClusterSync,
+        scheduler_names: Iterable[str] = (),
+        namespace_labels: NamespaceLabels | None = None,
+    ) -> None:
         self.sync = sync
+        self.namespace_labels = namespace_labels
         self.scheduler_names = tuple(dict.fromkeys((DEFAULT_SCHEDULER, *scheduler_names)))
         self._infos = _KeptInfos()
         self._movable: dict[str, tuple[object, frozenset[str] | None]] = {}
@@ -205,7 +214,7 @@ class LiveClusterCollector:
         ]
         snapshot = self._state(placing)
         bound = self.sync.bound_pods()  # a copy of every bound pod: once per collect
-        eligible = _Eligibility(self.sync, snapshot.data.node_names, bound)
+        eligible = _Eligibility(self.sync, snapshot.data.node_names, bound, self.namespace_labels)
         nodes = eligible.version()
         nodes_changed = nodes != self._nodes_seen
         movable: dict[str, tuple[object, frozenset[str] | None]] = {}
@@ -266,8 +275,10 @@ class _Eligibility:
         source: object,
         node_names: Sequence[str],
         placed: Sequence[Mapping[str, Any]] = (),
+        namespace_labels: NamespaceLabels | None = None,
     ) -> None:
         self._source = source if isinstance(source, NodeObjects) else None
+        self._namespace_labels = namespace_labels
         self._node_names = node_names
         self._placed = placed
         """The pods already placed: their required anti-affinity keeps others off."""
@@ -297,7 +308,9 @@ class _Eligibility:
     def _repelled(self, source: NodeObjects) -> RepelIndex:
         """The placed pods' required anti-affinity, read once per collect."""
         if self._repel is None:
-            self._repel = RepelIndex(self._placed, source.nodes(), self._node_names)
+            self._repel = RepelIndex(
+                self._placed, source.nodes(), self._node_names, self._namespace_labels
+            )
         return self._repel
 
     def nodes_of(self, pod: Mapping[str, Any]) -> frozenset[str] | None:

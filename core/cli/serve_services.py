@@ -40,7 +40,7 @@ from kubesage.core.types import PodRequest
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from kubesage.core.k8s.webhook import NamespaceLabels
+    from kubesage.core.k8s.scheduling_policy import NamespaceLabels
 
 log = logging.getLogger("kubesage.serve")
 
@@ -194,14 +194,22 @@ def live_service(
     workload = synthetic_workload(DEFAULT_SYNTHETIC_PODS, seed=0)
     sync = ClusterSync(api)
     binder = Binder(api)
+    # namespaceSelector needs the namespace's labels: an AdmissionReview names it only, and
+    # a running pod's anti-affinity term may select the namespaces it repels by label.
+    namespaces = NamespaceCache(api)
     control = None
     if loop is not None:
         control = live_loop(
-            api, sync, policy_name, workload, loop, binder=binder, scheduler_name=scheduler_name
+            api,
+            sync,
+            policy_name,
+            workload,
+            loop,
+            binder=binder,
+            scheduler_name=scheduler_name,
+            namespace_labels=namespaces,
         )
     policy = with_forecasts(_policy(policy_name, workload), control, loop)
-    # namespaceSelector needs the namespace's labels; an AdmissionReview names it only.
-    namespaces = NamespaceCache(api)
     policy_source = ApiPolicySource(api)
 
     def health() -> tuple[bool, str]:
@@ -238,7 +246,7 @@ def live_service(
     if scheduler_name:
         # Its own policy instance: policy caches are not shared across threads.
         secondary = with_forecasts(_policy(policy_name, workload), control, loop)
-        _secondary(api, sync, binder, secondary, scheduler_name, service, control)
+        _secondary(api, sync, binder, secondary, scheduler_name, service, control, namespaces)
     return service
 
 
@@ -250,6 +258,7 @@ def _secondary(
     scheduler_name: str,
     service: Service,
     control: ControlLoop | None = None,
+    namespace_labels: NamespaceLabels | None = None,
 ) -> None:
     """The secondary scheduler (and the control loop, if given) while holding the Lease."""
     from kubesage.core.k8s.leader import LeaderElector
@@ -262,6 +271,7 @@ def _secondary(
         scheduler_name=scheduler_name,
         binder=binder,
         defer=None if control is None else loop_claims(control),
+        namespace_labels=namespace_labels,
     )
     elector = LeaderElector(
         api,

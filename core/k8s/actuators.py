@@ -77,6 +77,7 @@ from kubesage.core.k8s.mig_config_map import MigConfigMap, MigConfigPublisher
 from kubesage.core.k8s.mig_manager import MIG_CONFIG_LABEL
 from kubesage.core.k8s.node_labeler import LiveNodeLabeler
 from kubesage.core.k8s.schedulable import is_terminating
+from kubesage.core.k8s.scheduling_policy import NamespaceLabels
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.k8s.workloads import (
     MERGE_PATCH,
@@ -405,6 +406,7 @@ def live_actuators(
     binder: Binder | None = None,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     mig_config_map: MigConfigMap | None = None,
+    namespace_labels: NamespaceLabels | None = None,
 ) -> list[Actuator]:
     """The actuators of a live cluster: bind (an evicted pod's replacement matched by
     :class:`LiveReplacements`; its node checked against the pod's spec by
@@ -419,13 +421,19 @@ def live_actuators(
     extender's or secondary scheduler's Binder (its memory of bound pods) when given.
     ``mig_config_map``: where MIG Manager reads its mig-parted configs, so that a MIG
     re-layout's config is published there before its node is labelled
-    (:mod:`~kubesage.core.k8s.node_labeler`).
+    (:mod:`~kubesage.core.k8s.node_labeler`). ``namespace_labels``: the namespaces'
+    labels, for the running pods' anti-affinity terms that select namespaces by label.
     """
     post = binder or Binder(api_client, request_timeout_s=request_timeout_s)
     replacements = LiveReplacements(api_client, request_timeout_s=request_timeout_s)
     claims = ClaimAllocator(api_client, request_timeout_s=request_timeout_s)
     eligibility = (
-        LiveEligibility(api_client, view, request_timeout_s=request_timeout_s)
+        LiveEligibility(
+            api_client,
+            view,
+            request_timeout_s=request_timeout_s,
+            namespace_labels=namespace_labels,
+        )
         if isinstance(view, NodeObjects)
         else None
     )

@@ -9,8 +9,10 @@ value of Q's node) when the term selects P:
 
 - its namespaces hold P's: ``namespaces``, plus those ``namespaceSelector`` matches (an
   empty selector: every namespace), else Q's own namespace. A non-empty
-  ``namespaceSelector`` would need the Namespace objects' labels, which are not read
-  here: it is taken to match every namespace, the safe side (P may wait longer; it is
+  ``namespaceSelector`` is matched against the labels of P's namespace where the caller
+  knows them (``namespace_labels``, the namespace cache of ``kubesage serve``); where it
+  does not — no cache, a namespace the cache has not listed, a selector on labels it
+  cannot know — the term is taken to select P, the safe side (P may wait longer; it is
   never bound where Q repels it);
 - its ``labelSelector`` matches P's labels (a missing selector matches nothing, an empty
   one everything), with ``matchLabelKeys`` / ``mismatchLabelKeys`` adding Q's own values
@@ -30,7 +32,36 @@ import numpy as np
 from kubesage.core.arrays import BoolArray
 from kubesage.core.k8s.node_eligibility import expression_matches
 from kubesage.core.k8s.schedulable import bound_node
+from kubesage.core.k8s.scheduling_policy import (
+    NAMESPACE_NAME_LABEL,
+    NameOnlyLabels,
+    NamespaceLabels,
+)
 from kubesage.core.k8s.unsupported_constraints import REQUIRED_TERMS
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A label selector in the API's dict form (``matchLabels`` and ``matchExpressions``)."""
+
+    match_labels: tuple[tuple[str, str], ...]
+    expressions: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def of(cls, selector: Mapping[str, Any]) -> Selector:
+        expressions = [e for e in selector.get("matchExpressions") or () if isinstance(e, Mapping)]
+        labels = selector.get("matchLabels") or {}
+        return cls(tuple(sorted((str(k), str(v)) for k, v in labels.items())), tuple(expressions))
+
+    def keys(self) -> set[str]:
+        return {key for key, _ in self.match_labels} | {
+            str(e.get("key") or "") for e in self.expressions
+        }
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.match_labels) and all(
+            expression_matches(expression, labels) for expression in self.expressions
+        )
 
 
 @dataclass(frozen=True)
@@ -38,20 +69,32 @@ class Repeller:
     """One required anti-affinity term of a placed pod, where it holds."""
 
     namespaces: frozenset[str] | None
-    """The namespaces whose pods it repels (None: every namespace)."""
-    match_labels: tuple[tuple[str, str], ...]
-    expressions: tuple[Mapping[str, Any], ...]
+    """The namespaces it names, whose pods it repels (None: every namespace)."""
+    namespace_selector: Selector | None
+    """Its non-empty ``namespaceSelector``: the namespaces it matches are repelled too."""
+    pods: Selector
     topology_key: str
     domain: str
     """The value of ``topology_key`` on the placed pod's node."""
 
-    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        """Whether a pod of ``namespace`` with ``labels`` is repelled by this term."""
-        if self.namespaces is not None and namespace not in self.namespaces:
+    def selects(
+        self, namespace: str, labels: Mapping[str, str], namespace_labels: NamespaceLabels | None
+    ) -> bool:
+        """Whether a pod of ``namespace`` with ``labels`` is repelled by this term; a
+        ``namespaceSelector`` whose answer the namespace's known labels cannot give selects."""
+        if not self.pods.matches(labels):
             return False
-        return all(labels.get(key) == value for key, value in self.match_labels) and all(
-            expression_matches(expression, labels) for expression in self.expressions
-        )
+        if self.namespaces is None or namespace in self.namespaces:
+            return True
+        if self.namespace_selector is None:
+            return False
+        known = namespace_labels(namespace) if namespace_labels is not None else None
+        if known is None or (
+            isinstance(known, NameOnlyLabels)
+            and self.namespace_selector.keys() - {NAMESPACE_NAME_LABEL}
+        ):
+            return True  # not known: the safe side
+        return self.namespace_selector.matches(known)
 
 
 def _terms(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -77,10 +120,14 @@ def _repeller(
     own_labels = metadata.get("labels") or {}
     listed = frozenset(str(n) for n in term.get("namespaces") or ())
     by_selector = term.get("namespaceSelector")
-    if isinstance(by_selector, Mapping):  # {} is every namespace; a real one is not read
-        namespaces: frozenset[str] | None = None
-    else:
-        namespaces = listed or frozenset({str(metadata.get("namespace") or "default")})
+    namespace_selector = None
+    namespaces: frozenset[str] | None = listed
+    if isinstance(by_selector, Mapping):
+        namespace_selector = Selector.of(by_selector)
+        if not namespace_selector.keys():
+            namespaces, namespace_selector = None, None  # {}: every namespace
+    elif not listed:
+        namespaces = frozenset({str(metadata.get("namespace") or "default")})
     expressions = [e for e in selector.get("matchExpressions") or () if isinstance(e, Mapping)]
     for keys, operator in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
         for label in term.get(keys) or ():
@@ -88,22 +135,23 @@ def _repeller(
                 expressions.append(
                     {"key": label, "operator": operator, "values": [own_labels[label]]}
                 )
-    match_labels = tuple(
-        sorted((str(k), str(v)) for k, v in (selector.get("matchLabels") or {}).items())
-    )
-    return Repeller(namespaces, match_labels, tuple(expressions), key, node_labels[key])
+    pods = Selector.of({**selector, "matchExpressions": expressions})
+    return Repeller(namespaces, namespace_selector, pods, key, node_labels[key])
 
 
 class RepelIndex:
     """The anti-affinity terms of the placed pods, and per incoming pod the nodes they
-    keep it off (a mask over ``node_names``), for one scheduling cycle."""
+    keep it off (a mask over ``node_names``), for one scheduling cycle; a term's
+    ``namespaceSelector`` is matched on ``namespace_labels`` where given (else it selects)."""
 
     def __init__(
         self,
         placed: Iterable[Mapping[str, Any]],
         nodes: Mapping[str, Mapping[str, Any]],
         node_names: Sequence[str],
+        namespace_labels: NamespaceLabels | None = None,
     ) -> None:
+        self._namespace_labels = namespace_labels
         labels = {
             name: dict((node.get("metadata") or {}).get("labels") or {})
             for name, node in nodes.items()
@@ -131,7 +179,9 @@ class RepelIndex:
         key = (namespace, tuple(sorted(labels.items())))
         if key not in self._masks:
             domains = {
-                (r.topology_key, r.domain) for r in self.repellers if r.selects(namespace, labels)
+                (r.topology_key, r.domain)
+                for r in self.repellers
+                if r.selects(namespace, labels, self._namespace_labels)
             }
             mask = np.array(
                 [not any(node.get(k) == v for k, v in domains) for node in self._node_labels],
@@ -161,10 +211,11 @@ def repelled_from(
     node: str,
     placed: Iterable[Mapping[str, Any]],
     nodes: Mapping[str, Mapping[str, Any]],
+    namespace_labels: NamespaceLabels | None = None,
 ) -> str | None:
     """Why a running pod's required anti-affinity keeps ``pod`` off ``node`` (None: none
     does), for the check just before a bind."""
-    index = RepelIndex(placed, nodes, [node])
+    index = RepelIndex(placed, nodes, [node], namespace_labels)
     allowed = index.allowed(pod)
     if allowed is None or bool(allowed[0]):
         return None

@@ -12,6 +12,7 @@ from kubesage.core.k8s.existing_anti_affinity import repelled_from
 from kubesage.core.k8s.extras_ledger import BoundPods, ledger_for
 from kubesage.core.k8s.mig_readiness import mig_resources, mig_wait_for
 from kubesage.core.k8s.schedulable import pod_key
+from kubesage.core.k8s.scheduling_policy import NamespaceLabels
 from kubesage.core.loop.actions import PodRef
 
 
@@ -27,7 +28,8 @@ class LiveEligibility:
     node's pod count and host ports
     (:meth:`~kubesage.core.k8s.extras_ledger.ExtrasLedger.admit`, with the ledger the
     secondary scheduler shares), and the running pods' required anti-affinity as it
-    stands now (a pod placed since the plan was made may repel this one). A pod that is
+    stands now (a pod placed since the plan was made may repel this one; a term's
+    ``namespaceSelector`` matched on ``namespace_labels`` where given). A pod that is
     gone, or a node the cache does not know, passes: the bind path refuses those itself
     (the Binding's 404; no room in the state)."""
 
@@ -37,10 +39,12 @@ class LiveEligibility:
         nodes: NodeObjects,
         *,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        namespace_labels: NamespaceLabels | None = None,
     ) -> None:
         # Any: called with _preload_content=False (raw JSON).
         self._core: Any = CoreV1Api(api)
         self._nodes = nodes
+        self._namespace_labels = namespace_labels
         self.request_timeout_s = request_timeout_s
 
     def __call__(self, target: BindTarget) -> str | None:
@@ -60,7 +64,13 @@ class LiveEligibility:
         if refusal is None and isinstance(self._nodes, BoundPods):
             refusal = ledger_for(self._nodes).admit(pod, target.node, node, self._nodes)
         if refusal is None and isinstance(self._nodes, BoundPods):
-            refusal = repelled_from(pod, target.node, self._nodes.bound_pods(), self._nodes.nodes())
+            refusal = repelled_from(
+                pod,
+                target.node,
+                self._nodes.bound_pods(),
+                self._nodes.nodes(),
+                self._namespace_labels,
+            )
         return refusal
 
     def bind_failed(self, target: BindTarget) -> None:

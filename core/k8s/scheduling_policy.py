@@ -21,7 +21,7 @@ the CRD's schema too (:mod:`kubesage.core.k8s.policy_crd` derives it).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -62,6 +62,10 @@ class NameOnlyLabels(dict[str, str]):
     unknown, not absent, so a selector that tests them does not match
     (:meth:`SchedulingPolicy.selects`): ``NotIn`` and ``DoesNotExist`` would match any
     absent label, and the namespace may well carry it."""
+
+
+NamespaceLabels = Callable[[str], Mapping[str, str]]
+"""Labels of a namespace by name (a :class:`NameOnlyLabels` where only its name is known)."""
 
 
 def name_only_namespace_labels(namespace: str) -> NameOnlyLabels:

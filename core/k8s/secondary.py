@@ -66,6 +66,7 @@ from kubesage.core.k8s.node_eligibility import EligibilityCache
 from kubesage.core.k8s.node_extras import ExtrasMember, NodeExtras, place_with_extras
 from kubesage.core.k8s.schedulable import is_terminating, pod_name
 from kubesage.core.k8s.scheduling_events import SchedulingEvents
+from kubesage.core.k8s.scheduling_policy import NamespaceLabels
 from kubesage.core.k8s.translate import TranslateError
 from kubesage.core.k8s.unsupported_constraints import not_implemented, unsupported_constraints
 from kubesage.core.observability import metrics
@@ -117,7 +118,11 @@ class SecondaryScheduler:
         clock: Callable[[], float] = time.monotonic,
         defer: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None,
         claims: ClaimAllocator | None = None,
+        namespace_labels: NamespaceLabels | None = None,
     ) -> None:
+        """``namespace_labels``: the namespaces' labels, for the running pods'
+        anti-affinity terms that select namespaces by label (without them such a term
+        is taken to select every namespace)."""
         if not scheduler_name:
             raise InputError("SecondaryScheduler: scheduler_name must not be empty")
         # Any: called with _preload_content=False (raw JSON), which the generated
@@ -133,6 +138,7 @@ class SecondaryScheduler:
         self.identity = identity or scheduler_name
         self._clock = clock
         self._defer = defer
+        self._namespace_labels = namespace_labels
         self._waits: dict[str, _Wait] = {}
         self.events = SchedulingEvents(self._core, scheduler_name, self.identity)
         self._masks: EligibilityCache | None = None
@@ -348,7 +354,7 @@ class SecondaryScheduler:
             extras = self._extras = self._ledger.use(
                 nodes, node_names, bound, self.sync.placement_of
             )
-            repel = self._repel = RepelIndex(bound, nodes, node_names)
+            repel = self._repel = RepelIndex(bound, nodes, node_names, self._namespace_labels)
         return masks, extras, repel
 
     def _bind(

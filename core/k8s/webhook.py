@@ -32,7 +32,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -47,6 +47,7 @@ from kubesage.core.k8s.policy_source import PolicySource
 from kubesage.core.k8s.scheduling_policy import (
     SPARK_APP_LABEL,
     SPARK_LOCALITY_ANNOTATION,
+    NamespaceLabels,
     SchedulingPolicy,
     by_priority,
     name_only_namespace_labels,
@@ -68,9 +69,6 @@ APPLIED_ANNOTATION = "kubesage.io/scheduling-policies"
 """Names of the policies that select the pod (comma-separated, in application order)."""
 MAX_ROUNDS = 8
 """Matching rounds before giving up on a fixed point (policies whose labels feed others)."""
-
-NamespaceLabels = Callable[[str], Mapping[str, str]]
-"""Labels of a namespace by name (the webhook request carries only the name)."""
 
 
 class MalformedReviewError(InputError):

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kubesage.core.k8s.existing_anti_affinity import RepelIndex
+from kubesage.core.k8s.scheduling_policy import name_only_namespace_labels
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NODES = {
@@ -83,3 +84,50 @@ def test_without_running_terms_nothing_is_ruled_out() -> None:
     plain = {"metadata": {"name": "x", "namespace": "ml"}, "spec": {"nodeName": "a1"}}
     index = RepelIndex([plain], NODES, NAMES)
     assert index.repellers == [] and index.allowed(incoming(app="web")) is None
+
+
+NAMESPACE_LABELS = {"research": {"team": "ml"}, "shop": {"team": "web"}, "ml": {}}
+
+
+def known(namespace: str) -> dict[str, str]:
+    """Labels as the namespace cache answers: the API server's name label on each, the
+    name only for a namespace it has not listed."""
+    if namespace not in NAMESPACE_LABELS:
+        return name_only_namespace_labels(namespace)
+    return {**NAMESPACE_LABELS[namespace], "kubernetes.io/metadata.name": namespace}
+
+
+def test_a_namespace_selector_is_matched_on_the_namespaces_labels() -> None:
+    term = {
+        "labelSelector": {},
+        "topologyKey": "zone",
+        "namespaceSelector": {"matchLabels": {"team": "ml"}},
+        "namespaces": ["shop"],
+    }
+    index = RepelIndex([placed("a1", term)], NODES, NAMES, known)
+    assert allowed(index, incoming("research")) == ["b1", "bare"]  # labelled team=ml
+    assert allowed(index, incoming("shop")) == ["b1", "bare"]  # named
+    # With a selector the term's own namespace is not implied, and ml is not team=ml.
+    assert allowed(index, incoming("ml")) is None
+    # A namespace whose labels are not known (not listed yet): the safe side.
+    assert allowed(index, incoming("new")) == ["b1", "bare"]
+    # Without the namespaces' labels every namespace is taken to match.
+    assert allowed(RepelIndex([placed("a1", term)], NODES, NAMES), incoming("ml")) == [
+        "b1",
+        "bare",
+    ]
+
+
+def test_a_selector_on_the_name_label_needs_no_other_label() -> None:
+    term = {
+        "labelSelector": {},
+        "topologyKey": "zone",
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["research"]}
+            ]
+        },
+    }
+    index = RepelIndex([placed("a1", term)], NODES, NAMES, known)
+    assert allowed(index, incoming("new")) is None  # its name is known: not research
+    assert allowed(index, incoming("research")) == ["b1", "bare"]

@@ -20,6 +20,7 @@ from kubesage.core.cli.loop_sources import LiveClusterCollector
 from kubesage.core.k8s.actuators import live_actuators
 from kubesage.core.k8s.binding import node_refusal
 from kubesage.core.k8s.informer import ClusterSync
+from kubesage.core.k8s.namespaces import NamespaceCache
 from kubesage.core.k8s.node_eligibility import node_fits_pod
 from kubesage.core.k8s.translate import pod_request
 from kubesage.core.loop.actions import Bind, PodRef
@@ -78,14 +79,14 @@ def sync(fake: FakeApiServer) -> Iterator[ClusterSync]:
         yield live
 
 
-def bind_to(sync: ClusterSync, pod: dict[str, Any], node: str) -> Bind:
+def bind_to(sync: ClusterSync, pod: dict[str, Any], node: str, gpu: int = 0) -> Bind:
     metadata = pod["metadata"]
     with sync.locked() as (state, _):
         index = state.node_index[node]
     return Bind(
         pod=PodRef(metadata["namespace"], metadata["name"], metadata["uid"]),
         request=pod_request(pod),
-        placement=Placement(node=node, node_index=index, gpu_milli_by_index=((0, 1000),)),
+        placement=Placement(node=node, node_index=index, gpu_milli_by_index=((gpu, 1000),)),
         **WHY,
     )
 
@@ -301,3 +302,48 @@ def test_a_running_pods_anti_affinity_narrows_where_a_pending_pod_may_go(
     assert isinstance(observation, ClusterObservation)
     assert observation.pods["ml/trainer"].eligible_nodes == frozenset({"gpu-a"})
     assert observation.pods["ml/other"].eligible_nodes is None  # not selected by the guard
+
+
+def test_a_running_pods_namespace_selector_is_read_from_the_namespaces_labels(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    """The guard repels app=trainer pods of the namespaces labelled team=ml: with the
+    namespace cache (as ``kubesage serve`` runs it) only those; without it, every
+    namespace's, the safe side."""
+    fake.add_namespace("research", {"team": "ml"})
+    fake.add_namespace("shop", {"team": "web"})
+    guard = guard_on("gpu-b", {"matchLabels": {"app": "trainer"}})
+    term = guard["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ][0]
+    term["namespaceSelector"] = {"matchLabels": {"team": "ml"}}
+    fake.add_pod(guard)
+    trainers = {}
+    for namespace in ("research", "shop"):
+        trainer = gpu_pod("trainer", namespace=namespace)
+        trainer["metadata"]["labels"] = {"app": "trainer"}
+        trainer["spec"]["tolerations"] = [{"operator": "Exists"}]
+        trainers[namespace] = fake.add_pod(trainer)
+    wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 2, what="the pods seen")
+    wait_until(lambda: len(sync.bound_pods()) == 1, what="the guard seen")
+    with NamespaceCache(fake.client(), backoff_s=0.02, max_backoff_s=0.1) as namespaces:
+        assert namespaces.wait_until_synced(10)
+        observation = LiveClusterCollector(sync, [SCHEDULER], namespaces).collect().data
+        assert isinstance(observation, ClusterObservation)
+        assert observation.pods["research/trainer"].eligible_nodes == frozenset({"gpu-a"})
+        assert observation.pods["shop/trainer"].eligible_nodes is None
+        unknown = LiveClusterCollector(sync, [SCHEDULER]).collect().data
+        assert isinstance(unknown, ClusterObservation)
+        assert unknown.pods["shop/trainer"].eligible_nodes == frozenset({"gpu-a"})
+        # The check before a bind reads them too.
+        policy = make_policy("bestfit", PolicyContext())
+        refused = live_actuators(fake.client(), sync, policy)[0].execute(
+            bind_to(sync, trainers["shop"], "gpu-b", gpu=1)
+        )
+        assert refused.outcome is Outcome.REFUSED, refused.detail
+        assert "podAntiAffinity" in refused.detail
+        checked = live_actuators(fake.client(), sync, policy, namespace_labels=namespaces)[0]
+        done = checked.execute(bind_to(sync, trainers["shop"], "gpu-b", gpu=1))
+        assert done.outcome is Outcome.DONE, done.detail
+        refused = checked.execute(bind_to(sync, trainers["research"], "gpu-b", gpu=2))
+        assert refused.outcome is Outcome.REFUSED, refused.detail

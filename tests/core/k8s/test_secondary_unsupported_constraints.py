@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from kubesage.core.k8s.namespaces import NamespaceCache
+from kubesage.core.k8s.secondary import SecondaryScheduler
+from kubesage.core.policy import PolicyContext, make_policy
 from tests.core.k8s import v1_container, v1_node, v1_pod
 from tests.core.k8s.test_secondary import NAME, Harness, gang
 from tests.fakes.apiserver import FakeApiServer
@@ -127,3 +130,37 @@ def test_a_running_pods_anti_affinity_keeps_a_pod_it_selects_off_its_node(
     cluster.seen(1)
     report = cluster.scheduler.schedule_once()
     assert report.bound == {} and cluster.node_of("r3") is None
+
+
+def test_a_running_pods_namespace_selector_is_matched_on_the_namespaces_labels(
+    cluster: Harness,
+) -> None:
+    """The guard on n1 repels app=inference pods of the namespaces labelled team=ml: with
+    the namespaces' labels a replica in a team=web namespace may use n1; without them
+    the term is taken to select it, and n1 is not taken."""
+    cluster.fake.add_namespace("shop", {"team": "web"})
+    guard = v1_pod("guard", containers=[v1_container(requests={"cpu": "1"})])
+    guard["metadata"]["labels"] = {"app": "guard"}
+    guard["spec"]["nodeName"] = "n1"
+    term = {**TERM, "namespaceSelector": {"matchLabels": {"team": "ml"}}}
+    guard["spec"]["affinity"] = {"podAntiAffinity": {REQUIRED: [term]}}
+    cluster.fake.add_pod(guard)
+    cluster.fake.modify_node("n2", lambda node: node["spec"].update(unschedulable=True))
+    wait_until(lambda: cluster.sync.nodes()["n2"]["spec"].get("unschedulable"), what="cordon")
+    pod = replica("r0")
+    pod["metadata"]["namespace"] = "shop"
+    cluster.fake.add_pod(pod)
+    cluster.seen(1)
+    assert cluster.scheduler.schedule_once().bound == {}  # the safe side
+    with NamespaceCache(cluster.api, backoff_s=0.02, max_backoff_s=0.1) as namespaces:
+        assert namespaces.wait_until_synced(10)
+        scheduler = SecondaryScheduler(
+            cluster.api,
+            cluster.sync,
+            make_policy("bestfit", PolicyContext()),
+            scheduler_name=NAME,
+            namespace_labels=namespaces,
+        )
+        report = scheduler.schedule_once()
+    assert list(report.bound) == ["shop/r0"]
+    assert cluster.fake.pod("shop", "r0")["spec"]["nodeName"] == "n1"
