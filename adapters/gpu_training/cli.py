@@ -18,7 +18,7 @@ from kubesage.adapters.gpu_training.launcher import (
     kubernetes_manifests,
     torchrun_commands,
 )
-from kubesage.adapters.gpu_training.live_gpus import live_free_gpus
+from kubesage.adapters.gpu_training.live_gpus import live_free_gpus, live_mig_slots
 from kubesage.adapters.gpu_training.mig import catalogue
 from kubesage.core.arrays import BoolArray
 from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
@@ -129,14 +129,10 @@ def launch(
     drtg = DRTG.from_yaml(topology)
     free = np.ones(drtg.num_gpus, dtype=bool)  # no live occupancy without a cluster
     where = f"{topology.name} ({drtg.num_gpus} GPUs)"
-    if kubeconfig is not None and mig is None:
-        free &= _live_free(drtg, kubeconfig, context)
-        where = f"{topology.name}'s GPUs free on the cluster ({int(free.sum())})"
-    elif kubeconfig is not None:
-        stderr.print(
-            "note: the MIG instances in use on the cluster are not read: "
-            "the plan may pick a slot in use"
-        )
+    if kubeconfig is not None:
+        free &= _live_free(drtg, kubeconfig, context, mig)
+        what = "free" if mig is None else f"able to start a {mig} instance"
+        where = f"{topology.name}'s GPUs {what} on the cluster ({int(free.sum())})"
     if mig is not None:
         if gpus != 1:
             raise InputError("a MIG job runs on one MIG slice: use --gpus 1 with --mig")
@@ -177,16 +173,16 @@ def launch(
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=YAML_WIDTH).rstrip())
 
 
-def _live_free(drtg: DRTG, kubeconfig: Path, context: str | None) -> BoolArray:
-    """The GPUs free on the ``kubeconfig`` cluster now (:mod:`live_gpus`), saying what
-    was found on stderr."""
+def _live_free(drtg: DRTG, kubeconfig: Path, context: str | None, mig: str | None) -> BoolArray:
+    """The GPUs free on the ``kubeconfig`` cluster now — with ``mig``, those that can start
+    an instance of that profile (:mod:`live_gpus`) — saying what was found on stderr."""
     from kubesage.core.k8s.apiclient import load_api_client
 
     api = load_api_client(str(kubeconfig), context)
     if api is None:  # an explicit kubeconfig loads or raises: not reached
         raise InputError(f"--kubeconfig {kubeconfig} configures no cluster")
     try:
-        free, notes = live_free_gpus(drtg, api)
+        free, notes = live_free_gpus(drtg, api) if mig is None else live_mig_slots(drtg, api, mig)
     finally:
         api.close()  # type: ignore[no-untyped-call]
     for note in notes:

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from kubesage.core.annotations import GPU_INDICES_ANNOTATION
+from kubesage.core.annotations import GPU_INDICES_ANNOTATION, MIG_START_ANNOTATION
 from kubesage.core.cli.main import app
 from tests.core.k8s import v1_container, v1_node, v1_pod
 from tests.fakes.apiserver import FakeApiServer
@@ -17,7 +17,7 @@ FIRST, SECOND = "rack-a1-node-00", "rack-a1-node-01"
 """Two nodes of the shipped dgx-h100-pod topology (16 nodes of 8 GPUs)."""
 
 
-def launch(fake: FakeApiServer, gpus: int) -> Any:
+def launch(fake: FakeApiServer, gpus: int, *options: str) -> Any:
     cluster = ["--kubeconfig", str(fake.kubeconfig), "--devices", "device-plugin"]
     return CliRunner().invoke(
         app,
@@ -26,6 +26,7 @@ def launch(fake: FakeApiServer, gpus: int) -> Any:
             "launch",
             "--gpus",
             str(gpus),
+            *options,
             "--topology",
             "dgx-h100-pod",
             *cluster,
@@ -84,3 +85,40 @@ def test_a_topology_that_is_not_the_clusters_is_refused() -> None:
     message = " ".join(done.output.replace("│", " ").split())
     assert "the topology shares no node with the cluster" in message
     assert "cluster: gpu-node-7" in message
+
+
+def test_a_mig_launch_takes_a_gpu_with_a_free_slot_of_its_profile() -> None:
+    """FIRST's GPUs 0-6 each run a 7g.80gb instance (the whole GPU) and GPU 7 is free:
+    a 3g.40gb launch goes to GPU 7; once GPU 7 runs one too, a second still fits there,
+    and a third does not fit anywhere."""
+    with FakeApiServer(dra=False) as fake:
+        fake.add_node(v1_node(FIRST, mig={"7g.80gb": 7, "3g.40gb": 2}))
+
+        def running(name: str, profile: str, gpu: int, start: int) -> None:
+            requests = {"cpu": "1", "memory": "1Gi", f"nvidia.com/mig-{profile}": "1"}
+            pod = v1_pod(
+                name,
+                containers=[v1_container(requests=requests)],
+                annotations={GPU_INDICES_ANNOTATION: str(gpu), MIG_START_ANNOTATION: str(start)},
+            )
+            pod["spec"]["nodeName"] = FIRST
+            pod["status"]["phase"] = "Running"
+            fake.add_pod(pod)
+
+        for gpu in range(7):
+            running(f"whole-{gpu}", "7g.80gb", gpu, 0)
+        first = launch(fake, 1, "--mig", "3g.40gb")
+        running("half-0", "3g.40gb", 7, 0)
+        second = launch(fake, 1, "--mig", "3g.40gb")
+        running("half-1", "3g.40gb", 7, 4)
+        third = launch(fake, 1, "--mig", "3g.40gb")
+    assert first.exit_code == 0, first.output
+    assert gpu_indices(first.stdout) == {FIRST: "7"}
+    assert "live cluster: 1 of the topology's 128 GPUs can start a 3g.40gb instance" in (
+        first.stderr
+    )
+    assert second.exit_code == 0, second.output
+    assert gpu_indices(second.stdout) == {FIRST: "7"}
+    assert third.exit_code == 2
+    message = " ".join(third.output.replace("│", " ").split())
+    assert "able to start a 3g.40gb instance on the cluster (0)" in message
