@@ -11,11 +11,14 @@ does not depend on how well it was trained).
 
 Per node count, in a process of its own (so that its peak memory is its own): a
 synthetic history (a sine per GPU with its own phase, plus noise; 5 s steps) trains an
-ST-GCN, then the panel is fed one sample per series and tick for ``--ticks`` ticks;
-refreshes are timed once the panel holds the model's history (before that the model
-answers with the last value). Training keeps at most 500,000 windows × nodes (origins
-thinned evenly beyond that, :data:`kubesage.core.forecast.windows.MAX_WINDOW_SERIES`)
-and 8,192 series per batch, so its memory does not grow with the history.
+ST-GCN, then the panel is fed one sample per series and tick for ``--ticks`` ticks, the
+model asked for the history it reads (its ``context``), as ``serve --forecast-model``
+asks it; refreshes are timed once the panel's rolling window is full (the loop's steady
+state: before it the model answers with the last value, then makes the forecasts of
+every earlier origin its highway scores, then one origin a tick). Training keeps at
+most 500,000 windows × nodes (origins thinned evenly beyond that,
+:data:`kubesage.core.forecast.windows.MAX_WINDOW_SERIES`) and 8,192 series per batch, so
+its memory does not grow with the history.
 
 Figures per count: ``last_value_ms`` and ``model_ms`` (median refresh), ``series`` (the
 series the model answers), ``fit_seconds``, ``train_windows`` (windows trained on, of
@@ -23,7 +26,7 @@ series the model answers), ``fit_seconds``, ``train_windows`` (windows trained o
 training and the refreshes). JSON: ``{"history", "horizon", "ticks", "train_steps",
 "nodes": {"<n>": {those figures}}}``.
 
-    python benchmarks/forecast_refresh.py [--nodes 1000,3000,10000] [--ticks 36]
+    python benchmarks/forecast_refresh.py [--nodes 1000,3000,10000] [--ticks 76]
         [--train-steps 720] [--epochs 1] [--tiny] [--format table|json]
 """
 
@@ -51,7 +54,9 @@ HISTORY = 24
 HORIZON = 15
 STEP_S = 5.0
 GPUS = 8
-TINY = {"nodes": [20], "ticks": HISTORY + 3, "train_steps": 120}
+WINDOW = max(DEFAULT_HISTORY, HISTORY)
+"""The loop's rolling window of ticks (the panel's history)."""
+TINY = {"nodes": [20], "ticks": WINDOW + 3, "train_steps": 120}
 
 
 def node_counts(text: str) -> list[int]:
@@ -77,7 +82,7 @@ def synthetic_history(nodes: int, steps: int, seed: int = 0) -> MetricHistory:
 
 
 def timed_refreshes(panel: ForecastPanel, history: MetricHistory, ticks: int) -> list[float]:
-    """Seconds per refresh once the panel holds ``HISTORY`` ticks."""
+    """Seconds per refresh once the panel's window (``WINDOW`` ticks) is full."""
     times = []
     for tick in range(ticks):
         row = history.values[tick % history.steps]
@@ -86,7 +91,7 @@ def timed_refreshes(panel: ForecastPanel, history: MetricHistory, ticks: int) ->
                 panel.observe(node, column, float(row[n, c]))
         started = time.perf_counter()
         panel.refresh()
-        if tick >= HISTORY:
+        if tick >= WINDOW:
             times.append(time.perf_counter() - started)
     return times
 
@@ -102,14 +107,16 @@ def measure(nodes: int, ticks: int, epochs: int, train_steps: int) -> dict[str, 
     model.fit(panel, panel.steps)
     fit_seconds = time.perf_counter() - started
     last = timed_refreshes(ForecastPanel(horizon_steps=HORIZON), history, ticks)
-    loop = ForecastPanel(horizon_steps=HORIZON, history=max(DEFAULT_HISTORY, HISTORY))
+    # A model of HISTORY steps reads its context (50) from the loop's window.
+    assert model.context <= WINDOW
+    loop = ForecastPanel(horizon_steps=HORIZON, history=WINDOW)
     loop.use(
         LoopForecaster(
             model,
             model.entities,
             model.metrics,
             step_s=STEP_S,
-            history_steps=HISTORY,
+            history_steps=model.context,
             horizon_steps=HORIZON,
         )
     )
@@ -137,13 +144,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=node_counts, default=[1000, 3000, 10000])
-    parser.add_argument("--ticks", type=int, default=HISTORY + 12)
+    parser.add_argument("--ticks", type=int, default=WINDOW + 12)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--train-steps", type=int, default=720, help="history to train on")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     args = parse_args(parser, TINY)
-    if args.ticks <= HISTORY:
-        raise SystemExit(f"--ticks must exceed the model's history ({HISTORY})")
+    if args.ticks <= WINDOW:
+        raise SystemExit(f"--ticks must exceed the loop's window of {WINDOW} ticks")
     if args.train_steps < HISTORY + HORIZON + 40:
         raise SystemExit(f"--train-steps must be at least {HISTORY + HORIZON + 40}")
     results = {}
@@ -162,7 +169,7 @@ def main() -> int:
         return 0
     print(
         f"forecast panel refresh per tick, {GPUS} GPU columns per node, an ST-GCN of "
-        f"history {HISTORY} and horizon {HORIZON}; medians of {args.ticks - HISTORY} ticks"
+        f"history {HISTORY} and horizon {HORIZON}; medians of {args.ticks - WINDOW} ticks"
     )
     rows = [
         [

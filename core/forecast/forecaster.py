@@ -395,9 +395,14 @@ class NeuralForecaster(WindowedForecaster):
             or not 0 < horizon <= self.horizon
         ):
             return super().predict(history, horizon)
-        # The forecasts made from earlier origins are those of earlier calls: reuse them.
+        # The forecasts made from earlier origins are those of earlier calls: reuse them,
+        # by the origin's step on the history's clock (its start, not its length: a rolling
+        # window keeps its length). A clock that did not move on is another history's (or
+        # the same origin asked again, whose data may have changed): start afresh.
         window = self._window_at_end(history)
         at = round(history.start_s / history.step_s) + history.steps
+        if self.made.errors and at <= max(self.made.errors):
+            self.made = Made()
         values = highway.forecast(
             self._neural(),
             window,

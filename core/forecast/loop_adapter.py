@@ -57,6 +57,8 @@ STEP_TOLERANCE = 0.1
 
 Series = tuple[str, str]
 """(entity, metric), as the loop names them."""
+Cell = tuple[int, int]
+"""A series' (entity, metric) indices in the model's panel."""
 
 
 class PanelForecaster(Protocol):
@@ -95,7 +97,7 @@ class LoopForecaster:
         self._metric_index = {m: i for i, m in enumerate(self.metrics)}
         self.path = path
         """The file the model came from (None: built in memory)."""
-        self._cells: dict[Series, tuple[int, int] | None] = {}
+        self._cells: dict[Series, Cell | None] = {}
         self._matched = False
         """Whether any series the loop asked about is one of the model's."""
         self._ticks = 0
@@ -114,7 +116,7 @@ class LoopForecaster:
             name = self.forecaster.name
         return f"{name} (matches no series)" if self.mismatch else name
 
-    def _cell(self, series: Series) -> tuple[int, int] | None:
+    def _cell(self, series: Series) -> Cell | None:
         """The model's (entity, metric) indices of a loop series (None: not the model's)."""
         if series in self._cells:
             return self._cells[series]
@@ -133,24 +135,48 @@ class LoopForecaster:
         """A series of one of the model's entities and metrics (after ``rename``)."""
         return self._cell(series) is not None
 
-    def panel_of(self, history: Mapping[Series, Sequence[float]]) -> MetricPanel:
-        """The rolling history as a panel of the model's entities and metrics."""
+    def panel_of(
+        self, history: Mapping[Series, Sequence[float]], first_tick: int = 0
+    ) -> MetricPanel:
+        """The rolling history as a panel of the model's entities and metrics, its step 0
+        at ``first_tick`` ticks (the clock the model's memory of earlier forecasts keys on)."""
+        return self._panel(history, self._known(history), first_tick)
+
+    def _known(self, history: Mapping[Series, Sequence[float]]) -> list[tuple[Series, Cell]]:
+        """The series of ``history`` the model knows, with their cells."""
+        known = []
+        for series, samples in history.items():
+            cell = self._cell(series)
+            if cell is not None and len(samples):
+                known.append((series, cell))
+        return known
+
+    def _panel(
+        self,
+        history: Mapping[Series, Sequence[float]],
+        known: Sequence[tuple[Series, Cell]],
+        first_tick: int,
+    ) -> MetricPanel:
         steps = max((len(v) for v in history.values()), default=0)
         shape = (steps, len(self.entities), len(self.metrics))
         values, mask = np.zeros(shape), np.zeros(shape, dtype=bool)
-        for series, samples in history.items():
-            cell = self._cell(series)
-            if cell is None or not samples:
-                continue
-            n, m = cell
-            row = np.asarray(samples, dtype=np.float64)
-            seen = np.isfinite(row)
-            values[steps - len(samples) :, n, m] = np.where(seen, row, 0.0)
-            mask[steps - len(samples) :, n, m] = seen
+        if known and all(len(history[series]) == steps for series, _ in known):
+            # The panel's usual case: one row per series over the same ticks, read at once.
+            rows = np.array([history[series] for series, _ in known], dtype=np.float64)
+            entity, metric = np.array([cell for _, cell in known]).T
+            seen = np.isfinite(rows)
+            values[:, entity, metric] = np.where(seen, rows, 0.0).T
+            mask[:, entity, metric] = seen.T
+        else:
+            for series, (n, m) in known:
+                row = np.asarray(history[series], dtype=np.float64)
+                seen = np.isfinite(row)
+                values[steps - len(row) :, n, m] = np.where(seen, row, 0.0)
+                mask[steps - len(row) :, n, m] = seen
         return MetricPanel(
             entities=self.entities,
             metrics=self.metrics,
-            start_s=0.0,
+            start_s=first_tick * self.step_s,
             step_s=self.step_s,
             values=values,
             mask=mask,
@@ -158,23 +184,20 @@ class LoopForecaster:
         )
 
     def forecast(
-        self, history: Mapping[Series, Sequence[float]], horizon_steps: int
+        self, history: Mapping[Series, Sequence[float]], horizon_steps: int, first_tick: int = 0
     ) -> Mapping[Series, float]:
-        """The forecast ``horizon_steps`` ahead for every seen series the model knows."""
+        """The forecast ``horizon_steps`` ahead for every seen series the model knows;
+        ``first_tick`` as :meth:`TrainedForecaster.forecast` says."""
         self._ticks += 1
         if not self._matched and not self.mismatch and self._ticks >= self.history_steps:
             self._check_match()
-        panel = self.panel_of(history)
+        known = self._known(history)
+        panel = self._panel(history, known, first_tick)
         if panel.steps == 0:
             return {}
         values = self.forecaster.predict(panel, horizon_steps).values[horizon_steps - 1]
         sampled = np.asarray(panel.mask.any(axis=0))  # none in the window: nothing to forecast
-        out: dict[Series, float] = {}
-        for series in history:
-            cell = self._cell(series)
-            if cell is not None and sampled[cell]:
-                out[series] = float(values[cell])
-        return out
+        return {series: float(values[cell]) for series, cell in known if sampled[cell]}
 
     def _check_match(self) -> None:
         """Set :attr:`mismatch` and warn when the loop has series and the model knows none."""

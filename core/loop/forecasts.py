@@ -40,6 +40,17 @@ Series = tuple[str, str]
 """(entity, metric)."""
 
 
+class _Samples:
+    """A series' latest samples, oldest first: the tick of each, and its value (apart, so
+    that the values are handed on as one copy)."""
+
+    __slots__ = ("ticks", "values")
+
+    def __init__(self, length: int) -> None:
+        self.ticks: deque[int] = deque(maxlen=length)
+        self.values: deque[float] = deque(maxlen=length)
+
+
 @runtime_checkable
 class MetricTable(Protocol):
     """A table of samples per node: ``values[n, c]`` for ``nodes[n]`` and ``columns[c]``
@@ -75,11 +86,14 @@ class TrainedForecaster(Protocol):
         ...
 
     def forecast(
-        self, history: Mapping[Series, Sequence[float]], horizon_steps: int
+        self, history: Mapping[Series, Sequence[float]], horizon_steps: int, first_tick: int = 0
     ) -> Mapping[Series, float]:
         """Predictions ``horizon_steps`` ahead for the series it can forecast. ``history``
         holds one value per tick for the same recent ticks for every series, the current
-        tick last; NaN where a series had no sample (a gap is a gap, not a shorter series)."""
+        tick last; NaN where a series had no sample (a gap is a gap, not a shorter series).
+        ``first_tick``: the tick of the first of them, on the panel's own count, so that
+        successive calls can tell where each history lies once the window is full (its
+        length then stays the same while it moves)."""
         ...
 
 
@@ -108,7 +122,7 @@ class ForecastPanel:
         self._history_len = history
         self._stale = stale_steps
         self._forget = forget
-        self._history: dict[Series, deque[tuple[int, float]]] = {}
+        self._history: dict[Series, _Samples] = {}
         """Per series, its latest samples as (tick, value)."""
         self._tick = 0
         """The tick the samples observed now belong to (:meth:`refresh` ends it)."""
@@ -131,12 +145,12 @@ class ForecastPanel:
         """The forecast, or None: the series is unknown, or its last sample is
         ``stale_steps`` ticks old or older (stale telemetry forecasts nothing)."""
         series = (entity, metric)
-        values = self._history.get(series)
-        if not values or self._age(values[-1][0]) >= self._stale:
+        samples = self._history.get(series)
+        if not samples or not samples.ticks or self._age(samples.ticks[-1]) >= self._stale:
             return None
         if series in self._predicted:
             return self._predicted[series]
-        return values[-1][1]
+        return samples.values[-1]
 
     def _age(self, tick: int) -> int:
         """Ticks since ``tick``, as predictions (made after :meth:`refresh`) see it: 0 for
@@ -161,12 +175,14 @@ class ForecastPanel:
         if not math.isfinite(value):
             return
         series = (entity, metric)
-        values = self._history.get(series)
-        if values is None:
-            values = self._history[series] = deque(maxlen=self._history_len)
-        if values and values[-1][0] == self._tick:
-            values.pop()  # a second sample in one tick replaces the first
-        values.append((self._tick, float(value)))
+        samples = self._history.get(series)
+        if samples is None:
+            samples = self._history[series] = _Samples(self._history_len)
+        if samples.ticks and samples.ticks[-1] == self._tick:
+            samples.ticks.pop()  # a second sample in one tick replaces the first
+            samples.values.pop()
+        samples.ticks.append(self._tick)
+        samples.values.append(float(value))
 
     def observe_table(self, table: MetricTable) -> None:
         """Every sample of a per-node table."""
@@ -185,8 +201,8 @@ class ForecastPanel:
             self._predicted = {}
             return
         self._predicted = {}  # cleared first: a forecaster that raises leaves last values
-        history = self._on_ticks(tick, self._forecaster)
-        self._predicted = dict(self._forecaster.forecast(history, self._horizon))
+        history, first = self._on_ticks(tick, self._forecaster)
+        self._predicted = dict(self._forecaster.forecast(history, self._horizon, first))
 
     def _drop_forgotten(self) -> None:
         """Drop the series whose last sample is ``forget_steps`` ticks old or older (run
@@ -194,31 +210,32 @@ class ForecastPanel:
         forgotten = [
             series
             for series, samples in self._history.items()
-            if self._age(samples[-1][0]) >= self._forget
+            if self._age(samples.ticks[-1]) >= self._forget
         ]
         for series in forgotten:
             del self._history[series]
 
     def _on_ticks(
         self, tick: int, forecaster: TrainedForecaster
-    ) -> dict[Series, tuple[float, ...]]:
+    ) -> tuple[dict[Series, tuple[float, ...]], int]:
         """The series ``forecaster`` knows over the last ticks up to ``tick`` (NaN: no
-        sample that tick)."""
+        sample that tick), and the first of those ticks."""
         length = min(self._history_len, tick + 1)
         first = tick - length + 1
         out: dict[Series, tuple[float, ...]] = {}
         for series, samples in self._history.items():
             if not forecaster.knows(series):
                 continue
-            if len(samples) == length and samples[0][0] == first:  # no gap: the usual case
-                out[series] = tuple(value for _, value in samples)
+            ticks = samples.ticks
+            if len(ticks) == length and ticks[0] == first:  # no gap: the usual case
+                out[series] = tuple(samples.values)
                 continue
             row = [math.nan] * length
-            for at, value in samples:
+            for at, value in zip(ticks, samples.values, strict=True):
                 if at >= first:
                     row[at - first] = value
             out[series] = tuple(row)
-        return out
+        return out, first
 
     @property
     def answered(self) -> int:

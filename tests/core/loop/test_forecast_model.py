@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from kubesage.core.cli.loop_sources import EmbeddedClusterCollector
 from kubesage.core.cli.main import app
 from kubesage.core.errors import InputError
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
+from kubesage.core.forecast.highway import Made
 from kubesage.core.forecast.loop_adapter import LoopForecaster, load_loop_forecaster
 from kubesage.core.forecast.node_panel import node_panel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
@@ -30,7 +32,7 @@ from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.k8s.actuators import embedded_actuators
 from kubesage.core.loop.clock import SimulatedClock
 from kubesage.core.loop.control import ControlLoop
-from kubesage.core.loop.forecasts import GPU_UTIL_METRIC
+from kubesage.core.loop.forecasts import GPU_UTIL_METRIC, ForecastPanel, Series
 from kubesage.core.loop.placement import ForecastPlacement
 from kubesage.core.loop.settings import LoopSettings, ReconcilerContext
 from kubesage.core.policy import PolicyContext, make_policy
@@ -122,6 +124,51 @@ def test_the_trained_model_sends_the_pod_where_the_load_will_be_low(model_file: 
     assert busy is not None and busy > 70.0  # three ticks on, node-0 is busy again
     debug = control.debug()
     assert debug["forecaster"] == "stgcn (4 of 4 series)"
+
+
+def test_live_forecasts_stay_those_of_a_fresh_model_once_the_window_rolls(
+    model_file: Path,
+) -> None:
+    """The model keeps what it made at earlier ticks, by the tick of each: past the
+    panel's window, whose length then stays the same, each tick's forecasts still equal
+    those of a model that kept nothing."""
+    live = load_loop_forecaster(model_file, TICK_S)
+    fresh = load_loop_forecaster(model_file, TICK_S)
+    model = fresh.forecaster
+    assert isinstance(model, NeuralForecaster) and model.linear_highway is not None
+    compared = []
+
+    class Checked:
+        name = live.name
+
+        def knows(self, series: Series) -> bool:
+            return live.knows(series)
+
+        def forecast(
+            self, history: Mapping[Series, Sequence[float]], horizon_steps: int, first_tick: int = 0
+        ) -> Mapping[Series, float]:
+            got = live.forecast(history, horizon_steps, first_tick)
+            model.made = Made()
+            want = fresh.forecast(history, horizon_steps, first_tick)
+            assert got.keys() == want.keys()
+            compared.append(max(abs(got[s] - want[s]) for s in got))
+            return got
+
+    panel = ForecastPanel(horizon_steps=HORIZON, history=live.history_steps)
+    panel.use(Checked())
+    for tick in range(3 * live.history_steps):
+        for node in NODES:
+            for column in COLUMNS:
+                panel.observe(node, column, utilisation(node, tick))
+        panel.refresh()
+    assert len(compared) == 3 * live.history_steps and max(compared) < 1e-6
+    # What it kept is by tick: the latest origin is the last tick's, and the memory holds
+    # the earlier origins the highway scores, not one forecast recomputed every tick.
+    kept = live.forecaster
+    assert isinstance(kept, NeuralForecaster) and kept.linear_highway is not None
+    assert sorted(kept.made.errors) == list(
+        range(3 * live.history_steps - kept.linear_highway.lookback(), 3 * live.history_steps + 1)
+    )
 
 
 def test_series_the_model_never_saw_keep_the_last_value(model_file: Path) -> None:

@@ -51,7 +51,10 @@ def test_a_forecaster_answer_for_a_stale_series_is_not_a_forecast() -> None:
             return True
 
         def forecast(
-            self, history: Mapping[Series, Sequence[float]], horizon_steps: int
+            self,
+            history: Mapping[Series, Sequence[float]],
+            horizon_steps: int,
+            first_tick: int = 0,
         ) -> Mapping[Series, float]:
             return {series: 55.0 for series in history}
 

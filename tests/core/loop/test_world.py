@@ -60,7 +60,7 @@ def test_a_plugged_forecaster_answers_and_the_last_value_covers_the_rest() -> No
         def knows(self, series):  # type: ignore[no-untyped-def]
             return True
 
-        def forecast(self, history, horizon_steps):  # type: ignore[no-untyped-def]
+        def forecast(self, history, horizon_steps, first_tick=0):  # type: ignore[no-untyped-def]
             return {("a", "m"): history[("a", "m")][-1] * 2 * horizon_steps}
 
     panel = ForecastPanel(horizon_steps=3)
@@ -81,7 +81,7 @@ def test_the_forecaster_sees_every_series_on_the_same_ticks_with_gaps_as_nan() -
         def knows(self, series):  # type: ignore[no-untyped-def]
             return series[0] != "ignored"
 
-        def forecast(self, history, horizon_steps):  # type: ignore[no-untyped-def]
+        def forecast(self, history, horizon_steps, first_tick=0):  # type: ignore[no-untyped-def]
             seen.append(dict(history))
             return {}
 
@@ -171,7 +171,7 @@ def test_bad_samples_and_a_broken_forecaster_do_not_stop_the_update() -> None:
         def knows(self, series):  # type: ignore[no-untyped-def]
             return True
 
-        def forecast(self, history, horizon_steps):  # type: ignore[no-untyped-def]
+        def forecast(self, history, horizon_steps, first_tick=0):  # type: ignore[no-untyped-def]
             raise RuntimeError("model file corrupt")
 
     graph = DRTG.from_yaml(example_topology("pcie-nvlink-pairs"))
