@@ -129,10 +129,6 @@ def launch(
     drtg = DRTG.from_yaml(topology)
     free = np.ones(drtg.num_gpus, dtype=bool)  # no live occupancy without a cluster
     where = f"{topology.name} ({drtg.num_gpus} GPUs)"
-    if kubeconfig is not None:
-        free &= _live_free(drtg, kubeconfig, context, mig)
-        what = "free" if mig is None else f"able to start a {mig} instance"
-        where = f"{topology.name}'s GPUs {what} on the cluster ({int(free.sum())})"
     if mig is not None:
         if gpus != 1:
             raise InputError("a MIG job runs on one MIG slice: use --gpus 1 with --mig")
@@ -144,6 +140,10 @@ def launch(
                 "instance); --target torchrun selects whole GPUs only"
             )
         free &= _has_profile(drtg, mig, topology.name)
+    if kubeconfig is not None:  # after the checks above: a user error costs no listing
+        free &= _live_free(drtg, kubeconfig, context, mig)
+        what = "free" if mig is None else f"able to start a {mig} instance"
+        where = f"{topology.name}'s GPUs {what} on the cluster ({int(free.sum())})"
     placement = place_gang(drtg, free, gpus)
     if placement is None:
         raise InputError(f"{gpus} GPUs do not fit in {where}")

@@ -295,15 +295,18 @@ class _Eligibility:
 
     def version(self) -> object:
         """What tells one state of the Node objects from the next (their names and
-        resourceVersions); None for a source without them."""
+        resourceVersions), of the placed pods' anti-affinity and of the namespaces' labels
+        it reads; None for a source without Node objects."""
         if self._source is None:
             return None
         nodes = tuple(
             (name, (node.get("metadata") or {}).get("resourceVersion"))
             for name, node in self._source.nodes().items()
         )
-        # a placed pod's anti-affinity that comes or goes changes where others may go
-        return nodes, self._repelled(self._source).repellers
+        # a placed pod's anti-affinity that comes or goes changes where others may go, and
+        # so does a namespace relabelled into (or out of) a term's namespaceSelector
+        labels = getattr(self._namespace_labels, "generation", None)
+        return nodes, self._repelled(self._source).repellers, labels
 
     def _repelled(self, source: NodeObjects) -> RepelIndex:
         """The placed pods' required anti-affinity, read once per collect."""

@@ -52,10 +52,11 @@ class Made:
     """What successive live forecasts share, by the absolute step of each origin.
 
     ``parts``: both parts' forecasts ``(H, N, M)`` (neural, linear), kept until every
-    step a later call may score has been scored. ``errors``: each step's error per candidate weight
-    ``(H, W, M)``, NaN until its target is known, kept while the origin is in the
-    lookback. A target is scored once, when it is first known: a value that arrives
-    later for a step already scored does not change it."""
+    step a later call may score has been scored. ``errors``: each step's error per
+    candidate weight ``(H, W, M)``, NaN until scored (a step already past every call's
+    recent window stays so), kept while the origin is in the lookback. A target is
+    scored once, when it is first known: a value that arrives later for a step already
+    scored does not change it."""
 
     parts: dict[int, tuple[FloatArray, FloatArray]] = field(default_factory=dict)
     errors: dict[int, FloatArray] = field(default_factory=dict)
@@ -308,8 +309,9 @@ class LinearHighway:
             if origin < newest - self.lookback():
                 del memo.errors[origin]
         for origin in list(memo.parts):
-            # Later calls score steps from `newest − origin − recent` on; once those all
-            # have been scored the forecasts are no longer needed.
+            # Later calls score steps from `newest + 1 − origin − recent` on (from one
+            # lower here, to be safe); once those have all been scored the forecasts are
+            # no longer needed.
             later = max(0, newest - origin - self.recent)
             if origin not in memo.errors or not np.isnan(memo.errors[origin][later:, 0, 0]).any():
                 del memo.parts[origin]

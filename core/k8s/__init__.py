@@ -16,7 +16,7 @@
   ``tls``: the ``SchedulingPolicy`` resource, the Kubernetes shapes it carries, its
   CRD, where policies come from, the mutating admission webhook and its certificates;
   ``namespaces``: namespace labels by list + watch, for the webhook's
-  ``namespaceSelector``;
+  ``namespaceSelector`` and the running pods' anti-affinity terms;
 - ``watch_stream``: reading a watch stream by hand (shared by the informer and the cache);
 - ``collector``: the cluster as a :class:`~kubesage.core.perception.Collector`;
 - ``actuators``, ``embedded_actuators``, ``workloads``: the control loop's actuators

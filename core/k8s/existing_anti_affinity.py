@@ -32,17 +32,16 @@ import numpy as np
 from kubesage.core.arrays import BoolArray
 from kubesage.core.k8s.node_eligibility import expression_matches
 from kubesage.core.k8s.schedulable import bound_node
-from kubesage.core.k8s.scheduling_policy import (
-    NAMESPACE_NAME_LABEL,
-    NameOnlyLabels,
-    NamespaceLabels,
-)
+from kubesage.core.k8s.scheduling_policy import NameOnlyLabels, NamespaceLabels
 from kubesage.core.k8s.unsupported_constraints import REQUIRED_TERMS
 
 
 @dataclass(frozen=True)
 class Selector:
-    """A label selector in the API's dict form (``matchLabels`` and ``matchExpressions``)."""
+    """A label selector in the API's dict form (``matchLabels`` and ``matchExpressions``),
+    read as it is: a running pod's terms were admitted by the API server, so they are
+    not validated again on every cycle (:class:`~kubesage.core.k8s.v1_models.LabelSelector`
+    is the validating form, for what kubesage reads from users)."""
 
     match_labels: tuple[tuple[str, str], ...]
     expressions: tuple[Mapping[str, Any], ...]
@@ -88,12 +87,11 @@ class Repeller:
             return True
         if self.namespace_selector is None:
             return False
-        known = namespace_labels(namespace) if namespace_labels is not None else None
-        if known is None or (
-            isinstance(known, NameOnlyLabels)
-            and self.namespace_selector.keys() - {NAMESPACE_NAME_LABEL}
-        ):
+        if namespace_labels is None:
             return True  # not known: the safe side
+        known = namespace_labels(namespace)
+        if not NameOnlyLabels.answer(self.namespace_selector.keys(), known):
+            return True
         return self.namespace_selector.matches(known)
 
 

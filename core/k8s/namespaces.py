@@ -1,4 +1,5 @@
-"""NamespaceCache: the labels of every namespace, kept by list + watch, for the webhook.
+"""NamespaceCache: the labels of every namespace, kept by list + watch, for the webhook
+and for the ``namespaceSelector`` of running pods' anti-affinity terms.
 
 An AdmissionReview carries only the pod's namespace *name*, but a SchedulingPolicy's
 ``namespaceSelector`` may test any namespace label (``team: ml``). Looking the
@@ -80,7 +81,9 @@ def _labels_of(namespace: Mapping[str, Any]) -> tuple[str, Labels] | None:
 class NamespaceCache(ReflectedCache):
     """Namespace name → labels by list + watch (see the module docstring).
 
-    Call it with a namespace name for its labels (the webhook's ``namespace_labels``).
+    Call it with a namespace name for its labels (the webhook's ``namespace_labels``, and
+    the secondary scheduler's and the loop's). While the API fails it answers with the
+    last good labels, which count as known.
     """
 
     def __init__(

@@ -59,9 +59,16 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 class NameOnlyLabels(dict[str, str]):
     """The labels of a namespace kubesage has not read: its name only. The others are
-    unknown, not absent, so a selector that tests them does not match
-    (:meth:`SchedulingPolicy.selects`): ``NotIn`` and ``DoesNotExist`` would match any
-    absent label, and the namespace may well carry it."""
+    unknown, not absent, so a selector that tests them cannot be answered (a policy's
+    does not match, :meth:`SchedulingPolicy.selects`; a running pod's anti-affinity term
+    repels, the safe side): ``NotIn`` and ``DoesNotExist`` would match any absent label,
+    and the namespace may well carry it."""
+
+    @staticmethod
+    def answer(keys: Collection[str], labels: Mapping[str, str]) -> bool:
+        """Whether ``labels`` can answer a selector that tests ``keys``: any real
+        labels can, name-only labels only a selector on the name."""
+        return not isinstance(labels, NameOnlyLabels) or not set(keys) - {NAMESPACE_NAME_LABEL}
 
 
 NamespaceLabels = Callable[[str], Mapping[str, str]]
@@ -218,9 +225,7 @@ class SchedulingPolicy(V1Model):
         selector = self.spec.namespace_selector
         if selector is None:
             return True
-        if isinstance(namespace_labels, NameOnlyLabels) and selector.keys() - {
-            NAMESPACE_NAME_LABEL
-        }:
+        if not NameOnlyLabels.answer(selector.keys(), namespace_labels):
             return False  # it tests labels not known of this namespace: no guess
         return selector.matches(namespace_labels)
 

@@ -123,7 +123,7 @@ class ForecastPanel:
         self._stale = stale_steps
         self._forget = forget
         self._history: dict[Series, _Samples] = {}
-        """Per series, its latest samples as (tick, value)."""
+        """Per series, its latest samples and the tick of each."""
         self._tick = 0
         """The tick the samples observed now belong to (:meth:`refresh` ends it)."""
         self._predicted: dict[Series, float] = {}

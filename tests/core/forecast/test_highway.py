@@ -268,5 +268,10 @@ def test_successive_live_forecasts_reuse_the_earlier_origins_forecasts(
         live = stgcn.predict(panel.head(origin), 5).values
         fresh = replace(stgcn, made=Made()).predict(panel.head(origin), 5).values
         assert live == pytest.approx(fresh, rel=1e-6, abs=1e-6)
+    # The same clock with other data (another history, a restarted panel): started afresh.
+    other = replace(panel, values=panel.values * 1.5)
+    assert stgcn.predict(other.head(190), 5).values == pytest.approx(
+        replace(stgcn, made=Made()).predict(other.head(190), 5).values, rel=1e-6, abs=1e-6
+    )
     stgcn.fit(panel, 120)
     assert stgcn.made == Made()

@@ -347,3 +347,35 @@ def test_a_running_pods_namespace_selector_is_read_from_the_namespaces_labels(
         assert done.outcome is Outcome.DONE, done.detail
         refused = checked.execute(bind_to(sync, trainers["research"], "gpu-b", gpu=2))
         assert refused.outcome is Outcome.REFUSED, refused.detail
+
+
+def test_a_namespace_relabelled_into_a_selector_moves_a_running_pods_nodes(
+    fake: FakeApiServer, sync: ClusterSync
+) -> None:
+    """A running GPU pod's nodes are kept between collects until something they depend on
+    changes: a namespace relabelled into the guard's namespaceSelector is such a change."""
+    fake.add_namespace("shop", {"team": "web"})
+    guard = guard_on("gpu-b", {"matchLabels": {"app": "trainer"}})
+    term = guard["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ][0]
+    term["namespaceSelector"] = {"matchLabels": {"team": "ml"}}
+    fake.add_pod(guard)
+    trainer = gpu_pod("trainer", namespace="shop")
+    trainer["metadata"]["labels"] = {"app": "trainer"}
+    trainer["spec"]["tolerations"] = [{"operator": "Exists"}]
+    trainer["spec"]["nodeName"] = "gpu-a"
+    fake.add_pod(trainer)
+    wait_until(lambda: len(sync.bound_pods()) == 2, what="the pods seen")
+    with NamespaceCache(fake.client(), backoff_s=0.02, max_backoff_s=0.1) as namespaces:
+        assert namespaces.wait_until_synced(10)
+        collector = LiveClusterCollector(sync, [SCHEDULER], namespaces)
+        before = collector.collect().data
+        assert isinstance(before, ClusterObservation)
+        assert before.pods["shop/trainer"].eligible_nodes is None  # gpu-b too
+        generation = namespaces.generation
+        fake.label_namespace("shop", {"team": "ml"})
+        wait_until(lambda: namespaces.generation > generation, what="the relabel")
+        after = collector.collect().data
+    assert isinstance(after, ClusterObservation)
+    assert after.pods["shop/trainer"].eligible_nodes == frozenset({"gpu-a"})

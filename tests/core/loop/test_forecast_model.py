@@ -171,6 +171,21 @@ def test_live_forecasts_stay_those_of_a_fresh_model_once_the_window_rolls(
     )
 
 
+def test_a_shorter_series_is_laid_on_the_last_ticks(model_file: Path) -> None:
+    """Histories of unequal length (a caller other than the panel): each series ends on
+    the last tick, its earlier ticks unobserved."""
+    loop = load_loop_forecaster(model_file, TICK_S)
+    history = {
+        ("node-0", COLUMNS[0]): (1.0, 2.0, 3.0, 4.0),
+        ("node-1", COLUMNS[1]): (7.0, math.nan),
+    }
+    panel = loop.panel_of(history, first_tick=10)
+    assert panel.steps == 4 and panel.start_s == 10 * TICK_S
+    assert panel.values[:, 0, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert panel.mask[:, 1, 1].tolist() == [False, False, True, False]
+    assert panel.values[2, 1, 1] == 7.0 and not panel.mask[:, 0, 1].any()
+
+
 def test_series_the_model_never_saw_keep_the_last_value(model_file: Path) -> None:
     clock = SimulatedClock()
     collector = GpuUtilCollector(clock, {})
