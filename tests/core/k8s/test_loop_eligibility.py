@@ -52,13 +52,17 @@ def gpu_pod(name: str, **options: Any) -> dict[str, Any]:
     )
 
 
-def guard_on(node: str, selector: dict[str, Any]) -> dict[str, Any]:
+def guard_on(
+    node: str, selector: dict[str, Any], namespace_selector: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A pod running on ``node`` whose required anti-affinity repels, from that node, the
-    pods ``selector`` matches."""
+    pods ``selector`` matches (of the namespaces ``namespace_selector`` matches, if given)."""
     guard = gpu_pod("guard")
     guard["metadata"]["labels"] = {"app": "guard"}
     guard["spec"]["nodeName"] = node
-    term = {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
+    term: dict[str, Any] = {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
+    if namespace_selector is not None:
+        term["namespaceSelector"] = namespace_selector
     guard["spec"]["affinity"] = {
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
     }
@@ -304,6 +308,17 @@ def test_a_running_pods_anti_affinity_narrows_where_a_pending_pod_may_go(
     assert observation.pods["ml/other"].eligible_nodes is None  # not selected by the guard
 
 
+TEAM_ML = {"matchLabels": {"team": "ml"}}
+
+
+def trainer_in(namespace: str) -> dict[str, Any]:
+    """An app=trainer GPU pod of ``namespace`` that tolerates every taint (gpu-a's cordon)."""
+    trainer = gpu_pod("trainer", namespace=namespace)
+    trainer["metadata"]["labels"] = {"app": "trainer"}
+    trainer["spec"]["tolerations"] = [{"operator": "Exists"}]
+    return trainer
+
+
 def test_a_running_pods_namespace_selector_is_read_from_the_namespaces_labels(
     fake: FakeApiServer, sync: ClusterSync
 ) -> None:
@@ -312,18 +327,8 @@ def test_a_running_pods_namespace_selector_is_read_from_the_namespaces_labels(
     namespace's, the safe side."""
     fake.add_namespace("research", {"team": "ml"})
     fake.add_namespace("shop", {"team": "web"})
-    guard = guard_on("gpu-b", {"matchLabels": {"app": "trainer"}})
-    term = guard["spec"]["affinity"]["podAntiAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ][0]
-    term["namespaceSelector"] = {"matchLabels": {"team": "ml"}}
-    fake.add_pod(guard)
-    trainers = {}
-    for namespace in ("research", "shop"):
-        trainer = gpu_pod("trainer", namespace=namespace)
-        trainer["metadata"]["labels"] = {"app": "trainer"}
-        trainer["spec"]["tolerations"] = [{"operator": "Exists"}]
-        trainers[namespace] = fake.add_pod(trainer)
+    fake.add_pod(guard_on("gpu-b", {"matchLabels": {"app": "trainer"}}, TEAM_ML))
+    trainers = {space: fake.add_pod(trainer_in(space)) for space in ("research", "shop")}
     wait_until(lambda: len(sync.pending_pods(SCHEDULER)) == 2, what="the pods seen")
     wait_until(lambda: len(sync.bound_pods()) == 1, what="the guard seen")
     with NamespaceCache(fake.client(), backoff_s=0.02, max_backoff_s=0.1) as namespaces:
@@ -355,15 +360,8 @@ def test_a_namespace_relabelled_into_a_selector_moves_a_running_pods_nodes(
     """A running GPU pod's nodes are kept between collects until something they depend on
     changes: a namespace relabelled into the guard's namespaceSelector is such a change."""
     fake.add_namespace("shop", {"team": "web"})
-    guard = guard_on("gpu-b", {"matchLabels": {"app": "trainer"}})
-    term = guard["spec"]["affinity"]["podAntiAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ][0]
-    term["namespaceSelector"] = {"matchLabels": {"team": "ml"}}
-    fake.add_pod(guard)
-    trainer = gpu_pod("trainer", namespace="shop")
-    trainer["metadata"]["labels"] = {"app": "trainer"}
-    trainer["spec"]["tolerations"] = [{"operator": "Exists"}]
+    fake.add_pod(guard_on("gpu-b", {"matchLabels": {"app": "trainer"}}, TEAM_ML))
+    trainer = trainer_in("shop")
     trainer["spec"]["nodeName"] = "gpu-a"
     fake.add_pod(trainer)
     wait_until(lambda: len(sync.bound_pods()) == 2, what="the pods seen")
