@@ -259,8 +259,7 @@ class LinearHighway:
         """Per (origin, step) pair ``(P, W, M)``: each candidate blend's absolute error
         at the pair's target, summed over entities in their own units. ``rows``: the
         pairs' origins' rows in ``parts``; ``origins``: their steps on the windows' clock."""
-        truth, seen = self._strip(windows)
-        start = int(windows.origins.min()) - self.lookback()
+        start, truth, seen = self._strip(windows)
         entities, metrics = series_scale.shape
         out = np.empty((len(rows), len(BLEND_WEIGHTS), metrics))
         chunk = max(1, SCORED_CELLS // max(entities * metrics, 1))
@@ -275,11 +274,11 @@ class LinearHighway:
                 out[part, k] = (np.abs(miss + w * gap) * weight).sum(axis=1)
         return out
 
-    def _strip(self, windows: Windows) -> tuple[FloatArray, np.ndarray]:
-        """The normalised values and their masks ``(S, N, M)`` at every step the scored
-        forecasts can target: the ``lookback()`` steps before each window's origin, from
-        the earliest window's to the latest's (windows of one panel agree where they
-        overlap)."""
+    def _strip(self, windows: Windows) -> tuple[int, FloatArray, np.ndarray]:
+        """The step the strip starts at (on the windows' clock), and the normalised values
+        and their masks ``(S, N, M)`` at every step the scored forecasts can target: the
+        ``lookback()`` steps before each window's origin, from the earliest window's to the
+        latest's (windows of one panel agree where they overlap)."""
         lookback, metrics = self.lookback(), windows.targets.shape[3]
         start = int(windows.origins.min()) - lookback
         steps = int(windows.origins.max()) - start
@@ -288,7 +287,7 @@ class LinearHighway:
         values = np.zeros((steps, *recent.shape[2:3], metrics))
         seen = np.zeros(values.shape, dtype=bool)
         values[where], seen[where] = recent[..., :metrics], recent[..., metrics:] > 0.5
-        return values, seen
+        return start, values, seen
 
     def _remember(
         self,
