@@ -22,13 +22,15 @@ the file; an archive is opened before the next file is fetched, and one that is 
 archive is removed with its sum at once. A Git LFS pointer or an HTML page served
 instead of a file is a FetchError saying so, as is a proxy setting httpx cannot use.
 
-Every download attempt writes its own temporary file beside the target
-(``<file>.<pid>-<random>.part``), stops reading once more bytes than expected
-arrive, fsyncs, hashes the file as it is on disk and only then renames it over the
-target with :func:`os.replace`. Two runs sharing one cache therefore never write into
-the same file; whichever finishes last replaces the file with the same verified
-bytes. A failed attempt removes its temporary file; one left by a killed run is
-removed by a later successful fetch of that file once it is an hour old. A cache that
+Every download writes its own temporary file beside the target
+(``<file>.<pid>-<random>.part``), stops reading once more bytes than expected arrive,
+fsyncs, hashes the file as it is on disk and only then renames it over the target with
+:func:`os.replace`. Two runs sharing one cache therefore never write into the same
+file; whichever finishes last replaces the file with the same verified bytes. An
+attempt cut off mid-file is continued by the next from the bytes it wrote, where the
+mirror allows (:mod:`~kubesage.core.traces.fetch_transfer`). A download that fails
+removes its temporary file; one left by a killed run is removed by a later successful
+fetch of that file once it is an hour old. A cache that
 cannot be written is a :class:`FetchError` naming the folder; a read-only cache that
 already holds verified files keeps working. Only ``http://`` and ``https://`` base
 URLs are accepted (a ``file://`` mirror is an InputError, not retried). What is
@@ -55,9 +57,9 @@ from kubesage.core.traces.fetch_archives import (
     ArchiveError,
     extract_csv,
     extracted_path,
-    lfs_pointer,
 )
 from kubesage.core.traces.fetch_retry import is_transient, wait_s
+from kubesage.core.traces.fetch_transfer import Partial, ProgressCallback, transfer
 from kubesage.core.traces.openb import read_pods
 
 CLUSTERDATA_COMMIT = "7a6c496"
@@ -171,9 +173,6 @@ PART_SUFFIX = ".part"
 STALE_PART_SECONDS = 3600.0
 """A temporary file untouched this long belongs to a run that was killed."""
 
-ProgressCallback = Callable[[str, int, int | None], None]
-"""Called as ``(file_name, bytes_done, bytes_total)`` while downloading (total None:
-not known before the download ends)."""
 SUM_SUFFIX = ".sha256"
 """Beside a file without a pinned checksum: the SHA-256 of its first download."""
 
@@ -369,67 +368,25 @@ def _remove_stale_parts(path: Path) -> None:
             pass  # another run removed it, or the folder is read-only: harmless
 
 
-def _download_once(
-    http: httpx.Client,
-    url: str,
-    path: Path,
-    remote: RemoteFile,
-    on_progress: ProgressCallback | None,
-) -> None:
-    """One attempt: stream into a private temporary file, verify it on disk, rename it."""
-    try:
-        fd, part = _new_part(path)
-    except OSError as exc:
-        raise _cache_error("write to the cache folder", path.parent, exc) from exc
-    limit = remote.size_bytes if remote.size_bytes is not None else MAX_UNPINNED_BYTES
-    try:
-        done = 0
-        with os.fdopen(fd, "wb") as out, http.stream("GET", url) as response:
-            response.raise_for_status()
-            if response.headers.get("content-type", "").startswith("text/html"):
-                raise FetchError(
-                    f"{url}: the server sent an HTML page (a login page or a captive portal?), "
-                    "not the file; nothing was written to the cache"
-                )
-            for chunk in response.iter_bytes():
-                if done == 0 and lfs_pointer(chunk):
-                    raise FetchError(
-                        f"{url}: the server sent a Git LFS pointer, not the file; fetch from "
-                        "a mirror that serves LFS content (--base-url)"
-                    )
-                done += len(chunk)
-                if done > limit:
-                    raise FetchError(
-                        f"{url}: the server sent more than the expected {limit} "
-                        "bytes; stopped reading, nothing was written to the cache"
-                    )
-                out.write(chunk)
-                if on_progress:
-                    on_progress(remote.name, done, remote.size_bytes)
-            out.flush()
-            os.fsync(out.fileno())
-        if on_progress and remote.size_bytes is None:
-            on_progress(remote.name, done, done)  # the total is known now
-        # hash what is on disk, not what was received: the file is what the cache keeps
-        actual = sha256_of(part)
-        if remote.sha256 is not None and actual != remote.sha256:
-            raise FetchError(
-                f"{url}: checksum mismatch (got sha256 {actual}, "
-                f"expected {remote.sha256}); nothing was written to the cache"
-            )
-        problem = _passes_check(part, remote)
-        if problem is not None:
-            raise FetchError(
-                f"{url}: the download is not a {remote.name} ({problem}); nothing was "
-                "written to the cache"
-            )
-        # atomic: a concurrent run that finishes second replaces it with the same bytes
-        os.replace(part, path)
-        if remote.sha256 is None:
-            _record_sum(path, actual)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+def _keep(part: Path, path: Path, url: str, remote: RemoteFile) -> None:
+    """Verify the finished download as it is on disk and rename it over ``path``."""
+    # hash what is on disk, not what was received: the file is what the cache keeps
+    actual = sha256_of(part)
+    if remote.sha256 is not None and actual != remote.sha256:
+        raise FetchError(
+            f"{url}: checksum mismatch (got sha256 {actual}, "
+            f"expected {remote.sha256}); nothing was written to the cache"
+        )
+    problem = _passes_check(part, remote)
+    if problem is not None:
+        raise FetchError(
+            f"{url}: the download is not a {remote.name} ({problem}); nothing was "
+            "written to the cache"
+        )
+    # atomic: a concurrent run that finishes second replaces it with the same bytes
+    os.replace(part, path)
+    if remote.sha256 is None:
+        _record_sum(path, actual)
 
 
 def _fetch_one(
@@ -445,6 +402,13 @@ def _fetch_one(
             size = path.stat().st_size
             on_progress(remote.name, size, size)
         return path
+    try:
+        fd, part = _new_part(path)
+        os.close(fd)
+    except OSError as exc:
+        raise _cache_error("write to the cache folder", path.parent, exc) from exc
+    partial = Partial(part)
+    limit = remote.size_bytes if remote.size_bytes is not None else MAX_UNPINNED_BYTES
     made = 0
 
     @retry(
@@ -456,13 +420,20 @@ def _fetch_one(
     def download() -> None:
         nonlocal made
         made += 1
-        _download_once(http, url, path, remote, on_progress)
+        transfer(http, url, partial, remote.name, remote.size_bytes, limit, on_progress)
 
     try:
-        download()
-    except httpx.HTTPError as exc:
-        raise FetchError(f"{url}: download failed after {made} attempt(s): {exc}") from exc
-    except OSError as exc:
-        raise _cache_error("write to the cache folder", path.parent, exc) from exc
+        try:
+            download()
+            if on_progress and remote.size_bytes is None:
+                on_progress(remote.name, partial.size, partial.size)  # the total is known now
+            _keep(part, path, url, remote)
+        except httpx.HTTPError as exc:
+            raise FetchError(f"{url}: download failed after {made} attempt(s): {exc}") from exc
+        except OSError as exc:
+            raise _cache_error("write to the cache folder", path.parent, exc) from exc
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
     _remove_stale_parts(path)
     return path
