@@ -74,7 +74,8 @@ def discover(
     rack_uplink_gbps: Annotated[float, typer.Option(help="Each rack's uplink.")] = 800.0,
     zone_uplink_gbps: Annotated[float, typer.Option(help="Each zone's uplink.")] = 3_200.0,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the YAML here (default: stdout).")
+        Path | None,
+        typer.Option("--out", "--output", "-o", help="Write the YAML here (default: stdout)."),
     ] = None,
 ) -> None:
     """Write the Topology (zones, racks, node templates) that the nodes' labels describe.

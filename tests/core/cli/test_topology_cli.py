@@ -35,7 +35,7 @@ def test_discover_writes_a_topology_that_loads_and_shows(tmp_path: Path) -> None
     )
     nodes = json.dumps({"kind": "NodeList", "items": NODES})
     out = tmp_path / "topology.yaml"
-    done = kubesage("discover", "-", "--templates", str(templates), "-o", str(out), stdin=nodes)
+    done = kubesage("discover", "-", "--templates", str(templates), "--out", str(out), stdin=nodes)
     assert done.returncode == 0, done.stderr
     assert "4 node(s) in 3 rack(s)" in done.stderr
     graph = DRTG.from_yaml(out)
