@@ -123,7 +123,12 @@ def transfer(
                     "not the file; nothing was written to the cache"
                 )
             partial.begin(response, start)
-            _write_body(url, response, partial, name, size_bytes, limit, on_progress)
+
+            def written(done: int) -> None:
+                if on_progress:
+                    on_progress(name, done, size_bytes)
+
+            _write_body(url, response, partial, limit, written)
             return
     raise FetchError(
         f"{url}: the server answered a request for the whole file with part of it "
@@ -133,16 +138,10 @@ def transfer(
 
 
 def _write_body(
-    url: str,
-    response: httpx.Response,
-    partial: Partial,
-    name: str,
-    size_bytes: int | None,
-    limit: int,
-    on_progress: ProgressCallback | None,
+    url: str, response: httpx.Response, partial: Partial, limit: int, written: Callable[[int], None]
 ) -> None:
     """Write ``response``'s body after the bytes ``partial`` holds, counting them as they
-    reach the file, and sync it."""
+    reach the file (``written`` is told the count after each chunk), and sync it."""
     with partial.path.open("r+b") as out:
         out.seek(partial.size)
         out.truncate()
@@ -159,7 +158,6 @@ def _write_body(
                 )
             out.write(chunk)
             partial.size += len(chunk)
-            if on_progress:
-                on_progress(name, partial.size, size_bytes)
+            written(partial.size)
         out.flush()
         os.fsync(out.fileno())
