@@ -65,7 +65,7 @@ MAX_RANGE_S = 366 * 86_400.0
 MAX_STEPS = 1_000_000
 """Most time steps ``--range`` / ``--step`` may ask for (each series is one array of them)."""
 MAX_TIMEOUT_S = 600.0
-"""Longest ``--timeout`` per query."""
+"""Longest ``--timeout-s`` per query."""
 VARIANCE_TARGETS = (0.5, 0.9, 0.95, 0.99)
 """Explained-variance levels ``fit-pca`` reports the component count for."""
 
@@ -248,7 +248,13 @@ RateWindowOption = Annotated[
 ]
 TimeoutOption = Annotated[
     float,
-    typer.Option("--timeout", min=0.1, max=MAX_TIMEOUT_S, help="Seconds to wait for each query."),
+    typer.Option(
+        "--timeout-s",
+        "--timeout",
+        min=0.1,
+        max=MAX_TIMEOUT_S,
+        help="Seconds to wait for each query.",
+    ),
 ]
 
 

@@ -258,10 +258,11 @@ def test_durations_prometheus_cannot_take_are_refused_up_front(args: list[str], 
     assert words in one_line_error(telemetry(*args, "--prometheus", url))
 
 
-def test_an_infinite_timeout_is_refused_naming_the_option() -> None:
-    result = telemetry("snapshot", "--prometheus", "http://x", "--timeout", "inf")
+@pytest.mark.parametrize("option", ["--timeout-s", "--timeout"])  # the older name still works
+def test_an_infinite_timeout_is_refused_naming_the_option(option: str) -> None:
+    result = telemetry("snapshot", "--prometheus", "http://x", option, "inf")
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert "--timeout" in result.output
+    assert "--timeout-s" in result.output
 
 
 def test_a_compound_rate_window_reaches_prometheus_as_written() -> None:
