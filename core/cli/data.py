@@ -55,13 +55,21 @@ def fetch(
             tasks[name] = progress.add_task(name, total=total)
         progress.update(tasks[name], completed=done)
 
-    with progress:
-        paths = fetch_dataset(
-            dataset,
-            cache_dir=cache_dir,
-            base_url=base_url,
-            on_progress=on_progress,
+    try:
+        with progress:
+            paths = fetch_dataset(
+                dataset,
+                cache_dir=cache_dir,
+                base_url=base_url,
+                on_progress=on_progress,
+            )
+    except KeyboardInterrupt:
+        stderr.print(
+            f"interrupted: run `kubesage data fetch {dataset}` again to go on from the bytes "
+            "received (kept where the mirror names the file's version)",
+            markup=False,
         )
+        raise typer.Exit(code=130) from None
     root = (cache_dir or default_cache_dir()) / dataset
     how = "verified" if pinned(dataset) else "checked against their first download"
     stderr.print(f"{len(paths)} file(s) {how} in {root}", markup=False)

@@ -28,9 +28,11 @@ fsyncs, hashes the file as it is on disk and only then renames it over the targe
 :func:`os.replace`. Two runs sharing one cache therefore never write into the same
 file; whichever finishes last replaces the file with the same verified bytes. An
 attempt cut off mid-file is continued by the next from the bytes it wrote, where the
-mirror allows (:mod:`~kubesage.core.traces.fetch_transfer`). A download that fails
-removes its temporary file; one left by a killed run is removed by a later successful
-fetch of that file once it is an hour old. A cache that
+mirror allows (:mod:`~kubesage.core.traces.fetch_transfer`), and so is a download whose
+attempts ran out or that Ctrl-C stopped, by the next run
+(:mod:`~kubesage.core.traces.fetch_parking`). Any other failed download removes its
+temporary file; one left by a killed run is removed by a later successful fetch of that
+file once it is an hour old. A cache that
 cannot be written is a :class:`FetchError` naming the folder; a read-only cache that
 already holds verified files keeps working. Only ``http://`` and ``https://`` base
 URLs are accepted (a ``file://`` mirror is an InputError, not retried). What is
@@ -58,8 +60,9 @@ from kubesage.core.traces.fetch_archives import (
     extract_csv,
     extracted_path,
 )
+from kubesage.core.traces.fetch_parking import adopt, discard, park
 from kubesage.core.traces.fetch_retry import is_transient, wait_s
-from kubesage.core.traces.fetch_transfer import Partial, ProgressCallback, transfer
+from kubesage.core.traces.fetch_transfer import ProgressCallback, transfer
 from kubesage.core.traces.openb import read_pods
 
 CLUSTERDATA_COMMIT = "7a6c496"
@@ -398,6 +401,7 @@ def _fetch_one(
     attempts: int,
 ) -> Path:
     if _is_verified(path, remote):
+        discard(path)  # bytes a stopped run parked are of no use now
         if on_progress:
             size = path.stat().st_size
             on_progress(remote.name, size, size)
@@ -407,9 +411,10 @@ def _fetch_one(
         os.close(fd)
     except OSError as exc:
         raise _cache_error("write to the cache folder", path.parent, exc) from exc
-    partial = Partial(part)
+    partial = adopt(path, url, part)
     limit = remote.size_bytes if remote.size_bytes is not None else MAX_UNPINNED_BYTES
     made = 0
+    kept = ""
 
     @retry(
         retry=retry_if_exception(is_transient),
@@ -424,16 +429,24 @@ def _fetch_one(
 
     try:
         try:
-            download()
+            try:
+                download()
+            except (httpx.HTTPError, KeyboardInterrupt):
+                if park(partial, path, url):  # for the next run to go on from
+                    kept = f"; the {partial.size} bytes received are kept for the next fetch"
+                raise
             if on_progress and remote.size_bytes is None:
                 on_progress(remote.name, partial.size, partial.size)  # the total is known now
             _keep(part, path, url, remote)
         except httpx.HTTPError as exc:
-            raise FetchError(f"{url}: download failed after {made} attempt(s): {exc}") from exc
+            raise FetchError(
+                f"{url}: download failed after {made} attempt(s): {exc}{kept}"
+            ) from exc
         except OSError as exc:
             raise _cache_error("write to the cache folder", path.parent, exc) from exc
     except BaseException:
         part.unlink(missing_ok=True)
         raise
+    discard(path)
     _remove_stale_parts(path)
     return path
