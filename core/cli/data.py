@@ -65,8 +65,8 @@ def fetch(
             )
     except KeyboardInterrupt:
         stderr.print(
-            f"interrupted: run `kubesage data fetch {dataset}` again to go on from the bytes "
-            "received (kept where the mirror names the file's version)",
+            "interrupted: run the same command again to go on from the bytes received "
+            "(kept where the mirror names the file's version)",
             markup=False,
         )
         raise typer.Exit(code=130) from None

@@ -28,8 +28,8 @@ fsyncs, hashes the file as it is on disk and only then renames it over the targe
 :func:`os.replace`. Two runs sharing one cache therefore never write into the same
 file; whichever finishes last replaces the file with the same verified bytes. An
 attempt cut off mid-file is continued by the next from the bytes it wrote, where the
-mirror allows (:mod:`~kubesage.core.traces.fetch_transfer`), and so is a download whose
-attempts ran out or that Ctrl-C stopped, by the next run
+mirror allows (:mod:`~kubesage.core.traces.fetch_transfer`), and a download stopped by
+an HTTP error or Ctrl-C is continued by the next run
 (:mod:`~kubesage.core.traces.fetch_parking`). Any other failed download removes its
 temporary file; one left by a killed run is removed by a later successful fetch of that
 file once it is an hour old. A cache that
@@ -62,7 +62,7 @@ from kubesage.core.traces.fetch_archives import (
 )
 from kubesage.core.traces.fetch_parking import adopt, discard, park
 from kubesage.core.traces.fetch_retry import is_transient, wait_s
-from kubesage.core.traces.fetch_transfer import ProgressCallback, transfer
+from kubesage.core.traces.fetch_transfer import Partial, ProgressCallback, transfer
 from kubesage.core.traces.openb import read_pods
 
 CLUSTERDATA_COMMIT = "7a6c496"
@@ -411,7 +411,7 @@ def _fetch_one(
         os.close(fd)
     except OSError as exc:
         raise _cache_error("write to the cache folder", path.parent, exc) from exc
-    partial = adopt(path, url, part)
+    partial = Partial(part)
     limit = remote.size_bytes if remote.size_bytes is not None else MAX_UNPINNED_BYTES
     made = 0
     kept = ""
@@ -430,10 +430,11 @@ def _fetch_one(
     try:
         try:
             try:
+                adopt(partial, path, url)  # what a stopped run left, if it is this URL's
                 download()
             except (httpx.HTTPError, KeyboardInterrupt):
                 if park(partial, path, url):  # for the next run to go on from
-                    kept = f"; the {partial.size} bytes received are kept for the next fetch"
+                    kept = f"; the {partial.size} bytes held are kept for the next fetch"
                 raise
             if on_progress and remote.size_bytes is None:
                 on_progress(remote.name, partial.size, partial.size)  # the total is known now

@@ -21,6 +21,7 @@ from tests.core.traces.test_fetch_resume import (  # noqa: F401  (mirror: a fixt
     DATA,
     FILE_NAME,
     NAME,
+    NEW_DATA,
     Asked,
     Mirror,
     mirror,
@@ -36,7 +37,13 @@ def left(tmp_path: Path) -> list[str]:
     return sorted(p.name for p in (cache(tmp_path) / NAME).iterdir())
 
 
-PARKED = [FILE_NAME + PARKED_SUFFIX, FILE_NAME + PARKED_SUFFIX + ".json"]
+def parked(tmp_path: Path) -> bool:
+    """Whether the cache holds one parked file of bytes and its record, and nothing else."""
+    names = left(tmp_path)
+    return len(names) == 2 and names[1] == RECORD and names[0].endswith(PARKED_SUFFIX)
+
+
+RECORD = FILE_NAME + PARKED_SUFFIX + ".json"
 
 
 def test_a_run_out_of_attempts_leaves_its_bytes_to_the_next_run(
@@ -45,9 +52,9 @@ def test_a_run_out_of_attempts_leaves_its_bytes_to_the_next_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     use(monkeypatch, DATA)
-    with pytest.raises(FetchError, match=f"the {CUT} bytes received are kept for the next"):
+    with pytest.raises(FetchError, match=f"the {CUT} bytes held are kept for the next"):
         fetch_dataset(NAME, cache_dir=cache(tmp_path), base_url=mirror.base("resume"), attempts=1)
-    assert left(tmp_path) == PARKED
+    assert parked(tmp_path)
     (path,) = fetch_dataset(NAME, cache_dir=cache(tmp_path), base_url=mirror.base("resume"))
     assert path.read_bytes() == DATA
     assert mirror.asked == [Asked(None, None), Asked(f"bytes={CUT}-", '"v1"')]
@@ -71,7 +78,7 @@ def test_ctrl_c_leaves_the_bytes_written_to_the_next_run(
         fetch_dataset(
             NAME, cache_dir=cache(tmp_path), base_url=mirror.base("resume"), on_progress=interrupted
         )
-    assert left(tmp_path) == PARKED
+    assert parked(tmp_path)
     (path,) = fetch_dataset(NAME, cache_dir=cache(tmp_path), base_url=mirror.base("resume"))
     assert path.read_bytes() == DATA
     assert mirror.asked[1] == Asked(f"bytes={seen[0]}-", '"v1"')
@@ -87,7 +94,7 @@ def test_parked_bytes_that_are_not_this_downloads_are_not_used(
     use(monkeypatch, DATA)
     with pytest.raises(FetchError):
         fetch_dataset(NAME, cache_dir=cache(tmp_path), base_url=mirror.base("resume"), attempts=1)
-    kept = cache(tmp_path) / NAME / PARKED[1]
+    kept = cache(tmp_path) / NAME / RECORD
     if record == "more bytes than parked":
         kept.write_text(json.dumps({**json.loads(kept.read_text()), "size": CUT + 1}))
     elif record == "not JSON":
@@ -132,10 +139,47 @@ def test_the_command_stopped_by_ctrl_c_says_how_to_go_on(
         patched.setattr(data_cli, "fetch_dataset", stopped_after_the_first_bytes)
         stopped = CliRunner().invoke(app, command)
     assert stopped.exit_code == 130, stopped.output
-    assert f"run `kubesage data fetch {NAME}` again to go on" in " ".join(stopped.stderr.split())
-    assert left(tmp_path) == PARKED
-    held = json.loads((cache(tmp_path) / NAME / PARKED[1]).read_text())["size"]
+    assert "run the same command again to go on" in " ".join(stopped.stderr.split())
+    assert parked(tmp_path)
+    held = json.loads((cache(tmp_path) / NAME / RECORD).read_text())["size"]
     again = CliRunner().invoke(app, command)
     assert again.exit_code == 0, again.output
     assert (cache(tmp_path) / NAME / FILE_NAME).read_bytes() == DATA
     assert held > 0 and mirror.asked[1] == Asked(f"bytes={held}-", '"v1"')
+
+
+@pytest.mark.parametrize("mode", ["changed", "refuses-range"])
+def test_parked_bytes_the_mirror_no_longer_continues_give_the_whole_file(
+    tmp_path: Path,
+    mirror: Mirror,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
+    use(monkeypatch, None)  # unpinned: only the version tells the two files apart
+    with pytest.raises(FetchError):
+        fetch_dataset(NAME, cache_dir=cache(tmp_path), base_url=mirror.base(mode), attempts=1)
+    (path,) = fetch_dataset(NAME, cache_dir=cache(tmp_path), base_url=mirror.base(mode))
+    assert mirror.asked[1] == Asked(f"bytes={CUT}-", '"v1"')  # the parked bytes were offered
+    assert path.read_bytes() == (NEW_DATA if mode == "changed" else DATA)  # never spliced
+    assert left(tmp_path) == [FILE_NAME, FILE_NAME + ".sha256"]
+
+
+def test_bytes_past_the_recorded_size_are_cut_and_one_park_replaces_another(
+    tmp_path: Path,
+    mirror: Mirror,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    use(monkeypatch, DATA)
+    for _ in range(2):  # the second run adopts the first's bytes and parks them again
+        with pytest.raises(FetchError):
+            fetch_dataset(
+                NAME, cache_dir=cache(tmp_path), base_url=mirror.base("resume"), attempts=1
+            )
+        mirror.asked.clear()  # every run's first answer is cut off at CUT
+    assert parked(tmp_path)
+    (bytes_file,) = (cache(tmp_path) / NAME).glob(f"*{PARKED_SUFFIX}")
+    with bytes_file.open("ab") as handle:
+        handle.write(b"written after the size was recorded")
+    (path,) = fetch_dataset(NAME, cache_dir=cache(tmp_path), base_url=mirror.base("resume"))
+    assert path.read_bytes() == DATA
+    assert left(tmp_path) == [FILE_NAME]
