@@ -15,14 +15,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kubesage.core.cli.errors import stderr, user_errors
+from kubesage.core.cli.errors import refuse_unused_options, stderr, user_errors
 from kubesage.core.cli.options import Mode
 from kubesage.core.cli.progress import runs_progress
 from kubesage.core.cli.tables import print_table
-from kubesage.core.errors import DependencyError, InputError
+from kubesage.core.errors import DependencyError, InputError, KubesageError
 from kubesage.core.model_files import check_output, write_replacing
-from kubesage.core.sim.model_selection import Selection, Workload, select_model
-from kubesage.core.sim.qualification import DEFAULT_RUNS, QUALIFY_SEEDS_FROM
+from kubesage.core.sim.model_selection import (
+    SELECT_SEEDS_FROM,
+    Baseline,
+    Selection,
+    Workload,
+    run_baseline,
+    select_model,
+)
+from kubesage.core.sim.qualification import DEFAULT_RUNS
 from kubesage.core.sim.runner import default_jobs
 from kubesage.core.traces import read_nodes, read_pods
 from kubesage.core.traces.openb_variants import gpus_per_model, openb_variant
@@ -56,13 +63,14 @@ def ppo(
         ),
     ] = None,
     select_runs: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--select-runs",
             min=2,
-            help="With several --seed: arrival orders each model replays per workload.",
+            help=f"With several --seed: arrival orders each model replays per workload "
+            f"(default {DEFAULT_RUNS}).",
         ),
-    ] = DEFAULT_RUNS,
+    ] = None,
     mode: Annotated[
         Mode, typer.Option("--mode", help="fgd: the paper's protocol; replay: trace times.")
     ] = Mode.fgd,
@@ -87,29 +95,47 @@ def ppo(
         ),
     ] = None,
 ) -> None:
-    """Train the ppo policy on the FGD protocol over the given traces; write the model."""
+    """Train the ppo policy on the FGD protocol over the given traces; write the model.
+
+    With several --seed, one model per seed is trained and written beside --out, and
+    the one that gains most over FGD, replayed on the training workloads in arrival
+    orders of its own (always the FGD protocol), is written to --out (docs/ppo.md).
+    """
     from kubesage.core.rl.training import TrainSettings
 
     seeds = seeds or [0]
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:
         raise InputError(f"--seed repeats {', '.join(map(str, repeated))}: each trains one model")
+    if len(seeds) == 1:
+        refuse_unused_options(
+            {"--select-runs": select_runs is not None},
+            "with several --seed",
+            "one --seed trains one model",
+        )
     outputs = {seed: out if len(seeds) == 1 else seed_file(out, seed) for seed in seeds}
-    for path in (out, *outputs.values()):
-        check_output(path)
-        check_output(_metrics_file(path), "the metrics file")
+    _check_outputs(out, list(outputs.values()))
     node_specs = read_nodes(nodes)
     workloads = [read_pods(path, require_creation_time=mode is Mode.replay) for path in pods]
     models = gpus_per_model(node_specs)
-    info: dict[str, object] = {
-        "nodes": nodes.name,
-        "pods": [p.name for p in pods],
-        "variants": list(variants or []),
-        "iterations": iterations,
-        "steps_per_worker": steps,
-        "workers": workers,
-        "mode": mode.value,
-    }
+    baseline = None
+    if len(seeds) > 1:  # FGD's runs first: a workload they cannot judge fails before training
+        named = _selection_workloads(node_specs, pods, workloads, variants or [])
+        baseline = _baseline(node_specs, named, select_runs or DEFAULT_RUNS)
+
+    def info(seed: int) -> dict[str, object]:
+        """What the model file records of its training."""
+        return {
+            "nodes": nodes.name,
+            "pods": [p.name for p in pods],
+            "variants": list(variants or []),
+            "iterations": iterations,
+            "steps_per_worker": steps,
+            "workers": workers,
+            "seed": seed,
+            "mode": mode.value,
+        }
+
     networks: dict[int, PlacementNetwork] = {}
     for seed, path in outputs.items():
         generated = [
@@ -125,17 +151,16 @@ def ppo(
             ray_address=ray_address,
             worker_timeout_s=worker_timeout,
         )
-        seed_info = {**info, "seed": seed}
-        networks[seed] = _train_one(node_specs, workloads + generated, settings, path, seed_info)
-        _save(networks[seed], path, seed_info)
+        networks[seed] = _train_one(node_specs, workloads + generated, settings, path, info(seed))
+        _save(networks[seed], path, info(seed))
         stderr.print(
             f"model written to {path}; metrics per iteration in {_metrics_file(path)}",
             markup=False,
         )
-    if len(seeds) == 1:
+    if baseline is None:
         return
-    chosen, selection = _select(node_specs, pods, workloads, variants or [], outputs, select_runs)
-    _save(networks[chosen], out, {**info, "seed": chosen, "selection": selection.as_dict()})
+    chosen, selection = _select(node_specs, baseline, outputs)
+    _save(networks[chosen], out, {**info(chosen), "selection": selection.as_dict()})
     _metrics_file(out).write_bytes(_metrics_file(outputs[chosen]).read_bytes())
     _print_selection(selection, out)
 
@@ -147,6 +172,21 @@ def seed_file(out: Path, seed: int) -> Path:
 
 def _metrics_file(model: Path) -> Path:
     return model.with_suffix(".metrics.jsonl")
+
+
+def _check_outputs(out: Path, models: list[Path]) -> None:
+    """Refuse, before the work, files that could not be written or that would be one
+    file (an ``--out`` without a suffix gives every seed's metrics one name)."""
+    files = [out, _metrics_file(out)]
+    for model in models:
+        files += [model, _metrics_file(model)] if model != out else []
+    if len(set(files)) < len(files):
+        raise InputError(
+            f"--out {out}: name it with a suffix (model.safetensors): each seed's model and "
+            "metrics are named from it, and here two of them would be one file"
+        )
+    for file in files:
+        check_output(file, "--out" if file.suffix != ".jsonl" else "the metrics file")
 
 
 def _train_one(
@@ -191,55 +231,66 @@ def _train_one(
     return network
 
 
-def _select(
-    nodes: list[NodeSpec],
-    pods: list[Path],
-    workloads: list[list[PodRequest]],
-    variants: list[str],
-    outputs: dict[int, Path],
-    runs: int,
-) -> tuple[int, Selection]:
-    """Replay every trained seed's model against FGD; the chosen seed and the scores.
-
-    The workloads are the pod lists trained on and each ``--variant`` drawn afresh
-    (generator seeds from the qualification's, never a training seed's draw)."""
-    named = [
-        Workload(path.name.split(".")[0], listed)
-        for path, listed in zip(pods, workloads, strict=True)
-    ]
+def _selection_workloads(
+    nodes: list[NodeSpec], pods: list[Path], workloads: list[list[PodRequest]], variants: list[str]
+) -> list[Workload]:
+    """What the seeds' models are chosen on: the pod lists trained on, and each
+    ``--variant`` drawn again with generator seeds of selection's own (from 20,000; the
+    training draws' are the training seed plus the variant's index)."""
+    names: list[str] = []
+    for path in pods:
+        name = path.name.split(".")[0]
+        names.append(name if name not in names else f"{name} ({len(names) + 1})")
+    named = [Workload(name, listed) for name, listed in zip(names, workloads, strict=True)]
     models = gpus_per_model(nodes)
     named += [
         Workload(
-            name, openb_variant(workloads[0], name, seed=QUALIFY_SEEDS_FROM + n, models=models)
+            f"{name} (generated)",
+            openb_variant(workloads[0], name, seed=SELECT_SEEDS_FROM + n, models=models),
         )
         for n, name in enumerate(variants)
     ]
+    return named
+
+
+def _baseline(nodes: list[NodeSpec], named: list[Workload], runs: int) -> Baseline:
+    """FGD on every workload in selection's arrival orders, with a progress bar."""
+    with runs_progress() as progress:
+        task = progress.add_task("FGD, to choose the seeds by", total=len(named) * runs)
+        return run_baseline(
+            nodes, named, runs=runs, jobs=default_jobs(), on_result=lambda _: progress.advance(task)
+        )
+
+
+def _select(
+    nodes: list[NodeSpec], baseline: Baseline, outputs: dict[int, Path]
+) -> tuple[int, Selection]:
+    """Replay every trained seed's model on the baseline's orders; the chosen seed and
+    the scores. Whatever stops it, the seeds' files stay and the error says where."""
     candidates = [(f"seed {seed}", path) for seed, path in outputs.items()]
-    total = len(named) * runs * (len(candidates) + 1)
+    runs = len(baseline.results[0])
     stderr.print(
         f"Choosing among {len(candidates)} models: {runs} arrival orders of "
-        f"{len(named)} workload(s) each, and FGD's on the same orders.",
+        f"{len(baseline.workloads)} workload(s) each, against FGD's.",
         markup=False,
     )
-    kept = ", ".join(str(path) for path in outputs.values())
+    kept = f"the trained models are kept: {', '.join(str(path) for path in outputs.values())}"
     try:
         with runs_progress() as progress:
-            task = progress.add_task("selecting", total=total)
+            task = progress.add_task(
+                "choosing", total=len(baseline.workloads) * runs * len(outputs)
+            )
             selection = select_model(
                 nodes,
-                named,
+                baseline,
                 candidates,
-                runs=runs,
                 jobs=default_jobs(),
                 on_result=lambda _: progress.advance(task),
             )
-    except InputError as exc:
-        raise InputError(f"{exc}; the trained models are kept: {kept}") from exc
+    except KubesageError as exc:
+        raise KubesageError(f"{exc}; {kept}") from exc
     except KeyboardInterrupt:
-        stderr.print(
-            f"error: interrupted while choosing; the trained models are kept: {kept}",
-            markup=False,
-        )
+        stderr.print(f"error: interrupted while choosing; {kept}", markup=False)
         raise typer.Exit(code=130) from None
     by_label = {label: seed for (label, _), seed in zip(candidates, outputs, strict=True)}
     return by_label[selection.chosen.label], selection

@@ -3,15 +3,17 @@ their own.
 
 The same training recipe run with another seed can give a very different policy: one
 seed of the shipped recipe lost 1.6 points of GPU allocation to FGD where another gained
-(docs/ppo.md, "Training seeds"). Training several seeds and keeping the best is only
-sound if "best" is measured on something the models will not later be judged on. Here
-each candidate model replays every workload it was trained for in the arrival orders
-qualification uses (:func:`~kubesage.core.sim.qualification.qualification_seeds`,
-never the benchmark's), against the baseline on the same orders, and the model with the
-highest mean gain over the workloads is chosen (the first listed on a tie). The baseline
-runs once per workload and order, shared by every candidate.
+(docs/ppo.md, "Choosing among training seeds"). Training several seeds and keeping the
+best is only sound if "best" is measured on something the models are not later judged
+on. Here each candidate model replays every workload it was trained for in arrival
+orders of selection's own (:data:`SELECT_SEEDS_FROM` on: neither the benchmarks' nor
+those ``kubesage qualify`` replays), against the baseline on the same orders, and the
+model with the highest mean gain over the workloads is chosen (the first listed on a
+tie).
 
-Each candidate's gains per workload are kept as a
+The baseline's runs come first (:func:`run_baseline`): they are shared by every
+candidate, and a workload whose arrivals cannot be compared at 130 % is refused by
+them, before any model is trained. Each candidate's gains per workload are kept as a
 :class:`~kubesage.core.sim.qualification.Qualification`, so whether the chosen model is
 ahead of the baseline beyond the spread of arrival orders is reported too: choosing
 the best of several does not make it good.
@@ -29,15 +31,17 @@ from kubesage.core.sim.qualification import (
     DEFAULT_RUNS,
     DEFAULT_Z,
     Qualification,
+    allocation_compared,
     judge,
     paired_gains,
-    qualification_seeds,
 )
 from kubesage.core.sim.runner import RunResult, RunSpec, run_many
 from kubesage.core.types import NodeSpec, PodRequest
 
 LEARNED_POLICY = "ppo"
 """The policy every candidate model is run as."""
+SELECT_SEEDS_FROM = 20_000
+"""The first arrival-order seed selection replays (qualification's start at 10,000)."""
 
 
 @dataclass(frozen=True)
@@ -107,50 +111,90 @@ class Selection:
         }
 
 
-def select_model(
+def selection_seeds(runs: int) -> tuple[int, ...]:
+    """The arrival-order seeds a selection of ``runs`` orders per workload replays."""
+    if runs < 2:
+        raise InputError(f"model selection needs at least 2 arrival orders, got {runs}")
+    return tuple(range(SELECT_SEEDS_FROM, SELECT_SEEDS_FROM + runs))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline's runs on each workload, in selection's arrival orders."""
+
+    policy: str
+    workloads: tuple[Workload, ...]
+    results: tuple[tuple[RunResult, ...], ...]
+    """Per workload, one run per arrival order."""
+
+
+def run_baseline(
     nodes: Sequence[NodeSpec],
     workloads: Sequence[Workload],
+    *,
+    policy: str = "fgd",
+    runs: int = DEFAULT_RUNS,
+    jobs: int = 1,
+    on_result: Callable[[RunResult], None] | None = None,
+) -> Baseline:
+    """Replay ``runs`` arrival orders of each workload through the baseline ``policy``;
+    InputError naming the workload when an order cannot be compared at 130 % arrived."""
+    if not workloads:
+        raise InputError("model selection needs at least one workload to replay")
+    names = [w.name for w in workloads]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InputError(f"model selection: workload names repeat: {', '.join(repeated)}")
+    if policy == LEARNED_POLICY:
+        raise InputError(f"model selection: the baseline cannot be {LEARNED_POLICY} itself")
+    seeds = selection_seeds(runs)
+    results: list[tuple[RunResult, ...]] = []
+    for workload in workloads:
+        specs = [RunSpec(policy, seed) for seed in seeds]
+        done = run_many(specs, nodes, workload.pods, jobs=jobs, on_result=on_result)
+        try:
+            for result in done:
+                allocation_compared(result)
+        except InputError as exc:
+            raise InputError(f"model selection, workload {workload.name}: {exc}") from exc
+        results.append(tuple(done))
+    return Baseline(policy, tuple(workloads), tuple(results))
+
+
+def select_model(
+    nodes: Sequence[NodeSpec],
+    baseline: Baseline,
     models: Sequence[tuple[str, Path]],
     *,
-    baseline: str = "fgd",
-    runs: int = DEFAULT_RUNS,
     z: float = DEFAULT_Z,
     jobs: int = 1,
     on_result: Callable[[RunResult], None] | None = None,
 ) -> Selection:
-    """Replay ``runs`` arrival orders of each workload through the baseline and through
-    each ``(label, model file)`` run as the learned policy; score and choose.
+    """Replay each ``(label, model file)`` as the learned policy on the baseline's
+    workloads and arrival orders; score each against the baseline and choose.
 
-    ``on_result`` sees every run as it ends: ``len(workloads) * runs * (len(models) + 1)``
-    in all.
+    ``on_result`` sees every run as it ends: one per workload, order and model.
     """
     if not models:
         raise InputError("model selection needs at least one candidate model")
-    if not workloads:
-        raise InputError("model selection needs at least one workload to replay")
     labels = [label for label, _ in models]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
         raise InputError(f"model selection: candidate labels repeat: {', '.join(repeated)}")
-    if baseline == LEARNED_POLICY:
-        raise InputError(f"model selection: the baseline cannot be {LEARNED_POLICY} itself")
-    seeds = qualification_seeds(runs)
     verdicts: list[list[Qualification]] = [[] for _ in models]
-    for workload in workloads:
-        specs = [RunSpec(baseline, seed) for seed in seeds] + [
-            RunSpec(LEARNED_POLICY, seed, model=path) for _, path in models for seed in seeds
-        ]
-        results = run_many(specs, nodes, workload.pods, jobs=jobs, on_result=on_result)
-        ours = results[runs:]
+    for workload, theirs in zip(baseline.workloads, baseline.results, strict=True):
+        seeds = [r.seed for r in theirs]
+        specs = [RunSpec(LEARNED_POLICY, seed, model=path) for _, path in models for seed in seeds]
+        ours = run_many(specs, nodes, workload.pods, jobs=jobs, on_result=on_result)
         for number, (label, _) in enumerate(models):
-            theirs = ours[number * runs : (number + 1) * runs]
+            runs = ours[number * len(seeds) : (number + 1) * len(seeds)]
             try:
-                paired, gains = paired_gains([*results[:runs], *theirs], LEARNED_POLICY, baseline)
+                paired, gains = paired_gains([*theirs, *runs], LEARNED_POLICY, baseline.policy)
             except InputError as exc:
                 raise InputError(f"workload {workload.name}, model {label}: {exc}") from exc
-            verdicts[number].append(judge(label, baseline, paired, gains, z))
+            verdicts[number].append(judge(label, baseline.policy, paired, gains, z))
     scores = tuple(
         CandidateScore(label, path, tuple(verdicts[number]))
         for number, (label, path) in enumerate(models)
     )
-    return Selection(baseline, tuple(w.name for w in workloads), scores)
+    return Selection(baseline.policy, tuple(w.name for w in baseline.workloads), scores)

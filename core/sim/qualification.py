@@ -99,16 +99,21 @@ def paired_gains(
         if ours is None or theirs is None:
             missing = candidate if ours is None else baseline
             raise InputError(f"qualification: {missing} has no run for seed {seed}")
-        short = ours if ours.alloc_at_130 is None else theirs
-        if ours.alloc_at_130 is None or theirs.alloc_at_130 is None:
-            raise InputError(
-                f"qualification: the arrivals of seed {seed} end at {short.arrived_end:.1f} % "
-                f"of GPU capacity for {short.policy}, short of the 130 % (±1 point) the "
-                "policies are compared at; the workload is tuned a whole pod at a time, and "
-                "on a small cluster one pod is several points"
-            )
-        gains.append(ours.alloc_at_130 - theirs.alloc_at_130)
+        gains.append(allocation_compared(ours) - allocation_compared(theirs))
     return tuple(seeds), tuple(gains)
+
+
+def allocation_compared(result: RunResult) -> float:
+    """The allocation at 130 % arrived that policies are compared by; InputError when
+    the run's arrivals end short of it."""
+    if result.alloc_at_130 is None:
+        raise InputError(
+            f"the arrivals of seed {result.seed} end at {result.arrived_end:.1f} % of GPU "
+            f"capacity for {result.policy}, short of the 130 % (±1 point) the policies are "
+            "compared at; the workload is tuned a whole pod at a time, and on a small "
+            "cluster one pod is several points"
+        )
+    return result.alloc_at_130
 
 
 def judge(

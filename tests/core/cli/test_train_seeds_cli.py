@@ -122,3 +122,20 @@ def test_ctrl_c_while_choosing_keeps_every_seed(
         "ppo.seed0.safetensors",
         "ppo.seed1.safetensors",
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--select-runs", "4", "--out", "m.safetensors"], "--select-runs only applies with"),
+        ([*SEEDS_0_1, "--out", "model"], "--out model: name it with a suffix"),
+    ],
+)
+def test_options_that_cannot_work_are_refused_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, [*TRAIN, *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert list(tmp_path.iterdir()) == []
