@@ -63,12 +63,17 @@ def test_a_repeated_seed_is_refused_before_training(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ctrl_c_in_a_later_seed_keeps_the_seeds_done(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def small_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any --nodes and --pods read as a small synthetic cluster and workload."""
     nodes, pods = synthetic_cluster(20, seed=1), synthetic_workload(200, seed=2)
     monkeypatch.setattr(train_cli, "read_nodes", lambda path: nodes)
     monkeypatch.setattr(train_cli, "read_pods", lambda path, **options: pods)
+
+
+def test_ctrl_c_in_a_later_seed_keeps_the_seeds_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_traces: None
+) -> None:
 
     def first_then_interrupted(
         nodes: list[NodeSpec], workloads: list[list[PodRequest]], settings: TrainSettings,
@@ -101,11 +106,8 @@ def test_ctrl_c_in_a_later_seed_keeps_the_seeds_done(
 
 
 def test_ctrl_c_while_choosing_keeps_every_seed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_traces: None
 ) -> None:
-    nodes, pods = synthetic_cluster(20, seed=1), synthetic_workload(200, seed=2)
-    monkeypatch.setattr(train_cli, "read_nodes", lambda path: nodes)
-    monkeypatch.setattr(train_cli, "read_pods", lambda path, **options: pods)
     monkeypatch.setattr(
         training, "train", lambda *args, **options: (PlacementNetwork(), [{"iteration": 1.0}])
     )
