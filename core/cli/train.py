@@ -237,19 +237,16 @@ def _selection_workloads(
     """What the seeds' models are chosen on: the pod lists trained on, and each
     ``--variant`` drawn again with generator seeds of selection's own (from 20,000; the
     training draws' are the training seed plus the variant's index)."""
-    names: list[str] = []
-    for path in pods:
-        name = path.name.split(".")[0]
-        names.append(name if name not in names else f"{name} ({len(names) + 1})")
-    named = [Workload(name, listed) for name, listed in zip(names, workloads, strict=True)]
     models = gpus_per_model(nodes)
-    named += [
-        Workload(
-            f"{name} (generated)",
-            openb_variant(workloads[0], name, seed=SELECT_SEEDS_FROM + n, models=models),
-        )
-        for n, name in enumerate(variants)
+    listed = [(path.name.split(".")[0], read) for path, read in zip(pods, workloads, strict=True)]
+    listed += [
+        (f"{name} (generated)", openb_variant(workloads[0], name, seed=seed, models=models))
+        for seed, name in enumerate(variants, start=SELECT_SEEDS_FROM)
     ]
+    named: list[Workload] = []
+    for name, drawn in listed:  # a name given twice is numbered: the record keys on it
+        taken = any(w.name == name for w in named)
+        named.append(Workload(f"{name} ({len(named) + 1})" if taken else name, drawn))
     return named
 
 

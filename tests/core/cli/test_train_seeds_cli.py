@@ -31,7 +31,8 @@ def test_each_seed_is_kept_beside_the_chosen_one(
     nodes, pods = trace
     out = tmp_path / "models" / "ppo.safetensors"
     done = kubesage(
-        "train", "ppo", "--nodes", str(nodes), "--pods", str(pods), "--workers", "0",
+        "train", "ppo", "--nodes", str(nodes), "--pods", str(pods), "--pods", str(pods),
+        "--workers", "0",
         "--iterations", "1", "--steps", "64", "--seed", "3", "--seed", "7",
         "--select-runs", "2", "--out", str(out), cwd=tmp_path,
     )  # fmt: skip
@@ -41,7 +42,7 @@ def test_each_seed_is_kept_beside_the_chosen_one(
     selection = info["selection"]
     assert set(selection["candidates"]) == {"seed 3", "seed 7"}
     assert selection["chosen"] == f"seed {info['seed']}" and info["seed"] in (3, 7)
-    assert selection["workloads"] == ["pods"]
+    assert selection["workloads"] == ["pods", "pods (2)"]  # one record per workload
     assert "(chosen)" in done.stderr and f"model written to {out}" in done.stderr
     for seed, path in seed_files.items():
         network, seed_info = load_network(path)
