@@ -141,10 +141,9 @@ def run_baseline(
     InputError naming the workload when an order cannot be compared at 130 % arrived."""
     if not workloads:
         raise InputError("model selection needs at least one workload to replay")
-    names = [w.name for w in workloads]
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    repeated = _repeated([w.name for w in workloads])
     if repeated:
-        raise InputError(f"model selection: workload names repeat: {', '.join(repeated)}")
+        raise InputError(f"model selection: workload names repeat: {repeated}")
     if policy == LEARNED_POLICY:
         raise InputError(f"model selection: the baseline cannot be {LEARNED_POLICY} itself")
     seeds = selection_seeds(runs)
@@ -177,10 +176,9 @@ def select_model(
     """
     if not models:
         raise InputError("model selection needs at least one candidate model")
-    labels = [label for label, _ in models]
-    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    repeated = _repeated([label for label, _ in models])
     if repeated:
-        raise InputError(f"model selection: candidate labels repeat: {', '.join(repeated)}")
+        raise InputError(f"model selection: candidate labels repeat: {repeated}")
     verdicts: list[list[Qualification]] = [[] for _ in models]
     for workload, theirs in zip(baseline.workloads, baseline.results, strict=True):
         seeds = [r.seed for r in theirs]
@@ -198,3 +196,8 @@ def select_model(
         for number, (label, path) in enumerate(models)
     )
     return Selection(baseline.policy, tuple(w.name for w in baseline.workloads), scores)
+
+
+def _repeated(names: Sequence[str]) -> str:
+    """The names given more than once, listed ("" when none is)."""
+    return ", ".join(sorted({name for name in names if names.count(name) > 1}))
