@@ -401,7 +401,6 @@ def _fetch_one(
     attempts: int,
 ) -> Path:
     if _is_verified(path, remote):
-        discard(path)  # bytes a stopped run parked are of no use now
         if on_progress:
             size = path.stat().st_size
             on_progress(remote.name, size, size)
