@@ -20,10 +20,14 @@ ABLATION_NAMES = (
     "stgcn_no_adaptive",
     "stgcn_no_correlation",
     "stgcn_no_highway",
+    "stgcn_no_floor",
+    "stgcn_no_neural",
 )
 """ST-GCN with parts removed: its temporal part alone (no graph, no highway), without
 the self-adaptive adjacency (correlation graph only), without the correlation graph
-(adaptive only), without the linear highway (both graphs)."""
+(adaptive only), without the linear highway (both graphs), a highway that blends its
+two parts only (no floor), a highway of the linear part and the floor only (no neural
+forecast)."""
 
 DEFAULT_HISTORY = 24
 """Input steps (about 23 minutes at the GenAI trace's 57 s)."""

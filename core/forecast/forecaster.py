@@ -29,7 +29,13 @@ from kubesage.core.forecast import (
 )
 from kubesage.core.forecast.anchor import ANCHOR_STEPS
 from kubesage.core.forecast.graph import EntityGraph, correlation_graph
-from kubesage.core.forecast.highway import RECENT_ORIGINS, LinearHighway, Made, NeuralPredict
+from kubesage.core.forecast.highway import (
+    RECENT_ORIGINS,
+    BlendSet,
+    LinearHighway,
+    Made,
+    NeuralPredict,
+)
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.stgcn import STGCN, LSTMBaseline, Spatial
 from kubesage.core.forecast.training import (
@@ -51,14 +57,17 @@ from kubesage.core.forecast.windows import (
 
 NeuralKind = Literal["stgcn", "lstm"]
 BaselineKind = Literal["last_value", "moving_average", "moving_median", "linear", "linear_lad"]
-ABLATION_PARTS: dict[str, tuple[Spatial, bool]] = {
-    "stgcn_temporal": ("none", False),
-    "stgcn_no_adaptive": ("correlation", True),
-    "stgcn_no_correlation": ("adaptive", True),
-    "stgcn_no_highway": ("both", False),
+ABLATION_PARTS: dict[str, tuple[Spatial, bool, BlendSet]] = {
+    "stgcn_temporal": ("none", False, "floored"),
+    "stgcn_no_adaptive": ("correlation", True, "floored"),
+    "stgcn_no_correlation": ("adaptive", True, "floored"),
+    "stgcn_no_highway": ("both", False, "floored"),
+    "stgcn_no_floor": ("both", True, "convex"),
+    "stgcn_no_neural": ("none", True, "linear"),
 }
-"""The ST-GCN ablations (see ABLATION_NAMES) by the graphs their spatial part keeps and
-whether they keep the linear highway."""
+"""The ST-GCN ablations (see ABLATION_NAMES) by the graphs their spatial part keeps,
+whether they keep the linear highway and the blends it chooses among (the blends are
+moot without it)."""
 
 MIN_TRAINING_WINDOWS = 16
 """Windows needed beyond the ``horizon − 1`` left out between training and validation."""
@@ -266,6 +275,9 @@ class NeuralForecaster(WindowedForecaster):
     """The ST-GCN's graphs (``none``: its temporal part alone); unused by the LSTM."""
     highway: bool = False
     """Whether the ST-GCN blends in its linear highway (:mod:`~kubesage.core.forecast.highway`)."""
+    highway_blends: BlendSet = "floored"
+    """The blends its highway chooses among (``floored``: the neural part, the linear part
+    and each series' zero; see :mod:`~kubesage.core.forecast.highway`)."""
     anchor_steps: int = ANCHOR_STEPS
     """The steps whose median the forecast is a change from (0: the last value; see
     :mod:`~kubesage.core.forecast.anchor`)."""
@@ -299,10 +311,11 @@ class NeuralForecaster(WindowedForecaster):
 
     @property
     def name(self) -> str:
-        parts = (self.spatial, self.highway)
-        if self.kind == "stgcn" and parts != ("both", True):
+        parts = (self.spatial, self.highway, self.highway_blends if self.highway else "floored")
+        if self.kind == "stgcn" and parts != ("both", True, "floored"):
             named = (k for k, v in ABLATION_PARTS.items() if v == parts)
-            return next(named, f"stgcn(spatial={self.spatial}, highway={self.highway})")
+            blends = f", blends={self.highway_blends}" if self.highway else ""
+            return next(named, f"stgcn(spatial={self.spatial}, highway={self.highway}{blends})")
         return self.kind
 
     def build(self, metrics: int) -> torch.nn.Module:
@@ -359,8 +372,15 @@ class NeuralForecaster(WindowedForecaster):
                 train_index,
                 validation_index,
                 self.normaliser.std,
+                self._floor(),
                 self.highway_recent,
+                self.highway_blends,
             )
+
+    def _floor(self) -> FloatArray:
+        """Each series' zero in normalised units: the highway's floor."""
+        assert self.normaliser is not None
+        return self.normaliser.apply(np.zeros_like(self.normaliser.mean))
 
     def _edge_index(self) -> torch.Tensor:
         assert self.graph is not None
@@ -371,7 +391,9 @@ class NeuralForecaster(WindowedForecaster):
         neural = self._neural()
         if self.linear_highway is None:
             return neural(windows)
-        return self.linear_highway.forecast(neural, windows, self.history, self.normaliser.std)
+        return self.linear_highway.forecast(
+            neural, windows, self.history, self.normaliser.std, self._floor()
+        )
 
     def _neural(self) -> NeuralPredict:
         """The neural part's normalised forecasts for windows of its own history."""
@@ -408,6 +430,7 @@ class NeuralForecaster(WindowedForecaster):
             window,
             self.history,
             normaliser.std,
+            self._floor(),
             memo=self.made,
             offset=at - int(window.origins[0]),
         )
@@ -438,13 +461,14 @@ def make_forecaster(
 ) -> WindowedForecaster:
     """A forecaster by model name (see MODEL_NAMES and ABLATION_NAMES)."""
     if name in ABLATION_PARTS:
-        spatial, highway = ABLATION_PARTS[name]
+        spatial, highway, blends = ABLATION_PARTS[name]
         return NeuralForecaster(
             history=history,
             horizon=horizon,
             kind="stgcn",
             spatial=spatial,
             highway=highway,
+            highway_blends=blends,
             config=config or TrainConfig(),
         )
     if name in ("stgcn", "lstm"):

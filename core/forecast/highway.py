@@ -1,19 +1,25 @@
 """The ST-GCN's linear highway: its neural forecast blended with a least-absolute-error
-linear forecast, one weight per horizon step and metric, chosen on validation windows
-and again at every forecast origin on the latest forecasts whose truth is known.
+linear forecast and the series' floor, shares per horizon step and metric chosen on
+validation windows and again at every forecast origin on the latest forecasts whose
+truth is known.
 
 LSTNet runs a linear autoregressive component beside its neural network for the
 same reason: on sparse, bursty series a neural forecaster can lose the scale that a
 linear model over recent levels keeps. Here the linear part is the ``linear_lad``
-model (:class:`~kubesage.core.forecast.baselines.LeastAbsoluteForecaster`) and the
-blend is convex, ``w · neural + (1 − w) · linear``, with ``w`` taken from
-:data:`BLEND_WEIGHTS` for each horizon step and metric: the one whose blend has the
-least absolute error on the validation windows, pooled in each series' own units
-(what WAPE pools). The linear part is fitted on the training windows for that
-choice, then refitted on all of them, as the ``linear_lad`` baseline is.
+model (:class:`~kubesage.core.forecast.baselines.LeastAbsoluteForecaster`). The
+blend is ``a · neural + (1 − a − s) · linear + s · floor``, where the floor is zero
+in each series' own units (the metrics forecast are utilisations, memory and rates):
+a share ``s`` of it shrinks the forecast toward zero, which is what the least absolute
+error asks of a series that is mostly idle while both parts expect its recent level.
+The shares ``(a, s)`` are tenths (:data:`BLEND_WEIGHTS`) summing to at most one
+(:func:`blend_candidates`); for each horizon step and metric the one whose blend has
+the least absolute error on the validation windows, pooled in each series' own units
+(what WAPE pools), is kept. The linear part is fitted on the training windows for that
+choice, then refitted on all of them, as the ``linear_lad`` baseline is. Files before
+the floor choose among convex blends of the two parts only (``convex``).
 
 On the validation windows the blend is never worse than either part alone (both
-ends of the grid are candidates). Later data can change regime — a quiet hour after
+are candidates). Later data can change regime — a quiet hour after
 busy ones — where a weight chosen before it no longer holds. So, with ``recent``
 set, the weight is chosen again at every forecast origin from the forecasts of the
 ``recent`` latest origins whose truth is already known at that origin: each part's
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -36,7 +43,13 @@ from kubesage.core.forecast.baselines import LeastAbsoluteForecaster
 from kubesage.core.forecast.windows import Windows, earlier
 
 BLEND_WEIGHTS = np.linspace(0.0, 1.0, 11)
-"""The neural part's candidate weights, 0 (linear only) to 1 (neural only)."""
+"""The candidate shares of the neural part and of the floor: 0 to 1 in tenths."""
+BlendSet = Literal["floored", "convex", "linear"]
+"""The blends a highway chooses among: ``floored`` (the default) every share of the
+neural part, the linear part and the floor; ``convex`` the two parts only (files before
+the floor); ``linear`` the linear part and the floor only (the ``stgcn_no_neural``
+ablation: what the online choice gives without the neural forecast)."""
+BLEND_SETS: tuple[BlendSet, ...] = ("floored", "convex", "linear")
 RECENT_ORIGINS = 12
 """Matured forecasts per horizon step the online choice scores (the anchor's 12 steps;
 6 and 24 gave the same WAPE to within 0.002 in a trial on the shared hours)."""
@@ -73,35 +86,71 @@ def subset(windows: Windows, index: IntArray) -> Windows:
     )
 
 
+def blend_candidates(blends: BlendSet) -> FloatArray:
+    """``(W, 2)``: each candidate blend's (neural, floor) shares, the linear part taking
+    the rest; the floor's share ascending, then the neural part's, so that where
+    candidates tie the first wins — the least shrunk, then the most linear."""
+    tenths = len(BLEND_WEIGHTS) - 1
+    pairs = [
+        (BLEND_WEIGHTS[i], BLEND_WEIGHTS[j])
+        for j in range(tenths + 1)
+        for i in range(tenths + 1 - j)
+        if blends == "floored" or (j == 0 if blends == "convex" else i == 0)
+    ]
+    return np.array(pairs)
+
+
+def combine(
+    shares: FloatArray, neural: FloatArray, linear: FloatArray, floor: FloatArray
+) -> FloatArray:
+    """``a · neural + (1 − a − s) · linear + s · floor`` for ``shares[..., 0] = a`` and
+    ``shares[..., 1] = s`` broadcast against the forecasts (a convex blend's floor term is
+    an exact zero, so its values are those of ``a · neural + (1 − a) · linear``)."""
+    a, s = shares[..., 0], shares[..., 1]
+    mixed: FloatArray = a * neural + np.maximum((1.0 - a) - s, 0.0) * linear + s * floor
+    return mixed
+
+
 def choose_weights(
     neural: FloatArray,
     linear: FloatArray,
     targets: FloatArray,
     mask: np.ndarray,
     series_scale: FloatArray,
+    series_floor: FloatArray,
+    blends: BlendSet = "floored",
 ) -> FloatArray:
-    """Per horizon step and metric ``(H, M)``, the weight of :data:`BLEND_WEIGHTS` whose
-    blend has the least absolute error over ``mask``, each series' error in its own
-    units (normalised error × ``series_scale (N, M)``). Ties go to the smaller weight."""
-    scale = series_scale[None, None]  # (1, 1, N, M)
+    """Per horizon step and metric ``(H, M, 2)``, the shares of
+    :func:`blend_candidates` whose blend has the least absolute error over ``mask``, each
+    series' error in its own units (normalised error × ``series_scale (N, M)``);
+    ``series_floor (N, M)`` is each series' zero, normalised. Ties go to the first."""
+    scale, floor = series_scale[None, None], series_floor[None, None]  # (1, 1, N, M)
+    candidates = blend_candidates(blends)
     errors = np.stack(
         [
-            (np.abs(w * neural + (1.0 - w) * linear - targets) * scale * mask).sum(axis=(0, 2))
-            for w in BLEND_WEIGHTS
+            (np.abs(combine(c, neural, linear, floor) - targets) * scale * mask).sum(axis=(0, 2))
+            for c in candidates
         ]
     )  # (W, H, M)
-    chosen: FloatArray = BLEND_WEIGHTS[np.argmin(errors, axis=0)]
+    chosen: FloatArray = candidates[np.argmin(errors, axis=0)]
     return chosen
 
 
 @dataclass
 class LinearHighway:
-    """The fitted linear part, the validation blend weights ``(H, M)`` and how many recent
-    matured origins choose the weights again at each forecast (0: the fixed weights)."""
+    """The fitted linear part, the validation blend shares ``(H, M, 2)`` (neural, floor;
+    see :func:`combine`), how many recent matured origins choose them again at each
+    forecast (0: the fixed shares) and the blends it chooses among."""
 
     linear: LeastAbsoluteForecaster
     weights: FloatArray
     recent: int = 0
+    blends: BlendSet = "floored"
+
+    @property
+    def candidates(self) -> FloatArray:
+        """``(W, 2)``: the blends it chooses among (:func:`blend_candidates`)."""
+        return blend_candidates(self.blends)
 
     @classmethod
     def fit(
@@ -111,9 +160,11 @@ class LinearHighway:
         train_index: IntArray,
         validation_index: IntArray,
         series_scale: FloatArray,
+        series_floor: FloatArray,
         recent: int = 0,
+        blends: BlendSet = "floored",
     ) -> LinearHighway:
-        """Choose the weights on ``validation_index`` (the linear part fitted on
+        """Choose the shares on ``validation_index`` (the linear part fitted on
         ``train_index``), then refit the linear part on every window."""
         validation = subset(windows, validation_index)
         held_out = LeastAbsoluteForecaster().fit(subset(windows, train_index), series_scale)
@@ -123,19 +174,21 @@ class LinearHighway:
             validation.targets.astype(np.float64),
             validation.target_mask,
             series_scale,
+            series_floor,
+            blends,
         )
-        return cls(LeastAbsoluteForecaster().fit(windows, series_scale), weights, recent)
+        linear = LeastAbsoluteForecaster().fit(windows, series_scale)
+        return cls(linear, weights, recent, blends)
 
     def lookback(self) -> int:
         """Input steps the forecast needs beyond the neural part's history: the origin of
         the oldest scored forecast, ``horizon + recent − 1`` steps back (0 when fixed)."""
         return self.weights.shape[0] + self.recent - 1 if self.recent > 0 else 0
 
-    def blend(self, neural: FloatArray, windows: Windows) -> FloatArray:
-        """``w · neural + (1 − w) · linear`` for normalised forecasts ``(B, H, N, M)``."""
-        weight = self.weights[None, :, None, :]
-        blended: FloatArray = weight * neural + (1.0 - weight) * self.linear.predict(windows)
-        return blended
+    def blend(self, neural: FloatArray, windows: Windows, series_floor: FloatArray) -> FloatArray:
+        """The validation shares' blend for normalised forecasts ``(B, H, N, M)``."""
+        shares = self.weights[None, :, None]  # (1, H, 1, M, 2)
+        return combine(shares, neural, self.linear.predict(windows), series_floor[None, None])
 
     def forecast(
         self,
@@ -143,12 +196,14 @@ class LinearHighway:
         windows: Windows,
         history: int,
         series_scale: FloatArray,
+        series_floor: FloatArray,
         memo: Made | None = None,
         offset: int = 0,
     ) -> FloatArray:
         """The blend for ``windows`` of ``history + lookback()`` steps, all cut from one
-        panel (normalised ``(B, H, N, M)``), its weights chosen at each origin as the
-        module says; ``series_scale (N, M)`` puts each series' error in its own units.
+        panel (normalised ``(B, H, N, M)``), its shares chosen at each origin as the
+        module says; ``series_scale (N, M)`` puts each series' error in its own units,
+        ``series_floor (N, M)`` is each series' zero, normalised.
 
         Windows of one panel share most of the earlier origins they score, and each
         origin's error at a step is the same for every window that scores it: each
@@ -161,7 +216,7 @@ class LinearHighway:
         one step of each earlier forecast whose target has just become known."""
         if self.recent == 0:
             now = earlier(windows, 0, history)
-            return self.blend(neural(now), now)
+            return self.blend(neural(now), now, series_floor)
         lookback = self.lookback()
         if windows.inputs.shape[1] < history + lookback:
             raise ValueError(
@@ -173,11 +228,12 @@ class LinearHighway:
         made = windows.origins[:, None] - np.arange(lookback + 1)[None, :]  # (B, L + 1)
         origins, first, which = np.unique(made, return_index=True, return_inverse=True)
         which = which.reshape(made.shape)
-        horizon, metrics = self.weights.shape
+        horizon, metrics = self.weights.shape[:2]
+        candidates = self.candidates
         scored = np.zeros((len(origins), horizon), dtype=bool)  # (origin, step) some window scores
         for h in range(horizon):
             scored[np.unique(which[:, h + 1 : h + self.recent + 1]), h] = True
-        errors = np.full((len(origins), horizon, len(BLEND_WEIGHTS), metrics), np.nan)
+        errors = np.full((len(origins), horizon, len(candidates), metrics), np.nan)
         at = origins + offset
         if memo is not None:
             for u, origin in enumerate(at.tolist()):
@@ -190,31 +246,38 @@ class LinearHighway:
         pairs = np.argwhere(todo)
         if len(pairs):
             errors[pairs[:, 0], pairs[:, 1]] = self._scored_errors(
-                parts, slot[pairs[:, 0]], pairs[:, 1], origins[pairs[:, 0]], windows, series_scale
+                parts,
+                slot[pairs[:, 0]],
+                pairs[:, 1],
+                origins[pairs[:, 0]],
+                windows,
+                series_scale,
+                series_floor,
             )
         if memo is not None:
             self._remember(memo, at, errors, slot, parts)
-        # Per window, step and metric, each weight's error over its `recent` latest
+        # Per window, step and metric, each blend's error over its `recent` latest
         # matured forecasts: those made h + 1 to h + recent steps before its origin.
         recent = np.stack(
             [errors[which[:, h + 1 : h + self.recent + 1], h].sum(axis=1) for h in range(horizon)],
             axis=1,
         )  # (B, H, W, M)
-        chosen = self._choose(recent)[:, :, None, :]
+        chosen = self._choose(recent)[:, :, None]  # (B, H, 1, M, 2)
         now = slot[which[:, 0]]
-        blended: FloatArray = chosen * parts[0][now] + (1.0 - chosen) * parts[1][now]
-        return blended
+        return combine(chosen, parts[0][now], parts[1][now], series_floor[None, None])
 
     def _choose(self, errors: FloatArray) -> FloatArray:
-        """Per window, step and metric ``(B, H, M)``, the weight with the least error
-        (``errors (B, H, W, M)``); among tied ones the nearest the validation weight, and
-        the validation weight where all are tied (nothing was observed)."""
+        """Per window, step and metric ``(B, H, M, 2)``, the shares with the least error
+        (``errors (B, H, W, M)``); among tied ones the nearest the validation shares, and
+        the validation shares where all are tied (nothing was observed)."""
+        candidates = self.candidates
         best = errors.min(axis=2, keepdims=True)
         tied = errors <= best + 1e-9 * np.maximum(best, 1e-9)
-        prior = self.weights[None, :, None, :]
-        distance = np.where(tied, np.abs(BLEND_WEIGHTS[None, None, :, None] - prior), np.inf)
-        chosen = BLEND_WEIGHTS[np.argmin(distance, axis=2)]
-        picked: FloatArray = np.where(tied.all(axis=2), self.weights[None], chosen)
+        prior = self.weights[None, :, None]  # (1, H, 1, M, 2)
+        apart = np.abs(candidates[None, None, :, None] - prior).sum(axis=-1)  # (1, H, W, M)
+        distance = np.where(tied, apart, np.inf)
+        chosen = candidates[np.argmin(distance, axis=2)]  # (B, H, M, 2)
+        picked: FloatArray = np.where(tied.all(axis=2)[..., None], self.weights[None], chosen)
         return picked
 
     def _parts(
@@ -255,23 +318,26 @@ class LinearHighway:
         origins: IntArray,
         windows: Windows,
         series_scale: FloatArray,
+        series_floor: FloatArray,
     ) -> FloatArray:
         """Per (origin, step) pair ``(P, W, M)``: each candidate blend's absolute error
         at the pair's target, summed over entities in their own units. ``rows``: the
         pairs' origins' rows in ``parts``; ``origins``: their steps on the windows' clock."""
         start, truth, seen = self._strip(windows)
         entities, metrics = series_scale.shape
-        out = np.empty((len(rows), len(BLEND_WEIGHTS), metrics))
+        candidates = self.candidates
+        out = np.empty((len(rows), len(candidates), metrics))
         chunk = max(1, SCORED_CELLS // max(entities * metrics, 1))
         for lo in range(0, len(rows), chunk):
             part = slice(lo, lo + chunk)
             target = origins[part] + steps[part] - start
             neural, linear = parts[0][rows[part], steps[part]], parts[1][rows[part], steps[part]]
-            # w · neural + (1 − w) · linear − truth = miss + w · gap, for every weight w.
+            # The blend − truth = miss + a · gap + s · drop, for every candidate (a, s).
             miss, gap = linear - truth[target], neural - linear
+            drop = series_floor[None] - linear
             weight = seen[target] * series_scale[None]
-            for k, w in enumerate(BLEND_WEIGHTS):
-                out[part, k] = (np.abs(miss + w * gap) * weight).sum(axis=1)
+            for k, (a, s) in enumerate(candidates):
+                out[part, k] = (np.abs(miss + a * gap + s * drop) * weight).sum(axis=1)
         return out
 
     def _strip(self, windows: Windows) -> tuple[int, FloatArray, np.ndarray]:

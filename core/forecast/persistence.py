@@ -35,20 +35,23 @@ from kubesage.core.forecast.baselines import (
 )
 from kubesage.core.forecast.forecaster import NeuralForecaster
 from kubesage.core.forecast.graph import EntityGraph
-from kubesage.core.forecast.highway import LinearHighway
+from kubesage.core.forecast.highway import BLEND_SETS, BlendSet, LinearHighway
 from kubesage.core.forecast.quantile import Calibration, QuantileForecaster
 from kubesage.core.forecast.training import TrainConfig
 from kubesage.core.forecast.windows import Normaliser
 
-FORMAT = "kubesage.forecast/v5"
-"""v5: the linear highway chooses its blend weights at each forecast from the latest
-``highway_recent`` matured origins (header ``highway_recent``; 0: its validation weights
-throughout). v4 files (the neural forecast a change from the median of the last
-``anchor_steps`` observed values, header ``anchor_steps``) load with the validation
-weights, as they were evaluated; v3 files (the ST-GCN as the LSTM temporal part, a gated
-graph residual and a linear highway in ``highway.*``) and v2 files (no highway) load
-anchored at the last value as they were trained."""
-ANCHORED_FORMATS = ("kubesage.forecast/v4", FORMAT)
+FORMAT = "kubesage.forecast/v6"
+"""v6: the linear highway may shrink its forecast toward each series' zero (header
+``highway_blends``; the floor's validation shares in ``highway.floor``). v5 files (a
+highway choosing among convex blends of its two parts at each forecast from the latest
+``highway_recent`` matured origins; 0: its validation weights throughout) load with
+convex blends, as they were evaluated. v4 files (the neural forecast a change from the
+median of the last ``anchor_steps`` observed values, header ``anchor_steps``) load with
+the validation weights, as they were evaluated; v3 files (the ST-GCN as the LSTM
+temporal part, a gated graph residual and a linear highway in ``highway.*``) and v2
+files (no highway) load anchored at the last value as they were trained."""
+ONLINE_FORMATS = ("kubesage.forecast/v5", FORMAT)
+ANCHORED_FORMATS = ("kubesage.forecast/v4", *ONLINE_FORMATS)
 READABLE_FORMATS = ("kubesage.forecast/v2", "kubesage.forecast/v3", *ANCHORED_FORMATS)
 
 
@@ -83,7 +86,8 @@ def save_forecaster(
     highway = forecaster.linear_highway
     if highway is not None and highway.linear.weights is not None:
         tensors["highway.linear"] = torch.from_numpy(highway.linear.weights.copy())
-        tensors["highway.weights"] = torch.from_numpy(highway.weights.copy())
+        tensors["highway.weights"] = torch.from_numpy(highway.weights[..., 0].copy())
+        tensors["highway.floor"] = torch.from_numpy(highway.weights[..., 1].copy())
     header: dict[str, Any] = {
         "format": FORMAT,
         "kind": forecaster.kind,
@@ -92,6 +96,7 @@ def save_forecaster(
         "hidden": forecaster.hidden,
         "spatial": forecaster.spatial,
         "highway": forecaster.highway,
+        "highway_blends": forecaster.highway_blends,
         "anchor_steps": forecaster.anchor_steps,
         "highway_recent": highway.recent if highway is not None else forecaster.highway_recent,
         "seed": forecaster.config.seed,
@@ -171,8 +176,9 @@ def _point_model(
         ):
             raise ValueError("graph edges do not fit the entities")
         anchor_steps = _count(header, "anchor_steps", ANCHORED_FORMATS)
-        recent = _count(header, "highway_recent", (FORMAT,))
-        highway = _highway(tensors, len(metrics), horizon, recent)
+        recent = _count(header, "highway_recent", ONLINE_FORMATS)
+        blends = _blends(header)
+        highway = _highway(tensors, len(metrics), horizon, recent, blends)
         forecaster = NeuralForecaster(
             history=history,
             horizon=horizon,
@@ -181,6 +187,7 @@ def _point_model(
             hidden=hidden,
             spatial=spatial,
             highway=bool(header.get("highway", False)),
+            highway_blends=blends,
             anchor_steps=anchor_steps,
             linear_highway=highway,
             highway_recent=recent,
@@ -225,6 +232,17 @@ def _count(header: dict[str, Any], key: str, formats: tuple[str, ...]) -> int:
     if type(value) is not int or value < 0:
         raise ValueError(f"{key} {value!r} is not a whole number of at least 0")
     return value
+
+
+def _blends(header: dict[str, Any]) -> BlendSet:
+    """The blends the file's highway chooses among: ``convex`` in files before v6."""
+    if header["format"] != FORMAT:
+        return "convex"
+    value = header["highway_blends"]
+    for known in BLEND_SETS:
+        if value == known:
+            return known
+    raise ValueError(f"highway_blends {value!r} is not one of {', '.join(BLEND_SETS)}")
 
 
 def _names(header: dict[str, Any], key: str) -> tuple[str, ...]:
@@ -280,24 +298,39 @@ def load_panel_forecaster(
 
 
 def _highway(
-    tensors: dict[str, torch.Tensor], metrics: int, horizon: int, recent: int
+    tensors: dict[str, torch.Tensor], metrics: int, horizon: int, recent: int, blends: BlendSet
 ) -> LinearHighway | None:
-    """The saved linear highway, if the file holds one; ValueError if its shapes are wrong."""
+    """The saved linear highway, if the file holds one; ValueError if its shapes are wrong.
+    Files before v6 hold no floor: its shares are 0."""
     if "highway.linear" not in tensors and "highway.weights" not in tensors:
         return None
     linear = tensors["highway.linear"].numpy().astype(np.float64)
     weights = tensors["highway.weights"].numpy().astype(np.float64)
+    floor = (
+        tensors["highway.floor"].numpy().astype(np.float64)
+        if blends != "convex"
+        else np.zeros_like(weights)
+    )
     features = (LAD_FEATURES, MEAN_ONLY_LAD_FEATURES)
-    if linear.shape not in {(metrics, horizon, f) for f in features} or weights.shape != (
-        horizon,
-        metrics,
+    if (
+        linear.shape not in {(metrics, horizon, f) for f in features}
+        or weights.shape != (horizon, metrics)
+        or floor.shape != weights.shape
     ):
         raise ValueError(
-            f"highway shapes {linear.shape} and {weights.shape} do not fit "
+            f"highway shapes {linear.shape}, {weights.shape} and {floor.shape} do not fit "
             f"{metrics} metrics and horizon {horizon}"
         )
-    if not (np.isfinite(linear).all() and ((weights >= 0) & (weights <= 1)).all()):
-        raise ValueError("highway weights are not finite, or a blend weight is outside [0, 1]")
+    shares = np.stack([weights, floor], axis=-1)
+    if not (
+        np.isfinite(linear).all()
+        and ((shares >= 0) & (shares <= 1)).all()
+        and (shares.sum(axis=-1) <= 1 + 1e-9).all()
+    ):
+        raise ValueError(
+            "highway weights are not finite, or a blend share is outside [0, 1] "
+            "(or the neural and floor shares sum to more than 1)"
+        )
     fitted = LeastAbsoluteForecaster()
     fitted.weights = linear
-    return LinearHighway(fitted, weights, recent)
+    return LinearHighway(fitted, shares, recent, blends)

@@ -15,11 +15,12 @@ from kubesage.core.errors import InputError
 from kubesage.core.forecast.baselines import LAD_FEATURES, MEAN_ONLY_LAD_FEATURES
 from kubesage.core.forecast.forecaster import NeuralForecaster, make_forecaster
 from kubesage.core.forecast.highway import (
-    BLEND_WEIGHTS,
     RECENT_ORIGINS,
     LinearHighway,
     Made,
+    blend_candidates,
     choose_weights,
+    combine,
 )
 from kubesage.core.forecast.panel import MetricPanel
 from kubesage.core.forecast.persistence import load_forecaster, save_forecaster
@@ -34,15 +35,49 @@ def test_each_metric_and_step_takes_the_part_that_was_right() -> None:
     targets = rng.normal(size=(20, 3, 4, 2))
     neural, linear = targets + rng.normal(size=targets.shape), targets.copy()
     neural[:, :, :, 0], linear[:, :, :, 0] = targets[:, :, :, 0], targets[:, :, :, 0] + 1.0
-    weights = choose_weights(neural, linear, targets, np.ones(targets.shape, bool), np.ones((4, 2)))
-    assert weights.shape == (3, 2)
-    assert (weights[:, 0] == 1.0).all() and (weights[:, 1] == 0.0).all()
+    mask, scale, floor = np.ones(targets.shape, bool), np.ones((4, 2)), np.full((4, 2), -50.0)
+    weights = choose_weights(neural, linear, targets, mask, scale, floor)
+    assert weights.shape == (3, 2, 2)
+    assert (weights[:, 0] == [1.0, 0.0]).all() and (weights[:, 1] == [0.0, 0.0]).all()
 
 
 def test_two_parts_wrong_in_opposite_directions_are_averaged() -> None:
     targets = np.zeros((10, 1, 3, 1))
-    weights = choose_weights(targets + 1.0, targets - 1.0, targets, targets == 0, np.ones((3, 1)))
-    assert weights.tolist() == [[0.5]]
+    weights = choose_weights(
+        targets + 1.0, targets - 1.0, targets, targets == 0, np.ones((3, 1)), np.full((3, 1), 9.0)
+    )
+    assert weights.tolist() == [[[0.5, 0.0]]]
+
+
+def test_a_series_idle_where_both_parts_expect_its_level_is_shrunk_toward_its_zero() -> None:
+    # Normalised units: the series' zero is at -2; both parts forecast its recent level
+    # (0) where it is idle eight windows in ten and at its level in the other two.
+    targets = np.full((10, 1, 2, 1), -2.0)
+    targets[:2] = 0.0
+    neural, linear = np.zeros(targets.shape), np.zeros(targets.shape)
+    mask, scale, floor = np.ones(targets.shape, bool), np.ones((2, 1)), np.full((2, 1), -2.0)
+    assert choose_weights(neural, linear, targets, mask, scale, floor).tolist() == [[[0.0, 1.0]]]
+    # A convex highway cannot: it keeps the first of its equally wrong blends.
+    convex = choose_weights(neural, linear, targets, mask, scale, floor, "convex")
+    assert convex.tolist() == [[[0.0, 0.0]]]
+    # Idle in two windows of ten only, it keeps its level.
+    targets[:] = 0.0
+    targets[:2] = -2.0
+    assert choose_weights(neural, linear, targets, mask, scale, floor).tolist() == [[[0.0, 0.0]]]
+
+
+def test_the_blends_sum_to_one_and_the_first_is_the_linear_part_alone() -> None:
+    floored = blend_candidates("floored")
+    assert len(floored) == 66 and floored[0].tolist() == [0.0, 0.0]
+    assert (floored.sum(axis=1) <= 1 + 1e-9).all() and (np.diff(floored[:, 1]) >= 0).all()
+    assert (blend_candidates("convex")[:, 1] == 0).all() and len(blend_candidates("convex")) == 11
+    assert (blend_candidates("linear")[:, 0] == 0).all() and len(blend_candidates("linear")) == 11
+    # A convex blend is computed as before the floor, to the last bit.
+    rng = np.random.default_rng(1)
+    neural, linear = rng.normal(size=(2, 50))
+    for a in blend_candidates("convex")[:, 0]:
+        got = combine(np.array([a, 0.0]), neural, linear, rng.normal(size=50))
+        assert (got == a * neural + (1.0 - a) * linear).all()
 
 
 def test_errors_pool_in_each_series_own_units_and_skip_unobserved_targets() -> None:
@@ -51,11 +86,15 @@ def test_errors_pool_in_each_series_own_units_and_skip_unobserved_targets() -> N
     neural[:, :, 1], linear[:, :, 0] = 1.0, 1.0  # each part wrong on one series
     # Series 0 is 100× the scale of series 1: the neural part, right on it, wins.
     scale = np.array([[100.0], [1.0]])
-    observed = np.ones(targets.shape, bool)
-    assert choose_weights(neural, linear, targets, observed, scale).item() == 1.0
+    observed, floor = np.ones(targets.shape, bool), np.full((2, 1), 5.0)
+    assert choose_weights(neural, linear, targets, observed, scale, floor).tolist() == [
+        [[1.0, 0.0]]
+    ]
     # With series 0 unobserved only series 1 counts: the linear part wins.
     observed[:, :, 0] = False
-    assert choose_weights(neural, linear, targets, observed, scale).item() == 0.0
+    assert choose_weights(neural, linear, targets, observed, scale, floor).tolist() == [
+        [[0.0, 0.0]]
+    ]
 
 
 def test_the_stgcn_blends_its_neural_forecast_with_its_linear_part(panel: MetricPanel) -> None:
@@ -68,13 +107,16 @@ def test_the_stgcn_blends_its_neural_forecast_with_its_linear_part(panel: Metric
     neural.fit(panel, 120)
     highway = stgcn.linear_highway
     assert highway is not None and neural.linear_highway is None
-    assert highway.weights.shape == (5, len(panel.metrics))
-    assert set(np.unique(highway.weights)) <= set(BLEND_WEIGHTS.tolist())
+    assert highway.weights.shape == (5, len(panel.metrics), 2)
+    candidates = {tuple(c) for c in blend_candidates("floored").tolist()}
+    assert {tuple(w) for w in highway.weights.reshape(-1, 2).tolist()} <= candidates
     assert stgcn.normaliser is not None
     windows = make_windows(panel, stgcn.normaliser, np.arange(120, 150), history=24, horizon=5)
-    w = highway.weights[None, :, None, :]
-    expected = w * neural.forecast_windows(windows) + (1 - w) * stgcn.normaliser.invert(
-        highway.linear.predict(windows)
+    expected = combine(
+        highway.weights[None, :, None],
+        neural.forecast_windows(windows),
+        stgcn.normaliser.invert(highway.linear.predict(windows)),
+        np.zeros((1, 1, *stgcn.normaliser.mean.shape)),  # the floor: zero in raw units
     )
     assert np.allclose(stgcn.forecast_windows(windows), expected)
 
@@ -119,6 +161,7 @@ def test_a_v3_highway_fitted_before_the_medians_still_forecasts(
     mean_only[..., 0] = 1.0  # the last value
     tensors["highway.linear"] = mean_only
     tensors["highway.weights"] = torch.zeros_like(tensors["highway.weights"])  # linear only
+    del tensors["highway.floor"]
     _rewrite(path, tensors, {**header, "format": "kubesage.forecast/v3"})
     old, _ = load_forecaster(path)
     forecast = old.predict(panel.head(140), 5).values
@@ -132,6 +175,9 @@ def test_a_v3_highway_fitted_before_the_medians_still_forecasts(
     [
         ("highway.weights", torch.zeros(3, 4, dtype=torch.float64), "do not fit"),
         ("highway.weights", torch.full((5, 4), 1.5, dtype=torch.float64), "outside"),
+        ("highway.floor", torch.full((5, 4), 1.0, dtype=torch.float64), "sum to more than 1"),
+        ("highway.floor", torch.zeros(5, 3, dtype=torch.float64), "do not fit"),
+        ("highway.floor", None, "highway.floor"),
         ("highway.linear", torch.zeros(4, 5, dtype=torch.float64), "do not fit"),
         ("highway.linear", torch.zeros(4, 5, 3, dtype=torch.float64), "do not fit"),
         ("highway.linear", None, "highway.linear"),
@@ -155,8 +201,9 @@ def test_a_malformed_highway_is_refused_naming_the_file(
 def test_every_combination_of_parts_has_a_name() -> None:
     assert make_forecaster("stgcn").name == "stgcn"
     assert make_forecaster("stgcn_no_highway").name == "stgcn_no_highway"
+    assert make_forecaster("stgcn_no_floor").name == "stgcn_no_floor"
     unnamed = NeuralForecaster(kind="stgcn", spatial="none", highway=True)
-    assert unnamed.name == "stgcn(spatial=none, highway=True)"
+    assert unnamed.name == "stgcn(spatial=none, highway=True, blends=floored)"
 
 
 def _online(panel: MetricPanel) -> tuple[NeuralForecaster, LinearHighway]:
@@ -189,26 +236,29 @@ def test_the_online_highway_scores_each_weight_on_the_latest_matured_forecasts(
     windows = make_windows(panel, normaliser, made_at, history=24, horizon=5)
     neural = neural_only.forecast_windows(windows)
     linear = normaliser.invert(highway.linear.predict(windows))
-    chosen = np.empty((5, len(panel.metrics)))
+    candidates = blend_candidates("floored")
+    chosen = np.empty((5, len(panel.metrics), 2))
     for h in range(5):
         made = np.arange(origin - h - RECENT_ORIGINS, origin - h)  # targets before the origin
         at = made - made_at[0]
         truth, seen = panel.values[made + h], panel.mask[made + h]
         errors = np.array(
             [
-                (np.abs(w * neural[at, h] + (1 - w) * linear[at, h] - truth) * seen).sum(
+                (np.abs(a * neural[at, h] + (1 - a - s) * linear[at, h] - truth) * seen).sum(
                     axis=(0, 1)
                 )
-                for w in BLEND_WEIGHTS
+                for a, s in candidates
             ]
         )
         for m in range(len(panel.metrics)):
-            tied = BLEND_WEIGHTS[errors[:, m] <= errors[:, m].min() * (1 + 1e-9)]
+            tied = candidates[errors[:, m] <= errors[:, m].min() * (1 + 1e-9)]
             prior = highway.weights[h, m]
-            everywhere = tied.size == BLEND_WEIGHTS.size
-            chosen[h, m] = prior if everywhere else tied[np.argmin(np.abs(tied - prior))]
+            everywhere = len(tied) == len(candidates)
+            nearest = tied[np.argmin(np.abs(tied - prior).sum(axis=1))]
+            chosen[h, m] = prior if everywhere else nearest
     assert (chosen != highway.weights).any()  # the recent errors chose something else
-    want = chosen[:, None] * neural[-1] + (1 - chosen[:, None]) * linear[-1]
+    a, s = chosen[:, None, :, 0], chosen[:, None, :, 1]
+    want = a * neural[-1] + (1 - a - s) * linear[-1]  # the floor: zero
     got = stgcn.forecast_windows(stgcn.windows_at(panel, np.array([origin])))[0]
     assert got == pytest.approx(want, rel=1e-6, abs=1e-6)
     assert stgcn.predict(panel.head(origin), 5).values == pytest.approx(got, rel=1e-6, abs=1e-6)
@@ -227,21 +277,46 @@ def test_with_no_target_known_lately_the_online_highway_keeps_its_validation_wei
     )
 
 
+def test_a_v5_file_keeps_choosing_among_convex_blends(panel: MetricPanel, tmp_path: Path) -> None:
+    stgcn = make_forecaster("stgcn_no_floor", config=TINY, horizon=5)
+    assert isinstance(stgcn, NeuralForecaster)
+    stgcn.fit(panel, 120)
+    path = save_forecaster(stgcn, tmp_path / "m.safetensors", train_until_s=0.0)
+    _, header = load_forecaster(path)
+    assert header["highway_blends"] == "convex"
+    tensors = {k: v for k, v in load_file(str(path)).items() if k != "highway.floor"}
+    _rewrite(path, tensors, {**header, "format": "kubesage.forecast/v5", "highway_blends": None})
+    old, _ = load_forecaster(path)
+    assert old.linear_highway is not None and old.linear_highway.blends == "convex"
+    history = panel.head(150)
+    assert old.predict(history, 5).values == pytest.approx(
+        replace(stgcn, made=Made()).predict(history, 5).values, rel=1e-6, abs=1e-6
+    )
+    _rewrite(path, load_file(str(path)), {**header, "highway_blends": "wild"})
+    with pytest.raises(InputError, match=r"m\.safetensors.*highway_blends 'wild'"):
+        load_forecaster(path)
+
+
 def test_the_online_highway_is_saved_and_a_v4_file_keeps_the_validation_weights(
     panel: MetricPanel, tmp_path: Path
 ) -> None:
     path = _saved(panel, tmp_path / "m.safetensors")
     loaded, header = load_forecaster(path)
-    assert header["format"] == "kubesage.forecast/v5"
+    assert header["format"] == "kubesage.forecast/v6" and header["highway_blends"] == "floored"
     assert header["highway_recent"] == RECENT_ORIGINS and loaded.context > loaded.history
     history = panel.head(150)
     online = loaded.predict(history, 5).values
     fixed = _fixed(loaded).predict(history, 5).values
     assert not np.allclose(online, fixed)
     tensors = load_file(str(path))
+    # A v4 file holds no floor: its validation blends are those of the two parts.
     _rewrite(path, tensors, {**header, "format": "kubesage.forecast/v4"})
     old, _ = load_forecaster(path)
     assert old.context == old.history
+    highway = loaded.linear_highway
+    assert highway is not None
+    convex = replace(highway, weights=highway.weights * [1.0, 0.0], blends="convex")
+    fixed = _fixed(replace(loaded, linear_highway=convex)).predict(history, 5).values
     assert old.predict(history, 5).values == pytest.approx(fixed, rel=1e-6, abs=1e-6)
     _rewrite(path, tensors, {**header, "highway_recent": -1})
     with pytest.raises(InputError, match=r"m\.safetensors.*highway_recent -1"):

@@ -103,7 +103,7 @@ CASES: dict[str, tuple[Callable[[Tensors], object], Callable[[Header], object], 
         lambda h: h.update(anchor_steps="12"),
         "anchor_steps '12' is not",
     ),
-    "no anchor in a v5 file": (
+    "no anchor in a v6 file": (
         lambda t: None,
         lambda h: h.pop("anchor_steps"),
         "(no 'anchor_steps')",
@@ -113,10 +113,15 @@ CASES: dict[str, tuple[Callable[[Tensors], object], Callable[[Header], object], 
         lambda h: h.update(highway_recent=True),
         "highway_recent True is not a whole number of at least 0",
     ),
-    "no recent origins in a v5 file": (
+    "no recent origins in a v6 file": (
         lambda t: None,
         lambda h: h.pop("highway_recent"),
         "(no 'highway_recent')",
+    ),
+    "no blends in a v6 file": (
+        lambda t: None,
+        lambda h: h.pop("highway_blends"),
+        "(no 'highway_blends')",
     ),
     "entities twice": (
         lambda t: None,
@@ -178,7 +183,7 @@ def test_the_anchor_round_trips_and_a_v3_file_loads_anchored_at_the_last_value(
     good: Path, tmp_path: Path, panel: MetricPanel
 ) -> None:
     loaded, header = load_forecaster(good)
-    assert header["format"] == "kubesage.forecast/v5" and loaded.anchor_steps == 12
+    assert header["format"] == "kubesage.forecast/v6" and loaded.anchor_steps == 12
     history = panel.head(140)
     path = variant(good, tmp_path, header=lambda h: h.update(format="kubesage.forecast/v3"))
     old, _ = load_forecaster(path)
