@@ -19,15 +19,15 @@ choice, then refitted on all of them, as the ``linear_lad`` baseline is. Files b
 the floor choose among convex blends of the two parts only (``convex``).
 
 On the validation windows the blend is never worse than either part alone (both
-are candidates). Later data can change regime — a quiet hour after
-busy ones — where a weight chosen before it no longer holds. So, with ``recent``
-set, the weight is chosen again at every forecast origin from the forecasts of the
-``recent`` latest origins whose truth is already known at that origin: each part's
-forecast is recomputed there from the window (which holds :meth:`LinearHighway.lookback`
-steps beyond the neural part's history), each candidate blend scored on those matured
-cells as above; among equally good weights the one nearest the validation weight wins,
-and where none of those cells was observed the validation weight is kept.
-A forecast still reads nothing after its origin.
+are candidates). Later data can change regime — a quiet hour after busy ones — where
+shares chosen before it no longer hold. So, with ``recent`` set, the shares are chosen
+again at every forecast origin from the forecasts of the ``recent`` latest origins
+whose truth is already known at that origin: each part's forecast is recomputed there
+from the window (which holds :meth:`LinearHighway.lookback` steps beyond the neural
+part's history), each candidate blend scored on those matured cells as above; among
+equally good blends the one nearest the validation shares wins, and where none of
+those cells was observed the validation shares are kept. A forecast still reads
+nothing after its origin.
 """
 
 from __future__ import annotations
@@ -332,12 +332,17 @@ class LinearHighway:
             part = slice(lo, lo + chunk)
             target = origins[part] + steps[part] - start
             neural, linear = parts[0][rows[part], steps[part]], parts[1][rows[part], steps[part]]
-            # The blend − truth = miss + a · gap + s · drop, for every candidate (a, s).
+            # The blend − truth = miss + a · gap + s · drop, for every candidate (a, s);
+            # each neural share's `miss + a · gap` is made once for all its floor shares.
             miss, gap = linear - truth[target], neural - linear
             drop = series_floor[None] - linear
             weight = seen[target] * series_scale[None]
-            for k, (a, s) in enumerate(candidates):
-                out[part, k] = (np.abs(miss + a * gap + s * drop) * weight).sum(axis=1)
+            for a in np.unique(candidates[:, 0]):
+                base = miss + a * gap
+                for k in np.flatnonzero(candidates[:, 0] == a):
+                    s = candidates[k, 1]
+                    error = base + s * drop if s else base
+                    out[part, k] = (np.abs(error) * weight).sum(axis=1)
         return out
 
     def _strip(self, windows: Windows) -> tuple[int, FloatArray, np.ndarray]:
