@@ -121,11 +121,16 @@ def test_the_stgcn_blends_its_neural_forecast_with_its_linear_part(panel: Metric
     assert np.allclose(stgcn.forecast_windows(windows), expected)
 
 
-def _saved(panel: MetricPanel, path: Path) -> Path:
-    forecaster = make_forecaster("stgcn", config=TINY, horizon=5)
+def _fitted(panel: MetricPanel, name: str = "stgcn") -> NeuralForecaster:
+    """A tiny ST-GCN (or ablation) fitted on the panel's first 120 steps."""
+    forecaster = make_forecaster(name, config=TINY, horizon=5)
     assert isinstance(forecaster, NeuralForecaster)
     forecaster.fit(panel, 120)
-    return save_forecaster(forecaster, path, train_until_s=0.0)
+    return forecaster
+
+
+def _saved(panel: MetricPanel, path: Path) -> Path:
+    return save_forecaster(_fitted(panel), path, train_until_s=0.0)
 
 
 def _rewrite(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, object]) -> None:
@@ -208,9 +213,7 @@ def test_every_combination_of_parts_has_a_name() -> None:
 
 def _online(panel: MetricPanel) -> tuple[NeuralForecaster, LinearHighway]:
     """An ST-GCN whose highway chooses its weights online, and that highway."""
-    stgcn = make_forecaster("stgcn", config=TINY, horizon=5)
-    assert isinstance(stgcn, NeuralForecaster)
-    stgcn.fit(panel, 120)
+    stgcn = _fitted(panel)
     assert stgcn.linear_highway is not None
     return stgcn, stgcn.linear_highway
 
@@ -278,9 +281,7 @@ def test_with_no_target_known_lately_the_online_highway_keeps_its_validation_wei
 
 
 def test_a_v5_file_keeps_choosing_among_convex_blends(panel: MetricPanel, tmp_path: Path) -> None:
-    stgcn = make_forecaster("stgcn_no_floor", config=TINY, horizon=5)
-    assert isinstance(stgcn, NeuralForecaster)
-    stgcn.fit(panel, 120)
+    stgcn = _fitted(panel, "stgcn_no_floor")
     path = save_forecaster(stgcn, tmp_path / "m.safetensors", train_until_s=0.0)
     _, header = load_forecaster(path)
     assert header["highway_blends"] == "convex"
