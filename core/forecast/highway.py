@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -147,9 +148,10 @@ class LinearHighway:
     recent: int = 0
     blends: BlendSet = "floored"
 
-    @property
+    @cached_property
     def candidates(self) -> FloatArray:
-        """``(W, 2)``: the blends it chooses among (:func:`blend_candidates`)."""
+        """``(W, 2)``: the blends it chooses among (:func:`blend_candidates`), made once:
+        every forecast reads them."""
         return blend_candidates(self.blends)
 
     @classmethod
