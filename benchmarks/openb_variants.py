@@ -11,7 +11,9 @@ from ``default`` (``gpuspec`` draws its GPU-model constraints from the shipped
   paper's protocol (130 % of GPU capacity requested, arrivals only), beside the
   published means (``published_allocation_ratio.csv``): ``fgd_minus_published``.
 - **Does the learned policy hold on workloads it was not trained on?** ppo (``--model``,
-  default the shipped one) beside FGD on the same runs: ``ppo_minus_fgd``. The model's
+  default the shipped one) beside FGD on the same runs: ``ppo_minus_fgd``, with its
+  standard error over the seeds, paired seed by seed (``ppo_minus_fgd_se``): a gap
+  within about two of them is the spread of arrival orders, not the policy. The model's
   own record of what it was trained on (pod lists and variants) is printed, and each
   variant is marked ``trained_on`` when the model saw it.
 
@@ -33,10 +35,12 @@ qualified and FGD's where it did not, and ``qualification`` holds the verdict.
 
 JSON: ``{"variants": {"<name>": {"fgd", "bestfit", "ppo", "published_fgd",
 "published_bestfit", "fgd_minus_published", "bestfit_minus_published", "ppo_minus_fgd",
-"trained_on", "source"}}, "mean": {the same figures over the variants}, "ppo_at_least_fgd",
-"model": {"file", "trained_on"}, "seeds", "generator_seed", "wall_s"}``; a policy left
-out with ``--policies`` is absent from each variant (``ppo_at_least_fgd`` is then
-null). With ``--qualify``, each variant also has ``ppo_qualified``,
+"ppo_minus_fgd_se", "trained_on", "source"}}, "mean": {the same figures over the variants,
+but the standard error}, "ppo_at_least_fgd", "ppo_below_fgd_beyond_2se", "model": {"file",
+"trained_on"}, "seeds", "generator_seed", "wall_s"}``; a policy left out with
+``--policies`` is absent from each variant (``ppo_at_least_fgd`` and
+``ppo_below_fgd_beyond_2se`` are then null; the standard error and the count are null
+with one seed). With ``--qualify``, each variant also has ``ppo_qualified``,
 ``ppo_qualified_minus_fgd`` and ``qualification`` (the verdict's record: gains per order,
 mean, standard error, lower bound, chosen), and the document
 ``ppo_qualified_at_least_fgd``. ``--tiny``: one variant, one seed,
@@ -69,7 +73,7 @@ from _common import (
 
 from kubesage.core.rl.persistence import load_network
 from kubesage.core.rl.policy import default_model
-from kubesage.core.sim.qualification import qualify
+from kubesage.core.sim.qualification import judge, paired_gains, qualify
 from kubesage.core.sim.runner import RunResult, RunSpec, default_jobs, run_many
 from kubesage.core.sim.settings import parse_seeds
 from kubesage.core.traces import read_nodes, read_pods
@@ -88,6 +92,15 @@ def mean_allocation(results: list[RunResult], policy: str) -> float:
     """The policy's mean allocation % at 130 % arrived over its runs."""
     values = [r.alloc_at_130 for r in results if r.policy == policy and r.alloc_at_130 is not None]
     return round(statistics.fmean(values), 3)
+
+
+def paired_error(results: list[RunResult], seeds: list[int]) -> float | None:
+    """The standard error of ppo − FGD over the seeds, paired seed by seed (None with
+    one seed): how far the mean gain could move with other arrival orders."""
+    if len(seeds) < 2:
+        return None
+    ordered, gains = paired_gains(results, "ppo", "fgd")
+    return round(judge("ppo", "fgd", ordered, gains, z=2.0).standard_error, 3)
 
 
 def trained_on(model: Path) -> list[str]:
@@ -172,6 +185,7 @@ def main() -> int:
                 )
         if "ppo" in figures and "fgd" in figures:
             figures["ppo_minus_fgd"] = round(figures["ppo"] - figures["fgd"], 3)
+            figures["ppo_minus_fgd_se"] = paired_error(results, seeds)
             if args.qualify:
                 verdict = qualify(nodes, pods, runs=args.qualify, model=args.model, jobs=args.jobs)
                 figures["ppo_qualified"] = figures[verdict.chosen]
@@ -192,7 +206,7 @@ def main() -> int:
     keys = [  # every variant's keys, in order of first appearance
         k
         for k in dict.fromkeys(k for figures in document.values() for k in figures)
-        if k not in ("trained_on", "qualification", "source")
+        if k not in ("trained_on", "qualification", "source", "ppo_minus_fgd_se")
     ]
     mean = {
         k: round(statistics.fmean(v[k] for v in document.values() if v.get(k) is not None), 3)
@@ -202,6 +216,14 @@ def main() -> int:
     compared = [v["ppo_minus_fgd"] for v in document.values() if "ppo_minus_fgd" in v]
     # null, not 0, when no variant compared ppo with fgd (--policies without one of them)
     at_least = sum(gain >= 0 for gain in compared) if compared else None
+    # below FGD by more than two paired standard errors: a loss the arrival orders'
+    # spread does not explain (null where there is no comparison or one seed)
+    errors = [
+        (v["ppo_minus_fgd"], v["ppo_minus_fgd_se"])
+        for v in document.values()
+        if v.get("ppo_minus_fgd_se") is not None
+    ]
+    clearly_below = sum(gain < -2 * se for gain, se in errors) if errors else None
     qualified_at_least = sum(
         v["ppo_qualified_minus_fgd"] >= 0
         for v in document.values()
@@ -214,6 +236,7 @@ def main() -> int:
                     "variants": document,
                     "mean": mean,
                     "ppo_at_least_fgd": at_least,
+                    "ppo_below_fgd_beyond_2se": clearly_below,
                     **({"ppo_qualified_at_least_fgd": qualified_at_least} if args.qualify else {}),
                     "model": {"file": args.model.name, "trained_on": seen},
                     "seeds": seeds,
@@ -244,6 +267,11 @@ def main() -> int:
     print(format_table(["variant", *columns], rows))
     if "ppo_minus_fgd" in mean:
         print(f"ppo ≥ FGD on {at_least} of {len(document)} variants")
+        if clearly_below is not None:
+            print(
+                f"ppo below FGD by more than two paired standard errors on {clearly_below} "
+                f"of {len(errors)}"
+            )
     if args.qualify and "ppo_minus_fgd" in mean:
         chosen = [n for n, v in document.items() if v["qualification"]["qualified"]]
         print(

@@ -157,6 +157,7 @@ def check_openb_variants(document: dict[str, Any]) -> None:
         "variants",
         "mean",
         "ppo_at_least_fgd",
+        "ppo_below_fgd_beyond_2se",
         "ppo_qualified_at_least_fgd",  # the tiny run qualifies ppo on 2 orders
         "model",
         "seeds",
@@ -167,11 +168,13 @@ def check_openb_variants(document: dict[str, Any]) -> None:
         for key in ("fgd", "bestfit", "ppo", "published_fgd", "published_bestfit"):
             assert key in entry, key
         assert entry["ppo_minus_fgd"] == pytest.approx(entry["ppo"] - entry["fgd"], abs=1e-3)
+        assert entry["ppo_minus_fgd_se"] is None  # one seed: no spread to measure
         assert isinstance(entry["trained_on"], bool)
         assert entry["source"] == "generated"
         verdict = entry["qualification"]
         assert len(verdict["gains"]) == 2
         assert entry["ppo_qualified"] == entry[verdict["chosen"]]
+    assert document["ppo_below_fgd_beyond_2se"] is None
     keys_are(document["model"], "file", "trained_on")
 
 
@@ -584,6 +587,25 @@ def test_openb_variants_runs_the_traces_own_pod_list_where_given(tmp_path: Path)
     mean = document["mean"]
     assert mean["fgd_minus_published"] == variants["gpushare60"]["fgd_minus_published"]
     assert mean["fgd"] == round((variants["cpu0"]["fgd"] + variants["gpushare60"]["fgd"]) / 2, 3)
+
+
+def test_openb_variants_pairs_the_seeds_for_the_standard_error(tmp_path: Path) -> None:
+    """``ppo_minus_fgd_se`` over two seeds is the spread of the two seeds' own gains,
+    each measured by a run of its own: |g₁ − g₂| / 2 for a pair."""
+    env = {**os.environ, **_require(("openb",)), "KUBESAGE_BENCH_TINY": "1"}
+    arguments = ("--policies", "fgd,ppo", "--variants", "gpushare60")
+
+    def gain(seeds: str) -> dict[str, Any]:
+        document = run_json(tmp_path, "openb_variants.py", *arguments, "--seeds", seeds, env=env)
+        entry: dict[str, Any] = document["variants"]["gpushare60"]
+        entry["below"] = document["ppo_below_fgd_beyond_2se"]
+        return entry
+
+    first, second, both = gain("42"), gain("43"), gain("42,43")
+    assert first["ppo_minus_fgd_se"] is None and first["below"] is None
+    expected = abs(first["ppo_minus_fgd"] - second["ppo_minus_fgd"]) / 2
+    assert both["ppo_minus_fgd_se"] == pytest.approx(expected, abs=2e-3)
+    assert both["below"] == int(both["ppo_minus_fgd"] < -2 * both["ppo_minus_fgd_se"])
 
 
 def test_extender_benchmark_serves_through_granian(tmp_path: Path) -> None:
