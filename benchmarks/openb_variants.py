@@ -94,13 +94,13 @@ def mean_allocation(results: list[RunResult], policy: str) -> float:
     return round(statistics.fmean(values), 3)
 
 
-def paired_error(results: list[RunResult], seeds: list[int]) -> float | None:
+def paired_error(results: list[RunResult]) -> float | None:
     """The standard error of ppo − FGD over the seeds, paired seed by seed (None with
     one seed): how far the mean gain could move with other arrival orders."""
-    if len(seeds) < 2:
+    seeds, gains = paired_gains(results, "ppo", "fgd")
+    if len(gains) < 2:
         return None
-    ordered, gains = paired_gains(results, "ppo", "fgd")
-    return round(judge("ppo", "fgd", ordered, gains, z=2.0).standard_error, 3)
+    return round(judge("ppo", "fgd", seeds, gains, z=2.0).standard_error, 3)
 
 
 def trained_on(model: Path) -> list[str]:
@@ -185,7 +185,7 @@ def main() -> int:
                 )
         if "ppo" in figures and "fgd" in figures:
             figures["ppo_minus_fgd"] = round(figures["ppo"] - figures["fgd"], 3)
-            figures["ppo_minus_fgd_se"] = paired_error(results, seeds)
+            figures["ppo_minus_fgd_se"] = paired_error(results)
             if args.qualify:
                 verdict = qualify(nodes, pods, runs=args.qualify, model=args.model, jobs=args.jobs)
                 figures["ppo_qualified"] = figures[verdict.chosen]
